@@ -1,0 +1,128 @@
+"""Napkin commands: time, budget, fit, tensor.  No torch is imported on these paths."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tensorledger.cli.common import JSON_HELP, emit
+from tensorledger.errors import InputError
+from tensorledger.hardware import get_hardware
+from tensorledger.napkin import (
+    bytes_per_param,
+    devices_for_duration,
+    devices_needed,
+    flop_budget,
+    largest_model,
+    tensor_memory,
+    training_time,
+)
+from tensorledger.report.napkin import (
+    budget_view,
+    devices_for_duration_view,
+    devices_needed_view,
+    largest_model_view,
+    tensor_view,
+    training_time_view,
+)
+from tensorledger.units import parse_count, parse_duration, parse_flops, parse_shape
+
+__all__ = ["register"]
+
+HardwareOpt = Annotated[str, typer.Option("--hardware", "-H",
+                                          help="Catalog chip (h100, a100, ...) or a TOML file.")]
+CountOpt = Annotated[int, typer.Option("--count", "-n", help="Number of devices.")]
+DtypeOpt = Annotated[str, typer.Option("--dtype", help="Arithmetic whose dense peak is used.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
+OptimizerOpt = Annotated[str, typer.Option("--optimizer", "-o", help=(
+    "sgd, momentum, adagrad, rmsprop, adam, adamw, lion or adam8bit."))]
+PrecisionOpt = Annotated[str, typer.Option("--precision", "-p", help=(
+    "fp32, bf16 (pure), mixed-bf16 (autocast, fp32 weights), bf16-master (bf16 weights + fp32 "
+    "master), bf16-fp32-states (the lecture's: bf16 params/grads, fp32 optimizer state)."))]
+
+
+def time_command(
+    params: Annotated[str | None, typer.Option(help="Parameters, e.g. 70B.")] = None,
+    tokens: Annotated[str | None, typer.Option(help="Training tokens, e.g. 15T.")] = None,
+    flops: Annotated[str | None, typer.Option(help="Total FLOPs, e.g. 3.14e23 (in place of "
+                                              "--params × --tokens).")] = None,
+    hardware: HardwareOpt = "h100",
+    count: CountOpt = 1,
+    mfu: Annotated[float, typer.Option(help="Model FLOPs utilisation, in (0, 1].")] = 0.5,
+    days: Annotated[float | None, typer.Option(help="Inverse question: devices needed to finish "
+                                               "within this many days.")] = None,
+    dtype: DtypeOpt = "bf16",
+    as_json: JsonOpt = False,
+) -> None:
+    """How long training takes: 6·N·D FLOPs on COUNT devices at an MFU (or devices for --days)."""
+    chip = get_hardware(hardware)
+    if flops is not None and (params is not None or tokens is not None):
+        raise InputError("give either --flops or --params with --tokens, not both")
+    if flops is None and (params is None or tokens is None):
+        raise InputError("give --params and --tokens (e.g. --params 70B --tokens 15T), "
+                         "or --flops (e.g. --flops 3.14e23)")
+    total = parse_flops(flops) if flops is not None else None
+    n = parse_count(params) if params is not None else None
+    d = parse_count(tokens) if tokens is not None else None
+    if days is not None:
+        if total is None:
+            total = 6.0 * (n or 0.0) * (d or 0.0)
+        inverse = devices_for_duration(chip, days * 86400.0, mfu, flops=total, dtype=dtype)
+        emit("time", inverse, as_json, *devices_for_duration_view(inverse))
+        return
+    result = training_time(chip, count, mfu, flops=total, params=n, tokens=d, dtype=dtype)
+    emit("time", result, as_json, *training_time_view(result))
+
+
+def budget_command(
+    hardware: HardwareOpt = "h100",
+    count: CountOpt = 1,
+    duration: Annotated[str, typer.Option(help="How long, e.g. 2w, 14d, 36h.")] = "1d",
+    mfu: Annotated[float, typer.Option(help="Utilisation; 1.0 is the dense peak.")] = 1.0,
+    dtype: DtypeOpt = "bf16",
+    as_json: JsonOpt = False,
+) -> None:
+    """FLOPs that COUNT devices deliver in a DURATION (at the dense peak unless --mfu)."""
+    result = flop_budget(get_hardware(hardware), count, parse_duration(duration), mfu, dtype)
+    emit("budget", result, as_json, *budget_view(result))
+
+
+def fit_command(
+    hardware: HardwareOpt = "h100",
+    count: CountOpt = 1,
+    optimizer: OptimizerOpt = "adamw",
+    precision: PrecisionOpt = "mixed-bf16",
+    params: Annotated[str | None, typer.Option(help="Inverse question: devices this many "
+                                               "parameters need, e.g. 70B.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The largest model that fits on COUNT devices, or the devices --params needs."""
+    chip = get_hardware(hardware)
+    bytes_per_param(precision, optimizer)  # validates both names before any arithmetic
+    if params is not None:
+        needed = devices_needed(chip, parse_count(params), precision, optimizer)
+        emit("fit", needed, as_json, *devices_needed_view(needed))
+        return
+    result = largest_model(chip, count, precision, optimizer)
+    emit("fit", result, as_json, *largest_model_view(result))
+
+
+def tensor_command(
+    shape: Annotated[str, typer.Argument(help="Shape such as 4x8 or 49152x12288.")],
+    dtype_arg: Annotated[str | None, typer.Argument(metavar="[DTYPE]",
+                                                    help="Element type (or use --dtype).")] = None,
+    dtype: Annotated[str, typer.Option("--dtype", help="Element type: fp32, bf16, fp8, fp4, ...")
+                     ] = "fp32",
+    as_json: JsonOpt = False,
+) -> None:
+    """Memory of one dense tensor: elements × bytes per element."""
+    result = tensor_memory(parse_shape(shape), dtype_arg or dtype)
+    emit("tensor", result, as_json, *tensor_view(result))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("time")(time_command)
+    app.command("budget")(budget_command)
+    app.command("fit")(fit_command)
+    app.command("tensor")(tensor_command)

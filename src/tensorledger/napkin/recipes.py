@@ -1,0 +1,136 @@
+"""Bytes per parameter: a precision recipe × an optimizer, broken into its parts.
+
+A training step holds, per parameter: the parameter itself, its gradient, optionally an fp32
+master copy (when the working copy is 16-bit), and the optimizer's state values.  Activations
+are not per parameter and are left out here (see ``memory``).
+
+>>> b = bytes_per_param("bf16-fp32-states", "adamw")
+>>> (b.params_bytes, b.grads_bytes, b.master_bytes, b.optimizer_bytes, b.total_bytes)
+(2.0, 2.0, 0.0, 8.0, 12.0)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tensorledger.errors import UnknownNameError
+
+__all__ = [
+    "OPTIMIZERS",
+    "PRECISIONS",
+    "BytesPerParam",
+    "Optimizer",
+    "Precision",
+    "bytes_per_param",
+    "resolve_optimizer",
+    "resolve_precision",
+]
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Where each per-parameter tensor lives: bytes per element of each kind."""
+
+    name: str
+    description: str
+    param_bytes: float
+    grad_bytes: float
+    master_bytes: float  # an fp32 copy kept beside 16-bit working weights, 0 if none
+    state_bytes: float  # bytes per optimizer state value
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    """An optimizer's per-parameter state: how many values, and what they cost.
+
+    ``state_bytes`` overrides the precision's state width (8-bit optimizers keep 1-byte
+    states whatever the recipe); ``scale_bytes_per_param`` adds block-quantisation scales.
+    ``step_bytes_per_tensor`` is the fp32 step counter PyTorch keeps per parameter tensor.
+    """
+
+    name: str
+    description: str
+    states: int
+    state_bytes: float | None = None
+    scale_bytes_per_param: float = 0.0
+    step_bytes_per_tensor: int = 0
+    aliases: tuple[str, ...] = ()
+
+
+PRECISIONS: dict[str, Precision] = {p.name: p for p in (
+    Precision("fp32", "everything in fp32", 4.0, 4.0, 0.0, 4.0, ("float32",)),
+    Precision("bf16", "pure bf16: parameters, gradients and optimizer state in bf16",
+              2.0, 2.0, 0.0, 2.0,
+              ("pure-bf16", "bfloat16")),
+    Precision("mixed-bf16", "bf16 autocast: fp32 parameters (the master copy), fp32 gradients and "
+              "state; bf16 copies made on the fly for compute", 4.0, 4.0, 0.0, 4.0,
+              ("amp", "autocast")),
+    Precision("bf16-master", "bf16 parameters and gradients, an fp32 master copy and fp32 state "
+              "(Megatron-style mixed precision)", 2.0, 2.0, 4.0, 4.0, ("bf16-fp32-master",)),
+    Precision("bf16-fp32-states", "the lecture's recipe: bf16 parameters and gradients, fp32 "
+              "optimizer state, no master copy", 2.0, 2.0, 0.0, 4.0, ("lecture",)),
+)}
+
+OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
+    Optimizer("sgd", "plain SGD: no state", 0),
+    Optimizer("momentum", "SGD with momentum: one velocity per parameter", 1,
+              aliases=("sgd-momentum",)),
+    Optimizer("adagrad", "Adagrad: one running sum of squared gradients", 1,
+              step_bytes_per_tensor=4),
+    Optimizer("rmsprop", "RMSprop: one running mean of squared gradients", 1,
+              step_bytes_per_tensor=4),
+    Optimizer("adam", "Adam: first and second moments", 2, step_bytes_per_tensor=4),
+    Optimizer("adamw", "AdamW: first and second moments (decoupled weight decay)", 2,
+              step_bytes_per_tensor=4),
+    Optimizer("lion", "Lion: one momentum per parameter", 1),
+    # Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization": both moments in
+    # 8 bits, one fp32 absmax per block of 2048 values.
+    Optimizer("adam8bit", "8-bit Adam: both moments in 8 bits, one fp32 scale per block of 2048",
+              2, state_bytes=1, scale_bytes_per_param=2 * 4 / 2048, step_bytes_per_tensor=4,
+              aliases=("adamw8bit", "8bit-adam")),
+)}
+
+
+def _resolve(kind: str, name: str, table: dict[str, Precision] | dict[str, Optimizer]
+             ) -> str:
+    key = name.strip().lower()
+    for entry in table.values():
+        if key == entry.name or key in entry.aliases:
+            return entry.name
+    raise UnknownNameError(kind, name, table)
+
+
+def resolve_precision(name: str) -> Precision:
+    """A precision recipe by name or alias (``lecture``, ``amp``)."""
+    return PRECISIONS[_resolve("precision", name, PRECISIONS)]
+
+
+def resolve_optimizer(name: str) -> Optimizer:
+    """An optimizer by name or alias."""
+    return OPTIMIZERS[_resolve("optimizer", name, OPTIMIZERS)]
+
+
+@dataclass(frozen=True)
+class BytesPerParam:
+    """The per-parameter bytes of a training step, part by part."""
+
+    precision: str
+    optimizer: str
+    params_bytes: float
+    grads_bytes: float
+    master_bytes: float
+    optimizer_bytes: float
+    total_bytes: float
+
+
+def bytes_per_param(precision: str | Precision, optimizer: str | Optimizer) -> BytesPerParam:
+    """Params + grads + master + optimizer state, in bytes per parameter."""
+    p = resolve_precision(precision) if isinstance(precision, str) else precision
+    o = resolve_optimizer(optimizer) if isinstance(optimizer, str) else optimizer
+    state_width = p.state_bytes if o.state_bytes is None else o.state_bytes
+    optimizer_bytes = o.states * state_width + (o.scale_bytes_per_param if o.states else 0.0)
+    total = p.param_bytes + p.grad_bytes + p.master_bytes + optimizer_bytes
+    return BytesPerParam(precision=p.name, optimizer=o.name, params_bytes=p.param_bytes,
+                         grads_bytes=p.grad_bytes, master_bytes=p.master_bytes,
+                         optimizer_bytes=optimizer_bytes, total_bytes=total)

@@ -1,0 +1,162 @@
+"""Training compute and time on a napkin: 6·N·D, peak × MFU × devices, days.
+
+The 6·N·D rule (Kaplan et al. 2020, Table 1: C ≈ 6N per training token) counts 2N FLOPs per
+token forward and 4N backward; it leaves out attention's sequence-length term and the
+optimizer's few FLOPs per parameter.  Peaks are dense (no sparsity) from the hardware catalog.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tensorledger.hardware import Hardware
+from tensorledger.napkin.arithmetic import Step, check_count, check_fraction, check_positive
+
+__all__ = [
+    "DevicesForDuration",
+    "FlopBudget",
+    "TrainingTime",
+    "devices_for_duration",
+    "flop_budget",
+    "training_flops",
+    "training_time",
+]
+
+SECONDS_PER_DAY = 86400.0
+
+
+def training_flops(params: float, tokens: float) -> float:
+    """6·N·D: forward 2N and backward 4N FLOPs per token (Kaplan et al. 2020).
+
+    >>> training_flops(70e9, 15e12)
+    6.3e+24
+    """
+    return 6.0 * check_positive("params", params) * check_positive("tokens", tokens)
+
+
+@dataclass(frozen=True)
+class TrainingTime:
+    """How long ``flops`` take on ``count`` devices at a model-FLOPs utilisation ``mfu``."""
+
+    hardware: str
+    dtype: str
+    count: int
+    mfu: float
+    params: float | None
+    tokens: float | None
+    flops: float
+    peak_flop_per_s: float
+    cluster_flop_per_s: float
+    flops_per_day: float
+    time_s: float
+    time_days: float
+    steps: tuple[Step, ...]
+
+
+def training_time(hardware: Hardware, count: int, mfu: float, *, flops: float | None = None,
+                  params: float | None = None, tokens: float | None = None,
+                  dtype: str = "bf16") -> TrainingTime:
+    """Days to train: FLOPs / (dense peak × MFU × count) / 86400.
+
+    Give ``flops`` directly, or ``params`` and ``tokens`` for 6·N·D.
+    """
+    check_count("count", count)
+    check_fraction("mfu", mfu)
+    steps: list[Step] = []
+    if flops is None:
+        if params is None or tokens is None:
+            raise ValueError("give flops, or params and tokens")
+        flops = training_flops(params, tokens)
+        steps.append(Step("total FLOPs", "6 × params × tokens", flops, "flops"))
+    else:
+        check_positive("flops", flops)
+        steps.append(Step("total FLOPs", "given", flops, "flops"))
+    peak = hardware.peak_flop_per_s(dtype)
+    cluster = peak * mfu * count
+    per_day = cluster * SECONDS_PER_DAY
+    time_s = flops / cluster
+    steps += [
+        Step(f"dense {hardware.compute_key(dtype)} peak per device", hardware.id, peak,
+             "flop_per_s"),
+        Step("achieved by the cluster", "peak × MFU × count", cluster, "flop_per_s"),
+        Step("FLOPs per day", "cluster FLOP/s × 86400 s", per_day, "flops_per_day"),
+        Step("training time", "total FLOPs / FLOPs per day", time_s / SECONDS_PER_DAY, "days"),
+    ]
+    return TrainingTime(hardware=hardware.id, dtype=hardware.compute_key(dtype), count=count,
+                        mfu=mfu, params=params, tokens=tokens, flops=flops, peak_flop_per_s=peak,
+                        cluster_flop_per_s=cluster, flops_per_day=per_day, time_s=time_s,
+                        time_days=time_s / SECONDS_PER_DAY, steps=tuple(steps))
+
+
+@dataclass(frozen=True)
+class DevicesForDuration:
+    """The inverse question: how many devices finish ``flops`` within ``duration_s``."""
+
+    hardware: str
+    dtype: str
+    mfu: float
+    flops: float
+    duration_s: float
+    peak_flop_per_s: float
+    devices_exact: float
+    devices: int
+    time_days_with_devices: float
+    steps: tuple[Step, ...]
+
+
+def devices_for_duration(hardware: Hardware, duration_s: float, mfu: float, *, flops: float,
+                         dtype: str = "bf16") -> DevicesForDuration:
+    """Devices = ceil(FLOPs / (peak × MFU × duration))."""
+    check_positive("duration", duration_s)
+    check_fraction("mfu", mfu)
+    check_positive("flops", flops)
+    peak = hardware.peak_flop_per_s(dtype)
+    per_device = peak * mfu * duration_s
+    exact = flops / per_device
+    devices = max(1, math.ceil(exact - 1e-9 * exact))
+    actual_days = flops / (peak * mfu * devices) / SECONDS_PER_DAY
+    steps = (
+        Step("total FLOPs", "given", flops, "flops"),
+        Step(f"dense {hardware.compute_key(dtype)} peak per device", hardware.id, peak,
+             "flop_per_s"),
+        Step("FLOPs one device does in the time", "peak × MFU × duration", per_device, "flops"),
+        Step("devices needed", "ceil(total FLOPs / FLOPs per device)", devices, "devices"),
+    )
+    return DevicesForDuration(hardware=hardware.id, dtype=hardware.compute_key(dtype), mfu=mfu,
+                              flops=flops, duration_s=duration_s, peak_flop_per_s=peak,
+                              devices_exact=exact, devices=devices,
+                              time_days_with_devices=actual_days, steps=steps)
+
+
+@dataclass(frozen=True)
+class FlopBudget:
+    """FLOPs that ``count`` devices deliver in ``duration_s`` at ``mfu`` (1.0 means peak)."""
+
+    hardware: str
+    dtype: str
+    count: int
+    mfu: float
+    duration_s: float
+    peak_flop_per_s: float
+    flops: float
+    steps: tuple[Step, ...]
+
+
+def flop_budget(hardware: Hardware, count: int, duration_s: float, mfu: float = 1.0,
+                dtype: str = "bf16") -> FlopBudget:
+    """FLOPs = peak × MFU × count × duration (the lecture's 8 H100s for 2 weeks ≈ 9.6e21)."""
+    check_count("count", count)
+    check_positive("duration", duration_s)
+    check_fraction("mfu", mfu)
+    peak = hardware.peak_flop_per_s(dtype)
+    flops = peak * mfu * count * duration_s
+    steps = (
+        Step(f"dense {hardware.compute_key(dtype)} peak per device", hardware.id, peak,
+             "flop_per_s"),
+        Step("duration", "given", duration_s, "s"),
+        Step("FLOP budget", "peak × MFU × count × duration", flops, "flops"),
+    )
+    return FlopBudget(hardware=hardware.id, dtype=hardware.compute_key(dtype), count=count,
+                      mfu=mfu, duration_s=duration_s, peak_flop_per_s=peak, flops=flops,
+                      steps=steps)

@@ -1,0 +1,68 @@
+"""Terminal views of the hardware catalog."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from rich.console import RenderableType
+from rich.table import Table
+
+from tensorledger.hardware import COMPUTE_KEYS, Hardware
+from tensorledger.units import format_bandwidth, format_bytes, format_flop_rate
+
+__all__ = ["catalog_table", "chip_view"]
+
+
+def _tflops(value: float | None) -> str:
+    return "—" if value is None else f"{value / 1e12:g}"
+
+
+def catalog_table(chips: Iterable[Hardware]) -> Table:
+    """One row per chip: dense peaks in TFLOP/s, memory, bandwidth."""
+    table = Table(title="Hardware catalog (dense peaks, TFLOP/s; no sparsity)",
+                  title_justify="left", header_style="bold")
+    table.add_column("id")
+    table.add_column("aliases", style="dim")
+    shown = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
+    for key in shown:
+        table.add_column(key, justify="right")
+    table.add_column("memory", justify="right")
+    table.add_column("bandwidth", justify="right")
+    for chip in chips:
+        table.add_row(chip.id, ", ".join(chip.aliases),
+                      *(_tflops(chip.dense_flop_per_s.get(k)) for k in shown),
+                      format_bytes(chip.memory_bytes, "GB"),
+                      format_bandwidth(chip.memory_bandwidth_bytes_per_s))
+    return table
+
+
+def chip_view(chip: Hardware, intensities: Mapping[str, float]) -> list[RenderableType | str]:
+    """Every number of one chip with its source, and its intensity per dtype."""
+    table = Table(title=f"{chip.name} ({chip.id})", title_justify="left", header_style="bold")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    table.add_column("with sparsity", justify="right", style="dim")
+    table.add_column("intensity", justify="right")
+    table.add_column("source (when not the chip's)", style="dim", overflow="fold")
+    table.add_row("memory", f"{format_bytes(chip.memory_bytes, 'GB')} "
+                  f"({format_bytes(chip.memory_bytes, 'GiB')})", "", "",
+                  chip.specific_source("memory"))
+    table.add_row("memory bandwidth", format_bandwidth(chip.memory_bandwidth_bytes_per_s), "", "",
+                  chip.specific_source("memory_bandwidth"))
+    if chip.interconnect_bytes_per_s is not None:
+        table.add_row(f"interconnect ({chip.interconnect_kind or '?'})",
+                      format_bandwidth(chip.interconnect_bytes_per_s), "", "",
+                      chip.specific_source("interconnect"))
+    for key in COMPUTE_KEYS:
+        if key not in chip.dense_flop_per_s:
+            continue
+        sparse = chip.sparse_flop_per_s.get(key)
+        table.add_row(f"{key} dense peak", format_flop_rate(chip.dense_flop_per_s[key]),
+                      "" if sparse is None else f"[{format_flop_rate(sparse)}]",
+                      f"{intensities[key]:.1f} FLOP/byte", chip.specific_source(key))
+    lines: list[RenderableType | str] = [table, f"source: {chip.source('*')}"]
+    lines.append("intensity = dense peak / memory bandwidth: ops below it are memory-bound, "
+                 "above it compute-bound")
+    if chip.aliases:
+        lines.append(f"aliases: {', '.join(chip.aliases)}")
+    return lines

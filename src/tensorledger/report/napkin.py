@@ -1,0 +1,95 @@
+"""Terminal views of napkin answers: the working, then the answer in one sentence."""
+
+from __future__ import annotations
+
+from rich.console import RenderableType
+from rich.table import Table
+
+from tensorledger.napkin import (
+    DevicesForDuration,
+    DevicesNeeded,
+    FlopBudget,
+    LargestModel,
+    TensorMemory,
+    TrainingTime,
+)
+from tensorledger.napkin.recipes import BytesPerParam
+from tensorledger.report.terminal import steps_table
+from tensorledger.units import format_bytes, format_count, format_sci
+
+__all__ = [
+    "breakdown_table",
+    "budget_view",
+    "devices_for_duration_view",
+    "devices_needed_view",
+    "largest_model_view",
+    "tensor_view",
+    "training_time_view",
+]
+
+View = list[RenderableType | str]
+
+
+def training_time_view(result: TrainingTime) -> View:
+    return [
+        steps_table(result.steps, "Training time"),
+        f"≈ {result.time_days:.1f} days ({format_sci(result.flops)} FLOPs on {result.count} × "
+        f"{result.hardware} at MFU {result.mfu:g}, dense {result.dtype} peak)",
+    ]
+
+
+def devices_for_duration_view(result: DevicesForDuration) -> View:
+    return [
+        steps_table(result.steps, "Devices for a deadline"),
+        f"≈ {result.devices:,} × {result.hardware} finish {format_sci(result.flops)} FLOPs in "
+        f"{result.time_days_with_devices:.1f} days at MFU {result.mfu:g} "
+        f"({result.devices_exact:,.1f} exactly)",
+    ]
+
+
+def budget_view(result: FlopBudget) -> View:
+    return [
+        steps_table(result.steps, "FLOP budget"),
+        f"≈ {format_sci(result.flops)} FLOPs from {result.count} × {result.hardware} "
+        f"at MFU {result.mfu:g}",
+    ]
+
+
+def breakdown_table(breakdown: BytesPerParam) -> Table:
+    table = Table(title=f"Bytes per parameter: {breakdown.precision} + {breakdown.optimizer}",
+                  title_justify="left", header_style="bold")
+    for column in ("params", "grads", "master", "optimizer state", "total"):
+        table.add_column(column, justify="right")
+    table.add_row(*(f"{v:g}" for v in (breakdown.params_bytes, breakdown.grads_bytes,
+                                       breakdown.master_bytes, breakdown.optimizer_bytes,
+                                       breakdown.total_bytes)))
+    return table
+
+
+def largest_model_view(result: LargestModel) -> View:
+    return [
+        breakdown_table(result.breakdown),
+        steps_table(result.steps, "Largest model"),
+        f"≈ {format_count(result.params)} parameters ({format_sci(result.params)}) fit on "
+        f"{result.count} × {result.hardware}",
+        f"note: {result.caveat}",
+    ]
+
+
+def devices_needed_view(result: DevicesNeeded) -> View:
+    return [
+        breakdown_table(result.breakdown),
+        steps_table(result.steps, "Devices needed"),
+        f"≥ {result.devices} × {result.hardware} for {format_count(result.params)} parameters",
+        f"note: {result.caveat}",
+    ]
+
+
+def tensor_view(result: TensorMemory) -> View:
+    shape = "×".join(str(d) for d in result.shape)
+    return [
+        f"{shape} {result.dtype}: {result.elements:,} elements × {result.bits_per_element} bits "
+        f"= {result.bytes:,} bytes",
+        f"  = {format_bytes(result.bytes, 'auto')} = {format_bytes(result.bytes, 'MiB')} "
+        f"= {format_bytes(result.bytes, 'auto-binary')}",
+    ]
