@@ -31,8 +31,7 @@ def build_model(config: TransformerConfig, device: str | torch.device = "meta",
     except (RuntimeError, TypeError) as error:
         raise InputError(f"unknown device {device!r}: {error}") from None
     with torch.device(target):
-        model = TransformerLM(config)
-    return model.to(dtype=dtype)
+        return TransformerLM(config, dtype)
 
 
 def parameter_parts(model: nn.Module) -> dict[str, str]:

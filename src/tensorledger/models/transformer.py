@@ -24,10 +24,10 @@ from tensorledger.napkin.transformer import TransformerConfig
 __all__ = ["MLP", "Attention", "Block", "TransformerLM", "apply_rope", "rope_angles"]
 
 
-def _norm(config: TransformerConfig) -> nn.Module:
+def _norm(config: TransformerConfig, dtype: torch.dtype | None) -> nn.Module:
     if config.norm == "rmsnorm":
-        return nn.RMSNorm(config.d_model, eps=config.norm_eps)
-    return nn.LayerNorm(config.d_model, eps=config.norm_eps, bias=config.bias)
+        return nn.RMSNorm(config.d_model, eps=config.norm_eps, dtype=dtype)
+    return nn.LayerNorm(config.d_model, eps=config.norm_eps, bias=config.bias, dtype=dtype)
 
 
 def rope_angles(seq_len: int, head_dim: int, theta: float,
@@ -54,13 +54,14 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 class Attention(nn.Module):
     """Causal self-attention with ``n_kv_heads`` key/value heads (MHA, GQA or MQA)."""
 
-    def __init__(self, config: TransformerConfig) -> None:
+    def __init__(self, config: TransformerConfig, dtype: torch.dtype | None = None) -> None:
         super().__init__()
         self.config = config
-        self.query = nn.Linear(config.d_model, config.q_dim, bias=config.bias)
-        self.key = nn.Linear(config.d_model, config.kv_dim, bias=config.bias)
-        self.value = nn.Linear(config.d_model, config.kv_dim, bias=config.bias)
-        self.output = nn.Linear(config.q_dim, config.d_model, bias=config.bias)
+        bias = config.bias
+        self.query = nn.Linear(config.d_model, config.q_dim, bias=bias, dtype=dtype)
+        self.key = nn.Linear(config.d_model, config.kv_dim, bias=bias, dtype=dtype)
+        self.value = nn.Linear(config.d_model, config.kv_dim, bias=bias, dtype=dtype)
+        self.output = nn.Linear(config.q_dim, config.d_model, bias=bias, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         config = self.config
@@ -80,13 +81,13 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     """GELU (tanh approximation, GPT-2) with two matrices, or SwiGLU (Llama) with three."""
 
-    def __init__(self, config: TransformerConfig) -> None:
+    def __init__(self, config: TransformerConfig, dtype: torch.dtype | None = None) -> None:
         super().__init__()
         self.swiglu = config.mlp == "swiglu"
-        self.up = nn.Linear(config.d_model, config.d_ff, bias=config.bias)
+        self.up = nn.Linear(config.d_model, config.d_ff, bias=config.bias, dtype=dtype)
         if self.swiglu:
-            self.gate = nn.Linear(config.d_model, config.d_ff, bias=config.bias)
-        self.down = nn.Linear(config.d_ff, config.d_model, bias=config.bias)
+            self.gate = nn.Linear(config.d_model, config.d_ff, bias=config.bias, dtype=dtype)
+        self.down = nn.Linear(config.d_ff, config.d_model, bias=config.bias, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.swiglu:
@@ -99,12 +100,12 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """x + attention(norm(x)), then x + mlp(norm(x)): the pre-norm residual block."""
 
-    def __init__(self, config: TransformerConfig) -> None:
+    def __init__(self, config: TransformerConfig, dtype: torch.dtype | None = None) -> None:
         super().__init__()
-        self.attention_norm = _norm(config)
-        self.attention = Attention(config)
-        self.mlp_norm = _norm(config)
-        self.mlp = MLP(config)
+        self.attention_norm = _norm(config, dtype)
+        self.attention = Attention(config, dtype)
+        self.mlp_norm = _norm(config, dtype)
+        self.mlp = MLP(config, dtype)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -122,16 +123,18 @@ class TransformerLM(nn.Module):
     124439808
     """
 
-    def __init__(self, config: TransformerConfig) -> None:
+    def __init__(self, config: TransformerConfig, dtype: torch.dtype | None = None) -> None:
         super().__init__()
+        # dtype goes to every constructor: converting afterwards (``.to``) fails on fake tensors.
         self.config = config
-        self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
-        self.position_embedding = (nn.Embedding(config.context_length, config.d_model)
-                                   if config.positions == "learned" else None)
+        self.token_embedding = nn.Embedding(config.vocab_size, config.d_model, dtype=dtype)
+        self.position_embedding = (
+            nn.Embedding(config.context_length, config.d_model, dtype=dtype)
+            if config.positions == "learned" else None)
         self.dropout = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
-        self.final_norm = _norm(config)
-        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.blocks = nn.ModuleList(Block(config, dtype) for _ in range(config.n_layers))
+        self.final_norm = _norm(config, dtype)
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False, dtype=dtype)
         if config.tied_embeddings:
             self.head.weight = self.token_embedding.weight
         self.apply(_init_weights)
