@@ -111,8 +111,13 @@ def _bandwidth_points(device: torch.device, buffer_bytes: int, budget_s: float
 
 def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16"),
           sizes: Sequence[int] | None = None, buffer_bytes: int | None = None,
-          budget_s: float = 0.5, progress: Progress | None = None) -> ProbeResult:
-    """Measure the ceilings of ``device``.  ``progress`` is told each step as it starts."""
+          budget_s: float = 0.5, slow_call_s: float = 1.0,
+          progress: Progress | None = None) -> ProbeResult:
+    """Measure the ceilings of ``device``.  ``progress`` is told each step as it starts.
+
+    A dtype's sweep stops early once one call takes longer than ``slow_call_s`` (fp16 on a
+    CPU without fp16 units runs a thousand times slower than fp32).
+    """
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise DeviceError("no CUDA device is available; probe the cpu instead")
@@ -133,7 +138,7 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
                 skipped.append(dtype)
                 break
             points.append(point)
-            if point.median_s > budget_s:  # larger sizes would only take longer (slow dtype)
+            if point.median_s > slow_call_s:  # larger sizes would only take longer
                 break
     if buffer_bytes is None:
         buffer_bytes = 2**30 if dev.type == "cuda" else max(4 * _last_level_cache_bytes(),
