@@ -16,10 +16,14 @@ from typing import cast
 
 import torch
 import torch.nn.functional as F
-from einops import rearrange
+from einops import rearrange, repeat
 from torch import nn
 
 from tensorledger.napkin.transformer import TransformerConfig
+
+# scaled_dot_product_attention shares key/value heads itself from torch 2.5 (enable_gqa); on
+# torch 2.4 the heads are repeated explicitly, which computes the same attention.
+_SDPA_SHARES_KV_HEADS = tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 5)
 
 __all__ = ["MLP", "Attention", "Block", "TransformerLM", "apply_rope", "rope_angles"]
 
@@ -72,9 +76,14 @@ class Attention(nn.Module):
             cos, sin = rope_angles(x.shape[1], config.head_dim, config.rope_theta, x.device)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         dropout = config.dropout if self.training else 0.0
+        grouped = config.n_kv_heads != config.n_heads
+        if grouped and not _SDPA_SHARES_KV_HEADS:  # pragma: no cover - torch 2.4 only
+            group = config.n_heads // config.n_kv_heads
+            k = repeat(k, "b k s d -> b (k g) s d", g=group)
+            v = repeat(v, "b k s d -> b (k g) s d", g=group)
+            grouped = False
         attended = F.scaled_dot_product_attention(
-            q, k, v, dropout_p=dropout, is_causal=True,
-            enable_gqa=config.n_kv_heads != config.n_heads)
+            q, k, v, dropout_p=dropout, is_causal=True, **({"enable_gqa": True} if grouped else {}))
         return cast(torch.Tensor, self.output(rearrange(attended, "b h s d -> b s (h d)")))
 
 
