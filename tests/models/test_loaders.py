@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import torch
 
-from tests.conftest import assert_one_line_error
 from tensorledger.errors import ConfigError, ModelError, UnknownNameError
 from tensorledger.models import load_hf_config, load_model_spec, model_params
 from tensorledger.napkin import get_preset, parameter_count
+from tests.conftest import assert_one_line_error
 
 # Field values of the published Hugging Face configs (gpt2, meta-llama/Meta-Llama-3-8B).
 GPT2_JSON: dict[str, Any] = {

@@ -82,8 +82,11 @@ class Attention(nn.Module):
             k = repeat(k, "b k s d -> b (k g) s d", g=group)
             v = repeat(v, "b k s d -> b (k g) s d", g=group)
             grouped = False
-        attended = F.scaled_dot_product_attention(
-            q, k, v, dropout_p=dropout, is_causal=True, **({"enable_gqa": True} if grouped else {}))
+        if grouped:
+            attended = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True,
+                                                      enable_gqa=True)
+        else:
+            attended = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
         return cast(torch.Tensor, self.output(rearrange(attended, "b h s d -> b s (h d)")))
 
 
