@@ -91,3 +91,31 @@ def test_chips_without_a_dtype_fall_back() -> None:
     v100 = get_hardware("v100")  # no bf16: a bf16 matmul falls back to fp32 there
     assert compute_key_for(Op("aten.mm.default", "matmul", 1, 1, 1), v100) == "fp32"
     assert math.isinf(predict_op(0, Op("aten.x", "other", 5, 0, 0), H100).intensity_flop_per_byte)
+
+
+def test_compare_by_position_and_by_name() -> None:
+    from tensorledger.bench.optiming import OpTime
+    from tensorledger.roofline.compare import compare
+
+    n = 1024
+    ops = [Op("aten.mm.default", "matmul", 2 * n**3, 4 * n * n, 2 * n * n),
+           Op("aten.relu.default", "elementwise", n * n, 2 * n * n, 2 * n * n)]
+    prediction = predict(ops, H100)
+    runs = [(OpTime("aten.mm.default", 3e-6), OpTime("aten.relu.default", 1e-6)),
+            (OpTime("aten.mm.default", 5e-6), OpTime("aten.relu.default", 3e-6)),
+            (OpTime("aten.mm.default", 4e-6), OpTime("aten.relu.default", 2e-6))]
+    result = compare(prediction, runs, measured_step_s=8e-6, peak_flop_per_s=989.5e12)
+    assert result.matched_by == "position"
+    by = {c.category: c for c in result.categories}
+    assert by["matmul"].measured_s == pytest.approx(4e-6)  # median of 3, 5, 4 µs
+    assert by["elementwise"].measured_s == pytest.approx(2e-6)  # median of 1, 3, 2 µs
+    assert by["matmul"].error == pytest.approx(by["matmul"].predicted_s / 4e-6 - 1)
+    assert result.unattributed_s == pytest.approx(8e-6 - 6e-6)
+    assert result.error == pytest.approx(prediction.time_s / 8e-6 - 1)
+    assert result.measured_mfu == pytest.approx((2 * n**3 + n * n) / 8e-6 / 989.5e12)
+
+    shuffled = [(OpTime("aten.relu.default", 2e-6), OpTime("aten.mm.default", 4e-6))]
+    by_name = compare(prediction, shuffled, measured_step_s=8e-6, peak_flop_per_s=989.5e12)
+    assert by_name.matched_by == "op name"
+    assert {c.category: c.measured_s for c in by_name.categories} == pytest.approx(
+        {"matmul": 4e-6, "elementwise": 2e-6})
