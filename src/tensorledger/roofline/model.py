@@ -6,6 +6,11 @@ chip lists no better); everything else (elementwise, reductions, norms, copies) 
 vector units, for which the chip's fp32 peak stands in.  Times assume compute and memory
 traffic overlap perfectly (time is the max of the two, not the sum), as the lecture does; a
 measured per-op overhead (kernel launch, dispatch) is added to every op that moves data.
+
+A probed profile (``tensorledger probe``) also carries measured rates by problem size: matrix
+FLOP/s for small problems fall short of the peak, and small working sets stream from cache
+faster than DRAM bandwidth.  Where a chip has such curves, an op's ceiling is the rate measured
+at its size (``Hardware.attainable``); catalog chips use their datasheet peaks throughout.
 """
 
 from __future__ import annotations
@@ -106,8 +111,13 @@ def predict_op(index: int, op: OpLike, hardware: Hardware) -> OpPrediction:
     key = compute_key_for(op, hardware)
     peak = hardware.dense_flop_per_s[key]
     moved = op.bytes_read + op.bytes_written
-    compute = op.flops / peak
-    memory = moved / hardware.memory_bandwidth_bytes_per_s
+    rate = peak
+    if op.category in TENSOR_CORE_CATEGORIES:
+        curve = f"{op.category}.{key}" if f"{op.category}.{key}" in hardware.curves else (
+            f"matmul.{key}")
+        rate = hardware.attainable(curve, op.flops, peak)
+    compute = op.flops / rate
+    memory = moved / hardware.attainable("bandwidth", moved, hardware.memory_bandwidth_bytes_per_s)
     free = op.category in FREE_CATEGORIES or (op.flops == 0 and moved == 0)
     overhead = 0.0 if free else hardware.op_overhead_s
     if free:
