@@ -1,0 +1,48 @@
+"""Trace a PyTorch step into op records: FLOPs, bytes, module and phase of every aten op.
+
+>>> import torch
+>>> from tensorledger.trace import trace, by_category
+>>> a, b = torch.ones(4, 8, device="meta"), torch.ones(8, 2, device="meta")
+>>> result = trace(lambda x, y: x @ y, a, b)
+>>> [(c.category, c.flops) for c in by_category(result)]  # 2 * 4 * 2 * 8
+[('matmul', 128)]
+"""
+
+from __future__ import annotations
+
+from tensorledger.trace.aggregate import (
+    CategoryTotal,
+    ModuleNode,
+    PhaseTotal,
+    SixND,
+    TraceSummary,
+    backward_forward_ratio,
+    by_category,
+    by_module,
+    by_phase,
+    summarize,
+    versus_6nd,
+)
+from tensorledger.trace.recorder import Recorder, trace
+from tensorledger.trace.records import ATTENTION_CONVENTIONS, PHASES, ROOT, OpRecord, Trace
+
+__all__ = [
+    "ATTENTION_CONVENTIONS",
+    "PHASES",
+    "ROOT",
+    "CategoryTotal",
+    "ModuleNode",
+    "OpRecord",
+    "PhaseTotal",
+    "Recorder",
+    "SixND",
+    "Trace",
+    "TraceSummary",
+    "backward_forward_ratio",
+    "by_category",
+    "by_module",
+    "by_phase",
+    "summarize",
+    "trace",
+    "versus_6nd",
+]
