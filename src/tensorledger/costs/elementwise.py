@@ -5,7 +5,8 @@ erf) count 1 each, as one instruction of the special-function unit; composite ac
 count their arithmetic from those.  GELU counts 20 per element: the lecture's figure for the
 tanh approximation 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) evaluated the way kernels do
 (polynomial, tanh, and the products around it), the exact erf form costs about the same.
-Element-wise FLOPs are counted per element of the (broadcast) output.
+Element-wise FLOPs are counted per element of the (broadcast) output; ``add``/``sub`` with an
+``alpha`` other than 1 count one multiply more.
 
 >>> ELEMENTWISE_FLOPS["relu"], ELEMENTWISE_FLOPS["gelu"], ELEMENTWISE_FLOPS["add"]
 (1, 20, 1)
@@ -85,11 +86,16 @@ def _first_tensor(value: Any) -> Any:
     return value
 
 
-def _elementwise_rule(cost: int) -> Any:
+#: ``add(a, b, alpha=s)`` computes a + s·b: one multiply more when ``alpha`` is not 1.
+_SCALED_BY_ALPHA = frozenset({"add", "sub", "rsub"})
+
+
+def _elementwise_rule(name: str, cost: int) -> Any:
     def rule(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> int:
         result = _first_tensor(out)
         target = result if result is not None and hasattr(result, "shape") else args[0]
-        return cost * numel(target)
+        scaled = name in _SCALED_BY_ALPHA and kwargs.get("alpha", 1) != 1
+        return (cost + scaled) * numel(target)
 
     return rule
 
@@ -111,7 +117,7 @@ def _reduction_rule(name: str) -> Any:
 
 
 for _name, _cost in ELEMENTWISE_FLOPS.items():
-    register(f"aten.{_name}", category="elementwise")(_elementwise_rule(_cost))
+    register(f"aten.{_name}", category="elementwise")(_elementwise_rule(_name, _cost))
 for _name in FOREACH_OPS:
     register(f"aten._foreach_{_name}", category="elementwise")(
         _foreach_rule(ELEMENTWISE_FLOPS[_name]))

@@ -10,6 +10,11 @@
 
 from __future__ import annotations
 
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
 from tensorledger.trace.aggregate import (
     CategoryTotal,
     ModuleNode,
@@ -46,3 +51,13 @@ __all__ = [
     "trace",
     "versus_6nd",
 ]
+
+
+class _CallableModule(types.ModuleType):
+    """``tensorledger.trace(step, *args)`` calls :func:`trace` (the package shares its name)."""
+
+    def __call__(self, step: Callable[..., Any], *args: Any, **kwargs: Any) -> Trace:
+        return trace(step, *args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
