@@ -7,7 +7,9 @@ from collections.abc import Sequence
 
 import typer
 
+from tensorledger.cli import bench as bench_commands
 from tensorledger.cli import hardware as hardware_commands
+from tensorledger.cli import models as models_commands
 from tensorledger.cli import napkin as napkin_commands
 from tensorledger.errors import TensorLedgerError
 
@@ -23,7 +25,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for _module in (napkin_commands, hardware_commands):
+for _module in (napkin_commands, hardware_commands, models_commands, bench_commands):
     _module.register(app)
 
 

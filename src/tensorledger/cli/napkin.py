@@ -10,14 +10,18 @@ from tensorledger.cli.common import JSON_HELP, emit
 from tensorledger.errors import InputError
 from tensorledger.hardware import get_hardware
 from tensorledger.napkin import (
+    PRESETS,
+    ModelParams,
     bytes_per_param,
     devices_for_duration,
     devices_needed,
     flop_budget,
     largest_model,
+    preset_params,
     tensor_memory,
     training_time,
 )
+from tensorledger.report.models import model_params_note
 from tensorledger.report.napkin import (
     budget_view,
     devices_for_duration_view,
@@ -47,6 +51,9 @@ def time_command(
     tokens: Annotated[str | None, typer.Option(help="Training tokens, e.g. 15T.")] = None,
     flops: Annotated[str | None, typer.Option(help="Total FLOPs, e.g. 3.14e23 (in place of "
                                               "--params × --tokens).")] = None,
+    model: Annotated[str | None, typer.Option(
+        "--model", "-m", help="Take --params from a model: a preset (llama-3-70b), a "
+        "config.json or file.py:factory; the count used is printed.")] = None,
     hardware: HardwareOpt = "h100",
     count: CountOpt = 1,
     mfu: Annotated[float, typer.Option(help="Model FLOPs utilisation, in (0, 1].")] = 0.5,
@@ -57,6 +64,13 @@ def time_command(
 ) -> None:
     """How long training takes: 6·N·D FLOPs on COUNT devices at an MFU (or devices for --days)."""
     chip = get_hardware(hardware)
+    notes: list[str] = []
+    if model is not None:
+        if params is not None or flops is not None:
+            raise InputError("give either --model or --params/--flops, not both")
+        used = _model_params(model)
+        params = str(used.params)
+        notes.append(model_params_note(used))
     if flops is not None and (params is not None or tokens is not None):
         raise InputError("give either --flops or --params with --tokens, not both")
     if flops is None and (params is None or tokens is None):
@@ -69,10 +83,18 @@ def time_command(
         if total is None:
             total = 6.0 * (n or 0.0) * (d or 0.0)
         inverse = devices_for_duration(chip, days * 86400.0, mfu, flops=total, dtype=dtype)
-        emit("time", inverse, as_json, *devices_for_duration_view(inverse))
+        emit("time", inverse, as_json, *devices_for_duration_view(inverse), *notes)
         return
     result = training_time(chip, count, mfu, flops=total, params=n, tokens=d, dtype=dtype)
-    emit("time", result, as_json, *training_time_view(result))
+    emit("time", result, as_json, *training_time_view(result), *notes)
+
+
+def _model_params(text: str) -> ModelParams:
+    if text.strip().lower() in PRESETS:
+        return preset_params(text)
+    from tensorledger.models import model_params  # torch only for files and factories
+
+    return model_params(text)
 
 
 def budget_command(

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from tensorledger.hardware.catalog import (
     COMPUTE_KEYS,
+    LOCAL,
     Hardware,
     catalog,
     get_hardware,
     load_hardware_file,
+    local_profile_path,
 )
 
-__all__ = ["COMPUTE_KEYS", "Hardware", "catalog", "get_hardware", "load_hardware_file"]
+__all__ = ["COMPUTE_KEYS", "LOCAL", "Hardware", "catalog", "get_hardware", "load_hardware_file",
+           "local_profile_path"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -12,21 +13,35 @@ from typing import Any
 
 from tensorledger.dtypes import resolve_dtype
 from tensorledger.errors import ConfigError, InputError, TensorLedgerError, UnknownNameError
-from tensorledger.units import parse_bandwidth, parse_bytes, parse_flop_rate
+from tensorledger.units import parse_bandwidth, parse_bytes, parse_duration, parse_flop_rate
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-__all__ = ["COMPUTE_KEYS", "Hardware", "catalog", "get_hardware", "load_hardware_file"]
+__all__ = ["COMPUTE_KEYS", "LOCAL", "Hardware", "catalog", "get_hardware", "load_hardware_file",
+           "local_profile_path"]
 
 #: The keys a chip's peak table may use: one per arithmetic the hardware has a rate for.
 COMPUTE_KEYS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp6", "fp4", "int8", "int4")
 
 _REQUIRED = ("name", "memory", "memory_bandwidth", "dense")
 _OPTIONAL = ("vendor", "aliases", "interconnect", "interconnect_kind", "source", "sparse",
-             "sources", "notes")
+             "sources", "notes", "op_overhead")
+
+#: The name under which ``tensorledger probe`` saves this machine's measured profile.
+LOCAL = "local"
+
+
+def local_profile_path() -> Path:
+    """Where ``tensorledger probe`` saves, and ``--hardware local`` reads, the profile:
+    ``$TENSORLEDGER_HOME/local.toml``, else ``$XDG_CACHE_HOME/tensorledger/local.toml``."""
+    home = os.environ.get("TENSORLEDGER_HOME")
+    if home:
+        return Path(home) / "local.toml"
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "tensorledger" / "local.toml"
 
 
 @dataclass(frozen=True)
@@ -46,6 +61,7 @@ class Hardware:
     sources: Mapping[str, str] = field(default_factory=dict)
     origin: str = "catalog"
     notes: str = ""
+    op_overhead_s: float = 0.0  # fixed cost per op (launch, dispatch); measured by the probe
 
     def compute_key(self, dtype: str) -> str:
         """The peak-table key for a dtype name: ``bfloat16`` → ``bf16``, ``e4m3`` → ``fp8``."""
@@ -133,6 +149,8 @@ def _chip(chip: str, raw: Any, where: str, origin: str) -> Hardware:
         sources=sources,
         origin=origin,
         notes=str(raw.get("notes", "")),
+        op_overhead_s=0.0 if "op_overhead" not in raw else _number(
+            chip, "op_overhead", raw["op_overhead"], parse_duration, where),
     )
 
 
@@ -173,7 +191,14 @@ def load_hardware_file(path: str | Path) -> Hardware:
 
 
 def get_hardware(spec: str) -> Hardware:
-    """A chip by catalog id or alias (``h100`` → ``h100-sxm``), or from a ``.toml`` path."""
+    """A chip by catalog id or alias (``h100`` → ``h100-sxm``), from a ``.toml`` path, or
+    ``local``: this machine's profile as measured by ``tensorledger probe``."""
+    if spec.strip().lower() == LOCAL:
+        path = local_profile_path()
+        if not path.is_file():
+            raise ConfigError(f"no local hardware profile at {path}; run `tensorledger probe` "
+                              "first (or pass a catalog chip or a TOML file)")
+        return load_hardware_file(path)
     if spec.endswith(".toml") or "/" in spec or Path(spec).is_file():
         return load_hardware_file(spec)
     key = spec.strip().lower()

@@ -1,0 +1,24 @@
+"""Measurement: the only place in tensorledger that times anything.
+
+``measure(fn)`` warms up, synchronises the device before and after, repeats until a time
+budget or a count, and returns robust statistics; ``probe`` measures this device's ceilings
+(matmul FLOP/s per dtype, memory bandwidth, per-op overhead) and saves them as a hardware
+profile that ``--hardware local`` then uses like a catalog chip.
+"""
+
+from __future__ import annotations
+
+from tensorledger.bench.harness import Measurement, measure, synchronize
+from tensorledger.bench.matmul import MatmulBenchmark, bench_matmul
+from tensorledger.bench.probe import ProbeResult, probe, profile_toml
+
+__all__ = [
+    "MatmulBenchmark",
+    "Measurement",
+    "ProbeResult",
+    "bench_matmul",
+    "measure",
+    "probe",
+    "profile_toml",
+    "synchronize",
+]

@@ -1,0 +1,65 @@
+"""Benchmark one square matmul and set its achieved FLOP/s against a spec and a probed peak."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tensorledger.bench.harness import Measurement, measure
+from tensorledger.dtypes import resolve_dtype
+from tensorledger.errors import DeviceError, InputError
+from tensorledger.hardware import Hardware
+
+__all__ = ["MatmulBenchmark", "bench_matmul"]
+
+
+@dataclass(frozen=True)
+class MatmulBenchmark:
+    n: int
+    dtype: str
+    device: str
+    flops: int  # 2·n³: n² outputs, each n multiplies and n adds
+    measurement: Measurement
+    achieved_flop_per_s: float
+    spec_hardware: str | None
+    spec_peak_flop_per_s: float | None
+    mfu_spec: float | None
+    probed_peak_flop_per_s: float | None
+    mfu_probed: float | None
+
+
+def bench_matmul(n: int, dtype: str = "bf16", device: str = "cpu", *,
+                 hardware: Hardware | None = None, probed: Hardware | None = None,
+                 budget_s: float = 1.0) -> MatmulBenchmark:
+    """Time an n×n by n×n matmul; MFU against ``hardware``'s dense peak and a probed one."""
+    if n < 1:
+        raise InputError(f"--n must be >= 1, got {n}")
+    resolved = resolve_dtype(dtype)
+    if resolved.torch_name is None:
+        raise InputError(f"dtype {dtype!r} has no torch type to multiply in")
+    torch_dtype = getattr(torch, resolved.torch_name)
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceError("no CUDA device is available here; use --device cpu")
+    a = torch.randn(n, n, device=dev).to(torch_dtype)
+    b = torch.randn(n, n, device=dev).to(torch_dtype)
+    try:
+        result = measure(lambda: a @ b, device=dev, budget_s=budget_s, name=f"matmul {n}")
+    except RuntimeError as error:
+        raise DeviceError(f"{dev.type} cannot multiply {resolved.name}: "
+                          f"{str(error).splitlines()[0]}") from None
+    flops = 2 * n**3
+    achieved = flops / result.median_s
+    spec_peak = hardware.peak_flop_per_s(resolved.name) if hardware is not None else None
+    probed_peak = None
+    if probed is not None and probed.compute_key(resolved.name) in probed.dense_flop_per_s:
+        probed_peak = probed.peak_flop_per_s(resolved.name)
+    return MatmulBenchmark(
+        n=n, dtype=resolved.name, device=str(dev), flops=flops, measurement=result,
+        achieved_flop_per_s=achieved,
+        spec_hardware=hardware.id if hardware is not None else None,
+        spec_peak_flop_per_s=spec_peak,
+        mfu_spec=None if spec_peak is None else achieved / spec_peak,
+        probed_peak_flop_per_s=probed_peak,
+        mfu_probed=None if probed_peak is None else achieved / probed_peak)

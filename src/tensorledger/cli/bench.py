@@ -1,0 +1,66 @@
+"""``tensorledger probe`` and ``tensorledger bench matmul``: measurements on this machine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from tensorledger.cli.common import JSON_HELP, emit
+from tensorledger.hardware import LOCAL, get_hardware, local_profile_path
+from tensorledger.report.files import write_atomic
+
+__all__ = ["register"]
+
+JsonOpt = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
+DeviceOpt = Annotated[str, typer.Option("--device", help="cpu or cuda (cuda:0, ...).")]
+
+
+def probe_command(
+    device: DeviceOpt = "cpu",
+    output: Annotated[Path | None, typer.Option(
+        "--output", help="Profile file to write (default: the local profile that "
+        "`--hardware local` reads).")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="Small sweep, short budget.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Measure this device's matmul FLOP/s per dtype, memory bandwidth and per-op overhead."""
+    from tensorledger.bench import probe, profile_toml
+    from tensorledger.report.bench import probe_view
+
+    status = Console(stderr=True)
+    result = probe(device, sizes=(256, 512) if quick else None, budget_s=0.1 if quick else 0.5,
+                   progress=lambda step: status.print(f"probing {step} ...", style="dim"))
+    target = output or local_profile_path()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(target, profile_toml(result))
+    emit("probe", {"profile_path": str(target), "probe": result}, as_json,
+         *probe_view(result, str(target)))
+
+
+def matmul_command(
+    n: Annotated[int, typer.Option("--n", help="Matrix size: an n×n by n×n product.")] = 2048,
+    dtype: Annotated[str, typer.Option("--dtype", help="fp32, bf16, fp16, ...")] = "bf16",
+    device: DeviceOpt = "cpu",
+    hardware: Annotated[str | None, typer.Option(
+        "--hardware", "-H", help="Chip whose dense peak the MFU is taken against.")] = None,
+    budget: Annotated[float, typer.Option(help="Seconds of repeats after warm-up.")] = 1.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Time one matmul: FLOPs, achieved FLOP/s, MFU against the spec and the probed peak."""
+    from tensorledger.bench import bench_matmul
+    from tensorledger.report.bench import matmul_view
+
+    spec = get_hardware(hardware) if hardware else None
+    probed = get_hardware(LOCAL) if local_profile_path().is_file() else None
+    result = bench_matmul(n, dtype, device, hardware=spec, probed=probed, budget_s=budget)
+    emit("bench matmul", result, as_json, *matmul_view(result))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("probe")(probe_command)
+    bench = typer.Typer(help="Benchmarks on this machine.", no_args_is_help=True)
+    bench.command("matmul")(matmul_command)
+    app.add_typer(bench, name="bench")

@@ -1,0 +1,61 @@
+"""Terminal views of measurements."""
+
+from __future__ import annotations
+
+from rich.console import RenderableType
+from rich.table import Table
+
+from tensorledger.bench.harness import Measurement
+from tensorledger.bench.matmul import MatmulBenchmark
+from tensorledger.bench.probe import ProbeResult
+from tensorledger.units import format_bandwidth, format_bytes, format_duration, format_flop_rate
+
+__all__ = ["matmul_view", "measurement_line", "probe_view"]
+
+View = list[RenderableType | str]
+
+
+def measurement_line(m: Measurement) -> str:
+    line = (f"median {format_duration(m.median_s)} (min {format_duration(m.min_s)}, IQR "
+            f"{format_duration(m.iqr_s)}, {len(m.samples_s)} samples × {m.number} calls, "
+            f"{m.timer})")
+    return line + (f"\nwarning: {m.warning}" if m.warning else "")
+
+
+def probe_view(result: ProbeResult, path: str) -> View:
+    table = Table(title=f"Probe of {result.name}", title_justify="left", header_style="bold")
+    for column in ("what", "size", "median", "rate"):
+        table.add_column(column, justify="left" if column == "what" else "right")
+    for point in result.matmul:
+        table.add_row(f"matmul {point.dtype}", f"{point.n}×{point.n}",
+                      format_duration(point.median_s), format_flop_rate(point.flop_per_s))
+    for bw in result.bandwidth:
+        table.add_row(bw.kernel, format_bytes(bw.buffer_bytes, "auto-binary"),
+                      format_duration(bw.median_s), format_bandwidth(bw.bytes_per_s))
+    table.add_row("per-op overhead", "1 element", format_duration(result.op_overhead_s), "")
+    lines: View = [table]
+    peaks = ", ".join(f"{k} {format_flop_rate(v)}" for k, v in result.dense_flop_per_s.items())
+    bandwidth = format_bandwidth(result.memory_bandwidth_bytes_per_s)
+    lines.append(f"peaks: {peaks}; bandwidth {bandwidth}")
+    if result.skipped:
+        lines.append(f"skipped (no kernel on this device): {', '.join(result.skipped)}")
+    lines.append(f"profile written to {path}; use it with --hardware local")
+    return lines
+
+
+def matmul_view(result: MatmulBenchmark) -> View:
+    table = Table(title=f"matmul {result.n}×{result.n}×{result.n} {result.dtype} on "
+                  f"{result.device}", title_justify="left", header_style="bold")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    table.add_row("FLOPs (2·n³)", f"{result.flops:.4g}")
+    table.add_row("time (median)", format_duration(result.measurement.median_s))
+    table.add_row("achieved", format_flop_rate(result.achieved_flop_per_s))
+    if result.spec_peak_flop_per_s is not None and result.mfu_spec is not None:
+        table.add_row(f"MFU vs {result.spec_hardware} dense spec "
+                      f"({format_flop_rate(result.spec_peak_flop_per_s)})",
+                      f"{result.mfu_spec:.3f}")
+    if result.probed_peak_flop_per_s is not None and result.mfu_probed is not None:
+        table.add_row(f"vs probed peak ({format_flop_rate(result.probed_peak_flop_per_s)})",
+                      f"{result.mfu_probed:.3f}")
+    return [table, measurement_line(result.measurement)]

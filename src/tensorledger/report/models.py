@@ -1,0 +1,94 @@
+"""Terminal views of the model presets and of a model's closed-form counts."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import RenderableType
+from rich.table import Table
+
+from tensorledger.napkin.transformer import (
+    ForwardFlops,
+    ModelParams,
+    ParameterCount,
+    PresetSummary,
+    TransformerConfig,
+)
+from tensorledger.units import format_count, format_sci
+
+__all__ = ["model_detail_view", "model_params_note", "presets_view"]
+
+View = list[RenderableType | str]
+
+
+def _attention_kind(config: TransformerConfig) -> str:
+    if config.n_kv_heads == config.n_heads:
+        return f"MHA {config.n_heads}"
+    if config.n_kv_heads == 1:
+        return f"MQA {config.n_heads}/1"
+    return f"GQA {config.n_heads}/{config.n_kv_heads}"
+
+
+def presets_view(summaries: tuple[PresetSummary, ...]) -> View:
+    table = Table(title="Model presets", title_justify="left", header_style="bold",
+                  box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for column, justify in (("name", "left"), ("params", "right"),
+                            ("layers", "right"), ("d_model", "right"), ("heads", "left"),
+                            ("mlp", "left"), ("norm", "left"), ("pos", "left"),
+                            ("head", "left"), ("vocab", "right"), ("context", "right")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for row in summaries:
+        c = row.config
+        table.add_row(row.name, format_count(row.params.total_params), str(c.n_layers),
+                      str(c.d_model),
+                      _attention_kind(c), f"{c.mlp} {c.d_ff}", c.norm, c.positions,
+                      "tied" if c.tied_embeddings else "untied", str(c.vocab_size),
+                      str(c.context_length))
+    return [table, "params: closed-form total, embeddings and head included "
+                   "(`tensorledger models NAME` shows exact counts by part)"]
+
+
+def _parts_table(count: ParameterCount) -> Table:
+    table = Table(title=f"Parameters of {count.model}", title_justify="left",
+                  header_style="bold")
+    for column in ("part", "params", "share"):
+        table.add_column(column, justify="left" if column == "part" else "right")
+    for part, params in count.parts().items():
+        table.add_row(part, f"{params:,}", f"{params / count.total_params:.1%}")
+    table.add_row("total", f"{count.total_params:,}", "100.0%", style="bold")
+    return table
+
+
+def _flops_table(full: ForwardFlops, causal: ForwardFlops) -> Table:
+    table = Table(title=f"Forward matmul FLOPs per token at seq_len {full.seq_len:,}",
+                  title_justify="left", header_style="bold")
+    table.add_column("part")
+    table.add_column(full.convention, justify="right")
+    table.add_column(causal.convention, justify="right")
+    rows = (("embeddings (lookup)", "embeddings_flops"),
+            ("attention projections", "attention_projections_flops"),
+            ("attention scores Q·Kᵀ", "attention_scores_flops"),
+            ("attention softmax·V", "attention_values_flops"),
+            ("mlp", "mlp_flops"), ("norms (not matmuls)", "norms_flops"),
+            ("head", "head_flops"), ("total", "total_flops"))
+    for label, key in rows:
+        table.add_row(label, format_sci(getattr(full, key)), format_sci(getattr(causal, key)))
+    return table
+
+
+def model_detail_view(config: TransformerConfig, count: ParameterCount, full: ForwardFlops,
+                      causal: ForwardFlops) -> View:
+    return [
+        _parts_table(count),
+        _flops_table(full, causal),
+        f"{config.name}: {config.n_layers} layers, d_model {config.d_model}, "
+        f"{_attention_kind(config)} heads of {config.head_dim}, {config.mlp} d_ff "
+        f"{config.d_ff}, {config.norm}, {config.positions} positions, "
+        f"{'tied' if config.tied_embeddings else 'untied'} head, "
+        f"{'with' if config.bias else 'no'} biases",
+    ]
+
+
+def model_params_note(params: ModelParams) -> str:
+    """The line ``time --model`` prints to say which parameter count it used."""
+    return (f"params of {params.model}: {params.params:,} ({format_count(params.params)}), "
+            f"{params.source}")

@@ -1,0 +1,81 @@
+"""The device probe and the matmul benchmark: FLOP counts and derived rates, profile files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tensorledger.bench import bench_matmul, probe, profile_toml
+from tensorledger.hardware import get_hardware, load_hardware_file
+from tests.conftest import assert_one_line_error
+
+
+@pytest.fixture(scope="module")
+def small_probe():  # type: ignore[no-untyped-def]
+    return probe("cpu", dtypes=("fp32", "bf16"), sizes=(32, 64), buffer_bytes=2**20,
+                 budget_s=0.01)
+
+
+def test_probe_points_and_peaks(small_probe) -> None:  # type: ignore[no-untyped-def]
+    assert [(p.dtype, p.n) for p in small_probe.matmul] == [
+        ("fp32", 32), ("fp32", 64), ("bf16", 32), ("bf16", 64)]
+    for point in small_probe.matmul:
+        assert point.flops == 2 * point.n**3  # 64: 2 · 262144 = 524288
+        assert point.flop_per_s == point.flops / point.median_s
+    for dtype in ("fp32", "bf16"):
+        best = max(p.flop_per_s for p in small_probe.matmul if p.dtype == dtype)
+        assert small_probe.dense_flop_per_s[dtype] == best
+    copy, triad = small_probe.bandwidth
+    assert copy.bytes_moved == 2 * 2**20 and triad.bytes_moved == 3 * 2**20
+    assert small_probe.memory_bandwidth_bytes_per_s == max(copy.bytes_per_s, triad.bytes_per_s)
+    assert small_probe.op_overhead_s > 0
+
+
+def test_profile_round_trips(small_probe, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "local.toml"
+    path.write_text(profile_toml(small_probe))
+    chip = load_hardware_file(path)
+    assert chip.id == "local"
+    assert dict(chip.dense_flop_per_s) == small_probe.dense_flop_per_s
+    assert chip.memory_bandwidth_bytes_per_s == small_probe.memory_bandwidth_bytes_per_s
+    assert chip.op_overhead_s == pytest.approx(small_probe.op_overhead_s, rel=1e-12)
+    assert chip.memory_bytes == small_probe.memory_bytes
+
+
+def test_bench_matmul_arithmetic() -> None:
+    result = bench_matmul(64, "fp32", hardware=get_hardware("h100"), budget_s=0.01)
+    assert result.flops == 2 * 64**3 == 524288
+    assert result.achieved_flop_per_s == result.flops / result.measurement.median_s
+    assert result.spec_peak_flop_per_s == pytest.approx(66.9e12)
+    assert result.mfu_spec == result.achieved_flop_per_s / result.spec_peak_flop_per_s
+    assert result.mfu_probed is None
+
+
+def test_cli_probe_then_local(cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("TENSORLEDGER_HOME", str(tmp_path))
+    assert_one_line_error(cli("bench", "matmul", "--hardware", "local"), "tensorledger probe")
+    out = tmp_path / "mine.toml"
+    result = cli("probe", "--quick", "--output", str(out), "--json")
+    assert result.code == 0, result.stderr
+    assert "probing" in result.stderr  # progress goes to stderr
+    doc = result.json()
+    assert doc["profile_path"] == str(out)
+    assert load_hardware_file(out).dense_flop_per_s["fp32"] == doc["probe"]["dense_flop_per_s"][
+        "fp32"]
+    (tmp_path / "local.toml").write_text(out.read_text())
+    bench = cli("bench", "matmul", "--n", "32", "--dtype", "fp32", "--budget", "0.01", "--json")
+    doc = bench.json()
+    assert doc["probed_peak_flop_per_s"] == load_hardware_file(out).dense_flop_per_s["fp32"]
+    assert doc["mfu_probed"] == pytest.approx(doc["achieved_flop_per_s"]
+                                              / doc["probed_peak_flop_per_s"])
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["bench", "matmul", "--n", "0"], "--n must be >= 1"),
+    (["bench", "matmul", "--dtype", "fp4"], "no torch type"),
+    (["bench", "matmul", "--device", "cuda", "--n", "8"], "no CUDA device"),
+    (["probe", "--device", "cuda"], "no CUDA device"),
+])
+def test_cli_errors(cli, args: list[str], fragment: str) -> None:  # type: ignore[no-untyped-def]
+    assert_one_line_error(cli(*args), fragment)

@@ -1,0 +1,139 @@
+"""The hardware catalog holds FACTS.md's numbers, each with a source, dense apart from sparse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tensorledger.errors import ConfigError, InputError, UnknownNameError
+from tensorledger.hardware import COMPUTE_KEYS, catalog, get_hardware, load_hardware_file
+
+T = 1e12
+G = 1e9
+
+# chip: (bf16 dense, fp8 dense or None, fp4 dense or None, tf32, fp32, memory, bandwidth) per
+# FACTS.md's hardware table.
+FACTS = {
+    "a100-40gb": (312 * T, None, None, 156 * T, 19.5 * T, 40 * G, 1555 * G),
+    "a100-80gb": (312 * T, None, None, 156 * T, 19.5 * T, 80 * G, 2039 * G),
+    "h100-sxm": (989.5 * T, 1979 * T, None, 494.7 * T, 66.9 * T, 80 * G, 3.35e12),
+    "h100-pcie": (756 * T, 1513 * T, None, 378 * T, 51 * T, 80 * G, 2.0e12),
+    "h200-sxm": (989.5 * T, 1979 * T, None, 494.7 * T, 66.9 * T, 141 * G, 4.8e12),
+    "b200": (2250 * T, 4500 * T, 9000 * T, 1100 * T, 80 * T, 180 * G, 8e12),
+    "mi300x": (1307.4 * T, 2614.9 * T, None, 653.7 * T, 163.4 * T, 192 * G, 5.3e12),
+    "l4": (121 * T, 242.5 * T, None, 60 * T, 30.3 * T, 24 * G, 300 * G),
+    "rtx-4090": (165.2 * T, 330.3 * T, None, 82.6 * T, 82.6 * T, 24 * G, 1008 * G),
+    "tpu-v5e": (197 * T, None, None, None, None, 16 * G, 819 * G),
+    "tpu-v5p": (459 * T, None, None, None, None, 95 * G, 2765 * G),
+}
+# chip: (bf16, fp8, fp4) "with sparsity" figures of FACTS.md
+SPARSE = {
+    "a100-40gb": (624 * T, None, None), "a100-80gb": (624 * T, None, None),
+    "h100-sxm": (1979 * T, 3958 * T, None), "h100-pcie": (1513 * T, 3026 * T, None),
+    "h200-sxm": (1979 * T, 3958 * T, None), "b200": (4500 * T, 9000 * T, 18000 * T),
+    "l4": (242 * T, 485 * T, None), "rtx-4090": (330.4 * T, 660.6 * T, None),
+}
+
+
+@pytest.mark.parametrize("chip_id", sorted(FACTS))
+def test_facts_numbers(chip_id: str) -> None:
+    chip = get_hardware(chip_id)
+    bf16, fp8, fp4, tf32, fp32, memory, bandwidth = FACTS[chip_id]
+    assert chip.peak_flop_per_s("bf16") == pytest.approx(bf16)
+    for key, value in (("fp8", fp8), ("fp4", fp4), ("tf32", tf32), ("fp32", fp32)):
+        if value is None:
+            assert key not in chip.dense_flop_per_s
+        else:
+            assert chip.dense_flop_per_s[key] == pytest.approx(value)
+    assert chip.memory_bytes == pytest.approx(memory)
+    assert chip.memory_bandwidth_bytes_per_s == pytest.approx(bandwidth)
+
+
+@pytest.mark.parametrize("chip_id", sorted(SPARSE))
+def test_sparse_figures_are_kept_apart_and_twice_dense(chip_id: str) -> None:
+    chip = get_hardware(chip_id)
+    for key, value in zip(("bf16", "fp8", "fp4"), SPARSE[chip_id], strict=True):
+        if value is not None:
+            assert chip.sparse_flop_per_s[key] == pytest.approx(value)
+            # the dense peak is the datasheet's sparse figure halved (to the datasheet's rounding)
+            assert chip.dense_flop_per_s[key] == pytest.approx(value / 2, rel=2e-3)
+
+
+def test_every_number_has_a_source() -> None:
+    for chip in catalog().values():
+        keys = ["memory", "memory_bandwidth", *chip.dense_flop_per_s, *chip.sparse_flop_per_s]
+        if chip.interconnect_bytes_per_s is not None:
+            keys.append("interconnect")
+        for key in keys:
+            assert len(chip.source(key)) > 10, (chip.id, key)
+
+
+def test_h100_intensity_is_about_295() -> None:
+    chip = get_hardware("h100")
+    assert chip.intensity_flop_per_byte("bf16") == pytest.approx(989.5e12 / 3.35e12)  # 295.37
+    assert round(chip.intensity_flop_per_byte("bf16")) == 295
+
+
+def test_aliases_and_dtype_names() -> None:
+    assert get_hardware("h100").id == "h100-sxm"
+    assert get_hardware("H100").id == "h100-sxm"
+    assert get_hardware("a100").id == "a100-80gb"
+    h100 = get_hardware("h100-sxm")
+    assert h100.peak_flop_per_s("bfloat16") == h100.peak_flop_per_s("bf16")
+    assert h100.peak_flop_per_s("fp8_e4m3fn") == h100.dense_flop_per_s["fp8"]
+
+
+def test_unknown_names_list_the_known_ones() -> None:
+    with pytest.raises(UnknownNameError, match=r"h1000.*known: a100-40gb, .*h100-sxm"):
+        get_hardware("h1000")
+    with pytest.raises(InputError, match="v100-sxm lists no dense bf16 peak"):
+        get_hardware("v100").peak_flop_per_s("bf16")
+
+
+def test_user_toml_file(tmp_path: Path) -> None:
+    path = tmp_path / "my-chip.toml"
+    path.write_text('name = "Mine"\nmemory = "64GB"\nmemory_bandwidth = "2TB/s"\n'
+                    '[dense]\nbf16 = "500TFLOP/s"\n')
+    chip = get_hardware(str(path))
+    assert chip.id == "my-chip"
+    assert chip.intensity_flop_per_byte("bf16") == pytest.approx(500e12 / 2e12)  # 250
+    assert str(path) in chip.source("bf16")
+
+    table = tmp_path / "table.toml"
+    table.write_text('[x1]\nname = "X1"\nmemory = "1GiB"\nmemory_bandwidth = "1GB/s"\n'
+                     '[x1.dense]\nfp32 = "1TFLOP/s"\n')
+    assert load_hardware_file(table).memory_bytes == 2**30
+
+
+@pytest.mark.parametrize(("body", "fragment"), [
+    ('name = "x"\nmemory = "64GB"\n[dense]\nbf16 = "1TFLOP/s"\n', "lacks memory_bandwidth"),
+    ('name = "x"\nmemory = "64Gb"\nmemory_bandwidth = "1TB/s"\n[dense]\nbf16 = "1TFLOP/s"\n',
+     "memory"),
+    ('name = "x"\nmemory = "64GB"\nmemory_bandwidth = "1TB/s"\n[dense]\nbf17 = "1TFLOP/s"\n',
+     "unknown dtype 'bf17'"),
+    ('name = "x"\nmemory = "64GB"\nmemory_bandwidth = "1TB/s"\ncolour = 1\n[dense]\n'
+     'bf16 = "1TFLOP/s"\n', "unknown key 'colour'"),
+    ('name = "x"\nmemory = "64GB"\nmemory_bandwidth = "1TB/s"\n[dense]\nbf16 = "1TFLOPS"\n',
+     "FLOP/s"),
+    ('name = "x"\nmemory = "0GB"\nmemory_bandwidth = "1TB/s"\n[dense]\nbf16 = "1TFLOP/s"\n',
+     "positive"),
+    ("this is = not [toml", "not valid TOML"),
+])
+def test_user_toml_errors(tmp_path: Path, body: str, fragment: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(body)
+    with pytest.raises(ConfigError, match=fragment.replace("(", r"\(")):
+        get_hardware(str(path))
+
+
+def test_missing_file() -> None:
+    with pytest.raises(ConfigError, match="cannot read hardware file"):
+        get_hardware("/nonexistent/chip.toml")
+
+
+def test_compute_keys_cover_every_dtype() -> None:
+    from tensorledger.dtypes import DTYPES
+
+    float_kinds = {d.compute for d in DTYPES.values() if not d.name.startswith(("int", "uint"))}
+    assert float_kinds - {"int8"} <= set(COMPUTE_KEYS)
