@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import RenderableType
 from rich.table import Table
 
-from tensorledger.costs.einsum import EinsumCost
-from tensorledger.trace.aggregate import CategoryTotal, ModuleNode, PhaseTotal
-from tensorledger.trace.workload import TraceReport
 from tensorledger.units import format_bytes, format_sci
+
+if TYPE_CHECKING:  # the trace package loads torch; `tensorledger einsum` must not
+    from tensorledger.costs.einsum import EinsumCost
+    from tensorledger.trace.aggregate import CategoryTotal, ModuleNode, PhaseTotal
+    from tensorledger.trace.workload import TraceReport
 
 __all__ = ["einsum_view", "trace_view"]
 
@@ -31,7 +35,7 @@ def _totals_table(title: str, key: str, rows: tuple[CategoryTotal, ...] | tuple[
                    "bytes written"):
         table.add_column(column, justify="left" if column == key else "right")
     for row in rows:
-        name = row.category if isinstance(row, CategoryTotal) else row.phase
+        name = getattr(row, "category", None) or getattr(row, "phase", "")
         table.add_row(name, f"{row.ops:,}", _flops(row.flops), _flops(row.flops_causal_halved),
                       _bytes(row.bytes_read), _bytes(row.bytes_written))
     return table
