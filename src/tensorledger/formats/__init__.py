@@ -33,6 +33,10 @@ _LAZY = {
     "CastResult": "quantize",
     "cast": "quantize",
     "pack_codes": "blocks",
+    "packed_code_bytes": "blocks",
+    "quantize_cast": "blocks",
+    "resolve_scheme": "blocks",
+    "Scheme": "blocks",
     "unpack_codes": "blocks",
     "Quantized": "blocks",
     "SCHEMES": "blocks",
@@ -42,6 +46,7 @@ _LAZY = {
     "quantize_per_tensor": "blocks",
     "ErrorMetrics": "metrics",
     "Comparison": "metrics",
+    "SchemeResult": "metrics",
     "compare_schemes": "metrics",
     "error_metrics": "metrics",
 }

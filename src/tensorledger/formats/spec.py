@@ -85,7 +85,7 @@ class FloatFormat:
     def bias(self) -> int:
         # fnuz formats move the bias up by one: the code IEEE would spend on -0 is NaN, and the
         # exponent range shifts down by one binade.
-        return 2 ** (self.exponent_bits - 1) - 1 + (1 if self.specials == "fnuz" else 0)
+        return (1 << (self.exponent_bits - 1)) - 1 + (1 if self.specials == "fnuz" else 0)
 
     # ------------------------------------------------------------- exponents
     @property
@@ -96,14 +96,14 @@ class FloatFormat:
     @property
     def max_exponent(self) -> int:
         """Unbiased exponent of the largest finite number."""
-        top = 2**self.exponent_bits - 1
+        top = (1 << self.exponent_bits) - 1
         # IEEE and e8m0 spend the whole top binade on specials; the others keep it finite.
         return top - 1 - self.bias if self.specials in ("ieee", "e8m0") else top - self.bias
 
     @property
     def max_mantissa(self) -> int:
         """Largest mantissa field of the top finite binade (fn loses one code to NaN there)."""
-        full = 2**self.mantissa_bits - 1
+        full = (1 << self.mantissa_bits) - 1
         return full - 1 if self.specials == "fn" else full
 
     # ------------------------------------------------------------ properties
@@ -156,7 +156,7 @@ class FloatFormat:
 
     @property
     def code_count(self) -> int:
-        return 2**self.layout_bits
+        return 1 << self.layout_bits
 
     # -------------------------------------------------------------- decoding
     def decode(self, code: int) -> float:
