@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tensorledger.errors import InputError, ShapeError, UnknownNameError
-from tensorledger.formats import code_values, finite_values, resolve_format
+from tensorledger.formats import code_values, resolve_format
 from tensorledger.formats.blocks import (
     mx_scale_exponents,
     pack_codes,
@@ -89,7 +89,8 @@ def test_nvfp4_by_hand() -> None:
     assert q.tensor_scale == 896.0
     assert q.scales is not None and q.scales.tolist() == [0.5]  # 448 / 896
     assert q.dequantized.tolist() == x.tolist()  # 2, -4, 6 are E2M1 values
-    assert q.codes is not None and q.codes[0, :4].tolist() == [0, 0b0100, 0b1110, 0b0111]  # 0, 2, -4, 6
+    # codes of 0, 2, -4, 6: 0.00.0, 0.10.0, 1.11.0, 0.11.1
+    assert q.codes is not None and q.codes[0, :4].tolist() == [0, 0b0100, 0b1110, 0b0111]
 
 
 def test_nvfp4_elements_are_scaled_fp4_values(gaussian: torch.Tensor) -> None:
@@ -132,7 +133,8 @@ def test_mx_nan_block_decodes_to_nan() -> None:
     q = quantize_mx(x, "fp8_e4m3fn")
     assert q.dequantized[:32].tolist() == [1.0] * 32
     assert q.dequantized[32:].isnan().all()
-    assert q.scale_codes is not None and q.scale_codes.tolist() == [119, 255]  # 1 = 2^-8 · 2^8: 2^-8 is 127 - 8
+    # amax 1: floor(log2 1) - emax 8 = -8, stored as 127 - 8 = 119; the NaN block gets 0xFF
+    assert q.scale_codes is not None and q.scale_codes.tolist() == [119, 255]
 
 
 def test_axis_and_padding() -> None:
