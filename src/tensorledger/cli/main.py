@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import typer
 
+from tensorledger.cli import formats as formats_commands
 from tensorledger.cli import hardware as hardware_commands
 from tensorledger.cli import napkin as napkin_commands
 from tensorledger.errors import TensorLedgerError
@@ -23,7 +24,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for _module in (napkin_commands, hardware_commands):
+for _module in (napkin_commands, hardware_commands, formats_commands):
     _module.register(app)
 
 

@@ -37,7 +37,9 @@ __all__ = [
     "CodeValue",
     "FloatFormat",
     "FormatProperties",
+    "ScalarCast",
     "Specials",
+    "cast_scalar",
     "code_values",
     "finite_values",
     "format_properties",
@@ -368,3 +370,52 @@ def format_properties(fmt: str | FloatFormat) -> FormatProperties:
         epsilon=f.epsilon, dynamic_range_decades=f.dynamic_range_decades, has_inf=f.has_inf,
         has_nan=f.has_nan, has_negative_zero=f.has_negative_zero, has_zero=f.has_zero,
         specials=f.specials, note=f.note)
+
+
+Outcome = Literal["exact", "rounded", "underflow", "overflow", "saturated", "nan"]
+
+
+@dataclass(frozen=True)
+class ScalarCast:
+    """One number rounded to a format, and what happened to it."""
+
+    value: float
+    format: str
+    result: float
+    code: int | None  # for formats of at most 8 bits
+    outcome: Outcome
+    abs_error: float
+    rel_error: float | None
+    saturate: bool
+    max_finite: float
+    min_positive: float
+
+
+def cast_scalar(value: float, fmt: str | FloatFormat, *, saturate: bool = False) -> ScalarCast:
+    """Round ``value`` to ``fmt`` and say whether it was exact, rounded, underflowed to zero,
+    overflowed or saturated.
+
+    >>> cast_scalar(1e-8, "fp16").outcome, cast_scalar(1e-8, "bf16").outcome
+    ('underflow', 'rounded')
+    """
+    resolved = resolve_format(fmt)
+    result = round_to_format(value, resolved, saturate=saturate)
+    outcome: Outcome
+    if math.isnan(value):
+        outcome = "nan"
+    elif value != 0 and result == 0:
+        outcome = "underflow"
+    elif math.isfinite(value) and not math.isfinite(result):
+        outcome = "overflow"
+    elif abs(value) > resolved.max_finite and abs(result) == resolved.max_finite:
+        outcome = "saturated"
+    elif result == value:
+        outcome = "exact"
+    else:
+        outcome = "rounded"
+    finite = math.isfinite(value) and math.isfinite(result)
+    abs_error = abs(result - value) if finite else math.nan
+    rel_error = abs_error / abs(value) if finite and value != 0 else None
+    code = resolved.encode(result) if resolved.layout_bits <= 8 else None
+    return ScalarCast(value, resolved.name, result, code, outcome, abs_error, rel_error, saturate,
+                      resolved.max_finite, resolved.min_positive)
