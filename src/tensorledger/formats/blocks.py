@@ -160,8 +160,10 @@ def _unblocked(blocks: torch.Tensor, x: torch.Tensor, axis: int) -> torch.Tensor
 
 
 def _signed_codes(code: torch.Tensor, source: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
-    sign = torch.signbit(source).to(code.dtype) << (fmt.exponent_bits + fmt.mantissa_bits)
-    return code.bitwise_or_(sign).to(torch.uint8)
+    # in uint8 throughout: a bool tensor is one byte per element, so it views as uint8
+    sign = torch.signbit(source).view(torch.uint8)
+    sign.bitwise_left_shift_(fmt.exponent_bits + fmt.mantissa_bits)
+    return code.to(torch.uint8).bitwise_or_(sign)
 
 
 def _round_elements(scaled: torch.Tensor, source: torch.Tensor, fmt: FloatFormat,
@@ -169,7 +171,7 @@ def _round_elements(scaled: torch.Tensor, source: torch.Tensor, fmt: FloatFormat
                     ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Saturating cast of scaled magnitudes (overwritten); returns the unsigned magnitudes,
     the signed codes and how many elements clipped."""
-    saturated = int((scaled > fmt.max_finite).sum())
+    saturated = int(torch.count_nonzero(scaled > fmt.max_finite))
     magnitudes, code = round_magnitudes(scaled, fmt, saturate=True, rounding=rounding,
                                         generator=generator)
     assert code is not None
@@ -266,7 +268,6 @@ def quantize_nvfp4(x: torch.Tensor, *, axis: int = -1, tile: Literal["1x16", "16
     if tile == "16x16" and source.ndim < 2:
         raise ShapeError(f"16x16 tiles need a tensor of at least 2 dimensions, got shape "
                          f"{tuple(source.shape)}")
-    amax = _finite_amax(source, "NVFP4")
     blocks, _ = _blocked(source, axis, _NV_BLOCK)
     if tile == "16x16":
         rows = blocks.shape[-3]
@@ -279,6 +280,9 @@ def quantize_nvfp4(x: torch.Tensor, *, axis: int = -1, tile: Literal["1x16", "16
     scaled = blocks.abs()
     tile_dims = (-3, -1) if tile == "16x16" else (-1,)
     block_amax = scaled.amax(dim=tile_dims, keepdim=True)
+    amax = float(block_amax.max())
+    if not math.isfinite(amax):
+        raise InputError("NVFP4 needs a finite tensor; this one holds inf or NaN")
     # fp32 arithmetic throughout, as a kernel would do it.
     s_enc = torch.tensor(448.0 * 6.0 / amax if amax > 0 else 1.0, dtype=torch.float32)
     block_scale = cast(block_amax / 6.0 * s_enc, _E4M3, saturate=True)
@@ -318,7 +322,7 @@ def quantize_per_tensor(x: torch.Tensor, element: str | FloatFormat = "fp8_e4m3f
     amax = _finite_amax(source, "per-tensor scaling")
     scale = torch.tensor(amax / fmt.max_finite if amax > 0 else 1.0, dtype=torch.float32)
     scaled = source.abs().div_(scale)
-    saturated = int((scaled > fmt.max_finite).sum())
+    saturated = int(torch.count_nonzero(scaled > fmt.max_finite))
     magnitudes, code = round_magnitudes(scaled, fmt, saturate=True, rounding=rounding,
                                         generator=_generator(seed),
                                         want_codes=fmt.layout_bits <= 8)
@@ -337,7 +341,7 @@ def quantize_cast(x: torch.Tensor, element: str | FloatFormat, *, saturate: bool
     fmt = resolve_format(element)
     source = _check_tensor(x)
     result = cast(source, fmt, saturate=saturate, rounding=rounding, seed=seed)
-    saturated = int((source.abs() > fmt.max_finite).sum())
+    saturated = int(torch.count_nonzero(source.abs() > fmt.max_finite))
     elements = source.numel()
     packed = packed_code_bytes(elements, fmt.bits)
     return Quantized(scheme or fmt.name, fmt.name, (), None, result.values, result.codes, None,

@@ -55,7 +55,7 @@ def error_metrics(original: torch.Tensor, dequantized: torch.Tensor) -> ErrorMet
         sqnr = -math.inf
     else:
         sqnr = 10 * math.log10(signal / squared)
-    underflowed = int((nonzero & (dequantized.reshape(-1) == 0)).sum())
+    underflowed = int(torch.count_nonzero(nonzero & (dequantized.reshape(-1) == 0)))
     return ErrorMetrics(
         elements=elements,
         mse=squared / elements,

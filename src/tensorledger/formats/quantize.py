@@ -161,6 +161,7 @@ def cast(x: torch.Tensor, fmt: str | FloatFormat, *, saturate: bool = False,
                                         rounding=rounding, generator=generator,
                                         want_codes=want_codes)
     nan_input = torch.isnan(source)
+    has_nan_input = bool(nan_input.any())
     overflow = None
     if not saturate:
         overflow = magnitudes > resolved.max_finite
@@ -171,7 +172,7 @@ def cast(x: torch.Tensor, fmt: str | FloatFormat, *, saturate: bool = False,
     values = magnitudes.to(out_dtype)
     if resolved.signed:
         values.copysign_(source)
-    if resolved.specials == "finite":
+    if resolved.specials == "finite" and has_nan_input:
         values.masked_fill_(nan_input, 0.0)
     elif resolved.specials == "e8m0":
         values.masked_fill_(~(source > 0), math.nan)
@@ -180,16 +181,20 @@ def cast(x: torch.Tensor, fmt: str | FloatFormat, *, saturate: bool = False,
     if code is None:
         return CastResult(resolved.name, values, None, saturate, rounding)
     overflow_code, nan_code = _special_codes(resolved)
+    codes = code.to(torch.uint8)  # one byte per element from here on
     if overflow is not None:
-        code.masked_fill_(overflow, overflow_code)
-    code.masked_fill_(nan_input, nan_code)
+        codes.masked_fill_(overflow, overflow_code)
+    if has_nan_input:
+        codes.masked_fill_(nan_input, nan_code)
     if resolved.specials == "e8m0":
-        code.masked_fill_(~(source > 0), nan_code)
+        codes.masked_fill_(~(source > 0), nan_code)
     if resolved.signed:
         sign = torch.signbit(source)
         if resolved.specials == "fnuz":  # no -0; the NaN code already carries the sign bit
-            sign &= (code != 0) & (code != nan_code)
-        elif resolved.specials == "finite":
+            sign &= (codes != 0) & (codes != nan_code)
+        elif resolved.specials == "finite" and has_nan_input:
             sign &= ~nan_input
-        code.bitwise_or_(sign.to(code.dtype) << (resolved.exponent_bits + resolved.mantissa_bits))
-    return CastResult(resolved.name, values, code.to(torch.uint8), saturate, rounding)
+        sign_bits = sign.view(torch.uint8)  # a bool is one byte
+        codes.bitwise_or_(sign_bits.bitwise_left_shift_(resolved.exponent_bits
+                                                        + resolved.mantissa_bits))
+    return CastResult(resolved.name, values, codes, saturate, rounding)
