@@ -4,25 +4,15 @@ from __future__ import annotations
 
 import math
 
-import ml_dtypes
 import numpy as np
 import pytest
 import torch
+from formats_oracles import ORACLES
 
 from tensorledger.errors import InputError
 from tensorledger.formats import FloatFormat, finite_values, resolve_format, round_to_format
 from tensorledger.formats.quantize import cast, pow2
 
-ORACLES = {
-    "fp8_e4m3fn": ml_dtypes.float8_e4m3fn,
-    "fp8_e5m2": ml_dtypes.float8_e5m2,
-    "fp8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
-    "fp8_e5m2fnuz": ml_dtypes.float8_e5m2fnuz,
-    "e8m0": ml_dtypes.float8_e8m0fnu,
-    "fp6_e2m3": ml_dtypes.float6_e2m3fn,
-    "fp6_e3m2": ml_dtypes.float6_e3m2fn,
-    "fp4_e2m1": ml_dtypes.float4_e2m1fn,
-}
 SPECIALS = np.array([np.inf, -np.inf, np.nan, -np.nan, 0.0, -0.0, 1e-45, -1e-45, 3.4e38],
                     dtype=np.float32)
 SPECIALS[3] = np.copysign(np.float32(np.nan), np.float32(-1.0))  # a NaN with its sign bit set

@@ -9,6 +9,7 @@ import sys
 import ml_dtypes
 import numpy as np
 import pytest
+from formats_oracles import ORACLES
 
 from tensorledger.dtypes import DTYPES
 from tensorledger.errors import InputError, UnknownNameError
@@ -20,18 +21,6 @@ from tensorledger.formats import (
     resolve_format,
     round_to_format,
 )
-
-# Each small format and the ml_dtypes type that is its oracle.
-ORACLES = {
-    "fp8_e4m3fn": ml_dtypes.float8_e4m3fn,
-    "fp8_e5m2": ml_dtypes.float8_e5m2,
-    "fp8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
-    "fp8_e5m2fnuz": ml_dtypes.float8_e5m2fnuz,
-    "e8m0": ml_dtypes.float8_e8m0fnu,
-    "fp6_e2m3": ml_dtypes.float6_e2m3fn,
-    "fp6_e3m2": ml_dtypes.float6_e3m2fn,
-    "fp4_e2m1": ml_dtypes.float4_e2m1fn,
-}
 
 # FACTS.md, "Numeric formats": S/E/M, bias, max finite, min normal, min subnormal.
 FACTS = {

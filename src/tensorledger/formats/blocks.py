@@ -39,6 +39,7 @@ __all__ = [
     "SCHEMES",
     "Quantized",
     "Scheme",
+    "mx_scale_exponents",
     "pack_codes",
     "packed_code_bytes",
     "quantize_cast",
