@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import typer
 
 from tensorledger.cli import bench as bench_commands
+from tensorledger.cli import formats as formats_commands
 from tensorledger.cli import hardware as hardware_commands
 from tensorledger.cli import models as models_commands
 from tensorledger.cli import napkin as napkin_commands
@@ -26,8 +27,8 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for _module in (napkin_commands, hardware_commands, models_commands, bench_commands,
-                trace_commands):
+for _module in (napkin_commands, hardware_commands, models_commands, trace_commands,
+                formats_commands, bench_commands):
     _module.register(app)
 
 
