@@ -14,7 +14,7 @@ from tests.conftest import assert_one_line_error
 @pytest.fixture(scope="module")
 def small_probe():  # type: ignore[no-untyped-def]
     return probe("cpu", dtypes=("fp32", "bf16"), sizes=(32, 64), buffer_bytes=2**20,
-                 budget_s=0.01)
+                 budget_s=0.01, attention_seqs=(16, 32))
 
 
 def test_probe_points_and_peaks(small_probe) -> None:  # type: ignore[no-untyped-def]
@@ -36,6 +36,12 @@ def test_probe_points_and_peaks(small_probe) -> None:  # type: ignore[no-untyped
     assert [size for size, _ in curve] == sorted(
         {p.bytes_moved for p in small_probe.bandwidth})  # 2·64Ki, 3·64Ki, 2·256Ki, ...
     assert dict(curve)[2 * 2**20] == copy.bytes_per_s
+    # attention at (4, 8, s, 64): forward 2 products of 2·s·s·64 per head, backward 2.5×
+    for point in small_probe.attention:
+        forward = 4 * 8 * 2 * (2 * point.n * point.n * 64)
+        assert point.flops == forward + 5 * forward // 2  # 3.5 × forward
+    assert small_probe.curves["attention.fp32"] == tuple(
+        (p.flops, p.flop_per_s) for p in small_probe.attention)
     matmul = small_probe.curves["matmul.fp32"]
     assert matmul == tuple((p.flops, p.flop_per_s) for p in small_probe.matmul
                            if p.dtype == "fp32")

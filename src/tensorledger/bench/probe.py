@@ -56,6 +56,7 @@ class ProbeResult:
     memory_bandwidth_bytes_per_s: float
     op_overhead_s: float
     matmul: tuple[MatmulPoint, ...] = field(default=())
+    attention: tuple[MatmulPoint, ...] = field(default=())  # n is the sequence length
     bandwidth: tuple[BandwidthPoint, ...] = field(default=())
     skipped: tuple[str, ...] = field(default=())  # dtypes the device cannot multiply
     curves: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
@@ -96,6 +97,28 @@ def _matmul_point(dtype: str, n: int, device: torch.device, budget_s: float) -> 
     return MatmulPoint(dtype, n, flops, result.median_s, flops / result.median_s)
 
 
+def _attention_point(seq: int, device: torch.device, budget_s: float) -> MatmulPoint:
+    """Causal attention forward and backward at (batch 4, heads 8, seq, head dim 64), fp32.
+
+    Its FLOPs are counted by the trace's own rules (attention counted in full, the backward
+    2.5× the forward), so the rate is on the scale the roofline divides traced FLOPs by.
+    """
+    from torch.nn.functional import scaled_dot_product_attention
+
+    from tensorledger.trace import trace
+
+    q, k, v = (torch.randn(4, 8, seq, 64, device=device, requires_grad=True) for _ in range(3))
+    grad = torch.randn(4, 8, seq, 64, device=device)
+
+    def step() -> None:
+        out = scaled_dot_product_attention(q, k, v, is_causal=True)
+        out.backward(grad)  # type: ignore[no-untyped-call]
+
+    flops = sum(r.flops for r in trace(step).records if r.category == "attention")
+    result = measure(step, device=device, budget_s=budget_s, min_repeats=3, warmup=1)
+    return MatmulPoint("fp32", seq, flops, result.median_s, flops / result.median_s)
+
+
 def _bandwidth_points(device: torch.device, buffer_bytes: int, budget_s: float
                       ) -> tuple[BandwidthPoint, ...]:
     elements = max(buffer_bytes // 4, 1)
@@ -121,12 +144,15 @@ def _curve(points: Sequence[tuple[float, float]]) -> tuple[tuple[float, float], 
 def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16"),
           sizes: Sequence[int] | None = None, buffer_bytes: int | None = None,
           budget_s: float = 0.5, slow_call_s: float = 1.0, bandwidth_sweep: bool = True,
+          attention_seqs: Sequence[int] | None = None,
           progress: Progress | None = None) -> ProbeResult:
     """Measure the ceilings of ``device``.  ``progress`` is told each step as it starts.
 
     A dtype's sweep stops early once one call takes longer than ``slow_call_s`` (fp16 on a
     CPU without fp16 units runs a thousand times slower than fp32).  ``bandwidth_sweep`` adds
-    smaller buffers, which stream from cache, to the profile's bandwidth curve.
+    smaller buffers, which stream from cache, to the profile's bandwidth curve;
+    ``attention_seqs`` are the sequence lengths at which causal attention (forward and
+    backward) is measured (``()`` for none; by default a sweep that suits the device).
     """
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
@@ -151,6 +177,15 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
             points.append(point)
             if point.median_s > slow_call_s:  # larger sizes would only take longer
                 break
+    attention: list[MatmulPoint] = []
+    if attention_seqs is None:
+        attention_seqs = (128, 256, 512, 1024) if dev.type == "cpu" else (512, 1024, 2048, 4096)
+    if attention_seqs:
+        for seq in sorted(attention_seqs):
+            say(f"attention fp32, sequence {seq}")
+            attention.append(_attention_point(seq, dev, budget_s))
+            if attention[-1].median_s > slow_call_s:
+                break
     if buffer_bytes is None:
         buffer_bytes = 2**30 if dev.type == "cuda" else max(4 * _last_level_cache_bytes(),
                                                             64 * 2**20)
@@ -171,6 +206,8 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
         peaks[point.dtype] = max(peaks.get(point.dtype, 0.0), point.flop_per_s)
     curves = {f"matmul.{resolve_dtype(dtype).compute}": _curve(
         [(p.flops, p.flop_per_s) for p in points if p.dtype == dtype]) for dtype in peaks}
+    if attention:
+        curves["attention.fp32"] = _curve([(p.flops, p.flop_per_s) for p in attention])
     if small:
         curves["bandwidth"] = _curve([(p.bytes_moved, p.bytes_per_s)
                                       for p in (*small, *bandwidth)])
@@ -178,6 +215,7 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
                        dense_flop_per_s={resolve_dtype(k).compute: v for k, v in peaks.items()},
                        memory_bandwidth_bytes_per_s=max(p.bytes_per_s for p in bandwidth),
                        op_overhead_s=overhead, matmul=tuple(points),
+                       attention=tuple(attention),
                        bandwidth=(*small, *bandwidth), skipped=tuple(skipped), curves=curves)
 
 

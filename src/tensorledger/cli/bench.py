@@ -31,7 +31,8 @@ def probe_command(
     from tensorledger.report.bench import probe_view
 
     status = Console(stderr=True)
-    result = probe(device, sizes=(256, 512) if quick else None, budget_s=0.1 if quick else 0.5,
+    result = probe(device, sizes=(64, 128, 256, 512) if quick else None,
+                   attention_seqs=(64, 128) if quick else None, budget_s=0.1 if quick else 0.5,
                    progress=lambda step: status.print(f"probing {step} ...", style="dim"))
     target = output or local_profile_path()
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ from tensorledger.cli import formats as formats_commands
 from tensorledger.cli import hardware as hardware_commands
 from tensorledger.cli import models as models_commands
 from tensorledger.cli import napkin as napkin_commands
+from tensorledger.cli import roofline as roofline_commands
 from tensorledger.cli import trace as trace_commands
 from tensorledger.errors import TensorLedgerError
 
@@ -28,7 +29,7 @@ app = typer.Typer(
 )
 
 for _module in (napkin_commands, hardware_commands, models_commands, trace_commands,
-                formats_commands, bench_commands):
+                formats_commands, bench_commands, roofline_commands):
     _module.register(app)
 
 

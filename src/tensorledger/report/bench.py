@@ -29,6 +29,9 @@ def probe_view(result: ProbeResult, path: str) -> View:
     for point in result.matmul:
         table.add_row(f"matmul {point.dtype}", f"{point.n}×{point.n}",
                       format_duration(point.median_s), format_flop_rate(point.flop_per_s))
+    for point in result.attention:
+        table.add_row("attention fp32 fwd+bwd", f"seq {point.n}", format_duration(point.median_s),
+                      format_flop_rate(point.flop_per_s))
     for bw in result.bandwidth:
         table.add_row(bw.kernel, format_bytes(bw.buffer_bytes, "auto-binary"),
                       format_duration(bw.median_s), format_bandwidth(bw.bytes_per_s))

@@ -79,12 +79,12 @@ def comparison_table(result: Comparison) -> View:
 def plot_roofline(prediction: RooflinePrediction, hardware: Hardware, path: str | Path,
                   overlay: Hardware | None = None) -> Path:
     """Log-log roofline: one ceiling per dtype, ops as points sized by their share of time."""
-    figure, axes = new_figure()
+    figure, axes = new_figure(width_in=10.5, height_in=5.5)
     points = [o for o in prediction.ops if o.flops > 0 and o.bytes > 0]
     lows = [o.intensity_flop_per_byte for o in points] or [1.0]
     x_min, x_max = min(min(lows) / 4, 0.05), max(max(lows) * 4, 2e3)
     xs = [x_min * (x_max / x_min) ** (i / 200) for i in range(201)]
-    for chip, style in ((hardware, "-"), (overlay, ":")):
+    for row, (chip, style) in enumerate(((hardware, "-"), (overlay, ":"))):
         if chip is None:
             continue
         for key in chip.dense_flop_per_s:
@@ -96,9 +96,9 @@ def plot_roofline(prediction: RooflinePrediction, hardware: Hardware, path: str 
             chip.dense_flop_per_s))
         ridge = chip.intensity_flop_per_byte(ridge_key)
         axes.axvline(ridge, color="gray", linestyle="--", linewidth=0.8)
-        axes.annotate(f"ridge {ridge:.0f} FLOP/B ({chip.id} {ridge_key})", (ridge, x_min),
-                      xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
-                      xytext=(2, 4), textcoords="offset points")
+        axes.annotate(f"ridge {ridge:.0f} FLOP/B\n({chip.id} {ridge_key})", (ridge, 0.98 - 0.08 * row),
+                      xycoords=("data", "axes fraction"), fontsize=7, ha="right", va="top",
+                      xytext=(-3, 0), textcoords="offset points")
     total = prediction.time_s or 1.0
     for category in sorted({o.category for o in points}):
         chosen = [o for o in points if o.category == category]
@@ -111,5 +111,5 @@ def plot_roofline(prediction: RooflinePrediction, hardware: Hardware, path: str 
     axes.set_xlabel("arithmetic intensity (FLOP/byte)")
     axes.set_ylabel("attained FLOP/s")
     axes.set_title(f"Roofline on {hardware.id}: {len(points)} ops, point area ∝ share of time")
-    axes.legend(fontsize=7, loc="lower right")
+    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return save_figure(figure, path)

@@ -21,7 +21,8 @@ from tensorledger.trace.aggregate import TraceSummary, summarize
 from tensorledger.trace.recorder import trace
 from tensorledger.trace.records import Trace
 
-__all__ = ["DEVICES", "OPTIMIZERS", "STEPS", "ModelTrace", "TraceReport", "trace_model"]
+__all__ = ["DEVICES", "OPTIMIZERS", "STEPS", "ModelTrace", "TraceReport", "Workload",
+           "build_workload", "trace_model"]
 
 STEPS = ("forward", "forward-backward", "train")
 DEVICES = ("meta", "fake", "cpu")
@@ -88,21 +89,34 @@ def _where(device: str) -> Iterator[str]:
         yield device
 
 
-def trace_model(model: str, batch: int = 1, seq: int = 128, step: str = "train",
-                optimizer: str = "adamw", device: str = "meta", dtype: str = "fp32"
-                ) -> ModelTrace:
-    """Build ``model`` (a preset, a config.json or ``file.py:factory``) and trace one step.
+@dataclass(frozen=True)
+class Workload:
+    """A built model and a step that can run again and again (gradients reset each time)."""
 
-    >>> run = trace_model("tiny", batch=1, seq=8, step="forward")
-    >>> run.trace.uncovered, run.tokens
-    ({}, 8)
-    """
+    model: str
+    step: str
+    batch: int
+    seq: int
+    device: str
+    dtype: str
+    optimizer: str | None
+    params: int
+    run: Callable[[], None]
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.seq
+
+
+def build_workload(model: str, batch: int = 1, seq: int = 128, step: str = "train",
+                   optimizer: str = "adamw", device: str = "cpu", dtype: str = "fp32",
+                   ) -> Workload:
+    """Build ``model`` (a preset, a config.json or ``file.py:factory``) on a real device
+    (``cpu``, ``cuda``, ``meta``) and return its step, ready to be traced or timed."""
     from tensorledger.models import load_model_spec  # the models package is large
 
     if step not in STEPS:
         raise UnknownNameError("step", step, STEPS)
-    if device not in DEVICES:
-        raise UnknownNameError("device", device, DEVICES)
     if step == "train" and optimizer not in OPTIMIZERS:
         raise UnknownNameError("optimizer", optimizer, OPTIMIZERS)
     for name, value in (("batch", batch), ("seq", seq)):
@@ -114,29 +128,48 @@ def trace_model(model: str, batch: int = 1, seq: int = 128, step: str = "train",
         raise InputError(f"--seq {seq} is longer than {spec.name}'s context of "
                          f"{config.context_length} (learned positions)")
     torch_dtype = getattr(torch, resolve_dtype(dtype).torch_name or "float32")
+    network = spec.build(device, torch_dtype)
+    vocab = config.vocab_size if config is not None else 2
+    tokens = torch.zeros(batch, seq, dtype=torch.long, device=device)
+    parameters = list(network.parameters())
+    chosen = OPTIMIZERS[optimizer](parameters) if step == "train" else None
+
+    def run() -> None:
+        if step == "forward":
+            with torch.no_grad():
+                network(tokens)
+            return
+        logits = network(tokens)
+        if config is None:  # a factory's module: no vocabulary to score against
+            loss = logits.sum()
+        else:
+            loss = F.cross_entropy(logits.reshape(-1, vocab), tokens.reshape(-1))
+        loss.backward()
+        if chosen is not None:
+            chosen.step()
+            chosen.zero_grad(set_to_none=True)
+        else:  # the next run starts from no gradients, as the first one did
+            for parameter in parameters:
+                parameter.grad = None
+
+    return Workload(spec.name, step, batch, seq, device, resolve_dtype(dtype).name,
+                    optimizer if step == "train" else None,
+                    sum(p.numel() for p in parameters), run)
+
+
+def trace_model(model: str, batch: int = 1, seq: int = 128, step: str = "train",
+                optimizer: str = "adamw", device: str = "meta", dtype: str = "fp32"
+                ) -> ModelTrace:
+    """Build ``model`` (a preset, a config.json or ``file.py:factory``) and trace one step.
+
+    >>> run = trace_model("tiny", batch=1, seq=8, step="forward")
+    >>> run.trace.uncovered, run.tokens
+    ({}, 8)
+    """
+    if device not in DEVICES:
+        raise UnknownNameError("device", device, DEVICES)
     with _where(device) as placed:
-        network = spec.build(placed, torch_dtype)
-        vocab = config.vocab_size if config is not None else 2
-        tokens = torch.zeros(batch, seq, dtype=torch.long, device=placed)
-        parameters = list(network.parameters())
-        chosen = OPTIMIZERS[optimizer](parameters) if step == "train" else None
-
-        def run() -> None:
-            if step == "forward":
-                with torch.no_grad():
-                    network(tokens)
-                return
-            logits = network(tokens)
-            if config is None:  # a factory's module: no vocabulary to score against
-                loss = logits.sum()
-            else:
-                loss = F.cross_entropy(logits.reshape(-1, vocab), tokens.reshape(-1))
-            loss.backward()
-            if chosen is not None:
-                chosen.step()
-                chosen.zero_grad(set_to_none=True)
-
-        result = trace(run)
-    params = sum(p.numel() for p in parameters)
-    return ModelTrace(spec.name, step, batch, seq, device, resolve_dtype(dtype).name,
-                      optimizer if step == "train" else None, params, result)
+        work = build_workload(model, batch, seq, step, optimizer, placed, dtype)
+        result = trace(work.run)
+    return ModelTrace(work.model, step, batch, seq, device, work.dtype, work.optimizer,
+                      work.params, result)

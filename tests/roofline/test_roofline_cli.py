@@ -1,0 +1,65 @@
+"""``tensorledger roofline`` end to end (meta prediction; a small real measurement)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tensorledger.hardware import get_hardware
+from tensorledger.roofline import predict_op
+from tensorledger.trace.workload import trace_model
+from tests.conftest import assert_one_line_error
+
+
+def test_prediction_json_matches_a_second_path(cli) -> None:  # type: ignore[no-untyped-def]
+    doc = cli("roofline", "--model", "tiny", "--batch", "2", "--seq", "16", "--hardware",
+              "a100", "--json", "--per-op").json()
+    run = trace_model("tiny", batch=2, seq=16, step="forward-backward", device="meta")
+    chip = get_hardware("a100")
+    expected = [predict_op(i, r, chip).time_s for i, r in enumerate(run.trace.records)]
+    assert doc["prediction"]["time_s"] == pytest.approx(sum(expected))
+    assert [o["time_s"] for o in doc["prediction"]["ops"]] == pytest.approx(expected)
+    assert doc["prediction"]["flops"] == run.trace.flops
+    assert doc["prediction"]["tokens_per_s"] == pytest.approx(32 / sum(expected))
+    assert doc["comparison"] is None and doc["uncovered"] == {}
+
+
+def test_table_and_plot(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    plot = tmp_path / "roof.png"
+    result = cli("roofline", "--model", "tiny", "--batch", "1", "--seq", "8", "--plot",
+                 str(plot), "--overlay", "h100", "--hardware", "a100")
+    assert result.code == 0, result.stderr
+    assert "Predicted time by category" in result.stdout and "implied MFU" in result.stdout
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"roofline plot written to {plot}" in result.stdout
+
+
+def test_measure_on_cpu(cli) -> None:  # type: ignore[no-untyped-def]
+    doc = cli("roofline", "--model", "tiny", "--batch", "1", "--seq", "8", "--measure",
+              "--budget", "0.05", "--json").json()
+    c = doc["comparison"]
+    assert c["measured_step_s"] > 0 and c["matched_by"] == "position"
+    assert c["error"] == pytest.approx(c["predicted_step_s"] / c["measured_step_s"] - 1)
+    assert sum(k["predicted_s"] for k in c["categories"]) == pytest.approx(c["predicted_step_s"])
+    assert c["measured_mfu"] == pytest.approx(c["flops"] / c["measured_step_s"]
+                                              / c["peak_flop_per_s"])
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--hardware", "h1000"], "unknown hardware"),
+    (["--plot", "out.gif"], "use a name ending in .png"),
+    (["--plot", "/nonexistent/dir/x.png"], "does not exist"),
+    (["--step", "sideways"], "unknown step"),
+    (["--batch", "0"], "--batch must be at least 1"),
+])
+def test_errors(cli, tmp_path: Path, args: list[str], fragment: str) -> None:  # type: ignore[no-untyped-def]
+    result = cli("roofline", "--model", "tiny", *args)
+    assert_one_line_error(result, fragment)
+    assert not list(tmp_path.iterdir())
+
+
+def test_local_without_profile(cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("TENSORLEDGER_HOME", str(tmp_path))
+    assert_one_line_error(cli("roofline", "--model", "tiny", "--hardware", "local"),
+                          "tensorledger probe")
