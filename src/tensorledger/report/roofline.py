@@ -96,7 +96,8 @@ def plot_roofline(prediction: RooflinePrediction, hardware: Hardware, path: str 
             chip.dense_flop_per_s))
         ridge = chip.intensity_flop_per_byte(ridge_key)
         axes.axvline(ridge, color="gray", linestyle="--", linewidth=0.8)
-        axes.annotate(f"ridge {ridge:.0f} FLOP/B\n({chip.id} {ridge_key})", (ridge, 0.98 - 0.08 * row),
+        axes.annotate(f"ridge {ridge:.0f} FLOP/B\n({chip.id} {ridge_key})",
+                      (ridge, 0.98 - 0.08 * row),
                       xycoords=("data", "axes fraction"), fontsize=7, ha="right", va="top",
                       xytext=(-3, 0), textcoords="offset points")
     total = prediction.time_s or 1.0
