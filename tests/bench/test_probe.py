@@ -26,16 +26,16 @@ def test_probe_points_and_peaks(small_probe) -> None:  # type: ignore[no-untyped
     for dtype in ("fp32", "bf16"):
         best = max(p.flop_per_s for p in small_probe.matmul if p.dtype == dtype)
         assert small_probe.dense_flop_per_s[dtype] == best
-    *cached, copy, triad = small_probe.bandwidth
+    copy, triad, *eager = small_probe.bandwidth
     assert copy.bytes_moved == 2 * 2**20 and triad.bytes_moved == 3 * 2**20
+    assert not copy.fresh_output and all(p.fresh_output for p in eager)
     assert small_probe.memory_bandwidth_bytes_per_s == max(copy.bytes_per_s, triad.bytes_per_s)
     assert small_probe.op_overhead_s > 0
-    # smaller buffers (64 KiB and 256 KiB, below the 1 MiB main buffer) sweep the cache
-    assert [p.buffer_bytes for p in cached] == [2**16, 2**16, 2**18, 2**18]
+    # the eager sweep: 64 KiB, 256 KiB and the 1 MiB main buffer, copy and triad each
+    assert [p.buffer_bytes for p in eager] == [2**16, 2**16, 2**18, 2**18, 2**20, 2**20]
     curve = small_probe.curves["bandwidth"]
-    assert [size for size, _ in curve] == sorted(
-        {p.bytes_moved for p in small_probe.bandwidth})  # 2·64Ki, 3·64Ki, 2·256Ki, ...
-    assert dict(curve)[2 * 2**20] == copy.bytes_per_s
+    assert [size for size, _ in curve] == sorted({p.bytes_moved for p in eager})
+    assert dict(curve)[2 * 2**20] == eager[-2].bytes_per_s  # the 1 MiB copy moves 2 MiB
     # attention at (4, 8, s, 64): forward 2 products of 2·s·s·64 per head, backward 2.5×
     for point in small_probe.attention:
         forward = 4 * 8 * 2 * (2 * point.n * point.n * 64)

@@ -3,7 +3,9 @@
 - matmul FLOP/s per dtype: square matmuls over a sweep of sizes, best median taken as the
   peak (2·n³ FLOPs each, the house convention for an n×n×n matmul);
 - memory bandwidth: copy (reads and writes each byte once: 2·size bytes) and triad
-  a = b + s·c (3·size bytes) on warmed buffers several times the last-level cache;
+  a = b + s·c (3·size bytes) on warm buffers several times the last-level cache; then the
+  same kernels writing new tensors, as eager ops do, over a sweep of sizes (the bandwidth
+  curve the roofline uses: small buffers stream from cache, new outputs cost page faults);
 - per-op overhead: the median time of an op on a one-element tensor.
 
 The profile is TOML in the catalog's own format, so ``load_hardware_file`` reads it back.
@@ -43,6 +45,7 @@ class BandwidthPoint:
     bytes_moved: int
     median_s: float
     bytes_per_s: float
+    fresh_output: bool  # True: each run writes a new tensor, as eager ops do
 
 
 @dataclass(frozen=True)
@@ -119,18 +122,28 @@ def _attention_point(seq: int, device: torch.device, budget_s: float) -> MatmulP
     return MatmulPoint("fp32", seq, flops, result.median_s, flops / result.median_s)
 
 
-def _bandwidth_points(device: torch.device, buffer_bytes: int, budget_s: float
-                      ) -> tuple[BandwidthPoint, ...]:
+def _bandwidth_points(device: torch.device, buffer_bytes: int, budget_s: float, *,
+                      fresh: bool) -> tuple[BandwidthPoint, ...]:
+    """Copy and triad over ``buffer_bytes``; ``fresh`` writes a new tensor each time, as eager
+    ops do (on a CPU a fresh buffer costs page faults that a warm one never sees), else the
+    kernels write into a warm buffer (the memory system's own bandwidth)."""
     elements = max(buffer_bytes // 4, 1)
     a = torch.empty(elements, device=device)
     b = torch.rand(elements, device=device)
     c = torch.rand(elements, device=device)
-    copy = measure(lambda: a.copy_(b), device=device, budget_s=budget_s, min_repeats=3)
-    triad = measure(lambda: torch.add(b, c, alpha=3.0, out=a), device=device,
-                    budget_s=budget_s, min_repeats=3)
+    if fresh:
+        copy = measure(lambda: b.clone(), device=device, budget_s=budget_s, min_repeats=3)
+        triad = measure(lambda: torch.add(b, c, alpha=3.0), device=device, budget_s=budget_s,
+                        min_repeats=3)
+    else:
+        copy = measure(lambda: a.copy_(b), device=device, budget_s=budget_s, min_repeats=3)
+        triad = measure(lambda: torch.add(b, c, alpha=3.0, out=a), device=device,
+                        budget_s=budget_s, min_repeats=3)
     size = elements * 4
-    return (BandwidthPoint("copy", size, 2 * size, copy.median_s, 2 * size / copy.median_s),
-            BandwidthPoint("triad", size, 3 * size, triad.median_s, 3 * size / triad.median_s))
+    return (BandwidthPoint("copy", size, 2 * size, copy.median_s, 2 * size / copy.median_s,
+                           fresh),
+            BandwidthPoint("triad", size, 3 * size, triad.median_s, 3 * size / triad.median_s,
+                           fresh))
 
 
 def _curve(points: Sequence[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
@@ -150,7 +163,8 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
 
     A dtype's sweep stops early once one call takes longer than ``slow_call_s`` (fp16 on a
     CPU without fp16 units runs a thousand times slower than fp32).  ``bandwidth_sweep`` adds
-    smaller buffers, which stream from cache, to the profile's bandwidth curve;
+    a sweep of buffer sizes, each kernel writing a new tensor as eager ops do, as the
+    profile's bandwidth curve (small buffers stream from cache; new outputs cost page faults);
     ``attention_seqs`` are the sequence lengths at which causal attention (forward and
     backward) is measured (``()`` for none; by default a sweep that suits the device).
     """
@@ -190,13 +204,13 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
         buffer_bytes = 2**30 if dev.type == "cuda" else max(4 * _last_level_cache_bytes(),
                                                             64 * 2**20)
     say(f"memory bandwidth, {buffer_bytes / 2**20:.0f} MiB buffers")
-    bandwidth = _bandwidth_points(dev, buffer_bytes, budget_s)
-    small: list[BandwidthPoint] = []
+    bandwidth = _bandwidth_points(dev, buffer_bytes, budget_s, fresh=False)
+    eager: list[BandwidthPoint] = []
     if bandwidth_sweep:
-        for size in (2**16, 2**18, 2**20, 2**22, 2**24):
-            if size < buffer_bytes:
-                say(f"memory bandwidth, {size / 2**10:.0f} KiB buffers (cache)")
-                small.extend(_bandwidth_points(dev, size, budget_s / 2))
+        for size in sorted({2**16, 2**18, 2**20, 2**22, 2**24, buffer_bytes}):
+            if size <= buffer_bytes:
+                say(f"eager-op bandwidth, {size / 2**10:.0f} KiB buffers, new outputs")
+                eager.extend(_bandwidth_points(dev, size, budget_s / 2, fresh=True))
     say("per-op overhead")
     tiny = torch.ones(1, device=dev)
     overhead = measure(lambda: torch.add(tiny, tiny), device=dev, budget_s=budget_s / 2,
@@ -208,15 +222,14 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
         [(p.flops, p.flop_per_s) for p in points if p.dtype == dtype]) for dtype in peaks}
     if attention:
         curves["attention.fp32"] = _curve([(p.flops, p.flop_per_s) for p in attention])
-    if small:
-        curves["bandwidth"] = _curve([(p.bytes_moved, p.bytes_per_s)
-                                      for p in (*small, *bandwidth)])
+    if eager:
+        curves["bandwidth"] = _curve([(p.bytes_moved, p.bytes_per_s) for p in eager])
     return ProbeResult(device=str(dev), name=name, memory_bytes=memory,
                        dense_flop_per_s={resolve_dtype(k).compute: v for k, v in peaks.items()},
                        memory_bandwidth_bytes_per_s=max(p.bytes_per_s for p in bandwidth),
                        op_overhead_s=overhead, matmul=tuple(points),
                        attention=tuple(attention),
-                       bandwidth=(*small, *bandwidth), skipped=tuple(skipped), curves=curves)
+                       bandwidth=(*bandwidth, *eager), skipped=tuple(skipped), curves=curves)
 
 
 def profile_toml(result: ProbeResult, chip_id: str = "local") -> str:

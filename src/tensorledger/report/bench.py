@@ -33,7 +33,8 @@ def probe_view(result: ProbeResult, path: str) -> View:
         table.add_row("attention fp32 fwd+bwd", f"seq {point.n}", format_duration(point.median_s),
                       format_flop_rate(point.flop_per_s))
     for bw in result.bandwidth:
-        table.add_row(bw.kernel, format_bytes(bw.buffer_bytes, "auto-binary"),
+        table.add_row(f"{bw.kernel}{' (new output)' if bw.fresh_output else ' (warm)'}",
+                      format_bytes(bw.buffer_bytes, "auto-binary"),
                       format_duration(bw.median_s), format_bandwidth(bw.bytes_per_s))
     table.add_row("per-op overhead", "1 element", format_duration(result.op_overhead_s), "")
     lines: View = [table]

@@ -5,7 +5,8 @@ matrix units at the dense peak of its input dtype (bf16, fp16, tf32, fp8, or fp3
 chip lists no better); everything else (elementwise, reductions, norms, copies) runs on the
 vector units, for which the chip's fp32 peak stands in.  Times assume compute and memory
 traffic overlap perfectly (time is the max of the two, not the sum), as the lecture does; a
-measured per-op overhead (kernel launch, dispatch) is added to every op that moves data.
+measured per-op overhead (kernel launch, dispatch) is added to every op, views included: a
+view launches no kernel but still costs a trip through the dispatcher.
 
 A probed profile (``tensorledger probe``) also carries measured rates by problem size: matrix
 FLOP/s for small problems fall short of the peak, and small working sets stream from cache
@@ -38,8 +39,6 @@ __all__ = [
 
 #: Categories whose FLOPs run on matrix units at the dtype's dense peak.
 TENSOR_CORE_CATEGORIES = frozenset({"matmul", "attention"})
-#: Categories that move no bytes and do no arithmetic (views, metadata): no time, no overhead.
-FREE_CATEGORIES = frozenset({"view"})
 
 
 class OpLike(Protocol):
@@ -118,9 +117,8 @@ def predict_op(index: int, op: OpLike, hardware: Hardware) -> OpPrediction:
         rate = hardware.attainable(curve, op.flops, peak)
     compute = op.flops / rate
     memory = moved / hardware.attainable("bandwidth", moved, hardware.memory_bandwidth_bytes_per_s)
-    free = op.category in FREE_CATEGORIES or (op.flops == 0 and moved == 0)
-    overhead = 0.0 if free else hardware.op_overhead_s
-    if free:
+    overhead = hardware.op_overhead_s  # views too: they cost a dispatch, if no kernel
+    if overhead == 0 and moved == 0 and op.flops == 0:
         bound = "free"
     elif overhead > max(compute, memory):
         bound = "overhead"
