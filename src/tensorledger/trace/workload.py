@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -35,25 +35,6 @@ OPTIMIZERS: dict[str, Callable[[list[nn.Parameter]], torch.optim.Optimizer]] = {
     "adam": lambda p: torch.optim.Adam(p, foreach=False),
     "adamw": lambda p: torch.optim.AdamW(p, foreach=False),
 }
-
-
-@dataclass(frozen=True)
-class ModelTrace:
-    """A traced step of a model, with what it was run on."""
-
-    model: str
-    step: str
-    batch: int
-    seq: int
-    device: str
-    dtype: str
-    optimizer: str | None
-    params: int  # distinct parameter elements (a tied matrix once)
-    trace: Trace
-
-    @property
-    def tokens(self) -> int:
-        return self.batch * self.seq
 
 
 @dataclass(frozen=True)
@@ -106,6 +87,14 @@ class Workload:
     @property
     def tokens(self) -> int:
         return self.batch * self.seq
+
+
+@dataclass(frozen=True)
+class ModelTrace(Workload):
+    """A workload and the trace of one run of its step (``device`` names where it was traced:
+    ``meta``, ``fake`` or ``cpu``)."""
+
+    trace: Trace = field(default_factory=lambda: Trace(records=(), uncovered={}, device="none"))
 
 
 def build_workload(model: str, batch: int = 1, seq: int = 128, step: str = "train",
@@ -171,5 +160,4 @@ def trace_model(model: str, batch: int = 1, seq: int = 128, step: str = "train",
     with _where(device) as placed:
         work = build_workload(model, batch, seq, step, optimizer, placed, dtype)
         result = trace(work.run)
-    return ModelTrace(work.model, step, batch, seq, device, work.dtype, work.optimizer,
-                      work.params, result)
+    return ModelTrace(**{**vars(work), "device": device, "trace": result})
