@@ -6,9 +6,22 @@ format metadata answer without it.  Subpackages that need torch load it when fir
 
 from __future__ import annotations
 
+from typing import Any
+
 from tensorledger.errors import TensorLedgerError
 from tensorledger.hardware import Hardware, get_hardware
 
 __version__ = "0.1.0"
 
-__all__ = ["Hardware", "TensorLedgerError", "__version__", "get_hardware"]
+__all__ = ["Hardware", "TensorLedgerError", "__version__", "get_hardware", "trace"]
+
+
+def __getattr__(name: str) -> Any:
+    # `tensorledger.trace(step, ...)`, loading torch only on first use.  The subpackage of the
+    # same name is callable (it calls `tensorledger.trace.trace`), so the attribute works
+    # before and after Python binds the subpackage to it.
+    if name == "trace":
+        import importlib
+
+        return importlib.import_module("tensorledger.trace")
+    raise AttributeError(f"module 'tensorledger' has no attribute {name!r}")

@@ -26,10 +26,19 @@ def test_probe_points_and_peaks(small_probe) -> None:  # type: ignore[no-untyped
     for dtype in ("fp32", "bf16"):
         best = max(p.flop_per_s for p in small_probe.matmul if p.dtype == dtype)
         assert small_probe.dense_flop_per_s[dtype] == best
-    copy, triad = small_probe.bandwidth
+    *cached, copy, triad = small_probe.bandwidth
     assert copy.bytes_moved == 2 * 2**20 and triad.bytes_moved == 3 * 2**20
     assert small_probe.memory_bandwidth_bytes_per_s == max(copy.bytes_per_s, triad.bytes_per_s)
     assert small_probe.op_overhead_s > 0
+    # smaller buffers (64 KiB and 256 KiB, below the 1 MiB main buffer) sweep the cache
+    assert [p.buffer_bytes for p in cached] == [2**16, 2**16, 2**18, 2**18]
+    curve = small_probe.curves["bandwidth"]
+    assert [size for size, _ in curve] == sorted(
+        {p.bytes_moved for p in small_probe.bandwidth})  # 2·64Ki, 3·64Ki, 2·256Ki, ...
+    assert dict(curve)[2 * 2**20] == copy.bytes_per_s
+    matmul = small_probe.curves["matmul.fp32"]
+    assert matmul == tuple((p.flops, p.flop_per_s) for p in small_probe.matmul
+                           if p.dtype == "fp32")
 
 
 def test_profile_round_trips(small_probe, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -41,6 +50,7 @@ def test_profile_round_trips(small_probe, tmp_path: Path) -> None:  # type: igno
     assert chip.memory_bandwidth_bytes_per_s == small_probe.memory_bandwidth_bytes_per_s
     assert chip.op_overhead_s == pytest.approx(small_probe.op_overhead_s, rel=1e-12)
     assert chip.memory_bytes == small_probe.memory_bytes
+    assert dict(chip.curves) == small_probe.curves
 
 
 def test_bench_matmul_arithmetic() -> None:

@@ -137,3 +137,22 @@ def test_compute_keys_cover_every_dtype() -> None:
 
     float_kinds = {d.compute for d in DTYPES.values() if not d.name.startswith(("int", "uint"))}
     assert float_kinds - {"int8"} <= set(COMPUTE_KEYS)
+
+
+def test_attainable_interpolates_log_log() -> None:
+    chip = get_hardware("h100").__class__(
+        **{**get_hardware("h100").__dict__,
+           "curves": {"matmul.bf16": ((1e6, 1e12), (1e8, 1e14))}})
+    assert chip.attainable("matmul.bf16", 1e6, 5.0) == 1e12
+    assert chip.attainable("matmul.bf16", 1e7, 5.0) == pytest.approx(1e13)  # halfway in logs
+    assert chip.attainable("matmul.bf16", 1e3, 5.0) == 1e12  # flat below the first point
+    assert chip.attainable("matmul.bf16", 1e12, 5.0) == 1e14  # and above the last
+    assert chip.attainable("matmul.fp32", 1e7, 5.0) == 5.0  # no curve: the ceiling given
+
+
+def test_curves_validation(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('name = "x"\nmemory = "1GB"\nmemory_bandwidth = "1GB/s"\n[dense]\n'
+                    'fp32 = "1TFLOP/s"\n[curves]\nbandwidth = [[2.0, 1.0], [1.0, 3.0]]\n')
+    with pytest.raises(ConfigError, match="sizes increasing"):
+        load_hardware_file(path)

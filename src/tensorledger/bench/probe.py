@@ -58,6 +58,7 @@ class ProbeResult:
     matmul: tuple[MatmulPoint, ...] = field(default=())
     bandwidth: tuple[BandwidthPoint, ...] = field(default=())
     skipped: tuple[str, ...] = field(default=())  # dtypes the device cannot multiply
+    curves: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
 
 
 def _device_name(device: torch.device) -> tuple[str, int]:
@@ -97,7 +98,7 @@ def _matmul_point(dtype: str, n: int, device: torch.device, budget_s: float) -> 
 
 def _bandwidth_points(device: torch.device, buffer_bytes: int, budget_s: float
                       ) -> tuple[BandwidthPoint, ...]:
-    elements = buffer_bytes // 4
+    elements = max(buffer_bytes // 4, 1)
     a = torch.empty(elements, device=device)
     b = torch.rand(elements, device=device)
     c = torch.rand(elements, device=device)
@@ -109,14 +110,23 @@ def _bandwidth_points(device: torch.device, buffer_bytes: int, budget_s: float
             BandwidthPoint("triad", size, 3 * size, triad.median_s, 3 * size / triad.median_s))
 
 
+def _curve(points: Sequence[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
+    """Points sorted by size, one per size (the best rate at that size)."""
+    best: dict[float, float] = {}
+    for size, rate in points:
+        best[size] = max(best.get(size, 0.0), rate)
+    return tuple(sorted(best.items()))
+
+
 def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16"),
           sizes: Sequence[int] | None = None, buffer_bytes: int | None = None,
-          budget_s: float = 0.5, slow_call_s: float = 1.0,
+          budget_s: float = 0.5, slow_call_s: float = 1.0, bandwidth_sweep: bool = True,
           progress: Progress | None = None) -> ProbeResult:
     """Measure the ceilings of ``device``.  ``progress`` is told each step as it starts.
 
     A dtype's sweep stops early once one call takes longer than ``slow_call_s`` (fp16 on a
-    CPU without fp16 units runs a thousand times slower than fp32).
+    CPU without fp16 units runs a thousand times slower than fp32).  ``bandwidth_sweep`` adds
+    smaller buffers, which stream from cache, to the profile's bandwidth curve.
     """
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
@@ -126,7 +136,8 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
     say = progress or (lambda _: None)
     name, memory = _device_name(dev)
     if sizes is None:
-        sizes = (1024, 2048, 4096, 8192) if dev.type == "cuda" else (256, 512, 1024, 2048)
+        sizes = ((256, 512, 1024, 2048, 4096, 8192) if dev.type == "cuda"
+                 else (64, 128, 256, 512, 1024, 2048))
     points: list[MatmulPoint] = []
     skipped: list[str] = []
     for dtype in dtypes:
@@ -145,6 +156,12 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
                                                             64 * 2**20)
     say(f"memory bandwidth, {buffer_bytes / 2**20:.0f} MiB buffers")
     bandwidth = _bandwidth_points(dev, buffer_bytes, budget_s)
+    small: list[BandwidthPoint] = []
+    if bandwidth_sweep:
+        for size in (2**16, 2**18, 2**20, 2**22, 2**24):
+            if size < buffer_bytes:
+                say(f"memory bandwidth, {size / 2**10:.0f} KiB buffers (cache)")
+                small.extend(_bandwidth_points(dev, size, budget_s / 2))
     say("per-op overhead")
     tiny = torch.ones(1, device=dev)
     overhead = measure(lambda: torch.add(tiny, tiny), device=dev, budget_s=budget_s / 2,
@@ -152,11 +169,16 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
     peaks: dict[str, float] = {}
     for point in points:
         peaks[point.dtype] = max(peaks.get(point.dtype, 0.0), point.flop_per_s)
+    curves = {f"matmul.{resolve_dtype(dtype).compute}": _curve(
+        [(p.flops, p.flop_per_s) for p in points if p.dtype == dtype]) for dtype in peaks}
+    if small:
+        curves["bandwidth"] = _curve([(p.bytes_moved, p.bytes_per_s)
+                                      for p in (*small, *bandwidth)])
     return ProbeResult(device=str(dev), name=name, memory_bytes=memory,
                        dense_flop_per_s={resolve_dtype(k).compute: v for k, v in peaks.items()},
                        memory_bandwidth_bytes_per_s=max(p.bytes_per_s for p in bandwidth),
-                       op_overhead_s=overhead, matmul=tuple(points), bandwidth=bandwidth,
-                       skipped=tuple(skipped))
+                       op_overhead_s=overhead, matmul=tuple(points),
+                       bandwidth=(*small, *bandwidth), skipped=tuple(skipped), curves=curves)
 
 
 def profile_toml(result: ProbeResult, chip_id: str = "local") -> str:
@@ -173,4 +195,9 @@ def profile_toml(result: ProbeResult, chip_id: str = "local") -> str:
         "[dense]",
     ]
     lines += [f'{key} = "{value!r}FLOP/s"' for key, value in result.dense_flop_per_s.items()]
+    if result.curves:
+        lines.append("[curves]  # [size, rate]: FLOPs and FLOP/s, or bytes moved and bytes/s")
+        for name, points in result.curves.items():
+            pairs = ", ".join(f"[{size!r}, {rate!r}]" for size, rate in points)
+            lines.append(f'"{name}" = [{pairs}]')
     return "\n".join(lines) + "\n"

@@ -11,6 +11,7 @@ from tensorledger.cli import bench as bench_commands
 from tensorledger.cli import hardware as hardware_commands
 from tensorledger.cli import models as models_commands
 from tensorledger.cli import napkin as napkin_commands
+from tensorledger.cli import trace as trace_commands
 from tensorledger.errors import TensorLedgerError
 
 __all__ = ["app", "main"]
@@ -25,7 +26,8 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for _module in (napkin_commands, hardware_commands, models_commands, bench_commands):
+for _module in (napkin_commands, hardware_commands, models_commands, bench_commands,
+                trace_commands):
     _module.register(app)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -28,7 +30,7 @@ COMPUTE_KEYS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp6", "fp4", "in
 
 _REQUIRED = ("name", "memory", "memory_bandwidth", "dense")
 _OPTIONAL = ("vendor", "aliases", "interconnect", "interconnect_kind", "source", "sparse",
-             "sources", "notes", "op_overhead")
+             "sources", "notes", "op_overhead", "curves")
 
 #: The name under which ``tensorledger probe`` saves this machine's measured profile.
 LOCAL = "local"
@@ -62,6 +64,11 @@ class Hardware:
     origin: str = "catalog"
     notes: str = ""
     op_overhead_s: float = 0.0  # fixed cost per op (launch, dispatch); measured by the probe
+    # Measured rates by problem size, from the probe: "matmul.fp32" → ((flops, flop_per_s),
+    # ...), "attention.fp32" likewise, "bandwidth" → ((bytes, bytes_per_s), ...).  Small
+    # problems reach less than the peak (and small buffers more than DRAM bandwidth, from
+    # cache); catalog chips have none and use their peaks throughout.
+    curves: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
 
     def compute_key(self, dtype: str) -> str:
         """The peak-table key for a dtype name: ``bfloat16`` → ``bf16``, ``e4m3`` → ``fp8``."""
@@ -79,6 +86,20 @@ class Hardware:
     def intensity_flop_per_byte(self, dtype: str) -> float:
         """The accelerator's intensity (the roofline's ridge point): peak / memory bandwidth."""
         return self.peak_flop_per_s(dtype) / self.memory_bandwidth_bytes_per_s
+
+    def attainable(self, curve: str, size: float, ceiling: float) -> float:
+        """The rate measured for a problem of ``size`` on ``curve`` (log-log interpolation
+        between probed points, flat beyond them), or ``ceiling`` when there is no curve."""
+        points = self.curves.get(curve)
+        if not points or size <= 0:
+            return ceiling
+        if size <= points[0][0]:
+            return points[0][1]
+        for (x0, y0), (x1, y1) in itertools.pairwise(points):
+            if size <= x1:
+                t = math.log(size / x0) / math.log(x1 / x0)
+                return float(math.exp(math.log(y0) + t * math.log(y1 / y0)))
+        return points[-1][1]
 
     def source(self, key: str) -> str:
         """Where a number comes from: ``memory``, ``memory_bandwidth``, ``bf16``, ...;
@@ -109,6 +130,23 @@ def _peaks(chip: str, table: Any, what: str, where: str) -> dict[str, float]:
         raise ConfigError(f"{where}: [{chip}.{what}] has unknown dtype {unknown[0]!r}; "
                           f"known: {', '.join(COMPUTE_KEYS)}")
     return {k: _number(chip, f"{what}.{k}", v, parse_flop_rate, where) for k, v in table.items()}
+
+
+def _curves(chip: str, raw: Any, where: str) -> dict[str, tuple[tuple[float, float], ...]]:
+    """``[curves]`` of a profile: each a list of [size, rate] pairs with sizes increasing."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: [{chip}.curves] must be a table of [[size, rate], ...]")
+    curves = {}
+    for name, points in raw.items():
+        ok = isinstance(points, list) and len(points) >= 1 and all(
+            isinstance(p, list) and len(p) == 2 and all(
+                isinstance(v, int | float) and v > 0 for v in p) for p in points)
+        sizes = [p[0] for p in points] if ok else []
+        if not ok or sizes != sorted(set(sizes)):
+            raise ConfigError(f"{where}: [{chip}.curves] {name} must be [[size, rate], ...] "
+                              "with positive numbers and sizes increasing")
+        curves[str(name)] = tuple((float(x), float(y)) for x, y in points)
+    return curves
 
 
 def _chip(chip: str, raw: Any, where: str, origin: str) -> Hardware:
@@ -151,6 +189,7 @@ def _chip(chip: str, raw: Any, where: str, origin: str) -> Hardware:
         notes=str(raw.get("notes", "")),
         op_overhead_s=0.0 if "op_overhead" not in raw else _number(
             chip, "op_overhead", raw["op_overhead"], parse_duration, where),
+        curves=_curves(chip, raw.get("curves", {}), where),
     )
 
 

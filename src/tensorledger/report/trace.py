@@ -1,0 +1,107 @@
+"""Terminal views of a traced step and of an einsum's cost.  Formats; computes nothing."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import RenderableType
+from rich.table import Table
+
+from tensorledger.units import format_bytes, format_sci
+
+if TYPE_CHECKING:  # the trace package loads torch; `tensorledger einsum` must not
+    from tensorledger.costs.einsum import EinsumCost
+    from tensorledger.trace.aggregate import CategoryTotal, ModuleNode, PhaseTotal
+    from tensorledger.trace.workload import TraceReport
+
+__all__ = ["einsum_view", "trace_view"]
+
+View = list[RenderableType | str]
+ROOT_LABEL = "(whole step)"
+
+
+def _flops(value: float) -> str:
+    return format_sci(value) if value else "0"
+
+
+def _bytes(value: float) -> str:
+    return format_bytes(value, "auto") if value else "0"
+
+
+def _totals_table(title: str, key: str, rows: tuple[CategoryTotal, ...] | tuple[PhaseTotal, ...],
+                  ) -> Table:
+    table = Table(title=title, title_justify="left", header_style="bold")
+    for column in (key, "ops", "FLOPs", "FLOPs (causal halved)", "bytes read",
+                   "bytes written"):
+        table.add_column(column, justify="left" if column == key else "right")
+    for row in rows:
+        name = getattr(row, "category", None) or getattr(row, "phase", "")
+        table.add_row(name, f"{row.ops:,}", _flops(row.flops), _flops(row.flops_causal_halved),
+                      _bytes(row.bytes_read), _bytes(row.bytes_written))
+    return table
+
+
+def _module_rows(node: ModuleNode, table: Table, level: int) -> None:
+    label = ROOT_LABEL if level == 0 else node.name.rsplit(".", 1)[-1] if level > 1 else node.name
+    table.add_row("  " * level + label, _flops(node.flops_forward), _flops(node.flops_backward),
+                  _flops(node.flops_optimizer + node.flops_other), _flops(node.flops),
+                  _bytes(node.bytes_read + node.bytes_written))
+    for child in node.children:
+        _module_rows(child, table, level + 1)
+
+
+def module_table(root: ModuleNode) -> Table:
+    table = Table(title="By module (each row includes the modules under it)",
+                  title_justify="left", header_style="bold")
+    for column in ("module", "forward FLOPs", "backward FLOPs", "optimizer+other FLOPs",
+                   "total FLOPs", "bytes"):
+        table.add_column(column, justify="left" if column == "module" else "right")
+    _module_rows(root, table, 0)
+    return table
+
+
+def trace_view(report: TraceReport) -> View:
+    s = report.summary
+    optimizer = f", optimizer {report.optimizer}" if report.optimizer else ""
+    view: View = [
+        f"{report.model}: step {report.step}{optimizer}, batch {report.batch} × seq "
+        f"{report.seq} = {report.tokens:,} tokens, {report.params:,} parameters, {report.dtype} "
+        f"on {report.device} (trace device: {s.device})",
+        _totals_table("By category", "category", s.by_category),
+        _totals_table("By phase", "phase", s.by_phase),
+        module_table(s.modules),
+        f"total: {_flops(s.flops)} FLOPs ({_flops(s.flops_causal_halved)} with causal "
+        f"attention halved; the FLOPs columns count it in {s.attention_convention}), "
+        f"{_bytes(s.bytes_read + s.bytes_written)} moved over {s.ops:,} ops",
+    ]
+    if s.backward_forward_ratio == s.backward_forward_ratio:  # not nan
+        view.append(f"backward / forward FLOPs: {s.backward_forward_ratio:.3f}")
+    if s.six_n_d is not None:
+        view.append(f"6·N·D = 6 × {s.six_n_d.params:,} × {s.six_n_d.tokens:,} = "
+                    f"{_flops(s.six_n_d.six_n_d_flops)} FLOPs; counted / 6·N·D = "
+                    f"{s.six_n_d.ratio:.3f}")
+    if s.uncovered:
+        listed = ", ".join(f"{op} ×{calls}" for op, calls in s.uncovered.items())
+        view.append(f"uncovered ops (no cost rule, counted as 0 FLOPs): {listed}")
+    else:
+        view.append("uncovered ops: none")
+    return view
+
+
+def einsum_view(cost: EinsumCost) -> View:
+    sizes = " ".join(f"{axis}={size}" for axis, size in cost.sizes.items())
+    view: View = [
+        f"einsum {cost.pattern!r} with {sizes} in {cost.dtype}",
+        f"FLOPs: {cost.flops:,}",
+        f"bytes: {cost.bytes:,} ({cost.bytes_read:,} read + {cost.bytes_written:,} written)",
+        f"intensity: {cost.intensity_flop_per_byte:.4g} FLOP/byte",
+    ]
+    m = cost.matmul
+    if m is not None:
+        def axes(names: tuple[str, ...]) -> str:
+            return " ".join(names) if names else "-"
+
+        view.append(f"equivalent matmul: batch {m.batch} ({axes(m.batch_axes)}) × "
+                    f"(M {m.m} ({axes(m.m_axes)}) × K {m.k} ({axes(m.k_axes)})) · "
+                    f"(K × N {m.n} ({axes(m.n_axes)})): 2·batch·M·N·K = {m.flops:,} FLOPs")
+    return view

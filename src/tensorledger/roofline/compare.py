@@ -1,0 +1,97 @@
+"""Predicted against measured: per category and for the whole step, with the error shown.
+
+Measured per-op times (from dispatch timing) are matched to the predicted ops by position
+when both runs dispatched the same ops, else by op name.  The whole-step time comes from the
+benchmark harness; what it holds beyond the ops' own times (Python, autograd bookkeeping,
+the timer's own cost) is reported as ``unattributed_s``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from tensorledger.roofline.model import RooflinePrediction
+
+__all__ = ["CategoryComparison", "Comparison", "TimedOp", "compare"]
+
+
+class TimedOp(Protocol):
+    @property
+    def op(self) -> str: ...
+    @property
+    def time_s(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class CategoryComparison:
+    category: str
+    ops: int
+    predicted_s: float
+    measured_s: float
+    error: float  # predicted / measured − 1
+
+
+@dataclass(frozen=True)
+class Comparison:
+    hardware: str
+    predicted_step_s: float
+    measured_step_s: float
+    error: float  # predicted / measured − 1
+    measured_ops_s: float  # the sum of the ops' own measured times
+    unattributed_s: float  # measured step − measured ops
+    matched_by: str  # "position" or "op name"
+    categories: tuple[CategoryComparison, ...]
+    flops: int
+    peak_flop_per_s: float
+    predicted_mfu: float
+    measured_mfu: float  # counted FLOPs / measured step time / peak
+
+
+def _median_times(runs: Sequence[Sequence[TimedOp]]) -> tuple[list[str], list[float]] | None:
+    names = [o.op for o in runs[0]]
+    if any([o.op for o in run] != names for run in runs):
+        return None
+    return names, [statistics.median(run[i].time_s for run in runs) for i in range(len(names))]
+
+
+def compare(prediction: RooflinePrediction, runs: Sequence[Sequence[TimedOp]],
+            measured_step_s: float, peak_flop_per_s: float) -> Comparison:
+    """Set the prediction beside per-op timing runs and the measured step time."""
+    measured: dict[str, float] = defaultdict(float)
+    predicted: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for op in prediction.ops:
+        predicted[op.category] += op.time_s
+        counts[op.category] += 1
+    medians = _median_times(runs) if runs else None
+    predicted_names = [o.op for o in prediction.ops]
+    if medians is not None and medians[0] == predicted_names:
+        matched_by = "position"
+        for op, time_s in zip(prediction.ops, medians[1], strict=True):
+            measured[op.category] += time_s
+    else:
+        matched_by = "op name"
+        category_of = {o.op: o.category for o in prediction.ops}
+        for run in runs:
+            for timed in run:
+                measured[category_of.get(timed.op, "other")] += timed.time_s / len(runs)
+    categories = tuple(sorted(
+        (CategoryComparison(category=c, ops=counts.get(c, 0), predicted_s=predicted.get(c, 0.0),
+                            measured_s=measured.get(c, 0.0),
+                            error=(predicted.get(c, 0.0) / measured[c] - 1
+                                   if measured.get(c) else float("nan")))
+         for c in set(predicted) | set(measured)),
+        key=lambda c: -c.measured_s))
+    ops_s = sum(measured.values())
+    return Comparison(
+        hardware=prediction.hardware, predicted_step_s=prediction.time_s,
+        measured_step_s=measured_step_s, error=prediction.time_s / measured_step_s - 1,
+        measured_ops_s=ops_s, unattributed_s=measured_step_s - ops_s, matched_by=matched_by,
+        categories=categories, flops=prediction.flops, peak_flop_per_s=peak_flop_per_s,
+        predicted_mfu=prediction.flops / prediction.time_s / peak_flop_per_s
+        if prediction.time_s else 0.0,
+        measured_mfu=prediction.flops / measured_step_s / peak_flop_per_s)

@@ -1,0 +1,215 @@
+"""Pure functions from a Trace to totals: by module (a tree), by category, by phase, the
+backward/forward ratio, and the count set against 6·N·D.
+
+Every total is a plain sum over op records, so the root of the module tree equals the sum of
+the records (a test holds it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tensorledger.costs.registry import CATEGORIES
+from tensorledger.trace.records import PHASES, ROOT, OpRecord, Trace
+
+__all__ = [
+    "CategoryTotal",
+    "ModuleNode",
+    "PhaseTotal",
+    "SixND",
+    "TraceSummary",
+    "backward_forward_ratio",
+    "by_category",
+    "by_module",
+    "by_phase",
+    "summarize",
+    "versus_6nd",
+]
+
+
+@dataclass(frozen=True)
+class CategoryTotal:
+    category: str
+    ops: int
+    flops: int
+    flops_causal_halved: int
+    bytes_read: int
+    bytes_written: int
+
+
+@dataclass(frozen=True)
+class PhaseTotal:
+    phase: str
+    ops: int
+    flops: int
+    flops_causal_halved: int
+    bytes_read: int
+    bytes_written: int
+
+
+@dataclass(frozen=True)
+class ModuleNode:
+    """A module and everything under it; ``name`` is the fully qualified path, ROOT ("")
+    for the whole step."""
+
+    name: str
+    ops: int
+    flops: int
+    flops_forward: int
+    flops_backward: int
+    flops_optimizer: int
+    flops_other: int
+    bytes_read: int
+    bytes_written: int
+    children: tuple[ModuleNode, ...]
+
+    def find(self, name: str) -> ModuleNode | None:
+        """The node of a module path under this one, or None."""
+        if self.name == name:
+            return self
+        for child in self.children:
+            if name == child.name or name.startswith(child.name + "."):
+                return child.find(name)
+        return None
+
+
+@dataclass(frozen=True)
+class SixND:
+    """The counted total against the 6·N·D rule of thumb."""
+
+    params: int
+    tokens: int
+    six_n_d_flops: int
+    counted_flops: int
+    ratio: float  # counted / 6·N·D
+
+
+@dataclass(frozen=True)
+class TraceSummary:
+    """What the ``trace`` command shows."""
+
+    device: str
+    attention_convention: str
+    ops: int
+    flops: int
+    flops_causal_halved: int
+    bytes_read: int
+    bytes_written: int
+    backward_forward_ratio: float
+    by_category: tuple[CategoryTotal, ...]
+    by_phase: tuple[PhaseTotal, ...]
+    modules: ModuleNode
+    uncovered: dict[str, int]
+    six_n_d: SixND | None
+
+
+def _sums(records: Iterable[OpRecord]) -> tuple[int, int, int, int, int]:
+    ops = flops = halved = read = written = 0
+    for r in records:
+        ops += 1
+        flops += r.flops
+        halved += r.flops_causal_halved
+        read += r.bytes_read
+        written += r.bytes_written
+    return ops, flops, halved, read, written
+
+
+def by_category(trace: Trace) -> tuple[CategoryTotal, ...]:
+    """Totals per category present in the trace, most FLOPs first."""
+    groups: dict[str, list[OpRecord]] = {}
+    for r in trace.records:
+        groups.setdefault(r.category, []).append(r)
+    totals = [CategoryTotal(c, *_sums(groups[c])) for c in CATEGORIES if c in groups]
+    return tuple(sorted(totals, key=lambda t: (-t.flops, -t.bytes_read - t.bytes_written)))
+
+
+def by_phase(trace: Trace) -> tuple[PhaseTotal, ...]:
+    """Totals per phase present in the trace, in the order forward, backward, optimizer,
+    other."""
+    groups: dict[str, list[OpRecord]] = {}
+    for r in trace.records:
+        groups.setdefault(r.phase, []).append(r)
+    return tuple(PhaseTotal(p, *_sums(groups[p])) for p in PHASES if p in groups)
+
+
+def backward_forward_ratio(trace: Trace) -> float:
+    """Backward FLOPs over forward FLOPs (nan when nothing ran forward)."""
+    forward = sum(r.flops for r in trace.records if r.phase == "forward")
+    backward = sum(r.flops for r in trace.records if r.phase == "backward")
+    return backward / forward if forward else math.nan
+
+
+class _Builder:
+    __slots__ = ("children", "counts", "name")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.counts = [0] * 8  # ops, flops, fwd, bwd, opt, other, read, written
+        self.children: dict[str, _Builder] = {}
+
+    def add(self, r: OpRecord) -> None:
+        c = self.counts
+        c[0] += 1
+        c[1] += r.flops
+        c[2 + PHASES.index(r.phase)] += r.flops
+        c[6] += r.bytes_read
+        c[7] += r.bytes_written
+
+    def freeze(self) -> ModuleNode:
+        children = sorted((b.freeze() for b in self.children.values()),
+                          key=lambda n: (-n.flops, n.name))
+        ops, flops, forward, backward, optimizer, other, read, written = self.counts
+        return ModuleNode(self.name, ops, flops, forward, backward, optimizer, other, read,
+                          written, tuple(children))
+
+
+def by_module(trace: Trace, depth: int | None = None) -> ModuleNode:
+    """The module tree; each node holds the totals of its subtree, forward and backward apart.
+    ``depth`` folds deeper modules into their ancestor at that depth (1: outermost modules)."""
+    root = _Builder(ROOT)
+    for r in trace.records:
+        root.add(r)
+        if r.module == ROOT:
+            continue
+        parts = r.module.split(".")
+        if depth is not None:
+            parts = parts[:depth]
+        node = root
+        for i in range(len(parts)):
+            path = ".".join(parts[: i + 1])
+            child = node.children.get(path)
+            if child is None:
+                child = node.children[path] = _Builder(path)
+            child.add(r)
+            node = child
+    return root.freeze()
+
+
+def versus_6nd(trace: Trace, params: int, tokens: int) -> SixND:
+    """Counted FLOPs against 6·N·D for N parameters and D tokens."""
+    six_n_d = 6 * params * tokens
+    counted = trace.flops
+    return SixND(params, tokens, six_n_d, counted, counted / six_n_d if six_n_d else math.nan)
+
+
+def summarize(trace: Trace, depth: int | None = None, params: int | None = None,
+              tokens: int | None = None) -> TraceSummary:
+    """Everything the ``trace`` command prints, from one trace."""
+    ops, flops, halved, read, written = _sums(trace.records)
+    return TraceSummary(
+        device=trace.device,
+        attention_convention=trace.attention_convention,
+        ops=ops,
+        flops=flops,
+        flops_causal_halved=halved,
+        bytes_read=read,
+        bytes_written=written,
+        backward_forward_ratio=backward_forward_ratio(trace),
+        by_category=by_category(trace),
+        by_phase=by_phase(trace),
+        modules=by_module(trace, depth),
+        uncovered=dict(trace.uncovered),
+        six_n_d=versus_6nd(trace, params, tokens) if params and tokens else None,
+    )

@@ -1,0 +1,459 @@
+"""The recorder: a TorchDispatchMode that writes one OpRecord per aten op of a step.
+
+Attribution:
+
+- *module*: global forward pre/post hooks keep a stack of fully qualified module names
+  (an outermost module is named by its class, its children by their attribute paths:
+  ``Transformer.layers.0.attn``).  Backward ops are attributed to the module whose forward
+  built the autograd node that runs them: when a module's forward returns, the autograd
+  nodes it created are tagged with its name, and during backward the recorder asks autograd
+  which node is running.
+- *phase*: ``backward`` while an autograd graph task runs; ``optimizer`` between the global
+  optimizer step pre and post hooks; ``forward`` inside a module's forward or before the
+  first backward; ``other`` after it (gradient clipping, zeroing, glue code).
+
+Attention: on the meta device PyTorch has no fused attention kernel and decomposes
+``scaled_dot_product_attention`` into its math path (bmm, softmax, ...), while CPU, CUDA and
+fake tensors run a fused kernel.  So that the same shapes give the same counts everywhere, a
+TorchFunctionMode sends meta calls to the CPU fused kernel's meta function, which exists for
+every shape the math path accepts with 4-d inputs.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.nn.modules.module import (
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from tensorledger.costs.registry import Rule, lookup
+from tensorledger.dtypes import resolve_dtype
+from tensorledger.errors import TensorLedgerError, TraceError, UnknownNameError
+from tensorledger.trace.records import ROOT, OpRecord, Trace
+
+__all__ = ["Recorder", "trace"]
+
+# Queries of sizes and devices that fake tensors and symbolic shapes dispatch: not ops.
+_SKIPPED_NAMESPACES = ("prim", "profiler")
+_SKIPPED_PACKETS = frozenset({"aten.sym_size", "aten.sym_stride", "aten.sym_numel",
+                              "aten.sym_storage_offset", "aten.is_contiguous",
+                              "aten.is_strides_like_format", "aten.is_non_overlapping_and_dense"})
+
+
+@dataclass(frozen=True, slots=True)
+class _OpInfo:
+    """What the recorder needs to know about one op overload, worked out once."""
+
+    name: str
+    skip: bool
+    rule: Rule | None
+    view_schema: bool  # returns an alias of an input and writes nothing
+    mutated: tuple[int | str, ...]  # positions / keyword names of arguments written in place
+    write_only: tuple[int | str, ...]  # arguments written and not read (out=, copy_'s self)
+
+
+def _describe(func: Any) -> _OpInfo:
+    name = str(func)
+    packet = name.rsplit(".", 1)[0]
+    namespace = name.split(".", 1)[0]
+    skip = namespace in _SKIPPED_NAMESPACES or packet in _SKIPPED_PACKETS
+    rule = lookup(packet)
+    mutated: list[int | str] = []
+    write_only: list[int | str] = []
+    view_schema = False
+    schema = getattr(func, "_schema", None)
+    if schema is not None:
+        for position, argument in enumerate(schema.arguments):
+            key: int | str = argument.name if argument.kwarg_only else position
+            alias = argument.alias_info
+            if alias is not None and alias.is_write:
+                mutated.append(key)
+                if argument.is_out or (rule is not None and rule.write_only_self
+                                       and position == 0):
+                    write_only.append(key)
+        view_schema = not mutated and any(
+            r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
+    return _OpInfo(name, skip, rule, view_schema, tuple(mutated), tuple(write_only))
+
+
+_DTYPE_NAMES: dict[torch.dtype, str] = {}
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        text = str(dtype).removeprefix("torch.")
+        try:
+            name = resolve_dtype(text).name
+        except UnknownNameError:
+            name = text
+        _DTYPE_NAMES[dtype] = name
+    return name
+
+
+def _tensors(value: Any) -> Iterator[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, list | tuple):
+        for item in value:
+            if isinstance(item, torch.Tensor):
+                yield item
+
+
+def _argument(args: Sequence[Any], kwargs: dict[str, Any], key: int | str) -> Any:
+    if isinstance(key, str):
+        return kwargs.get(key)
+    return args[key] if key < len(args) else None
+
+
+def _view_bytes(tensor: torch.Tensor) -> int:
+    return int(tensor.numel()) * tensor.element_size()
+
+
+def _storage(tensor: torch.Tensor) -> torch.UntypedStorage | None:
+    try:
+        return tensor.untyped_storage()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None  # sparse, nested or wrapper tensors: no plain storage
+
+
+class _Dispatch(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    def __init__(self, recorder: Recorder) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.recorder = recorder
+        self.infos: dict[Any, _OpInfo] = {}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Sequence[Any] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        info = self.infos.get(func)
+        if info is None:
+            info = self.infos[func] = _describe(func)
+        if not info.skip:
+            self.recorder._record(info, args, kwargs, out)
+        return out
+
+
+_SDPA = torch.nn.functional.scaled_dot_product_attention
+
+
+def _fused_attention_on_meta(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                             attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
+                             is_causal: bool = False, scale: float | None = None,
+                             enable_gqa: bool = False) -> torch.Tensor | None:
+    if query.dim() != 4 or (key.shape[1] != query.shape[1] and not enable_gqa):
+        return None  # leave unusual calls to PyTorch
+    kernel = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    out: torch.Tensor = kernel(query, key, value, dropout_p, is_causal,
+                               attn_mask=attn_mask, scale=scale)[0]
+    return out
+
+
+class _Attention(TorchFunctionMode):
+    def __torch_function__(self, func: Any, types: Any, args: Sequence[Any] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func is _SDPA and args and getattr(args[0], "is_meta", False):
+            out = _fused_attention_on_meta(*args, **kwargs)
+            if out is not None:
+                return out
+        return func(*args, **kwargs)
+
+
+class Recorder:
+    """Record every aten op run inside the ``with`` block.
+
+    >>> import torch
+    >>> with Recorder() as recorder:
+    ...     _ = torch.ones(4, 8, device="meta") @ torch.ones(8, 2, device="meta")
+    >>> [(r.op, r.flops) for r in recorder.trace.records if r.category == "matmul"]
+    [('aten.mm.default', 128)]
+    """
+
+    def __init__(self) -> None:
+        self.records: list[OpRecord] = []
+        self._trace: Trace | None = None
+        self._live: dict[int, tuple[int, int]] = {}  # storage address → (id, nbytes)
+        self._finalizers: list[weakref.finalize[Any, Any]] = []
+        self._preexisting: list[tuple[int, int]] = []
+        self._pending_frees: list[int] = []
+        self._next_storage = 0
+        self._stack: list[str] = []
+        self._names: dict[torch.nn.Module, str] = {}
+        self._root_names: set[str] = set()
+        self._node_module: dict[Any, str] = {}
+        self._optimizer_depth = 0
+        self._backward_seen = False
+        self._device: str | None = None
+        self._active = False
+        self._handles: list[Any] = []
+        self._modes: list[Any] = []
+
+    # ---- the context manager -------------------------------------------------------------
+    def __enter__(self) -> Recorder:
+        if self._active or self._trace is not None:
+            raise TraceError("a Recorder records one step; make a new one for the next")
+        self._active = True
+        self._handles = [
+            register_module_forward_pre_hook(self._enter_module),
+            register_module_forward_hook(self._leave_module, always_call=True),
+            register_optimizer_step_pre_hook(self._enter_optimizer),
+            register_optimizer_step_post_hook(self._leave_optimizer),
+        ]
+        self._modes = [_Attention(), _Dispatch(self)]
+        for mode in self._modes:
+            mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for mode in reversed(self._modes):
+            mode.__exit__(None, None, None)
+        for handle in self._handles:
+            handle.remove()
+        self._active = False
+        for finalizer in self._finalizers:
+            finalizer.detach()
+        freed_at_end = tuple(self._pending_frees)
+        uncovered = Counter(r.op for r in self.records if not r.covered)
+        self._trace = Trace(
+            records=tuple(self.records),
+            uncovered=dict(sorted(uncovered.items())),
+            device=self._device or "none",
+            storages_preexisting=tuple(self._preexisting),
+            storages_freed_at_end=freed_at_end,
+        )
+        self._node_module.clear()
+        self._names.clear()
+        self._finalizers.clear()
+        self._live.clear()
+
+    @property
+    def trace(self) -> Trace:
+        """The finished trace; available once the ``with`` block has ended."""
+        if self._trace is None:
+            raise TraceError("the trace is ready when the 'with Recorder()' block ends")
+        return self._trace
+
+    # ---- modules and optimizer ---------------------------------------------------------------
+    def _name(self, module: torch.nn.Module) -> str:
+        name = self._names.get(module)
+        if name is not None:
+            return name
+        if self._stack:
+            base = f"{self._stack[-1]}.{type(module).__name__}"
+        else:
+            base = type(module).__name__
+            suffix = 1
+            while base in self._root_names:
+                suffix += 1
+                base = f"{type(module).__name__}#{suffix}"
+            self._root_names.add(base)
+        for path, child in module.named_modules():
+            self._names.setdefault(child, f"{base}.{path}" if path else base)
+        return self._names[module]
+
+    def _enter_module(self, module: torch.nn.Module, args: Any) -> None:
+        name = self._name(module)
+        # nodes built before this call (the inputs' history) belong to the caller
+        self._tag(args, self._stack[-1] if self._stack else ROOT)
+        self._stack.append(name)
+
+    def _leave_module(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if self._stack:
+            self._tag(output, self._stack[-1])
+            self._stack.pop()
+
+    def _tag(self, values: Any, name: str) -> None:
+        """Give every autograd node behind ``values`` not yet tagged the module ``name``."""
+        if not torch.is_grad_enabled():
+            return
+        tags = self._node_module
+        pending = [t.grad_fn for t in tree_leaves(values)
+                   if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+        while pending:
+            node = pending.pop()
+            if node in tags:
+                continue
+            tags[node] = name
+            for following, _ in node.next_functions:
+                if following is not None and following not in tags:
+                    pending.append(following)
+
+    def _enter_optimizer(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._optimizer_depth += 1
+
+    def _leave_optimizer(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._optimizer_depth = max(0, self._optimizer_depth - 1)
+
+    # ---- storages ------------------------------------------------------------------------------
+    def _storage_id(self, storage: torch.UntypedStorage, created: list[tuple[int, int]] | None
+                    ) -> tuple[int, bool]:
+        """The id of a storage, registering it when new; True when it was new."""
+        address = storage._cdata
+        known = self._live.get(address)
+        if known is not None:
+            return known[0], False
+        number = self._next_storage
+        self._next_storage += 1
+        nbytes = int(storage.nbytes())
+        self._live[address] = (number, nbytes)
+        (created if created is not None else self._preexisting).append((number, nbytes))
+        self._finalizers.append(weakref.finalize(storage, self._freed, address, number))
+        return number, True
+
+    def _freed(self, address: int, number: int) -> None:
+        known = self._live.get(address)
+        if known is not None and known[0] == number:
+            del self._live[address]
+        if self._active:
+            self._pending_frees.append(number)
+
+    # ---- one op ------------------------------------------------------------------------------
+    def _phase(self) -> str:
+        if torch._C._current_graph_task_id() != -1:
+            self._backward_seen = True
+            return "backward"
+        if self._optimizer_depth:
+            return "optimizer"
+        if self._stack or not self._backward_seen:
+            return "forward"
+        return "other"
+
+    def _module(self, phase: str) -> str:
+        if self._stack:
+            return self._stack[-1]  # also a recomputed forward inside backward
+        if phase == "backward":
+            node = torch._C._current_autograd_node()
+            if node is not None:
+                return self._node_module.get(node, ROOT)
+        return ROOT
+
+    def _record(self, info: _OpInfo, args: Sequence[Any], kwargs: dict[str, Any],
+                out: Any) -> None:
+        write_only = info.write_only
+        inputs: list[torch.Tensor] = []
+        read: dict[int, int] = {}  # storage address → bytes read from it
+        for position, value in enumerate(args):
+            for tensor in _tensors(value):
+                inputs.append(tensor)
+                if position not in write_only:
+                    self._read(tensor, read)
+        for name, value in kwargs.items():
+            for tensor in _tensors(value):
+                inputs.append(tensor)
+                if name not in write_only:
+                    self._read(tensor, read)
+        outputs = [t for t in _tensors(out)]
+        if self._device is None:
+            self._device = self._device_of(outputs or inputs)
+
+        created: list[tuple[int, int]] = []
+        written = 0
+        for tensor in outputs:
+            storage = _storage(tensor)
+            if storage is not None and self._storage_id(storage, created)[1]:
+                written += _view_bytes(tensor)
+        for key in info.mutated:
+            for tensor in _tensors(_argument(args, kwargs, key)):
+                written += _view_bytes(tensor)
+
+        rule = info.rule
+        aliases_only = bool(outputs) and not created and not info.mutated
+        view = info.view_schema or aliases_only
+        covered = rule is not None or view
+        flops = halved = 0
+        category = "view" if view else "other"
+        if rule is not None:
+            category = rule.category
+            try:
+                flops = halved = int(rule.flops(args, kwargs, out))
+                if rule.causal is not None and rule.causal(args, kwargs):
+                    halved = flops // 2
+            except (IndexError, KeyError, TypeError, ValueError, AttributeError):
+                covered = False  # an argument layout the rule does not know: listed, not zero
+                flops = halved = 0
+        moves = "none" if view else (rule.moves if rule is not None else "io")
+        if moves == "none":
+            bytes_read = written = 0
+        elif moves == "write":
+            bytes_read = 0
+        elif rule is not None and rule.bytes_read is not None:
+            bytes_read = rule.bytes_read(args, kwargs, out)
+        else:
+            bytes_read = sum(read.values())
+
+        phase = self._phase()
+        freed = tuple(self._pending_frees)
+        self._pending_frees.clear()
+        self.records.append(OpRecord(
+            index=len(self.records),
+            op=info.name,
+            module=self._module(phase),
+            phase=phase,
+            category=category,
+            input_shapes=tuple(tuple(t.shape) for t in inputs),
+            input_dtypes=tuple(_dtype_name(t.dtype) for t in inputs),
+            output_shapes=tuple(tuple(t.shape) for t in outputs),
+            output_dtypes=tuple(_dtype_name(t.dtype) for t in outputs),
+            flops=flops,
+            bytes_read=bytes_read,
+            bytes_written=written,
+            covered=covered,
+            flops_causal_halved=halved,
+            storages_created=tuple(created),
+            storages_freed=freed,
+        ))
+
+    def _read(self, tensor: torch.Tensor, read: dict[int, int]) -> None:
+        storage = _storage(tensor)
+        if storage is None:
+            return
+        self._storage_id(storage, None)
+        address = storage._cdata
+        amount = min(_view_bytes(tensor), int(storage.nbytes()))
+        if amount > read.get(address, 0):
+            read[address] = amount
+
+    @staticmethod
+    def _device_of(tensors: Sequence[torch.Tensor]) -> str | None:
+        for tensor in tensors:
+            kind = tensor.device.type
+            if type(tensor).__name__ == "FakeTensor":
+                kind = f"fake:{kind}"
+            return kind
+        return None
+
+
+def trace(step: Callable[..., Any], *args: Any, **kwargs: Any) -> Trace:
+    """Run ``step(*args, **kwargs)`` once and return the trace of every aten op it ran.
+
+    >>> import torch
+    >>> layer = torch.nn.Linear(8, 4, bias=False, device="meta")
+    >>> result = trace(lambda x: layer(x).sum().backward(), torch.ones(2, 8, device="meta"))
+    >>> sum(r.flops for r in result.records if r.category == "matmul")  # forward + weight grad
+    256
+    """
+    recorder = Recorder()
+    try:
+        with recorder:
+            step(*args, **kwargs)
+    except TensorLedgerError:
+        raise
+    except Exception as error:  # a step that fails is reported as one, not as a traceback
+        raise TraceError(f"the traced step raised {type(error).__name__}: {error}") from error
+    return recorder.trace

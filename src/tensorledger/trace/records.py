@@ -1,0 +1,79 @@
+"""What a trace is made of: one frozen record per aten op, and the trace that holds them.
+
+Storage bookkeeping (for memory timelines): every untyped storage the trace meets gets a
+small integer id, stable for the life of the storage (the address of a freed storage can be
+reused; the id is not).  A record lists the storages its outputs created and the storages
+freed since the previous record (freed before the end of this op); storages alive before the
+trace started are listed in :attr:`Trace.storages_preexisting` when first seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["ATTENTION_CONVENTIONS", "PHASES", "ROOT", "OpRecord", "Shape", "Trace"]
+
+#: The module path of ops that ran outside every module (loss, optimizer, glue code).
+ROOT = ""
+
+PHASES = ("forward", "backward", "optimizer", "other")
+
+#: ``full`` counts every (query, key) pair of causal attention; ``causal-halved`` counts half.
+ATTENTION_CONVENTIONS = ("full", "causal-halved")
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OpRecord:
+    """One aten op as it ran: where, on what, and at what cost."""
+
+    index: int
+    op: str  # "aten.mm.default"
+    module: str  # fully qualified: "Transformer.layers.0.attn"; ROOT ("") outside modules
+    phase: str  # one of PHASES
+    category: str  # one of tensorledger.costs.CATEGORIES
+    input_shapes: tuple[Shape, ...]
+    input_dtypes: tuple[str, ...]
+    output_shapes: tuple[Shape, ...]
+    output_dtypes: tuple[str, ...]
+    flops: int  # causal attention counted in full
+    bytes_read: int
+    bytes_written: int
+    covered: bool  # False: no cost rule, flops is 0 and the op is listed in Trace.uncovered
+    flops_causal_halved: int  # equal to flops except for causal attention (half)
+    storages_created: tuple[tuple[int, int], ...]  # (storage id, nbytes)
+    storages_freed: tuple[int, ...]  # storage ids freed since the previous record
+
+    @property
+    def bytes(self) -> int:
+        """Bytes moved: read plus written."""
+        return self.bytes_read + self.bytes_written
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Every op of a step, in order, with what was not covered and how it was counted."""
+
+    records: tuple[OpRecord, ...]
+    uncovered: Mapping[str, int]  # op → calls, for ops with no cost rule
+    device: str  # "meta", "cpu", "cuda", "fake:cpu", ...
+    attention_convention: str = "full"  # what OpRecord.flops uses; see ATTENTION_CONVENTIONS
+    storages_preexisting: tuple[tuple[int, int], ...] = ()  # (id, nbytes) alive before
+    storages_freed_at_end: tuple[int, ...] = ()  # freed after the last op, before the end
+
+    @property
+    def flops(self) -> int:
+        """Total FLOPs, causal attention counted in full."""
+        return sum(r.flops for r in self.records)
+
+    @property
+    def flops_causal_halved(self) -> int:
+        """Total FLOPs with causal attention halved (the Megatron-LM convention)."""
+        return sum(r.flops_causal_halved for r in self.records)
+
+    @property
+    def bytes(self) -> int:
+        """Total bytes read and written."""
+        return sum(r.bytes_read + r.bytes_written for r in self.records)

@@ -1,0 +1,121 @@
+"""The roofline time model on op records written out by hand."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pytest
+
+from tensorledger.hardware import get_hardware
+from tensorledger.roofline import ceiling, compute_key_for, predict, predict_op
+
+H100 = get_hardware("h100")  # bf16 989.5e12, fp32 66.9e12, 3.35e12 bytes/s
+
+
+@dataclass(frozen=True)
+class Op:
+    op: str
+    category: str
+    flops: int
+    bytes_read: int
+    bytes_written: int
+    input_dtypes: tuple[str, ...] = ("bf16",)
+    output_dtypes: tuple[str, ...] = ("bf16",)
+    module: str = ""
+    phase: str = "forward"
+
+
+def test_matmul_runs_at_the_tensor_core_peak() -> None:
+    n = 1024
+    mm = Op("aten.mm.default", "matmul", 2 * n**3, 2 * 2 * n * n, 2 * n * n)
+    p = predict_op(0, mm, H100)
+    assert p.compute_key == "bf16"
+    assert p.intensity_flop_per_byte == pytest.approx(2 * n**3 / (6 * n * n))  # n/3 = 341.3
+    assert p.compute_time_s == pytest.approx(2 * n**3 / 989.5e12)
+    assert p.memory_time_s == pytest.approx(6 * n * n / 3.35e12)
+    assert p.bound == "compute" and p.time_s == p.compute_time_s
+
+
+def test_elementwise_runs_on_vector_units() -> None:
+    n = 2**20
+    relu = Op("aten.relu.default", "elementwise", n, 2 * n, 2 * n)
+    p = predict_op(0, relu, H100)
+    assert p.compute_key == "fp32"  # not the bf16 tensor-core peak
+    assert p.intensity_flop_per_byte == 0.25  # n / 4n
+    assert p.bound == "memory" and p.time_s == pytest.approx(4 * n / 3.35e12)
+    assert p.attained_flop_per_s == pytest.approx(n / (4 * n / 3.35e12))  # 0.25 · bandwidth
+
+
+def test_views_are_free_and_overhead_is_added() -> None:
+    view = Op("aten.view.default", "view", 0, 0, 0)
+    assert predict_op(0, view, H100).time_s == 0 and predict_op(0, view, H100).bound == "free"
+    slow = H100.__class__(**{**H100.__dict__, "op_overhead_s": 5e-6})
+    tiny = Op("aten.add.Tensor", "elementwise", 4, 16, 8)
+    p = predict_op(0, tiny, slow)
+    assert p.bound == "overhead"
+    assert p.time_s == pytest.approx(24 / 3.35e12 + 5e-6)
+    assert predict_op(0, view, slow).time_s == 0
+
+
+def test_step_totals_and_mfu() -> None:
+    ops = [Op("aten.mm.default", "matmul", 2 * 512**3, 3 * 512 * 512 * 2, 0, module="a"),
+           Op("aten.relu.default", "elementwise", 512 * 512, 2 * 512 * 512, 2 * 512 * 512,
+              module="b", phase="backward"),
+           Op("aten.t.default", "view", 0, 0, 0, module="a")]
+    result = predict(ops, H100, tokens=512)
+    per_op = [predict_op(i, o, H100).time_s for i, o in enumerate(ops)]
+    assert result.time_s == pytest.approx(sum(per_op))
+    assert result.flops == 2 * 512**3 + 512 * 512
+    assert sum(t.time_s for t in result.by_category) == pytest.approx(result.time_s)
+    assert sum(t.time_s for t in result.by_module) == pytest.approx(result.time_s)
+    assert {t.name for t in result.by_phase} == {"forward", "backward"}
+    assert result.mfu_peak_key == "bf16"
+    assert result.mfu == pytest.approx(result.flops / result.time_s / 989.5e12)
+    assert result.tokens_per_s == pytest.approx(512 / result.time_s)
+
+
+def test_ceiling_and_ridge() -> None:
+    ridge = 989.5e12 / 3.35e12  # ≈ 295.4
+    assert ceiling(H100, "bf16", [1.0, ridge, 1e4]) == pytest.approx(
+        (3.35e12, 989.5e12, 989.5e12))
+    mm = Op("aten.mm.default", "matmul", 1, 1, 0)
+    assert predict_op(0, mm, H100).ridge_flop_per_byte == pytest.approx(ridge)
+    assert round(ridge) == 295
+
+
+def test_chips_without_a_dtype_fall_back() -> None:
+    tpu = get_hardware("tpu-v5e")  # lists bf16 and int8 only
+    relu = Op("aten.relu.default", "elementwise", 10, 40, 40)
+    assert compute_key_for(relu, tpu) == "bf16"
+    v100 = get_hardware("v100")  # no bf16: a bf16 matmul falls back to fp32 there
+    assert compute_key_for(Op("aten.mm.default", "matmul", 1, 1, 1), v100) == "fp32"
+    assert math.isinf(predict_op(0, Op("aten.x", "other", 5, 0, 0), H100).intensity_flop_per_byte)
+
+
+def test_compare_by_position_and_by_name() -> None:
+    from tensorledger.bench.optiming import OpTime
+    from tensorledger.roofline.compare import compare
+
+    n = 1024
+    ops = [Op("aten.mm.default", "matmul", 2 * n**3, 4 * n * n, 2 * n * n),
+           Op("aten.relu.default", "elementwise", n * n, 2 * n * n, 2 * n * n)]
+    prediction = predict(ops, H100)
+    runs = [(OpTime("aten.mm.default", 3e-6), OpTime("aten.relu.default", 1e-6)),
+            (OpTime("aten.mm.default", 5e-6), OpTime("aten.relu.default", 3e-6)),
+            (OpTime("aten.mm.default", 4e-6), OpTime("aten.relu.default", 2e-6))]
+    result = compare(prediction, runs, measured_step_s=8e-6, peak_flop_per_s=989.5e12)
+    assert result.matched_by == "position"
+    by = {c.category: c for c in result.categories}
+    assert by["matmul"].measured_s == pytest.approx(4e-6)  # median of 3, 5, 4 µs
+    assert by["elementwise"].measured_s == pytest.approx(2e-6)  # median of 1, 3, 2 µs
+    assert by["matmul"].error == pytest.approx(by["matmul"].predicted_s / 4e-6 - 1)
+    assert result.unattributed_s == pytest.approx(8e-6 - 6e-6)
+    assert result.error == pytest.approx(prediction.time_s / 8e-6 - 1)
+    assert result.measured_mfu == pytest.approx((2 * n**3 + n * n) / 8e-6 / 989.5e12)
+
+    shuffled = [(OpTime("aten.relu.default", 2e-6), OpTime("aten.mm.default", 4e-6))]
+    by_name = compare(prediction, shuffled, measured_step_s=8e-6, peak_flop_per_s=989.5e12)
+    assert by_name.matched_by == "op name"
+    assert {c.category: c.measured_s for c in by_name.categories} == pytest.approx(
+        {"matmul": 4e-6, "elementwise": 2e-6})
