@@ -9,6 +9,7 @@ import typer
 
 from tensorledger.cli import bench as bench_commands
 from tensorledger.cli import hardware as hardware_commands
+from tensorledger.cli import memory as memory_commands
 from tensorledger.cli import models as models_commands
 from tensorledger.cli import napkin as napkin_commands
 from tensorledger.cli import trace as trace_commands
@@ -27,7 +28,7 @@ app = typer.Typer(
 )
 
 for _module in (napkin_commands, hardware_commands, models_commands, bench_commands,
-                trace_commands):
+                trace_commands, memory_commands):
     _module.register(app)
 
 
