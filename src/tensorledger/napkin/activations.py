@@ -38,7 +38,7 @@ inputs and weights are saved); this closed form covers a model run in its parame
 >>> from tensorledger.napkin.transformer import get_preset
 >>> m = activation_memory(get_preset("gpt2"), batch=1, seq_len=1024, dtype_bytes=4)
 >>> m.per_layer_bytes        # 4·1024·(2·2·768 + 4·768 + 2·3072) + 2·2·4·1024 + 4·12·1024
-60882944
+50397184
 >>> deep_network_activations(1024, 8, 4, "gelu").kept_values   # 2·L·B·D
 65536
 """
