@@ -21,20 +21,19 @@ MODEL, BATCH, SEQ = "llama-3-70b", 1, 8192
 def _child(which: str) -> None:
     import torch
 
+    from tensorledger.memory.timeline import trace_step_memory
     from tensorledger.napkin import get_preset
+    from tensorledger.trace.workload import trace_model
 
     torch.set_num_threads(1)
+    # Imports happen before the clock starts, and are the same for both children.
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     start = time.perf_counter()
     if which == "trace":
-        from tensorledger.trace.workload import trace_model
-
         run = trace_model(MODEL, BATCH, SEQ, "train", "adamw", "meta")
         ops = len(run.trace.records)
         peak = 0
     else:
-        from tensorledger.memory.timeline import trace_step_memory
-
         trace, timeline = trace_step_memory(get_preset(MODEL), BATCH, SEQ, "adamw", "fp32",
                                             "meta")
         ops, peak = len(trace.records), timeline.peak_bytes
