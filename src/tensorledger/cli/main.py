@@ -10,6 +10,7 @@ import typer
 from tensorledger.cli import bench as bench_commands
 from tensorledger.cli import formats as formats_commands
 from tensorledger.cli import hardware as hardware_commands
+from tensorledger.cli import memory as memory_commands
 from tensorledger.cli import models as models_commands
 from tensorledger.cli import napkin as napkin_commands
 from tensorledger.cli import roofline as roofline_commands
@@ -29,7 +30,7 @@ app = typer.Typer(
 )
 
 for _module in (napkin_commands, hardware_commands, models_commands, trace_commands,
-                formats_commands, bench_commands, roofline_commands):
+                memory_commands, roofline_commands, formats_commands, bench_commands):
     _module.register(app)
 
 

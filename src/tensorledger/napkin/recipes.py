@@ -11,17 +11,21 @@ are not per parameter and are left out here (see ``memory``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tensorledger.errors import UnknownNameError
+from tensorledger.errors import InputError, UnknownNameError
 
 __all__ = [
     "OPTIMIZERS",
     "PRECISIONS",
+    "QUANTIZATION_BLOCK",
     "BytesPerParam",
     "Optimizer",
     "Precision",
+    "RecipeBytes",
     "bytes_per_param",
+    "recipe_bytes",
     "resolve_optimizer",
     "resolve_precision",
 ]
@@ -134,3 +138,63 @@ def bytes_per_param(precision: str | Precision, optimizer: str | Optimizer) -> B
     return BytesPerParam(precision=p.name, optimizer=o.name, params_bytes=p.param_bytes,
                          grads_bytes=p.grad_bytes, master_bytes=p.master_bytes,
                          optimizer_bytes=optimizer_bytes, total_bytes=total)
+
+
+#: Values per block of the block-wise quantised (8-bit) optimizers, each block with an fp32 scale.
+QUANTIZATION_BLOCK = 2048
+
+
+@dataclass(frozen=True)
+class RecipeBytes:
+    """The exact bytes of a training step's per-parameter tensors, for given parameter tensors.
+
+    :func:`bytes_per_param` is the per-parameter average; this is the whole sum, with the two
+    terms that are per *tensor* rather than per parameter: PyTorch's fp32 ``step`` counter (one
+    0-dim tensor of 4 bytes per parameter tensor for Adam, AdamW, Adagrad, RMSprop), and the
+    fp32 scale of each block of :data:`QUANTIZATION_BLOCK` values of a quantised state (a tensor
+    of n values has ⌈n / 2048⌉ blocks per state).
+    """
+
+    precision: str
+    optimizer: str
+    n_params: int
+    n_tensors: int
+    params_bytes: int
+    grads_bytes: int
+    master_bytes: int
+    optimizer_bytes: int  # state values + quantisation scales + step counters
+    step_bytes: int  # the step counters alone (included in optimizer_bytes)
+    total_bytes: int
+
+
+def recipe_bytes(precision: str | Precision, optimizer: str | Optimizer,
+                 tensor_numels: Sequence[int]) -> RecipeBytes:
+    """Bytes of parameters, gradients, master copy and optimizer state for these tensors.
+
+    >>> r = recipe_bytes("bf16-fp32-states", "adamw", [1000, 24])   # 2 tensors, 1024 params
+    >>> r.params_bytes, r.grads_bytes, r.optimizer_bytes            # 2·1024, 2·1024, 8·1024 + 4·2
+    (2048, 2048, 8200)
+    >>> recipe_bytes("bf16", "adam8bit", [4096]).optimizer_bytes    # 2·4096 + 2·2·4 + 4
+    8212
+    """
+    p = resolve_precision(precision) if isinstance(precision, str) else precision
+    o = resolve_optimizer(optimizer) if isinstance(optimizer, str) else optimizer
+    numels = [int(n) for n in tensor_numels]
+    if any(n < 0 for n in numels):
+        raise InputError(f"tensor sizes must be >= 0, got {min(numels)}")
+    n_params, n_tensors = sum(numels), len(numels)
+    state_width = p.state_bytes if o.state_bytes is None else o.state_bytes
+    state_values = round(o.states * state_width * n_params)
+    scales = 0
+    if o.scale_bytes_per_param and o.states:
+        blocks = sum(-(-n // QUANTIZATION_BLOCK) for n in numels)
+        scales = o.states * 4 * blocks
+    step = o.step_bytes_per_tensor * n_tensors
+    params = round(p.param_bytes * n_params)
+    grads = round(p.grad_bytes * n_params)
+    master = round(p.master_bytes * n_params)
+    optimizer_bytes = state_values + scales + step
+    return RecipeBytes(precision=p.name, optimizer=o.name, n_params=n_params,
+                       n_tensors=n_tensors, params_bytes=params, grads_bytes=grads,
+                       master_bytes=master, optimizer_bytes=optimizer_bytes, step_bytes=step,
+                       total_bytes=params + grads + master + optimizer_bytes)

@@ -1,0 +1,145 @@
+"""The optimizers of :data:`tensorledger.napkin.OPTIMIZERS` as real ``torch.optim`` objects.
+
+SGD, momentum, Adagrad, RMSprop, Adam and AdamW are PyTorch's own, built with ``foreach=False``
+so a step also runs on the meta device and on fake tensors (the per-tensor loops use only ops
+that have meta kernels; the fp32 ``step`` counters stay on the CPU as PyTorch puts them).  Lion
+and 8-bit Adam are not in PyTorch and are written here, small but real: they keep exactly the
+state their papers describe, which is what the accounting needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch.optim import Optimizer
+
+from tensorledger.napkin.recipes import OPTIMIZERS, QUANTIZATION_BLOCK, resolve_optimizer
+
+__all__ = ["Adam8bit", "Lion", "make_optimizer", "state_tensors"]
+
+Params = Iterable[torch.Tensor]
+
+
+class Lion(Optimizer):
+    """Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"): one momentum.
+
+    update = sign(β1·m + (1−β1)·g); p ← p − lr·(update + wd·p); m ← β2·m + (1−β2)·g.
+    """
+
+    def __init__(self, params: Params, lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.99),
+                 weight_decay: float = 0.0) -> None:
+        super().__init__(params, {"lr": lr, "betas": betas, "weight_decay": weight_decay})
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> None:  # type: ignore[override]
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["exp_avg"] = torch.zeros_like(p)
+                exp_avg = state["exp_avg"]
+                update = exp_avg.lerp(p.grad, 1 - beta1).sign_()
+                p.mul_(1 - group["lr"] * group["weight_decay"])
+                p.add_(update, alpha=-group["lr"])
+                exp_avg.lerp_(p.grad, 1 - beta2)
+
+
+def _quantize(values: torch.Tensor, signed: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block-wise absmax quantisation to 8 bits: codes of values.numel() bytes, one fp32 scale
+    per block of QUANTIZATION_BLOCK values."""
+    flat = values.reshape(-1).float()
+    pad = -flat.numel() % QUANTIZATION_BLOCK
+    blocks = torch.nn.functional.pad(flat, (0, pad)).reshape(-1, QUANTIZATION_BLOCK)
+    absmax = blocks.abs().amax(dim=1).clamp_min(1e-12)
+    levels = 127.0 if signed else 255.0
+    codes = (blocks / absmax[:, None] * levels).round_()
+    codes = codes.to(torch.int8 if signed else torch.uint8).reshape(-1)[: flat.numel()]
+    return codes.reshape(values.shape).clone(), absmax
+
+
+def _dequantize(codes: torch.Tensor, absmax: torch.Tensor, signed: bool) -> torch.Tensor:
+    flat = codes.reshape(-1).float()
+    pad = -flat.numel() % QUANTIZATION_BLOCK
+    blocks = torch.nn.functional.pad(flat, (0, pad)).reshape(-1, QUANTIZATION_BLOCK)
+    levels = 127.0 if signed else 255.0
+    values = blocks * (absmax[:, None] / levels)
+    return values.reshape(-1)[: flat.numel()].reshape(codes.shape)
+
+
+class Adam8bit(Optimizer):
+    """Adam(W) with both moments kept in 8 bits (Dettmers et al. 2022, block-wise quantisation).
+
+    State per parameter tensor: the first moment as int8 codes, the second as uint8 codes, one
+    fp32 absmax per block of 2048 values for each, and PyTorch's fp32 ``step``.  The codes are
+    linear in the block's absmax (the paper uses a dynamic tree map, same bytes, better
+    accuracy); the update is computed in fp32 temporaries that do not outlive the step.
+    """
+
+    def __init__(self, params: Params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0) -> None:
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps,
+                                  "weight_decay": weight_decay})
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> None:  # type: ignore[override]
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.tensor(0.0)
+                    zeros = torch.zeros_like(p, dtype=torch.float32)
+                    state["exp_avg"], state["exp_avg_absmax"] = _quantize(zeros, True)
+                    state["exp_avg_sq"], state["exp_avg_sq_absmax"] = _quantize(zeros, False)
+                state["step"] += 1
+                step = float(state["step"].item())
+                grad = p.grad.float()
+                exp_avg = _dequantize(state["exp_avg"], state["exp_avg_absmax"], True)
+                exp_avg_sq = _dequantize(state["exp_avg_sq"], state["exp_avg_sq_absmax"], False)
+                exp_avg.lerp_(grad, 1 - beta1)
+                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                denom = (exp_avg_sq / (1 - beta2 ** step)).sqrt_().add_(group["eps"])
+                update = exp_avg / (1 - beta1 ** step) / denom
+                p.mul_(1 - group["lr"] * group["weight_decay"])
+                p.add_(update.to(p.dtype), alpha=-group["lr"])
+                state["exp_avg"], state["exp_avg_absmax"] = _quantize(exp_avg, True)
+                state["exp_avg_sq"], state["exp_avg_sq_absmax"] = _quantize(exp_avg_sq, False)
+
+
+def make_optimizer(name: str, params: Params, lr: float = 1e-3) -> Optimizer:
+    """A real optimizer for a napkin optimizer name or alias (``adamw``, ``sgd-momentum``...).
+
+    >>> p = torch.nn.Parameter(torch.ones(3, device="meta"))
+    >>> type(make_optimizer("adamw", [p])).__name__
+    'AdamW'
+    """
+    key = resolve_optimizer(name).name
+    params = list(params)
+    builders: dict[str, Callable[[], Optimizer]] = {
+        "sgd": lambda: torch.optim.SGD(params, lr=lr, foreach=False),
+        "momentum": lambda: torch.optim.SGD(params, lr=lr, momentum=0.9, foreach=False),
+        "adagrad": lambda: torch.optim.Adagrad(params, lr=lr, foreach=False),
+        "rmsprop": lambda: torch.optim.RMSprop(params, lr=lr, foreach=False),
+        "adam": lambda: torch.optim.Adam(params, lr=lr, foreach=False),
+        "adamw": lambda: torch.optim.AdamW(params, lr=lr, weight_decay=0.1, foreach=False),
+        "lion": lambda: Lion(params, lr=lr, weight_decay=0.1),
+        "adam8bit": lambda: Adam8bit(params, lr=lr, weight_decay=0.1),
+    }
+    assert set(builders) == set(OPTIMIZERS), "one builder per napkin optimizer"
+    return builders[key]()
+
+
+def state_tensors(optimizer: Optimizer) -> list[torch.Tensor]:
+    """Every tensor in ``optimizer.state`` (moments, step counters, quantisation scales)."""
+    found: list[torch.Tensor] = []
+    for state in optimizer.state.values():
+        values: dict[str, Any] = state
+        found.extend(v for v in values.values() if isinstance(v, torch.Tensor))
+    return found

@@ -1,0 +1,32 @@
+"""Storage identity: the one place that decides when two tensors share memory.
+
+Two tensors share memory when they are views of one untyped storage; a storage is counted
+once, at its full size (a view keeps the whole storage alive).  The key is the address of
+PyTorch's ``StorageImpl``, which is stable while the storage lives and exists on every device
+(meta and fake storages have no data pointer to compare, but they do have a ``StorageImpl``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["storage_bytes", "storage_key"]
+
+
+def storage_key(tensor: torch.Tensor) -> int:
+    """An id shared by all views of one storage, valid while the storage is alive.
+
+    >>> base = torch.zeros(4, device="meta")
+    >>> storage_key(base) == storage_key(base[1:]), storage_key(base) == storage_key(base.clone())
+    (True, False)
+    """
+    return int(tensor.untyped_storage()._cdata)
+
+
+def storage_bytes(tensor: torch.Tensor) -> int:
+    """Bytes of the whole storage behind ``tensor`` (not just of the view).
+
+    >>> storage_bytes(torch.zeros(4, 8, device="meta")[0])   # the whole 4·8 fp32 storage
+    128
+    """
+    return int(tensor.untyped_storage().nbytes())

@@ -1,0 +1,99 @@
+"""Terminal view and plot of a memory ledger (``tensorledger memory``)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+from rich.console import RenderableType
+from rich.table import Table
+
+from tensorledger.report.files import write_atomic
+from tensorledger.units import format_bytes
+
+__all__ = ["memory_view", "write_memory_plot"]
+
+View = list[RenderableType | str]
+
+_LABELS = {"parameter": "parameters", "gradient": "gradients",
+           "optimizer_state": "optimizer state", "saved_activation": "saved activations",
+           "temporary": "temporaries"}
+
+
+def _b(value: float) -> str:
+    return f"{format_bytes(value, 'auto')} ({format_bytes(value, 'auto-binary')})"
+
+
+def memory_view(ledger: Any) -> View:
+    """Breakdown against the closed forms, the peak, the fit and (asked) checkpointing."""
+    table = Table(title=f"Memory of one training step: {ledger.model}, batch {ledger.batch}, "
+                        f"seq {ledger.seq_len}, {ledger.optimizer}, {ledger.precision}"
+                        f"{', checkpointed' if ledger.checkpointed else ''}",
+                  title_justify="left", header_style="bold")
+    table.add_column("part")
+    table.add_column("measured (traced step)", justify="right")
+    table.add_column("closed form (napkin)", justify="right")
+    recipe, closed = ledger.recipe, ledger.activations_closed_form
+    rows = (("parameters", ledger.params_bytes, recipe.params_bytes),
+            ("gradients", ledger.grads_bytes, recipe.grads_bytes),
+            ("optimizer state (+ master)", ledger.optimizer_state_bytes,
+             recipe.optimizer_bytes + recipe.master_bytes),
+            ("saved activations", ledger.saved_activation_bytes,
+             None if closed is None else closed.total_bytes))
+    for label, measured, predicted in rows:
+        table.add_row(label, _b(measured), "—" if predicted is None else _b(predicted))
+    peak = ledger.timeline.peak
+    view: View = [table]
+    at = f" in {peak.module}" if peak.module else ""
+    view.append(f"peak {_b(ledger.peak_bytes)} after {peak.op} ({peak.phase}{at}); live then: "
+                + ", ".join(f"{_LABELS[c]} {format_bytes(v, 'auto')}"
+                            for c, v in peak.by_category().items() if v))
+    if closed is None:
+        view.append("saved activations under bf16 autocast have no closed form here (autocast "
+                    "keeps bf16 copies of inputs and weights); the measured figure stands alone")
+    if ledger.fit is not None:
+        fit = ledger.fit
+        verdict = "fits" if fit.fits_replicated else "does not fit"
+        view.append(f"{fit.hardware} ({_b(fit.device_memory_bytes)}): the step {verdict} on one "
+                    f"device (peak {format_bytes(fit.replica_peak_bytes, 'auto')})")
+        if fit.count > 1:
+            verdict = "fits" if fit.fits_sharded else "does not fit"
+            view.append(f"× {fit.count} with parameters, gradients and optimizer state fully "
+                        f"sharded (ZeRO-3): {format_bytes(fit.sharded_peak_bytes, 'auto')} per "
+                        f"device, {verdict}")
+    if ledger.deep_relu is not None and ledger.deep_gelu is not None:
+        relu, gelu = ledger.deep_relu, ledger.deep_gelu
+        view.append(
+            "checkpointing each block keeps only the block's input. What it saves depends on "
+            f"what the activation keeps: with GELU {gelu.explanation}, so checkpointing halves "
+            f"it ({gelu.kept_tensors} → {gelu.n_layers} tensors of B·D); with ReLU "
+            f"{relu.explanation}, so it saves almost nothing ({relu.kept_tensors} → "
+            f"{relu.n_layers}). The napkin count, L·B·D, is what checkpointing leaves.")
+    return view
+
+
+def write_memory_plot(ledger: Any, path: str | Path) -> Path:
+    """Live memory by category across the step's ops, stacked; written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = ledger.timeline.points
+    xs = [p.index for p in points]
+    categories = list(_LABELS)
+    ys = [[p.by_category()[c] / 2**30 for p in points] for c in categories]
+    figure, axes = plt.subplots(figsize=(10, 4.5))
+    axes.stackplot(xs, *ys, labels=[_LABELS[c] for c in categories])
+    peak = ledger.timeline.peak
+    axes.axvline(peak.index, color="black", linewidth=0.8, linestyle="--")
+    axes.set_xlabel("op")
+    axes.set_ylabel("live memory (GiB)")
+    axes.set_title(f"{ledger.model}: {ledger.optimizer}, {ledger.precision}, batch "
+                   f"{ledger.batch}, seq {ledger.seq_len}; peak after {peak.op} ({peak.phase})")
+    axes.legend(loc="upper left", fontsize="small")
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format=Path(path).suffix.lstrip(".") or "png", dpi=100)
+    plt.close(figure)
+    return write_atomic(path, buffer.getvalue())

@@ -1,0 +1,17 @@
+"""One intra-op thread for these tests: small tensors on 2 shared cores run far slower with
+threads contending than on one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
