@@ -67,7 +67,8 @@ def comparison_table(result: Comparison) -> View:
     for c in result.categories:
         table.add_row(c.category, str(c.ops), format_duration(c.predicted_s),
                       format_duration(c.measured_s), _error(c.error))
-    table.add_row("(between ops)", "", "", format_duration(result.unattributed_s), "")
+    table.add_row("(between ops: Python, autograd)", "", "",
+                  format_duration(result.unattributed_s), "")
     table.add_row("whole step", "", format_duration(result.predicted_step_s),
                   format_duration(result.measured_step_s), _error(result.error), style="bold")
     return [table,

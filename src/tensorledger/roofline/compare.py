@@ -1,9 +1,9 @@
 """Predicted against measured: per category and for the whole step, with the error shown.
 
-Measured per-op times (from dispatch timing) are matched to the predicted ops by position
-when both runs dispatched the same ops, else by op name.  The whole-step time comes from the
-benchmark harness; what it holds beyond the ops' own times (Python, autograd bookkeeping,
-the timer's own cost) is reported as ``unattributed_s``.
+Measured per-op times (from dispatch timing, or per op name from the profiler) are matched
+to the predicted ops by position when both runs dispatched the same ops, else by op name.
+The whole-step time comes from the benchmark harness; what it holds beyond the ops' own
+times (Python, autograd bookkeeping, module code) is reported as ``unattributed_s``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from tensorledger.costs import lookup
 from tensorledger.roofline.model import RooflinePrediction
 
 __all__ = ["CategoryComparison", "Comparison", "TimedOp", "compare"]
@@ -58,6 +59,15 @@ def _median_times(runs: Sequence[Sequence[TimedOp]]) -> tuple[list[str], list[fl
     return names, [statistics.median(run[i].time_s for run in runs) for i in range(len(names))]
 
 
+def _category(op: str, known: dict[str, str]) -> str:
+    """The category of a measured op: as traced, else by its cost rule (ops the profiler sees
+    inside or around traced ones, such as ``copy_`` inside ``clone``), else ``untraced``."""
+    if op in known:
+        return known[op]
+    rule = lookup(op)
+    return rule.category if rule is not None else "untraced"
+
+
 def compare(prediction: RooflinePrediction, runs: Sequence[Sequence[TimedOp]],
             measured_step_s: float, peak_flop_per_s: float) -> Comparison:
     """Set the prediction beside per-op timing runs and the measured step time."""
@@ -76,9 +86,13 @@ def compare(prediction: RooflinePrediction, runs: Sequence[Sequence[TimedOp]],
     else:
         matched_by = "op name"
         category_of = {o.op: o.category for o in prediction.ops}
+        # the profiler names ops without their overload: "aten.mm" for "aten.mm.default"
+        category_of.update({o.op.rsplit(".", 1)[0]: o.category for o in prediction.ops
+                            if o.op.count(".") >= 2 and o.op.rsplit(".", 1)[0] not in
+                            category_of})
         for run in runs:
             for timed in run:
-                measured[category_of.get(timed.op, "other")] += timed.time_s / len(runs)
+                measured[_category(timed.op, category_of)] += timed.time_s / len(runs)
     categories = tuple(sorted(
         (CategoryComparison(category=c, ops=counts.get(c, 0), predicted_s=predicted.get(c, 0.0),
                             measured_s=measured.get(c, 0.0),

@@ -39,10 +39,10 @@ def roofline_model(model: str, hardware: Hardware, *, batch: int = 8, seq: int =
 
     Without a measurement the step is traced on the meta device; with one it is built on
     ``device``, run once to warm up (optimizer state, allocator, caches), then traced, timed
-    as a whole and timed op by op.
+    as a whole (``measure``) and op by op (the profiler's own time of each op).
     """
     from tensorledger.bench.harness import measure
-    from tensorledger.bench.optiming import time_ops
+    from tensorledger.bench.optiming import profile_ops
     from tensorledger.trace import trace
     from tensorledger.trace.workload import build_workload
 
@@ -60,8 +60,8 @@ def roofline_model(model: str, hardware: Hardware, *, batch: int = 8, seq: int =
         whole = measure(work.run, device=device, budget_s=budget_s, warmup=2,
                         name=f"{work.model} {step}")
         warning = whole.warning
-        runs = time_ops(work.run, device, repeats=timing_runs)
-        comparison = compare(prediction, runs, whole.median_s,
+        per_op = profile_ops(work.run, device, repeats=timing_runs)
+        comparison = compare(prediction, [per_op], whole.median_s,
                              hardware.peak_flop_per_s(prediction.mfu_peak_key))
     return RooflineRun(model=work.model, step=step, batch=batch, seq=seq,
                        device=device if measure_step else "meta", dtype=work.dtype,
