@@ -4,8 +4,9 @@
   peak (2·n³ FLOPs each, the house convention for an n×n×n matmul);
 - memory bandwidth: copy (reads and writes each byte once: 2·size bytes) and triad
   a = b + s·c (3·size bytes) on warm buffers several times the last-level cache; then the
-  same kernels writing new tensors, as eager ops do, over a sweep of sizes (the bandwidth
-  curve the roofline uses: small buffers stream from cache, new outputs cost page faults);
+  same kernels as the ops of a training step run them, over a sweep of sizes: each writes a
+  new tensor and reads inputs last touched long before (rotating through twice the
+  last-level cache).  That sweep is the bandwidth curve the roofline uses;
 - per-op overhead: the median time of an op on a one-element tensor.
 
 The profile is TOML in the catalog's own format, so ``load_hardware_file`` reads it back.
@@ -13,6 +14,7 @@ The profile is TOML in the catalog's own format, so ``load_hardware_file`` reads
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -90,12 +92,18 @@ def _last_level_cache_bytes() -> int:
     return max(sizes, default=32 * 2**20)
 
 
-def _matmul_point(dtype: str, n: int, device: torch.device, budget_s: float) -> MatmulPoint:
+def _matmul_point(dtype: str, n: int, device: torch.device, budget_s: float,
+                  cold_bytes: int = 0) -> MatmulPoint:
+    """An n×n×n matmul; the left operand rotates through ``cold_bytes`` of copies, so it
+    comes from memory as an activation does in a training step, not from a warm cache."""
     torch_dtype = getattr(torch, resolve_dtype(dtype).torch_name or "float32")
-    a = torch.randn(n, n, device=device).to(torch_dtype)
+    operand_bytes = n * n * torch.empty((), dtype=torch_dtype).element_size()
+    lefts = [torch.randn(n, n, device=device).to(torch_dtype)
+             for _ in range(max(1, -(-cold_bytes // operand_bytes)))]
     b = torch.randn(n, n, device=device).to(torch_dtype)
-    result = measure(lambda: a @ b, device=device, budget_s=budget_s, min_repeats=3, warmup=2,
-                     name=f"matmul {dtype} {n}")
+    turn = itertools.cycle(lefts)
+    result = measure(lambda: next(turn) @ b, device=device, budget_s=budget_s, min_repeats=3,
+                     warmup=2, name=f"matmul {dtype} {n}")
     flops = 2 * n**3
     return MatmulPoint(dtype, n, flops, result.median_s, flops / result.median_s)
 
@@ -123,23 +131,31 @@ def _attention_point(seq: int, device: torch.device, budget_s: float) -> MatmulP
 
 
 def _bandwidth_points(device: torch.device, buffer_bytes: int, budget_s: float, *,
-                      fresh: bool) -> tuple[BandwidthPoint, ...]:
-    """Copy and triad over ``buffer_bytes``; ``fresh`` writes a new tensor each time, as eager
-    ops do (on a CPU a fresh buffer costs page faults that a warm one never sees), else the
-    kernels write into a warm buffer (the memory system's own bandwidth)."""
+                      fresh: bool, cold_bytes: int = 0) -> tuple[BandwidthPoint, ...]:
+    """Copy and triad over ``buffer_bytes``.
+
+    ``fresh``: each run writes a new tensor and reads inputs that rotate through at least
+    ``cold_bytes`` of buffers, as the ops of a training step do (their inputs were written
+    long before, their outputs are new); else the kernels reread the same inputs and write
+    into a warm buffer (the memory system's own bandwidth).
+    """
     elements = max(buffer_bytes // 4, 1)
-    a = torch.empty(elements, device=device)
-    b = torch.rand(elements, device=device)
-    c = torch.rand(elements, device=device)
+    size = elements * 4
     if fresh:
-        copy = measure(lambda: b.clone(), device=device, budget_s=budget_s, min_repeats=3)
-        triad = measure(lambda: torch.add(b, c, alpha=3.0), device=device, budget_s=budget_s,
-                        min_repeats=3)
+        pairs = [(torch.rand(elements, device=device), torch.rand(elements, device=device))
+                 for _ in range(max(1, -(-cold_bytes // (2 * size))))]
+        turn = itertools.cycle(pairs)
+        copy = measure(lambda: next(turn)[0].clone(), device=device, budget_s=budget_s,
+                       min_repeats=3)
+        triad = measure(lambda: torch.add(*next(turn), alpha=3.0), device=device,
+                        budget_s=budget_s, min_repeats=3)
     else:
+        a = torch.empty(elements, device=device)
+        b = torch.rand(elements, device=device)
+        c = torch.rand(elements, device=device)
         copy = measure(lambda: a.copy_(b), device=device, budget_s=budget_s, min_repeats=3)
         triad = measure(lambda: torch.add(b, c, alpha=3.0, out=a), device=device,
                         budget_s=budget_s, min_repeats=3)
-    size = elements * 4
     return (BandwidthPoint("copy", size, 2 * size, copy.median_s, 2 * size / copy.median_s,
                            fresh),
             BandwidthPoint("triad", size, 3 * size, triad.median_s, 3 * size / triad.median_s,
@@ -180,11 +196,14 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
                  else (64, 128, 256, 512, 1024, 2048))
     points: list[MatmulPoint] = []
     skipped: list[str] = []
+    # inputs rotate through twice the last-level cache, as a step's activations do; a GPU's
+    # cache is small beside its tensors, so there the same buffers serve
+    cold = 0 if dev.type == "cuda" else 2 * _last_level_cache_bytes()
     for dtype in dtypes:
         for n in sorted(sizes):
             say(f"matmul {dtype} {n}×{n}")
             try:
-                point = _matmul_point(dtype, n, dev, budget_s)
+                point = _matmul_point(dtype, n, dev, budget_s, cold)
             except RuntimeError:  # the device has no kernel for this dtype
                 skipped.append(dtype)
                 break
@@ -210,7 +229,8 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
         for size in sorted({2**16, 2**18, 2**20, 2**22, 2**24, buffer_bytes}):
             if size <= buffer_bytes:
                 say(f"eager-op bandwidth, {size / 2**10:.0f} KiB buffers, new outputs")
-                eager.extend(_bandwidth_points(dev, size, budget_s / 2, fresh=True))
+                eager.extend(_bandwidth_points(dev, size, budget_s / 2, fresh=True,
+                                               cold_bytes=cold))
     say("per-op overhead")
     tiny = torch.ones(1, device=dev)
     overhead = measure(lambda: torch.add(tiny, tiny), device=dev, budget_s=budget_s / 2,
