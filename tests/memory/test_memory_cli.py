@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from tensorledger.models import build_model, get_preset
 from tensorledger.napkin import recipe_bytes
 from tests.conftest import CliResult, assert_one_line_error
@@ -46,3 +48,6 @@ def test_bad_input_is_one_line(cli, tmp_path: Path) -> None:  # type: ignore[no-
     assert_one_line_error(cli("memory", "--model", "tiny", "--seq", "8", "--plot",
                               str(missing)), "does not exist")
     assert not missing.exists()
+    if not torch.cuda.is_available():
+        assert_one_line_error(cli("memory", "--model", "tiny", "--seq", "8", "--device", "cuda"),
+                              "no CUDA device")

@@ -51,6 +51,9 @@ def test_replay_by_hand() -> None:
     assert [p.total_bytes for p in timeline.points] == [1100, 1050, 1060]
     assert timeline.peak.index == 0 and timeline.peak.saved_activation_bytes == 100
     assert [s.storage_id for s in timeline.live_at_peak] == [0, 1]
+    # in 512-byte blocks: 1024 + 512 after op 0; 1024 + 512 (op 1 frees 1, makes 2); + 512
+    assert timeline.allocator_peak_bytes == 1024 + 512 + 512
+    assert timeline.measured_peak_bytes is None  # measured only when the step ran on CUDA
 
 
 def test_traced_peak_agrees_with_memtracker_per_category() -> None:

@@ -25,7 +25,8 @@ def memory_command(
     checkpoint: Annotated[bool, typer.Option(
         "--checkpoint", help="Checkpoint every block, and explain what that saves.")] = False,
     device: Annotated[str, typer.Option(
-        "--device", help="fake (default), meta or cpu: where the step runs.")] = "fake",
+        "--device", help=("fake (default), meta, cpu, or cuda (also measures "
+                             "torch.cuda.max_memory_allocated): where the step runs."))] = "fake",
     plot: Annotated[str | None, typer.Option(
         "--plot", help="Write memory over the step's ops, stacked by category (PNG/SVG).")
     ] = None,

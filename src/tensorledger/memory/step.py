@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from tensorledger.errors import InputError
+from tensorledger.errors import DeviceError, InputError
 from tensorledger.memory.precision import RecipeOptimizer, param_dtype
 from tensorledger.memory.saved import SavedActivations, saved_activations
 from tensorledger.memory.state import StateBytes, measure_state
@@ -31,7 +31,7 @@ from tensorledger.napkin.transformer import TransformerConfig
 __all__ = ["DEVICES", "CheckpointedBlock", "StepMemory", "checkpoint_blocks", "lm_loss",
            "step_device", "transformer_step_memory"]
 
-DEVICES = ("fake", "meta", "cpu")
+DEVICES = ("fake", "meta", "cpu", "cuda")
 
 
 class CheckpointedBlock(nn.Module):
@@ -68,6 +68,8 @@ def step_device(device: str) -> Iterator[str]:
     if device not in DEVICES:
         raise InputError(f"unknown device {device!r} for a memory step; known: "
                          f"{', '.join(DEVICES)}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise DeviceError("no CUDA device is available here; use --device fake, meta or cpu")
     if device != "fake":
         yield device
         return

@@ -16,6 +16,7 @@ have storages with sizes, and that is all it reads.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -31,10 +32,14 @@ from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.trace.recorder import Recorder
 from tensorledger.trace.records import Trace
 
-__all__ = ["CATEGORIES", "LiveStorage", "MemoryTimeline", "TimelinePoint", "build_timeline",
-           "trace_step_memory"]
+__all__ = ["CATEGORIES", "CUDA_BLOCK_BYTES", "LiveStorage", "MemoryTimeline", "TimelinePoint",
+           "build_timeline", "trace_step_memory"]
 
 CATEGORIES = ("parameter", "gradient", "optimizer_state", "saved_activation", "temporary")
+
+#: PyTorch's CUDA caching allocator hands out blocks in multiples of 512 bytes, and
+#: ``torch.cuda.max_memory_allocated`` counts those blocks, not the bytes asked for.
+CUDA_BLOCK_BYTES = 512
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,11 @@ class MemoryTimeline:
     peak: TimelinePoint
     live_at_peak: tuple[LiveStorage, ...]
     storages: int
+    # the peak with every storage rounded up to the CUDA allocator's 512-byte blocks: what
+    # torch.cuda.max_memory_allocated would count for the same storages
+    allocator_peak_bytes: int = 0
+    # torch.cuda.max_memory_allocated over the same step, when it ran on CUDA
+    measured_peak_bytes: int | None = None
 
     @property
     def peak_bytes(self) -> int:
@@ -111,6 +121,8 @@ def build_timeline(trace: Trace, tags: Mapping[int, str], top: int = 12) -> Memo
         live.add(storage)
         totals[tags.get(storage, "temporary")] += nbytes
     start = _point(-1, "", "", "", totals)
+    rounded = sum(_blocks(size[s]) for s in live)
+    allocator_peak = rounded
     points: list[TimelinePoint] = []
     peak, peak_live = start, set(live)
     for record in trace.records:
@@ -118,13 +130,16 @@ def build_timeline(trace: Trace, tags: Mapping[int, str], top: int = 12) -> Memo
             if storage in live:
                 live.discard(storage)
                 totals[tags.get(storage, "temporary")] -= size[storage]
+                rounded -= _blocks(size[storage])
         for storage, nbytes in record.storages_created:
             size[storage] = nbytes
             origin[storage] = (record.op, record.module, record.phase)
             live.add(storage)
             totals[tags.get(storage, "temporary")] += nbytes
+            rounded += _blocks(nbytes)
         point = _point(record.index, record.op, record.phase, record.module, totals)
         points.append(point)
+        allocator_peak = max(allocator_peak, rounded)
         if point.total_bytes > peak.total_bytes:
             peak, peak_live = point, set(live)
     largest = sorted(peak_live, key=lambda s: (-size[s], s))[:top]
@@ -134,7 +149,12 @@ def build_timeline(trace: Trace, tags: Mapping[int, str], top: int = 12) -> Memo
                                        category=tags.get(s, "temporary"), op=origin[s][0],
                                        module=origin[s][1], phase=origin[s][2])
                            for s in largest),
-        storages=len(size))
+        storages=len(size), allocator_peak_bytes=allocator_peak)
+
+
+def _blocks(nbytes: int) -> int:
+    """Bytes the CUDA caching allocator reserves for a request: whole 512-byte blocks."""
+    return -(-nbytes // CUDA_BLOCK_BYTES) * CUDA_BLOCK_BYTES
 
 
 class _TaggingRecorder(Recorder):
@@ -182,6 +202,10 @@ def trace_step_memory(config: TransformerConfig, batch: int, seq_len: int,
                 recorder.tag([tensor], "saved_activation")
             return tensor
 
+        on_cuda = torch.device(target).type == "cuda"
+        if on_cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
         with recorder:
             recorder.tag(params, "parameter")
             with recipe.autocast(torch.device(target).type), \
@@ -194,5 +218,10 @@ def trace_step_memory(config: TransformerConfig, batch: int, seq_len: int,
             recorder.tag(params, "parameter")
             recorder.tag(recipe.master_tensors(), "optimizer_state")
             recorder.tag(recipe.state_tensors(), "optimizer_state")
+        measured = None
+        if on_cuda:
+            torch.cuda.synchronize()
+            measured = int(torch.cuda.max_memory_allocated())
     trace = recorder.trace
-    return trace, build_timeline(trace, recorder.tags)
+    timeline = build_timeline(trace, recorder.tags)
+    return trace, dataclasses.replace(timeline, measured_peak_bytes=measured)

@@ -49,6 +49,18 @@ def memory_view(ledger: Any) -> View:
     view.append(f"peak {_b(ledger.peak_bytes)} after {peak.op} ({peak.phase}{at}); live then: "
                 + ", ".join(f"{_LABELS[c]} {format_bytes(v, 'auto')}"
                             for c, v in peak.by_category().items() if v))
+    timeline = ledger.timeline
+    if timeline.measured_peak_bytes is not None:
+        gap = timeline.measured_peak_bytes - timeline.allocator_peak_bytes
+        view.append(f"on CUDA: torch.cuda.max_memory_allocated {_b(timeline.measured_peak_bytes)}"
+                    f" against the traced peak {_b(ledger.peak_bytes)}, or "
+                    f"{_b(timeline.allocator_peak_bytes)} in the allocator's 512-byte blocks; "
+                    f"the remaining {format_bytes(gap, 'auto')} is memory the kernels take "
+                    "that no op returns (cuBLAS workspace, kernels' scratch)")
+    else:
+        view.append(f"in the CUDA allocator's 512-byte blocks the peak is "
+                    f"{_b(timeline.allocator_peak_bytes)}: what torch.cuda.max_memory_allocated "
+                    "would count for these storages (run with --device cuda to measure)")
     if closed is None:
         view.append("saved activations under bf16 autocast have no closed form here (autocast "
                     "keeps bf16 copies of inputs and weights); the measured figure stands alone")
