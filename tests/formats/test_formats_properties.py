@@ -1,0 +1,59 @@
+"""Hypothesis properties of casts and block quantizers, checked against ml_dtypes and by
+the torch-free scalar rounding (a second code path)."""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tensorledger.formats import cast, quantize_scheme, round_to_format
+
+ML_DTYPES = {"fp8_e4m3fn": ml_dtypes.float8_e4m3fn, "fp8_e5m2": ml_dtypes.float8_e5m2,
+             "fp6_e2m3": ml_dtypes.float6_e2m3fn, "fp6_e3m2": ml_dtypes.float6_e3m2fn,
+             "fp4_e2m1": ml_dtypes.float4_e2m1fn, "bf16": ml_dtypes.bfloat16,
+             "fp16": np.float16}
+
+finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_subnormal=True,
+                   width=32)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(finite, min_size=1, max_size=64), st.sampled_from(sorted(ML_DTYPES)))
+def test_cast_agrees_with_ml_dtypes_and_the_scalar_path(values: list[float], fmt: str) -> None:
+    x = torch.tensor(values, dtype=torch.float32)
+    ours = cast(x, fmt).values.tolist()
+    with np.errstate(over="ignore"):  # overflow to inf is part of what is compared
+        oracle = np.array(values, dtype=np.float32).astype(ML_DTYPES[fmt]).astype(np.float64)
+    scalar = [round_to_format(v, fmt) for v in np.array(values, dtype=np.float32).tolist()]
+    for a, b, c in zip(ours, oracle.tolist(), scalar, strict=True):
+        assert (math.isnan(a) and math.isnan(b)) or a == b, (a, b)
+        assert (math.isnan(a) and math.isnan(c)) or a == c, (a, c)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(finite, min_size=2, max_size=64), st.sampled_from(sorted(ML_DTYPES)))
+def test_cast_is_monotonic_and_idempotent(values: list[float], fmt: str) -> None:
+    x = torch.tensor(sorted(values), dtype=torch.float32)
+    once = cast(x, fmt, saturate=True).values
+    assert bool((once[1:] >= once[:-1]).all())  # rounding never reorders values
+    assert torch.equal(cast(once, fmt, saturate=True).values, once)  # values stay put
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(min_value=1, max_value=8), st.integers(min_value=0, max_value=2**31 - 1),
+       st.sampled_from(["nvfp4", "mxfp4", "mxfp8", "fp8"]))
+def test_block_quantizers_never_grow_a_block_and_keep_zeros(blocks: int, seed: int,
+                                                            scheme: str) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(4, 32 * blocks, generator=generator)
+    x[:, :3] = 0.0
+    result = quantize_scheme(x, scheme)
+    assert result.dequantized.shape == x.shape
+    assert bool((result.dequantized[:, :3] == 0).all())  # zero is exact in every format
+    # no value comes back with the other sign
+    assert bool((result.dequantized * x >= 0).all())
