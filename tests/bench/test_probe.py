@@ -30,7 +30,7 @@ def test_probe_points_and_peaks(small_probe) -> None:  # type: ignore[no-untyped
     assert copy.bytes_moved == 2 * 2**20 and triad.bytes_moved == 3 * 2**20
     assert not copy.fresh_output and all(p.fresh_output for p in eager)
     assert small_probe.memory_bandwidth_bytes_per_s == max(copy.bytes_per_s, triad.bytes_per_s)
-    assert small_probe.op_overhead_s > 0
+    assert small_probe.op_overhead_s > 0 and small_probe.bare_op_overhead_s > 0
     # the eager sweep: 64 KiB, 256 KiB and the 1 MiB main buffer, copy and triad each
     assert [p.buffer_bytes for p in eager] == [2**16, 2**16, 2**18, 2**18, 2**20, 2**20]
     curve = small_probe.curves["bandwidth"]

@@ -7,7 +7,9 @@
   same kernels as the ops of a training step run them, over a sweep of sizes: each writes a
   new tensor and reads inputs last touched long before (rotating through twice the
   last-level cache).  That sweep is the bandwidth curve the roofline uses;
-- per-op overhead: the median time of an op on a one-element tensor.
+- per-op overhead: the time per aten op of a training step on tiny tensors (a stack of 4×4
+  linear layers and ReLUs, forward and backward), where the kernels cost nothing and what is
+  left is dispatch, autograd and module calls; beside it the bare cost of one op.
 
 The profile is TOML in the catalog's own format, so ``load_hardware_file`` reads it back.
 """
@@ -59,7 +61,8 @@ class ProbeResult:
     memory_bytes: int
     dense_flop_per_s: dict[str, float]
     memory_bandwidth_bytes_per_s: float
-    op_overhead_s: float
+    op_overhead_s: float  # per op of a training step: dispatch, autograd, module calls
+    bare_op_overhead_s: float  # one op on a one-element tensor, no autograd
     matmul: tuple[MatmulPoint, ...] = field(default=())
     attention: tuple[MatmulPoint, ...] = field(default=())  # n is the sequence length
     bandwidth: tuple[BandwidthPoint, ...] = field(default=())
@@ -128,6 +131,25 @@ def _attention_point(seq: int, device: torch.device, budget_s: float) -> MatmulP
     flops = sum(r.flops for r in trace(step).records if r.category == "attention")
     result = measure(step, device=device, budget_s=budget_s, min_repeats=3, warmup=1)
     return MatmulPoint("fp32", seq, flops, result.median_s, flops / result.median_s)
+
+
+def _step_overhead(device: torch.device, budget_s: float) -> float:
+    """Seconds per traced op of a forward+backward step whose kernels cost next to nothing."""
+    from tensorledger.trace import trace
+
+    layers: list[torch.nn.Module] = []
+    for _ in range(8):
+        layers += [torch.nn.Linear(4, 4, device=device), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers)
+    x = torch.randn(2, 4, device=device)
+
+    def step() -> None:
+        model(x).sum().backward()
+        for parameter in model.parameters():
+            parameter.grad = None
+
+    ops = len(trace(step).records)
+    return measure(step, device=device, budget_s=budget_s).median_s / ops
 
 
 def _bandwidth_points(device: torch.device, buffer_bytes: int, budget_s: float, *,
@@ -233,8 +255,9 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
                                                cold_bytes=cold))
     say("per-op overhead")
     tiny = torch.ones(1, device=dev)
-    overhead = measure(lambda: torch.add(tiny, tiny), device=dev, budget_s=budget_s / 2,
-                       min_sample_s=1e-4).median_s
+    bare = measure(lambda: torch.add(tiny, tiny), device=dev, budget_s=budget_s / 2,
+                   min_sample_s=1e-4).median_s
+    overhead = _step_overhead(dev, budget_s / 2)
     peaks: dict[str, float] = {}
     for point in points:
         peaks[point.dtype] = max(peaks.get(point.dtype, 0.0), point.flop_per_s)
@@ -247,7 +270,7 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
     return ProbeResult(device=str(dev), name=name, memory_bytes=memory,
                        dense_flop_per_s={resolve_dtype(k).compute: v for k, v in peaks.items()},
                        memory_bandwidth_bytes_per_s=max(p.bytes_per_s for p in bandwidth),
-                       op_overhead_s=overhead, matmul=tuple(points),
+                       op_overhead_s=overhead, bare_op_overhead_s=bare, matmul=tuple(points),
                        attention=tuple(attention),
                        bandwidth=(*bandwidth, *eager), skipped=tuple(skipped), curves=curves)
 
