@@ -191,6 +191,8 @@ def _trim(number: str) -> str:
 
 def format_sci(value: float, digits: int = 4) -> str:
     """A number in scientific notation with ``digits`` significant digits: ``6.3e24``."""
+    if not math.isfinite(value):
+        return str(value)  # "inf", "-inf", "nan"
     if value == 0 or 1e-3 <= abs(value) < 1e4:
         return _trim(f"{value:.{digits}g}")
     mantissa, exponent = f"{value:.{digits - 1}e}".split("e")
@@ -203,10 +205,9 @@ def format_count(value: float, digits: int = 4) -> str:
     """A count with a K/M/B/T suffix below 1e15, scientific above: ``70B``, ``6.3e24``."""
     magnitude = abs(value)
     for suffix, factor in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if 1 <= magnitude / factor < 1000:
+        mantissa = float(f"{value / factor:.{digits}g}")
+        if 1 <= abs(mantissa) < 1000 and magnitude < 1000 * factor:
             return _trim(f"{value / factor:.{digits}g}") + suffix
-    if magnitude >= 1e15:
-        return _trim(f"{value:.{digits}g}")
     return _trim(f"{value:.{digits}g}")
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from tensorledger.bench.harness import Measurement, measure
+from tensorledger.devices import resolve_device
 from tensorledger.dtypes import resolve_dtype
 from tensorledger.errors import DeviceError, InputError
 from tensorledger.hardware import Hardware
@@ -39,9 +40,7 @@ def bench_matmul(n: int, dtype: str = "bf16", device: str = "cpu", *,
     if resolved.torch_name is None:
         raise InputError(f"dtype {dtype!r} has no torch type to multiply in")
     torch_dtype = getattr(torch, resolved.torch_name)
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise DeviceError("no CUDA device is available here; use --device cpu")
+    dev = resolve_device(device, ("cpu", "cuda", "mps", "xpu"))
     a = torch.randn(n, n, device=dev).to(torch_dtype)
     b = torch.randn(n, n, device=dev).to(torch_dtype)
     try:

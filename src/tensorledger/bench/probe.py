@@ -25,8 +25,8 @@ from pathlib import Path
 import torch
 
 from tensorledger.bench.harness import measure
+from tensorledger.devices import resolve_device
 from tensorledger.dtypes import resolve_dtype
-from tensorledger.errors import DeviceError
 
 __all__ = ["BandwidthPoint", "MatmulPoint", "ProbeResult", "probe", "profile_toml"]
 
@@ -206,11 +206,7 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
     ``attention_seqs`` are the sequence lengths at which causal attention (forward and
     backward) is measured (``()`` for none; by default a sweep that suits the device).
     """
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise DeviceError("no CUDA device is available; probe the cpu instead")
-    if dev.type not in ("cpu", "cuda"):
-        raise DeviceError(f"probing {dev.type!r} is not supported; use cpu or cuda")
+    dev = resolve_device(device, ("cpu", "cuda"))
     say = progress or (lambda _: None)
     name, memory = _device_name(dev)
     if sizes is None:

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from tensorledger.cli.common import JSON_HELP, emit
 from tensorledger.hardware import LOCAL, get_hardware, local_profile_path
-from tensorledger.report.files import write_atomic
+from tensorledger.report.files import check_output_path, write_atomic
 
 __all__ = ["register"]
 
@@ -30,12 +30,15 @@ def probe_command(
     from tensorledger.bench import probe, profile_toml
     from tensorledger.report.bench import probe_view
 
+    if output is not None:
+        check_output_path(output, (".toml",))  # refuse it before the minutes of probing
     status = Console(stderr=True)
     result = probe(device, sizes=(64, 128, 256, 512) if quick else None,
                    attention_seqs=(64, 128) if quick else None, budget_s=0.1 if quick else 0.5,
                    progress=lambda step: status.print(f"probing {step} ...", style="dim"))
     target = output or local_profile_path()
-    target.parent.mkdir(parents=True, exist_ok=True)
+    if output is None:
+        target.parent.mkdir(parents=True, exist_ok=True)  # the default place is ours to make
     write_atomic(target, profile_toml(result))
     emit("probe", {"profile_path": str(target), "probe": result}, as_json,
          *probe_view(result, str(target)))

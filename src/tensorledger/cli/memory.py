@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from tensorledger.cli.common import JSON_HELP, emit
+from tensorledger.report.plots import check_figure_path
 
 __all__ = ["register"]
 
@@ -46,6 +47,8 @@ def memory_command(
     for name, value in (("batch", batch), ("seq", seq)):
         if value < 1:
             raise InputError(f"--{name} must be at least 1, got {value}")
+    if plot is not None:
+        check_figure_path(plot)  # refuse a bad path before the work, not after
     ledger = memory_ledger(spec.config, batch, seq, optimizer, precision, device, checkpoint,
                            hardware, count)
     views = memory_view(ledger)

@@ -80,9 +80,10 @@ def time_command(
     n = parse_count(params) if params is not None else None
     d = parse_count(tokens) if tokens is not None else None
     if days is not None:
-        if total is None:
-            total = 6.0 * (n or 0.0) * (d or 0.0)
-        inverse = devices_for_duration(chip, days * 86400.0, mfu, flops=total, dtype=dtype)
+        if count != 1:
+            raise InputError("--days asks how many devices; it does not take --count")
+        inverse = devices_for_duration(chip, parse_duration(f"{days!r}d"), mfu, flops=total,
+                                       params=n, tokens=d, dtype=dtype)
         emit("time", inverse, as_json, *devices_for_duration_view(inverse), *notes)
         return
     result = training_time(chip, count, mfu, flops=total, params=n, tokens=d, dtype=dtype)
@@ -123,6 +124,8 @@ def fit_command(
     chip = get_hardware(hardware)
     bytes_per_param(precision, optimizer)  # validates both names before any arithmetic
     if params is not None:
+        if count != 1:
+            raise InputError("--params asks how many devices; it does not take --count")
         needed = devices_needed(chip, parse_count(params), precision, optimizer)
         emit("fit", needed, as_json, *devices_needed_view(needed))
         return
@@ -134,12 +137,14 @@ def tensor_command(
     shape: Annotated[str, typer.Argument(help="Shape such as 4x8 or 49152x12288.")],
     dtype_arg: Annotated[str | None, typer.Argument(metavar="[DTYPE]",
                                                     help="Element type (or use --dtype).")] = None,
-    dtype: Annotated[str, typer.Option("--dtype", help="Element type: fp32, bf16, fp8, fp4, ...")
-                     ] = "fp32",
+    dtype: Annotated[str | None, typer.Option(
+        "--dtype", help="Element type: fp32 (default), bf16, fp8, fp4, ...")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Memory of one dense tensor: elements × bytes per element."""
-    result = tensor_memory(parse_shape(shape), dtype_arg or dtype)
+    if dtype_arg is not None and dtype is not None and dtype_arg != dtype:
+        raise InputError(f"give the dtype once: {dtype_arg!r} and --dtype {dtype!r}")
+    result = tensor_memory(parse_shape(shape), dtype_arg or dtype or "fp32")
     emit("tensor", result, as_json, *tensor_view(result))
 
 

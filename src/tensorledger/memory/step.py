@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from tensorledger.errors import DeviceError, InputError
+from tensorledger.devices import resolve_device
+from tensorledger.errors import InputError
 from tensorledger.memory.precision import RecipeOptimizer, param_dtype
 from tensorledger.memory.saved import SavedActivations, saved_activations
 from tensorledger.memory.state import StateBytes, measure_state
@@ -68,8 +69,8 @@ def step_device(device: str) -> Iterator[str]:
     if device not in DEVICES:
         raise InputError(f"unknown device {device!r} for a memory step; known: "
                          f"{', '.join(DEVICES)}")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise DeviceError("no CUDA device is available here; use --device fake, meta or cpu")
+    if device == "cuda":
+        resolve_device(device, DEVICES)
     if device != "fake":
         yield device
         return

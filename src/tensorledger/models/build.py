@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from tensorledger.devices import resolve_device
 from tensorledger.errors import InputError
 from tensorledger.models.transformer import TransformerLM
 from tensorledger.napkin.transformer import TransformerConfig
@@ -26,10 +27,7 @@ def build_model(config: TransformerConfig, device: str | torch.device = "meta",
     """
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise InputError(f"parameters need a floating-point dtype, got {dtype!r}")
-    try:
-        target = torch.device(device)
-    except (RuntimeError, TypeError) as error:
-        raise InputError(f"unknown device {device!r}: {error}") from None
+    target = device if isinstance(device, torch.device) else resolve_device(device)
     with torch.device(target):
         return TransformerLM(config, dtype)
 

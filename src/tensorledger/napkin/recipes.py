@@ -76,6 +76,9 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
               "optimizer state, no master copy", 2.0, 2.0, 0.0, 4.0, ("lecture",)),
 )}
 
+#: Values per block of the block-wise quantised (8-bit) optimizers, each block with an fp32 scale.
+QUANTIZATION_BLOCK = 2048
+
 OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
     Optimizer("sgd", "plain SGD: no state", 0),
     Optimizer("momentum", "SGD with momentum: one velocity per parameter", 1,
@@ -91,8 +94,8 @@ OPTIMIZERS: dict[str, Optimizer] = {o.name: o for o in (
     # Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization": both moments in
     # 8 bits, one fp32 absmax per block of 2048 values.
     Optimizer("adam8bit", "8-bit Adam: both moments in 8 bits, one fp32 scale per block of 2048",
-              2, state_bytes=1, scale_bytes_per_param=2 * 4 / 2048, step_bytes_per_tensor=4,
-              aliases=("adamw8bit", "8bit-adam")),
+              2, state_bytes=1, scale_bytes_per_param=2 * 4 / QUANTIZATION_BLOCK,
+              step_bytes_per_tensor=4, aliases=("adamw8bit", "8bit-adam")),
 )}
 
 
@@ -138,10 +141,6 @@ def bytes_per_param(precision: str | Precision, optimizer: str | Optimizer) -> B
     return BytesPerParam(precision=p.name, optimizer=o.name, params_bytes=p.param_bytes,
                          grads_bytes=p.grad_bytes, master_bytes=p.master_bytes,
                          optimizer_bytes=optimizer_bytes, total_bytes=total)
-
-
-#: Values per block of the block-wise quantised (8-bit) optimizers, each block with an fp32 scale.
-QUANTIZATION_BLOCK = 2048
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
 from tensorledger.napkin.arithmetic import Step, check_count, check_fraction, check_positive
 
@@ -33,6 +34,17 @@ def training_flops(params: float, tokens: float) -> float:
     6.3e+24
     """
     return 6.0 * check_positive("params", params) * check_positive("tokens", tokens)
+
+
+def _total_flops(flops: float | None, params: float | None, tokens: float | None) -> Step:
+    """The first step of the working: FLOPs as given, or 6·N·D."""
+    if flops is not None:
+        if params is not None or tokens is not None:
+            raise InputError("give either flops, or params with tokens, not both")
+        return Step("total FLOPs", "given", check_positive("flops", flops), "flops")
+    if params is None or tokens is None:
+        raise InputError("give flops, or params and tokens")
+    return Step("total FLOPs", "6 × params × tokens", training_flops(params, tokens), "flops")
 
 
 @dataclass(frozen=True)
@@ -63,15 +75,9 @@ def training_time(hardware: Hardware, count: int, mfu: float, *, flops: float | 
     """
     check_count("count", count)
     check_fraction("mfu", mfu)
-    steps: list[Step] = []
-    if flops is None:
-        if params is None or tokens is None:
-            raise ValueError("give flops, or params and tokens")
-        flops = training_flops(params, tokens)
-        steps.append(Step("total FLOPs", "6 × params × tokens", flops, "flops"))
-    else:
-        check_positive("flops", flops)
-        steps.append(Step("total FLOPs", "given", flops, "flops"))
+    total = _total_flops(flops, params, tokens)
+    flops = total.value
+    steps = [total]
     peak = hardware.peak_flop_per_s(dtype)
     cluster = peak * mfu * count
     per_day = cluster * SECONDS_PER_DAY
@@ -105,19 +111,22 @@ class DevicesForDuration:
     steps: tuple[Step, ...]
 
 
-def devices_for_duration(hardware: Hardware, duration_s: float, mfu: float, *, flops: float,
-                         dtype: str = "bf16") -> DevicesForDuration:
-    """Devices = ceil(FLOPs / (peak × MFU × duration))."""
+def devices_for_duration(hardware: Hardware, duration_s: float, mfu: float, *,
+                         flops: float | None = None, params: float | None = None,
+                         tokens: float | None = None, dtype: str = "bf16") -> DevicesForDuration:
+    """Devices = ceil(FLOPs / (peak × MFU × duration)); give ``flops``, or ``params`` and
+    ``tokens`` for 6·N·D."""
     check_positive("duration", duration_s)
     check_fraction("mfu", mfu)
-    check_positive("flops", flops)
+    total = _total_flops(flops, params, tokens)
+    flops = total.value
     peak = hardware.peak_flop_per_s(dtype)
     per_device = peak * mfu * duration_s
     exact = flops / per_device
     devices = max(1, math.ceil(exact - 1e-9 * exact))
     actual_days = flops / (peak * mfu * devices) / SECONDS_PER_DAY
     steps = (
-        Step("total FLOPs", "given", flops, "flops"),
+        total,
         Step(f"dense {hardware.compute_key(dtype)} peak per device", hardware.id, peak,
              "flop_per_s"),
         Step("FLOPs one device does in the time", "peak × MFU × duration", per_device, "flops"),

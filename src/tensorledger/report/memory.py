@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
 from rich.console import RenderableType
 from rich.table import Table
 
-from tensorledger.report.files import write_atomic
+from tensorledger.report.plots import new_figure, save_figure
 from tensorledger.units import format_bytes
 
 __all__ = ["memory_view", "write_memory_plot"]
@@ -87,25 +86,18 @@ def memory_view(ledger: Any) -> View:
 
 def write_memory_plot(ledger: Any, path: str | Path) -> Path:
     """Live memory by category across the step's ops, stacked; written atomically."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     points = ledger.timeline.points
     xs = [p.index for p in points]
     categories = list(_LABELS)
-    ys = [[p.by_category()[c] / 2**30 for p in points] for c in categories]
-    figure, axes = plt.subplots(figsize=(10, 4.5))
+    unit, scale = ("GiB", 2**30) if ledger.timeline.peak.total_bytes >= 2**30 else ("MiB", 2**20)
+    ys = [[p.by_category()[c] / scale for p in points] for c in categories]
+    figure, axes = new_figure(10, 4.5)
     axes.stackplot(xs, *ys, labels=[_LABELS[c] for c in categories])
     peak = ledger.timeline.peak
     axes.axvline(peak.index, color="black", linewidth=0.8, linestyle="--")
     axes.set_xlabel("op")
-    axes.set_ylabel("live memory (GiB)")
+    axes.set_ylabel(f"live memory ({unit})")
     axes.set_title(f"{ledger.model}: {ledger.optimizer}, {ledger.precision}, batch "
                    f"{ledger.batch}, seq {ledger.seq_len}; peak after {peak.op} ({peak.phase})")
     axes.legend(loc="upper left", fontsize="small")
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format=Path(path).suffix.lstrip(".") or "png", dpi=100)
-    plt.close(figure)
-    return write_atomic(path, buffer.getvalue())
+    return save_figure(figure, path)

@@ -90,6 +90,8 @@ def tensor_view(result: TensorMemory) -> View:
     return [
         f"{shape} {result.dtype}: {result.elements:,} elements × {result.bits_per_element} bits "
         f"= {result.bytes:,} bytes",
-        f"  = {format_bytes(result.bytes, 'auto')} = {format_bytes(result.bytes, 'MiB')} "
-        f"= {format_bytes(result.bytes, 'auto-binary')}",
+        *([] if result.bytes < 1000 else [" = ".join(dict.fromkeys(
+            (f"  = {format_bytes(result.bytes, 'auto')}",
+             *([format_bytes(result.bytes, "MiB")] if result.bytes >= 2**20 else []),
+             format_bytes(result.bytes, "auto-binary"))))]),
     ]

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from tensorledger.errors import InputError
-from tensorledger.report.files import write_atomic
+from tensorledger.report.files import check_output_path, write_atomic
 
 __all__ = ["FIGURE_SUFFIXES", "check_figure_path", "new_figure", "save_figure"]
 
@@ -16,14 +16,7 @@ FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 
 def check_figure_path(path: str | Path) -> Path:
     """Refuse a figure path we cannot write before any work is done."""
-    target = Path(path)
-    if target.suffix.lower() not in FIGURE_SUFFIXES:
-        raise InputError(f"cannot write a plot to {target}: use a name ending in "
-                         f"{', '.join(FIGURE_SUFFIXES)}")
-    folder = target.parent if str(target.parent) else Path(".")
-    if not folder.is_dir():
-        raise InputError(f"cannot write {target}: folder {folder} does not exist")
-    return target
+    return check_output_path(path, FIGURE_SUFFIXES)
 
 
 def new_figure(width_in: float = 8.0, height_in: float = 5.5) -> tuple[Any, Any]:

@@ -27,7 +27,7 @@ def format_value(value: float, unit: str) -> str:
     if unit == "flops_per_day":
         return f"{format_sci(value)} FLOPs/day"
     if unit == "days":
-        return f"{value:.4g} days"
+        return format_duration(value * 86400.0)
     if unit == "s":
         return format_duration(value)
     if unit == "bytes":

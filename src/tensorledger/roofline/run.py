@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tensorledger.devices import resolve_device
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
 from tensorledger.roofline.compare import Comparison, compare
@@ -48,6 +49,10 @@ def roofline_model(model: str, hardware: Hardware, *, batch: int = 8, seq: int =
 
     if timing_runs < 1:
         raise InputError(f"timing runs must be at least 1, got {timing_runs}")
+    if budget_s < 0:
+        raise InputError(f"--budget must be 0 seconds or more, got {budget_s:g}")
+    if measure_step:
+        resolve_device(device, ("cpu", "cuda"))
     work = build_workload(model, batch, seq, step, optimizer,
                           device if measure_step else "meta", dtype)
     if measure_step:

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from tensorledger.devices import resolve_device
 from tensorledger.dtypes import resolve_dtype
 from tensorledger.errors import InputError, UnknownNameError
 from tensorledger.trace.aggregate import TraceSummary, summarize
@@ -111,6 +112,7 @@ def build_workload(model: str, batch: int = 1, seq: int = 128, step: str = "trai
     for name, value in (("batch", batch), ("seq", seq)):
         if value < 1:
             raise InputError(f"--{name} must be at least 1, got {value}")
+    resolve_device(device)
     spec = load_model_spec(model)
     config = spec.config
     if config is not None and config.positions == "learned" and seq > config.context_length:
