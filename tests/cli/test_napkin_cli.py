@@ -43,7 +43,7 @@ def test_fit(cli) -> None:  # type: ignore[no-untyped-def]
     doc = cli("fit", "--params", "70B", "--hardware", "h100", "--precision", "lecture",
               "--json").json()
     assert doc["devices"] == 11  # 70e9 · 12 / 80e9 = 10.5
-    assert doc["breakdown"]["total_bytes"] == 12
+    assert doc["breakdown"]["total_bytes_per_param"] == 12
 
 
 def test_tensor(cli) -> None:  # type: ignore[no-untyped-def]

@@ -58,7 +58,7 @@ def test_recipe_bytes_agrees_with_bytes_per_param_up_to_per_tensor_terms() -> No
             average = bytes_per_param(precision, optimizer)
             per_tensor = exact.step_bytes
             assert exact.total_bytes - per_tensor == pytest.approx(
-                average.total_bytes * sum(numels), rel=1e-3)
+                average.total_bytes_per_param * sum(numels), rel=1e-3)
 
 
 def test_lecture_recipe_adamw_bytes_by_hand() -> None:

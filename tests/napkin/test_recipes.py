@@ -24,7 +24,7 @@ FP32_STATE = {"sgd": 0, "momentum": 4, "adagrad": 4, "rmsprop": 4, "adam": 8, "a
 
 @pytest.mark.parametrize(("optimizer", "state_bytes"), sorted(FP32_STATE.items()))
 def test_fp32_state_bytes(optimizer: str, state_bytes: int) -> None:
-    assert bytes_per_param("fp32", optimizer).optimizer_bytes == state_bytes
+    assert bytes_per_param("fp32", optimizer).optimizer_bytes_per_param == state_bytes
 
 
 @pytest.mark.parametrize(("precision", "parts"), [
@@ -36,22 +36,25 @@ def test_fp32_state_bytes(optimizer: str, state_bytes: int) -> None:
 ])
 def test_adamw_breakdowns(precision: str, parts: tuple[int, int, int, int]) -> None:
     b = bytes_per_param(precision, "adamw")
-    assert (b.params_bytes, b.grads_bytes, b.master_bytes, b.optimizer_bytes) == parts
-    assert b.total_bytes == sum(parts)
+    assert (b.params_bytes_per_param, b.grads_bytes_per_param, b.master_bytes_per_param,
+            b.optimizer_bytes_per_param) == parts
+    assert b.total_bytes_per_param == sum(parts)
 
 
 def test_every_pair_adds_up() -> None:
     for precision in PRECISIONS:
         for optimizer in OPTIMIZERS:
             b = bytes_per_param(precision, optimizer)
-            assert b.total_bytes == pytest.approx(
-                b.params_bytes + b.grads_bytes + b.master_bytes + b.optimizer_bytes)
+            assert b.total_bytes_per_param == pytest.approx(
+                b.params_bytes_per_param + b.grads_bytes_per_param + b.master_bytes_per_param
+                + b.optimizer_bytes_per_param)
 
 
 def test_eight_bit_adam() -> None:
     # two 1-byte moments plus one fp32 absmax per 2048 values for each: 2 + 2·4/2048
-    assert bytes_per_param("fp32", "adam8bit").optimizer_bytes == pytest.approx(2 + 8 / 2048)
-    assert bytes_per_param("bf16", "adam8bit").optimizer_bytes == pytest.approx(2 + 8 / 2048)
+    for precision in ("fp32", "bf16"):
+        state = bytes_per_param(precision, "adam8bit").optimizer_bytes_per_param
+        assert state == pytest.approx(2 + 8 / 2048)
 
 
 def test_aliases_and_unknown_names() -> None:

@@ -43,11 +43,11 @@ def largest_model(hardware: Hardware, count: int, precision: str, optimizer: str
     check_count("count", count)
     breakdown = bytes_per_param(precision, optimizer)
     memory = hardware.memory_bytes * count
-    params = memory / breakdown.total_bytes
+    params = memory / breakdown.total_bytes_per_param
     steps = (
         Step("memory of all devices", "count × memory per device", memory, "bytes"),
         Step("bytes per parameter", "params + grads + master + optimizer state",
-             breakdown.total_bytes, "bytes_per_param"),
+             breakdown.total_bytes_per_param, "bytes_per_param"),
         Step("largest model", "memory / bytes per parameter", params, "params"),
     )
     return LargestModel(hardware=hardware.id, count=count, memory_bytes=memory,
@@ -71,12 +71,12 @@ def devices_needed(hardware: Hardware, params: float, precision: str, optimizer:
     """Devices = ceil(params × bytes per parameter / memory per device)."""
     check_positive("params", params)
     breakdown = bytes_per_param(precision, optimizer)
-    total = params * breakdown.total_bytes
+    total = params * breakdown.total_bytes_per_param
     exact = total / hardware.memory_bytes
     devices = max(1, math.ceil(exact - 1e-9 * exact))
     steps = (
         Step("bytes per parameter", "params + grads + master + optimizer state",
-             breakdown.total_bytes, "bytes_per_param"),
+             breakdown.total_bytes_per_param, "bytes_per_param"),
         Step("memory for the model", "params × bytes per parameter", total, "bytes"),
         Step("devices needed", "ceil(memory / memory per device)", devices, "devices"),
     )

@@ -5,7 +5,8 @@ master copy (when the working copy is 16-bit), and the optimizer's state values.
 are not per parameter and are left out here (see ``memory``).
 
 >>> b = bytes_per_param("bf16-fp32-states", "adamw")
->>> (b.params_bytes, b.grads_bytes, b.master_bytes, b.optimizer_bytes, b.total_bytes)
+>>> (b.params_bytes_per_param, b.grads_bytes_per_param, b.master_bytes_per_param,
+...  b.optimizer_bytes_per_param, b.total_bytes_per_param)
 (2.0, 2.0, 0.0, 8.0, 12.0)
 """
 
@@ -124,11 +125,11 @@ class BytesPerParam:
 
     precision: str
     optimizer: str
-    params_bytes: float
-    grads_bytes: float
-    master_bytes: float
-    optimizer_bytes: float
-    total_bytes: float
+    params_bytes_per_param: float
+    grads_bytes_per_param: float
+    master_bytes_per_param: float
+    optimizer_bytes_per_param: float
+    total_bytes_per_param: float
 
 
 def bytes_per_param(precision: str | Precision, optimizer: str | Optimizer) -> BytesPerParam:
@@ -138,9 +139,12 @@ def bytes_per_param(precision: str | Precision, optimizer: str | Optimizer) -> B
     state_width = p.state_bytes if o.state_bytes is None else o.state_bytes
     optimizer_bytes = o.states * state_width + (o.scale_bytes_per_param if o.states else 0.0)
     total = p.param_bytes + p.grad_bytes + p.master_bytes + optimizer_bytes
-    return BytesPerParam(precision=p.name, optimizer=o.name, params_bytes=p.param_bytes,
-                         grads_bytes=p.grad_bytes, master_bytes=p.master_bytes,
-                         optimizer_bytes=optimizer_bytes, total_bytes=total)
+    return BytesPerParam(precision=p.name, optimizer=o.name,
+                         params_bytes_per_param=p.param_bytes,
+                         grads_bytes_per_param=p.grad_bytes,
+                         master_bytes_per_param=p.master_bytes,
+                         optimizer_bytes_per_param=optimizer_bytes,
+                         total_bytes_per_param=total)
 
 
 @dataclass(frozen=True)

@@ -60,9 +60,10 @@ def breakdown_table(breakdown: BytesPerParam) -> Table:
                   title_justify="left", header_style="bold")
     for column in ("params", "grads", "master", "optimizer state", "total"):
         table.add_column(column, justify="right")
-    table.add_row(*(f"{v:g}" for v in (breakdown.params_bytes, breakdown.grads_bytes,
-                                       breakdown.master_bytes, breakdown.optimizer_bytes,
-                                       breakdown.total_bytes)))
+    table.add_row(*(f"{v:g}" for v in (
+        breakdown.params_bytes_per_param, breakdown.grads_bytes_per_param,
+        breakdown.master_bytes_per_param, breakdown.optimizer_bytes_per_param,
+        breakdown.total_bytes_per_param)))
     return table
 
 
