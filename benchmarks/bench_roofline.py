@@ -39,8 +39,9 @@ def main() -> None:
           f"{comparison.measured_step_s * 1e3:>14.3f}{comparison.error:>+9.1%}")
     print(json.dumps({
         "benchmark": "roofline_tiny_cpu", "predicted_step_time_s": comparison.predicted_step_s,
-        "measured_step_time_s": comparison.measured_step_s, "error": comparison.error,
-        "target_abs_error": 0.25, "pass": abs(comparison.error) <= 0.25,
+        "measured_step_time_s": comparison.measured_step_s,
+        "relative_error": comparison.error, "target_abs_relative_error": 0.25,
+        "pass": abs(comparison.error) <= 0.25,
         "categories": {c.category: {"predicted_time_s": c.predicted_s,
                                     "measured_time_s": c.measured_s} for c in
                        comparison.categories},

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from tensorledger.cli.common import JSON_HELP, emit
+from tensorledger.errors import InputError
 from tensorledger.hardware import LOCAL, get_hardware, local_profile_path
 from tensorledger.report.files import check_output_path, write_atomic
 
@@ -57,6 +58,8 @@ def matmul_command(
     from tensorledger.bench import bench_matmul
     from tensorledger.report.bench import matmul_view
 
+    if budget < 0:
+        raise InputError(f"--budget must be 0 seconds or more, got {budget:g}")
     spec = get_hardware(hardware) if hardware else None
     probed = get_hardware(LOCAL) if local_profile_path().is_file() else None
     result = bench_matmul(n, dtype, device, hardware=spec, probed=probed, budget_s=budget)

@@ -23,7 +23,8 @@ def trace_command(
     step: Annotated[str, typer.Option(help="forward, forward-backward or train.")] = "train",
     optimizer: Annotated[str, typer.Option(help=(
         "For --step train: sgd, momentum, adagrad, rmsprop, adam or adamw."))] = "adamw",
-    depth: Annotated[int | None, typer.Option(help="Module tree depth shown (all by default).")
+    depth: Annotated[int, typer.Option(help=(
+        "Module tree depth shown: 0 the whole step only, 1 its top modules, ... (default 2)."))
                      ] = 2,
     device: Annotated[str, typer.Option(help=(
         "meta (default: no memory), fake (FakeTensorMode) or cpu (real tensors)."))] = "meta",
@@ -34,7 +35,7 @@ def trace_command(
     from tensorledger.report.trace import trace_view
     from tensorledger.trace.workload import TraceReport, trace_model
 
-    if depth is not None and depth < 0:
+    if depth < 0:
         raise InputError(f"--depth must be 0 or more, got {depth}")
     run = trace_model(model, batch=batch, seq=seq, step=step, optimizer=optimizer,
                       device=device, dtype=dtype)

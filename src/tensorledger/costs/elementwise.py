@@ -108,9 +108,15 @@ def _foreach_rule(cost: int) -> Any:
     return rule
 
 
+#: Reductions that also come in a binary, elementwise form: ``max(a, b)`` (``max.other``).
+_ALSO_BINARY = frozenset({"max", "min"})
+
+
 def _reduction_rule(name: str) -> Any:
     def rule(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> int:
         result = _first_tensor(out)
+        if name in _ALSO_BINARY and len(args) > 1 and hasattr(args[1], "shape"):
+            return numel(result)  # one compare per output element, as maximum(a, b)
         return reduction_flops(name, numel(args[0]), numel(result) if result is not None else 1)
 
     return rule
