@@ -29,8 +29,8 @@ from tensorledger.models.build import build_model
 from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
 from tensorledger.napkin.transformer import TransformerConfig
 
-__all__ = ["DEVICES", "CheckpointedBlock", "StepMemory", "checkpoint_blocks", "lm_loss",
-           "step_device", "transformer_step_memory"]
+__all__ = ["DEVICES", "CheckpointedBlock", "StepMemory", "check_step", "checkpoint_blocks",
+           "lm_loss", "prepare_step", "step_device", "transformer_step_memory"]
 
 DEVICES = ("fake", "meta", "cpu", "cuda")
 
@@ -61,6 +61,28 @@ def lm_loss(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor) -> to
     """Mean next-token cross-entropy of the logits against ``targets``."""
     logits = model(tokens)
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def check_step(batch: int, seq_len: int, optimizer: str, precision: str) -> tuple[str, str]:
+    """Refuse bad sizes and names before anything is built; the canonical names back."""
+    for key, value in (("batch", batch), ("seq_len", seq_len)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"{key} must be a whole number >= 1, got {value!r}")
+    return resolve_optimizer(optimizer).name, resolve_precision(precision).name
+
+
+def prepare_step(config: TransformerConfig, batch: int, seq_len: int, optimizer: str,
+                 precision: str, target: str, checkpointed: bool
+                 ) -> tuple[nn.Module, RecipeOptimizer, torch.Tensor, torch.Tensor]:
+    """The model under the recipe on ``target``, its optimizer, and a batch of tokens and
+    targets: everything one step needs."""
+    model = build_model(config, target, param_dtype(precision))
+    if checkpointed:
+        checkpoint_blocks(model)
+    recipe = RecipeOptimizer(model.parameters(), optimizer, precision)
+    tokens = torch.zeros(batch, seq_len, dtype=torch.long, device=target)
+    targets = torch.zeros(batch, seq_len, dtype=torch.long, device=target)
+    return model, recipe, tokens, targets
 
 
 @contextmanager
@@ -105,18 +127,10 @@ def transformer_step_memory(config: TransformerConfig, batch: int, seq_len: int,
     >>> m.state.params_bytes == m.state.grads_bytes == 4 * m.state.n_params
     True
     """
-    for key, value in (("batch", batch), ("seq_len", seq_len)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(f"{key} must be a whole number >= 1, got {value!r}")
-    optimizer = resolve_optimizer(optimizer).name
-    precision = resolve_precision(precision).name
+    optimizer, precision = check_step(batch, seq_len, optimizer, precision)
     with step_device(device) as target:
-        model = build_model(config, target, param_dtype(precision))
-        if checkpointed:
-            checkpoint_blocks(model)
-        recipe = RecipeOptimizer(model.parameters(), optimizer, precision)
-        tokens = torch.zeros(batch, seq_len, dtype=torch.long, device=target)
-        targets = torch.zeros(batch, seq_len, dtype=torch.long, device=target)
+        model, recipe, tokens, targets = prepare_step(config, batch, seq_len, optimizer,
+                                                      precision, target, checkpointed)
         device_type = torch.device(target).type
         with recipe.autocast(device_type):
             saved, loss = saved_activations(model, lambda: lm_loss(model, tokens, targets))

@@ -23,11 +23,8 @@ from dataclasses import dataclass
 import torch
 
 from tensorledger.errors import InputError
-from tensorledger.memory.precision import RecipeOptimizer, param_dtype
-from tensorledger.memory.step import checkpoint_blocks, lm_loss, step_device
+from tensorledger.memory.step import check_step, lm_loss, prepare_step, step_device
 from tensorledger.memory.storage import storage_key
-from tensorledger.models.build import build_model
-from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
 from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.trace.recorder import Recorder
 from tensorledger.trace.records import Trace
@@ -181,20 +178,12 @@ def trace_step_memory(config: TransformerConfig, batch: int, seq_len: int,
     >>> timeline.peak.parameter_bytes == 4 * parameter_count(get_preset("tiny")).total_params
     True
     """
-    for key, value in (("batch", batch), ("seq_len", seq_len)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(f"{key} must be a whole number >= 1, got {value!r}")
-    optimizer = resolve_optimizer(optimizer).name
-    precision = resolve_precision(precision).name
+    optimizer, precision = check_step(batch, seq_len, optimizer, precision)
     with step_device(device) as target:
-        model = build_model(config, target, param_dtype(precision))
-        if checkpointed:
-            checkpoint_blocks(model)
-        recipe = RecipeOptimizer(model.parameters(), optimizer, precision)
+        model, recipe, tokens, targets = prepare_step(config, batch, seq_len, optimizer,
+                                                      precision, target, checkpointed)
         params = list(recipe.params)
         param_keys = {storage_key(p) for p in params}
-        tokens = torch.zeros(batch, seq_len, dtype=torch.long, device=target)
-        targets = torch.zeros(batch, seq_len, dtype=torch.long, device=target)
         recorder = _TaggingRecorder()
 
         def pack(tensor: torch.Tensor) -> torch.Tensor:
