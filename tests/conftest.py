@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import torch
 
 from tensorledger.cli import main
 
@@ -45,3 +46,16 @@ def assert_one_line_error(result: CliResult, *fragments: str) -> None:
     assert "Traceback" not in result.stderr
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(request: pytest.FixtureRequest) -> Iterator[None]:
+    """One intra-op thread for the model and memory tests: their small tensors on 2 shared
+    cores run far slower with threads contending than on one."""
+    if request.node.path.parent.name not in ("models", "memory"):
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
