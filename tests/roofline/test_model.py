@@ -70,6 +70,9 @@ def test_step_totals_and_mfu() -> None:
     assert result.flops == 2 * 512**3 + 512 * 512
     assert sum(t.time_s for t in result.by_category) == pytest.approx(result.time_s)
     assert sum(t.time_s for t in result.by_module) == pytest.approx(result.time_s)
+    assert sum(t.share_of_step for t in result.by_category) == pytest.approx(1.0)
+    mm = next(t for t in result.by_category if t.name == "matmul")
+    assert mm.share_of_step == pytest.approx(per_op[0] / sum(per_op))
     assert {t.name for t in result.by_phase} == {"forward", "backward"}
     assert result.mfu_peak_key == "bf16"
     assert result.mfu == pytest.approx(result.flops / result.time_s / 989.5e12)

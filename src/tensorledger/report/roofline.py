@@ -25,15 +25,14 @@ CATEGORY_COLOURS = {"matmul": "tab:blue", "attention": "tab:purple", "elementwis
                     "other": "tab:olive", "view": "tab:cyan"}
 
 
-def totals_table(title: str, totals: Sequence[TimeTotal], step_s: float, limit: int = 12
-                 ) -> Table:
+def totals_table(title: str, totals: Sequence[TimeTotal], limit: int = 12) -> Table:
     table = Table(title=title, title_justify="left", header_style="bold")
     for column in ("name", "ops", "FLOPs", "bytes", "predicted", "share", "bound c/m/o"):
         table.add_column(column, justify="left" if column == "name" else "right")
     for total in totals[:limit]:
         table.add_row(total.name or "(root)", str(total.ops), format_sci(total.flops),
                       format_bytes(total.bytes), format_duration(total.time_s),
-                      f"{total.time_s / step_s:.1%}" if step_s else "—",
+                      f"{total.share_of_step:.1%}",
                       f"{total.compute_bound_ops}/{total.memory_bound_ops}/"
                       f"{total.overhead_bound_ops}")
     if len(totals) > limit:
@@ -43,9 +42,9 @@ def totals_table(title: str, totals: Sequence[TimeTotal], step_s: float, limit: 
 
 def prediction_view(prediction: RooflinePrediction) -> View:
     lines: View = [
-        totals_table("Predicted time by category", prediction.by_category, prediction.time_s),
-        totals_table("by phase", prediction.by_phase, prediction.time_s),
-        totals_table("by module (slowest first)", prediction.by_module, prediction.time_s, 8),
+        totals_table("Predicted time by category", prediction.by_category),
+        totals_table("by phase", prediction.by_phase),
+        totals_table("by module (slowest first)", prediction.by_module, 8),
         f"predicted step: {format_duration(prediction.time_s)} for {format_sci(prediction.flops)}"
         f" FLOPs and {format_bytes(prediction.bytes)} moved on {prediction.hardware}; implied "
         f"MFU {prediction.mfu:.3f} against the dense {prediction.mfu_peak_key} peak",

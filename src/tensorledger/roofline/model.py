@@ -144,6 +144,7 @@ class TimeTotal:
     flops: int
     bytes: int
     time_s: float
+    share_of_step: float  # this group's time / the step's time
     compute_bound_ops: int
     memory_bound_ops: int
     overhead_bound_ops: int
@@ -170,8 +171,10 @@ def _totals(ops: Sequence[OpPrediction], key: Callable[[OpPrediction], str]
     groups: dict[str, list[OpPrediction]] = defaultdict(list)
     for op in ops:
         groups[key(op)].append(op)
+    step_s = sum(o.time_s for o in ops)
     totals = [TimeTotal(name=name, ops=len(group), flops=sum(o.flops for o in group),
                         bytes=sum(o.bytes for o in group), time_s=sum(o.time_s for o in group),
+                        share_of_step=sum(o.time_s for o in group) / step_s if step_s else 0.0,
                         compute_bound_ops=sum(o.bound == "compute" for o in group),
                         memory_bound_ops=sum(o.bound == "memory" for o in group),
                         overhead_bound_ops=sum(o.bound == "overhead" for o in group))
