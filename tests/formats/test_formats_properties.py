@@ -57,3 +57,13 @@ def test_block_quantizers_never_grow_a_block_and_keep_zeros(blocks: int, seed: i
     assert bool((result.dequantized[:, :3] == 0).all())  # zero is exact in every format
     # no value comes back with the other sign
     assert bool((result.dequantized * x >= 0).all())
+
+
+def test_comparison_best_is_the_highest_sqnr() -> None:
+    from tensorledger.formats import compare_schemes
+
+    x = torch.randn(64, 64, generator=torch.Generator().manual_seed(0))
+    comparison = compare_schemes(x, ["nvfp4", "mxfp4", "mxfp8"])
+    by_hand = sorted(comparison.results, key=lambda r: -r.error.sqnr_db)[0]
+    assert comparison.best is by_hand
+    assert comparison.best.scheme == "mxfp8"  # 8-bit elements beat 4-bit ones

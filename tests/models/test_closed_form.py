@@ -159,3 +159,14 @@ def test_swiglu_default_hidden_size_is_llamas_rule() -> None:
                                n_heads=32, mlp="swiglu", norm="rmsnorm", bias=False)
     # ⌈8·4096/3⌉ = 10923, rounded up to a multiple of 256 = 11008 (Llama-2-7B)
     assert config.d_ff == 11008
+
+
+def test_shares_add_up_to_one() -> None:
+    from tensorledger.napkin.transformer import get_preset, parameter_count
+
+    count = parameter_count(get_preset("gpt2"))
+    shares = count.shares()
+    assert sum(shares.values()) == pytest.approx(1.0)
+    assert shares["head"] == 0.0  # gpt2 ties its head to the token table
+    assert shares["embeddings"] == pytest.approx(
+        (50257 * 768 + 1024 * 768) / 124_439_808)  # token + position tables / total

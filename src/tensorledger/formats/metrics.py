@@ -94,6 +94,11 @@ class Comparison:
     rounding: str
     results: tuple[SchemeResult, ...]
 
+    @property
+    def best(self) -> SchemeResult:
+        """The scheme with the highest SQNR (the first such one on a tie)."""
+        return max(self.results, key=lambda r: r.error.sqnr_db)
+
 
 def scheme_result(x: torch.Tensor, quantized: Quantized, scheme: Scheme) -> SchemeResult:
     return SchemeResult(

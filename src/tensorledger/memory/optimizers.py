@@ -49,26 +49,28 @@ class Lion(Optimizer):
                 exp_avg.lerp_(p.grad, 1 - beta2)
 
 
+def _blocks(values: torch.Tensor) -> torch.Tensor:
+    """The values as fp32 rows of QUANTIZATION_BLOCK, the last row padded with zeros."""
+    flat = values.reshape(-1).float()
+    pad = -flat.numel() % QUANTIZATION_BLOCK
+    return torch.nn.functional.pad(flat, (0, pad)).reshape(-1, QUANTIZATION_BLOCK)
+
+
 def _quantize(values: torch.Tensor, signed: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Block-wise absmax quantisation to 8 bits: codes of values.numel() bytes, one fp32 scale
     per block of QUANTIZATION_BLOCK values."""
-    flat = values.reshape(-1).float()
-    pad = -flat.numel() % QUANTIZATION_BLOCK
-    blocks = torch.nn.functional.pad(flat, (0, pad)).reshape(-1, QUANTIZATION_BLOCK)
+    blocks = _blocks(values)
     absmax = blocks.abs().amax(dim=1).clamp_min(1e-12)
     levels = 127.0 if signed else 255.0
     codes = (blocks / absmax[:, None] * levels).round_()
-    codes = codes.to(torch.int8 if signed else torch.uint8).reshape(-1)[: flat.numel()]
+    codes = codes.to(torch.int8 if signed else torch.uint8).reshape(-1)[: values.numel()]
     return codes.reshape(values.shape).clone(), absmax
 
 
 def _dequantize(codes: torch.Tensor, absmax: torch.Tensor, signed: bool) -> torch.Tensor:
-    flat = codes.reshape(-1).float()
-    pad = -flat.numel() % QUANTIZATION_BLOCK
-    blocks = torch.nn.functional.pad(flat, (0, pad)).reshape(-1, QUANTIZATION_BLOCK)
     levels = 127.0 if signed else 255.0
-    values = blocks * (absmax[:, None] / levels)
-    return values.reshape(-1)[: flat.numel()].reshape(codes.shape)
+    values = _blocks(codes) * (absmax[:, None] / levels)
+    return values.reshape(-1)[: codes.numel()].reshape(codes.shape)
 
 
 class Adam8bit(Optimizer):

@@ -253,6 +253,10 @@ class ParameterCount:
         return {"embeddings": self.embeddings_params, "attention": self.attention_params,
                 "mlp": self.mlp_params, "norms": self.norms_params, "head": self.head_params}
 
+    def shares(self) -> dict[str, float]:
+        """Part name → its fraction of the total."""
+        return {part: n / self.total_params for part, n in self.parts().items()}
+
 
 def _norm_params(config: TransformerConfig) -> int:
     # LayerNorm has a scale and, with bias, a shift; RMSNorm only a scale.

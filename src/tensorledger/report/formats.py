@@ -116,7 +116,7 @@ def comparison_view(comparison: Comparison) -> View:
                       f"{e.sqnr_db:.2f}", format_sci(e.mean_rel_error, 3),
                       _percent(e.underflow_fraction),
                       _percent(r.saturated_fraction))
-    best = max(comparison.results, key=lambda r: r.error.sqnr_db)
+    best = comparison.best
     return [table, "bits: per value, scales included; packed: bytes of codes and scales",
             f"best SQNR: {best.scheme} at {best.error.sqnr_db:.2f} dB, "
                    f"{best.bits_per_value:.4g} bits per value "

@@ -52,8 +52,9 @@ def _parts_table(count: ParameterCount) -> Table:
                   header_style="bold")
     for column in ("part", "params", "share"):
         table.add_column(column, justify="left" if column == "part" else "right")
+    shares = count.shares()
     for part, params in count.parts().items():
-        table.add_row(part, f"{params:,}", f"{params / count.total_params:.1%}")
+        table.add_row(part, f"{params:,}", f"{shares[part]:.1%}")
     table.add_row("total", f"{count.total_params:,}", "100.0%", style="bold")
     return table
 
