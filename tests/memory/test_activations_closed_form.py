@@ -7,16 +7,16 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tensorledger.memory.saved import saved_activations
-from tensorledger.memory.step import checkpoint_blocks, lm_loss, step_device
 from tensorledger.models import DeepNetwork, build_model
 from tensorledger.napkin import PRESETS, TransformerConfig
 from tensorledger.napkin.activations import activation_memory, deep_network_activations
+from tensorledger.workload.saved import saved_activations
+from tensorledger.workload.step import checkpoint_blocks, lm_loss, placement
 
 
 def _measured(config: TransformerConfig, batch: int, seq: int, dtype: torch.dtype,
               checkpointed: bool = False) -> int:
-    with step_device("fake") as device:
+    with placement("fake") as device:
         model = build_model(config, device, dtype)
         if checkpointed:
             checkpoint_blocks(model)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tensorledger.memory import saved_activations
 from tensorledger.models import DeepNetwork
+from tensorledger.workload.saved import saved_activations
 
 B, D, L = 3, 16, 5
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tensorledger.memory import RecipeOptimizer, make_optimizer, measure_state, param_dtype
-from tensorledger.memory.state import state_after_step
-from tensorledger.memory.step import transformer_step_memory
 from tensorledger.models import build_model, get_preset
 from tensorledger.napkin import OPTIMIZERS, PRECISIONS, bytes_per_param, recipe_bytes
+from tensorledger.workload import resolve_workload
+from tensorledger.workload.measured import measure_step_memory
+from tensorledger.workload.optimizers import make_optimizer
+from tensorledger.workload.precision import RecipeOptimizer, param_dtype
+from tensorledger.workload.state import measure_state, state_after_step
 
 PAIRS = [(o, p) for o in OPTIMIZERS for p in PRECISIONS]
 
@@ -24,7 +26,9 @@ def _expected(model: torch.nn.Module, optimizer: str, precision: str) -> tuple[i
 def test_tiny_full_step_on_cpu_matches_recipe(optimizer: str, precision: str) -> None:
     # A whole real step on CPU tensors: forward (autocast for mixed-bf16), loss, backward, step.
     config = get_preset("tiny")
-    measured = transformer_step_memory(config, 2, 8, optimizer, precision, "cpu").state
+    work = resolve_workload("tiny", batch=2, seq=8, optimizer=optimizer, precision=precision,
+                            device="cpu")
+    measured = measure_step_memory(work).state
     model = build_model(config, "meta")
     assert (measured.params_bytes, measured.grads_bytes, measured.master_bytes,
             measured.optimizer_bytes, measured.total_bytes) == _expected(model, optimizer,

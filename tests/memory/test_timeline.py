@@ -7,23 +7,36 @@ import pytest
 import torch
 from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
 
-from tensorledger.memory.step import lm_loss, transformer_step_memory
-from tensorledger.memory.timeline import build_timeline, trace_step_memory
+from tensorledger.memory.timeline import MemoryTimeline, build_timeline
 from tensorledger.models import build_model, get_preset
 from tensorledger.napkin import parameter_count, recipe_bytes
 from tensorledger.trace.records import OpRecord, Trace
+from tensorledger.workload import resolve_workload, trace_workload
+from tensorledger.workload.measured import measure_step_memory
+from tensorledger.workload.step import lm_loss
+
+
+def step_timeline(batch: int, seq: int, precision: str, device: str,
+                  first: bool = False) -> MemoryTimeline:
+    """The timeline of tiny's steady-state AdamW step (or, with ``first``, its first step)."""
+    run = trace_workload(resolve_workload("tiny", batch=batch, seq=seq, precision=precision,
+                                          device=device), first_step=first)
+    if first:
+        assert run.first_step is not None
+        return build_timeline(run.first_step, run.first_step_tags)
+    return build_timeline(run.trace, run.tags)
 
 
 def test_same_timeline_on_meta_fake_and_cpu() -> None:
-    config = get_preset("tiny")
-    peaks = {device: trace_step_memory(config, 2, 16, "adamw", "fp32", device)[1].peak
-             for device in ("meta", "fake", "cpu")}
-    assert peaks["meta"] == peaks["fake"] == peaks["cpu"]
+    for first in (True, False):
+        peaks = {device: step_timeline(2, 16, "fp32", device, first).peak
+                 for device in ("meta", "fake", "cpu")}
+        assert peaks["meta"] == peaks["fake"] == peaks["cpu"]
 
 
 def test_end_of_step_state_equals_recipe_and_saved_equals_hooks() -> None:
     config = get_preset("tiny")
-    _, timeline = trace_step_memory(config, 2, 16, "adamw", "bf16-master", "fake")
+    timeline = step_timeline(2, 16, "bf16-master", "fake", first=True)
     end = timeline.points[-1]
     numels = [p.numel() for p in build_model(config, "meta").parameters()]
     recipe = recipe_bytes("bf16-master", "adamw", numels)
@@ -32,7 +45,8 @@ def test_end_of_step_state_equals_recipe_and_saved_equals_hooks() -> None:
     assert end.optimizer_state_bytes == recipe.optimizer_bytes + recipe.master_bytes
     # The saved-activation high point (end of forward) is what saved_tensors_hooks counts, up
     # to the int64 ids made before the trace began (one 2·16·8 = 256-byte tensor differs).
-    hooks = transformer_step_memory(config, 2, 16, "adamw", "bf16-master", "fake").saved
+    hooks = measure_step_memory(resolve_workload("tiny", batch=2, seq=16,
+                                                 precision="bf16-master", device="fake")).saved
     high = max(p.saved_activation_bytes for p in timeline.points)
     assert hooks.total_bytes - 256 <= high <= hooks.total_bytes
 
@@ -70,7 +84,7 @@ def test_traced_peak_agrees_with_memtracker_per_category() -> None:
         lm_loss(model, tokens, tokens.clone()).backward()  # type: ignore[no-untyped-call]
         optimizer.step()
     theirs = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]
-    _, timeline = trace_step_memory(config, 4, 32, "adamw", "fp32", "cpu")
+    timeline = step_timeline(4, 32, "fp32", "cpu", first=True)
     ours = timeline.peak
     total = theirs["Total"]
     assert ours.total_bytes == pytest.approx(total, rel=0.05)

@@ -12,7 +12,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from tensorledger.errors import InputError, ModelError
-from tensorledger.models import DeepNetwork, build_model, load_model_spec
+from tensorledger.models import DeepNetwork, build_model
 from tensorledger.napkin import get_preset, parameter_count
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_models.py"
@@ -82,10 +82,14 @@ def test_deep_network_rejects_bad_arguments() -> None:
         DeepNetwork(4, 0)
 
 
-def test_preset_spec_builds_on_meta() -> None:
-    spec = load_model_spec("llama-3-8b")
-    model = spec.build()
-    assert spec.kind == "preset" and all(p.is_meta for p in model.parameters())
+def test_preset_builds_on_meta() -> None:
+    from tensorledger.workload import placement, prepare, resolve_workload
+
+    work = resolve_workload("llama-3-8b", step="forward", precision="fp32", seq=8)
+    assert work.source.kind == "preset" and work.device == "meta"
+    with placement(work.device) as target:
+        model = prepare(work, target).module
+    assert all(p.is_meta for p in model.parameters())
 
 
 def test_llama_405b_meta_build_peak_rss_under_1_gib() -> None:

@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from tensorledger.errors import ConfigError, ModelError, UnknownNameError
-from tensorledger.models import load_hf_config, load_model_spec, model_params
 from tensorledger.napkin import get_preset, parameter_count
+from tensorledger.workload import model_params, placement, resolve_source, resolve_workload
+from tensorledger.workload.hf_config import load_hf_config
+from tensorledger.workload.step import build_module
 from tests.conftest import assert_one_line_error
 
 # Field values of the published Hugging Face configs (gpt2, meta-llama/Meta-Llama-3-8B).
@@ -66,7 +68,7 @@ def test_bad_config_json(tmp_path: Path, data: Any, fragment: str) -> None:
 
 
 def test_missing_config_file(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="no such config file"):
+    with pytest.raises(ConfigError, match=r"cannot read .*absent\.json"):
         load_hf_config(tmp_path / "absent.json")
 
 
@@ -99,45 +101,51 @@ def factory_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_factory_builds_on_meta(factory_file: Path) -> None:
-    spec = load_model_spec(f"{factory_file}:make_model")
-    assert spec.kind == "factory" and spec.config is None and spec.name == "make_model"
-    model = spec.build()
+def _build(text: str, device: str = "fake", precision: str = "fp32") -> torch.nn.Module:
+    work = resolve_workload(text, step="forward", precision=precision, device=device, seq=4)
+    with placement(work.device) as target:
+        return build_module(work, target)[0]
+
+
+def test_factory_builds_on_meta_and_in_the_recipe_dtype(factory_file: Path) -> None:
+    source = resolve_source(f"{factory_file}:make_model")
+    assert source.kind == "factory" and source.config is None and source.name == "make_model"
+    model = _build(f"{factory_file}:make_model", "meta")
     assert all(p.is_meta for p in model.parameters())
     # 10·20 + 20 + 20·3 = 280
     assert model_params(f"{factory_file}:make_model").params == 280
-    real = spec.build("cpu", torch.float64)
-    assert {p.dtype for p in real.parameters()} == {torch.float64}
+    real = _build(f"{factory_file}:make_model", "cpu", "bf16")
+    assert {p.dtype for p in real.parameters()} == {torch.bfloat16}
 
 
 def test_factory_errors_name_the_factory(factory_file: Path) -> None:
     with pytest.raises(ModelError) as raised:
-        load_model_spec(f"{factory_file}:make_broken").build()
-    assert str(raised.value) == ("model factory 'make_broken' raised ValueError: hidden size "
-                                 "must be even")
+        _build(f"{factory_file}:make_broken")
+    assert str(raised.value).startswith(f"the factory {factory_file}:make_broken failed: "
+                                        "ValueError: hidden size must be even (at my_models.py:")
     with pytest.raises(ModelError, match=r"returned int, not a torch\.nn\.Module"):
-        load_model_spec(f"{factory_file}:make_nothing").build()
+        _build(f"{factory_file}:make_nothing")
     with pytest.raises(ModelError, match=r"defines no function 'make_it'.*make_broken"):
-        load_model_spec(f"{factory_file}:make_it")
+        _build(f"{factory_file}:make_it")
 
 
 def test_factory_import_error(tmp_path: Path) -> None:
     path = tmp_path / "broken.py"
     path.write_text("import not_a_module_anywhere\n")
-    with pytest.raises(ModelError, match=r"importing .*broken\.py for factory 'f' "
-                                         r"failed: ModuleNotFoundError"):
-        load_model_spec(f"{path}:f")
+    with pytest.raises(ModelError, match=r"importing .*broken\.py failed: ModuleNotFoundError"):
+        _build(f"{path}:f")
     with pytest.raises(ConfigError, match="not found"):
-        load_model_spec(f"{tmp_path / 'absent.py'}:f")
+        resolve_source(f"{tmp_path / 'absent.py'}:f")
 
 
 def test_resolver_kinds(tmp_path: Path) -> None:
     path = write_json(tmp_path / "gpt2", GPT2_JSON)
-    assert load_model_spec(str(path)).kind == "config.json"
-    assert load_model_spec(str(tmp_path / "gpt2")).kind == "config.json"
-    assert load_model_spec("GPT2").kind == "preset"
+    assert resolve_source(str(path)).kind == "config"
+    assert resolve_source(str(tmp_path / "gpt2")).kind == "config"
+    assert resolve_source(str(path)).config == load_hf_config(path)  # closed forms kept
+    assert resolve_source("GPT2").kind == "preset"
     with pytest.raises(UnknownNameError, match="llama-3-8b"):
-        load_model_spec("llama-7")
+        resolve_source("llama-7")
 
 
 # --------------------------------------------------------------------------------- CLI
@@ -186,19 +194,30 @@ def test_time_with_factory_model(cli: Any, factory_file: Path) -> None:
 @pytest.mark.parametrize(("args", "fragments"), [
     (("time", "--model", "llama-9", "--tokens", "1T"), ("unknown model", "llama-3-8b")),
     (("time", "--model", "gpt2", "--params", "1B", "--tokens", "1T"), ("not both",)),
-    (("models", "nope"), ("unknown model 'nope'",)),
+    (("models", "nope"), ("unknown model", "'nope'")),
 ])
 def test_cli_model_errors(cli: Any, args: tuple[str, ...], fragments: tuple[str, ...]) -> None:
     assert_one_line_error(cli(*args), *fragments)
 
 
 def test_cli_bad_config_json_and_factory(cli: Any, tmp_path: Path, factory_file: Path) -> None:
-    bad = write_json(tmp_path / "bad", {**LLAMA3_JSON, "model_type": "mamba"})
-    assert_one_line_error(cli("models", str(bad)), "unsupported model_type 'mamba'")
+    bad = write_json(tmp_path / "bad", {**LLAMA3_JSON, "model_type": "no-such-model"})
+    assert_one_line_error(cli("models", str(bad)), "model_type 'no-such-model' is not known")
+    assert_one_line_error(cli("time", "--model", f"{factory_file}:make_broken", "--tokens",
+                              "1T"), f"the factory {factory_file}:make_broken failed: "
+                          "ValueError: hidden size must be even")
+
+
+def test_without_the_hf_extra_only_the_reference_families_are_read(
+        cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tensorledger.workload.source as source
+
+    monkeypatch.setattr(source, "hf_available", lambda: False)
+    qwen = write_json(tmp_path / "qwen", {**LLAMA3_JSON, "model_type": "qwen2"})
+    assert_one_line_error(cli("models", str(qwen)), "model_type 'qwen2' needs the Hugging Face "
+                          "extra", "pip install 'tensorledger[hf]'")
     missing = write_json(tmp_path / "missing",
                          {k: v for k, v in GPT2_JSON.items() if k != "n_embd"})
     assert_one_line_error(cli("time", "--model", str(missing), "--tokens", "1T"),
                           "missing field 'n_embd'")
-    assert_one_line_error(cli("time", "--model", f"{factory_file}:make_broken", "--tokens",
-                              "1T"), "model factory 'make_broken' raised ValueError: hidden "
-                          "size must be even")
+    assert resolve_source(str(write_json(tmp_path / "g", GPT2_JSON))).builder == "reference"

@@ -8,14 +8,14 @@ import pytest
 
 from tensorledger.hardware import get_hardware
 from tensorledger.roofline import predict_op
-from tensorledger.trace.workload import trace_model
+from tensorledger.workload import trace_model
 from tests.conftest import assert_one_line_error
 
 
 def test_prediction_json_matches_a_second_path(cli) -> None:  # type: ignore[no-untyped-def]
     doc = cli("roofline", "--model", "tiny", "--batch", "2", "--seq", "16", "--hardware",
               "a100", "--json", "--per-op").json()
-    run = trace_model("tiny", batch=2, seq=16, step="forward-backward", device="meta")
+    run = trace_model("tiny", batch=2, seq=16)  # the CLI's defaults: train, mixed-bf16
     chip = get_hardware("a100")
     expected = [predict_op(i, r, chip).time_s for i, r in enumerate(run.trace.records)]
     assert doc["prediction"]["time_s"] == pytest.approx(sum(expected))
@@ -51,7 +51,7 @@ def test_measure_on_cpu(cli) -> None:  # type: ignore[no-untyped-def]
     (["--plot", "out.gif"], "use a name ending in .png"),
     (["--plot", "/nonexistent/dir/x.png"], "does not exist"),
     (["--step", "sideways"], "unknown step"),
-    (["--batch", "0"], "--batch must be at least 1"),
+    (["--batch", "0"], "--batch must be between 1 and"),
 ])
 def test_errors(cli, tmp_path: Path, args: list[str], fragment: str) -> None:  # type: ignore[no-untyped-def]
     result = cli("roofline", "--model", "tiny", *args)

@@ -13,7 +13,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from tensorledger.napkin.transformer import PRESETS, forward_flops_per_token, get_preset
 from tensorledger.trace import by_module
-from tensorledger.trace.workload import trace_model
+from tensorledger.workload import trace_model
 
 
 def _matmul(run, phase: str, category: str) -> int:  # type: ignore[no-untyped-def]
@@ -23,7 +23,8 @@ def _matmul(run, phase: str, category: str) -> int:  # type: ignore[no-untyped-d
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_traced_matmul_flops_equal_the_closed_form(preset: str) -> None:
     batch, seq = 2, 16
-    run = trace_model(preset, batch=batch, seq=seq, step="forward-backward", device="meta")
+    run = trace_model(preset, batch=batch, seq=seq, step="forward-backward", device="meta",
+                      precision="fp32")
     closed = forward_flops_per_token(get_preset(preset), seq, "full")
     tokens = batch * seq
     forward_linear = _matmul(run, "forward", "matmul")
@@ -41,7 +42,8 @@ def test_traced_matmul_flops_equal_the_closed_form(preset: str) -> None:
 
 def test_llama_3_8b_matmuls_match_flop_counter_on_meta() -> None:
     with FlopCounterMode(display=False) as oracle:
-        run = trace_model("llama-3-8b", batch=1, seq=32, step="forward-backward")
+        run = trace_model("llama-3-8b", batch=1, seq=32, step="forward-backward",
+                          precision="fp32")
     ours: Counter[str] = Counter()
     for r in run.trace.records:
         if r.category == "matmul":
@@ -51,7 +53,7 @@ def test_llama_3_8b_matmuls_match_flop_counter_on_meta() -> None:
 
 
 def test_tiny_counts_identical_on_meta_fake_and_cpu() -> None:
-    runs = [trace_model("tiny", batch=2, seq=8, step="train", device=d)
+    runs = [trace_model("tiny", batch=2, seq=8, step="train", device=d, precision="fp32")
             for d in ("meta", "fake", "cpu")]
     shapes = [[(r.op, r.module, r.phase, r.flops, r.flops_causal_halved, r.bytes_read,
                 r.bytes_written, r.output_shapes) for r in run.trace.records] for run in runs]
@@ -61,11 +63,12 @@ def test_tiny_counts_identical_on_meta_fake_and_cpu() -> None:
 
 
 def test_cli_trace_prints_the_library_counts(cli) -> None:  # type: ignore[no-untyped-def]
-    result = cli("trace", "--model", "tiny", "--batch", "1", "--seq", "8", "--json")
+    result = cli("trace", "--model", "tiny", "--batch", "1", "--seq", "8", "--precision", "fp32",
+                 "--json")
     assert result.code == 0, result.stderr
     document = result.json()
     assert document["schema_version"] == 1
-    run = trace_model("tiny", batch=1, seq=8, step="train", optimizer="adamw")
+    run = trace_model("tiny", batch=1, seq=8, step="train", optimizer="adamw", precision="fp32")
     summary = document["summary"]
     assert summary["flops"] == run.trace.flops
     assert summary["uncovered"] == {}

@@ -1,4 +1,4 @@
-"""``tensorledger memory``: the memory of one training step, measured and in closed form."""
+"""``tensorledger memory``: the memory of one training step, traced and in closed form."""
 
 from __future__ import annotations
 
@@ -7,50 +7,56 @@ from typing import Annotated
 import typer
 
 from tensorledger.cli.common import JSON_HELP, emit
+from tensorledger.cli.workload import (
+    Batch,
+    Checkpoint,
+    Device,
+    Model,
+    Optimizer,
+    Precision,
+    Seq,
+    Step,
+    workload,
+)
 from tensorledger.report.plots import check_figure_path
+from tensorledger.workload.spec import DEFAULTS
 
 __all__ = ["register"]
 
 
 def memory_command(
-    model: Annotated[str, typer.Option("--model", "-m", help="A preset or a config.json.")],
-    batch: Annotated[int, typer.Option("--batch", "-b", help="Sequences per step.")] = 1,
-    seq: Annotated[int, typer.Option("--seq", "-s", help="Tokens per sequence.")] = 1024,
-    optimizer: Annotated[str, typer.Option("--optimizer", help="sgd, adamw, lion, ...")] = "adamw",
-    precision: Annotated[str, typer.Option(
-        "--precision", help="fp32, bf16, mixed-bf16, bf16-master, bf16-fp32-states.")
-    ] = "mixed-bf16",
+    model: Model,
+    batch: Batch = DEFAULTS.batch,
+    seq: Seq = DEFAULTS.seq,
+    step: Step = DEFAULTS.step,
+    precision: Precision = DEFAULTS.precision,
+    optimizer: Optimizer = DEFAULTS.optimizer,
+    device: Device = DEFAULTS.device,
+    checkpoint: Checkpoint = DEFAULTS.checkpoint,
     hardware: Annotated[str | None, typer.Option(
         "--hardware", "-H", help="Say whether the step fits on this device.")] = None,
     count: Annotated[int, typer.Option("--count", "-n", help="Number of devices.")] = 1,
-    checkpoint: Annotated[bool, typer.Option(
-        "--checkpoint", help="Checkpoint every block, and explain what that saves.")] = False,
-    device: Annotated[str, typer.Option(
-        "--device", help=("fake (default), meta, cpu, or cuda (also measures "
-                             "torch.cuda.max_memory_allocated): where the step runs."))] = "fake",
     plot: Annotated[str | None, typer.Option(
         "--plot", help="Write memory over the step's ops, stacked by category (PNG/SVG).")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
-    """Trace one training step and account its memory: parameters, gradients, optimizer
-    state, saved activations, the peak, and whether it fits."""
+    """Trace the steady-state training step and account its memory: parameters, gradients,
+    optimizer state, saved activations, the peak (first step's beside it), and whether it
+    fits."""
     from tensorledger.errors import InputError
-    from tensorledger.memory.ledger import memory_ledger
-    from tensorledger.models.spec import load_model_spec
-    from tensorledger.report.memory import memory_view, write_memory_plot
+    from tensorledger.hardware import get_hardware
 
-    spec = load_model_spec(model)
-    if spec.config is None:
-        raise InputError(f"--model {model!r}: memory needs a preset or a config.json (a "
-                         "factory's module has no tokens and loss to step)")
-    for name, value in (("batch", batch), ("seq", seq)):
-        if value < 1:
-            raise InputError(f"--{name} must be at least 1, got {value}")
+    work = workload(model, batch, seq, step, precision, optimizer, device, checkpoint)
+    if isinstance(count, bool) or count < 1:
+        raise InputError(f"--count must be a whole number >= 1, got {count}")
+    chip = get_hardware(hardware) if hardware is not None else None
     if plot is not None:
         check_figure_path(plot)  # refuse a bad path before the work, not after
-    ledger = memory_ledger(spec.config, batch, seq, optimizer, precision, device, checkpoint,
-                           hardware, count)
+    from tensorledger.ledger.memory import memory_report
+    from tensorledger.report.memory import memory_view, write_memory_plot
+
+    ledger = memory_report(work, chip, count)
     views = memory_view(ledger)
     if plot is not None:
         views.append(f"plot written to {write_memory_plot(ledger, plot)}")

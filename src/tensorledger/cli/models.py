@@ -13,11 +13,11 @@ from tensorledger.napkin.transformer import (
     ParameterCount,
     TransformerConfig,
     forward_flops_per_token,
-    get_preset,
     parameter_count,
     preset_summaries,
 )
-from tensorledger.report.models import model_detail_view, presets_view
+from tensorledger.report.models import model_detail_view, model_params_note, presets_view
+from tensorledger.workload.source import resolve_source
 
 __all__ = ["register"]
 
@@ -32,20 +32,11 @@ class ModelDetail:
     forward_causal_halved: ForwardFlops
 
 
-def _config_of(name: str) -> TransformerConfig:
-    try:
-        return get_preset(name)
-    except KeyError:
-        if not name.endswith(".json"):
-            raise
-    from tensorledger.models.hf import load_hf_config  # torch only on this path
-
-    return load_hf_config(name)
-
-
 def models_command(
     name: Annotated[str | None, typer.Argument(
-        help="A preset or a local config.json: show its parameters and FLOPs by part.")] = None,
+        help=("A preset, a Hugging Face config.json (or a folder holding one), or a factory "
+              "path/to/file.py:make_model: its parameters (and FLOPs by part where the "
+              "reference Transformer's closed forms apply)."))] = None,
     seq_len: Annotated[int | None, typer.Option(
         "--seq-len", help="Sequence length for attention FLOPs (default: the context).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
@@ -55,7 +46,14 @@ def models_command(
         summaries = preset_summaries()
         emit("models", {"presets": summaries}, as_json, *presets_view(summaries))
         return
-    config = _config_of(name)
+    source = resolve_source(name)
+    if source.config is None:  # a factory or an architecture only transformers knows
+        from tensorledger.workload import model_params  # builds it on fake tensors
+
+        params = model_params(source)
+        emit("models", params, as_json, model_params_note(params))
+        return
+    config = source.config
     detail = ModelDetail(config=config, params=parameter_count(config),
                          forward_full=forward_flops_per_token(config, seq_len, "full"),
                          forward_causal_halved=forward_flops_per_token(config, seq_len,

@@ -93,7 +93,7 @@ def time_command(
 def _model_params(text: str) -> ModelParams:
     if text.strip().lower() in PRESETS:
         return preset_params(text)
-    from tensorledger.models import model_params  # torch only for files and factories
+    from tensorledger.workload import model_params  # torch only for HF configs and factories
 
     return model_params(text)
 

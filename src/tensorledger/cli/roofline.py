@@ -10,26 +10,38 @@ from typing import Annotated
 import typer
 
 from tensorledger.cli.common import JSON_HELP, emit
+from tensorledger.cli.workload import (
+    Batch,
+    Checkpoint,
+    Device,
+    Model,
+    Optimizer,
+    Precision,
+    Seq,
+    Step,
+    workload,
+)
 from tensorledger.hardware import get_hardware
 from tensorledger.report.plots import check_figure_path
+from tensorledger.workload.spec import DEFAULTS
 
 __all__ = ["register"]
 
 
 def roofline_command(
-    model: Annotated[str, typer.Option("--model", "-m", help=(
-        "A preset (tiny, gpt2, llama-3-8b, ...), a config.json, or file.py:make_model."))],
+    model: Model,
     hardware: Annotated[str, typer.Option("--hardware", "-H", help=(
         "Catalog chip, a TOML file, or `local` (this machine, as probed)."))] = "h100",
-    batch: Annotated[int, typer.Option(help="Sequences per step.")] = 8,
-    seq: Annotated[int, typer.Option(help="Tokens per sequence.")] = 256,
-    step: Annotated[str, typer.Option(help="forward, forward-backward or train.")
-                    ] = "forward-backward",
-    optimizer: Annotated[str, typer.Option(help="For --step train.")] = "adamw",
-    dtype: Annotated[str, typer.Option(help="Parameter dtype: fp32, bf16, ...")] = "fp32",
+    batch: Batch = DEFAULTS.batch,
+    seq: Seq = DEFAULTS.seq,
+    step: Step = DEFAULTS.step,
+    precision: Precision = DEFAULTS.precision,
+    optimizer: Optimizer = DEFAULTS.optimizer,
+    device: Device = DEFAULTS.device,
+    checkpoint: Checkpoint = DEFAULTS.checkpoint,
     measure: Annotated[bool, typer.Option("--measure", help=(
-        "Run the step for real on --device and show predicted against measured."))] = False,
-    device: Annotated[str, typer.Option(help="Where --measure runs: cpu or cuda.")] = "cpu",
+        "Run the step for real on --device (cpu or cuda) and show predicted against "
+        "measured."))] = False,
     budget: Annotated[float, typer.Option(help="Seconds of timed repeats with --measure.")
                       ] = 2.0,
     plot: Annotated[Path | None, typer.Option(help="Write a roofline plot (.png, .svg).")
@@ -40,17 +52,20 @@ def roofline_command(
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Roofline of one step: each op compute- or memory-bound, predicted time and MFU."""
-    from tensorledger.report.roofline import comparison_table, plot_roofline, prediction_view
-    from tensorledger.roofline.run import roofline_model
-
+    if measure and device == DEFAULTS.device:
+        device = "cpu"  # a measurement runs on real tensors: here, unless told otherwise
+    work = workload(model, batch, seq, step, precision, optimizer, device, checkpoint)
     chip = get_hardware(hardware)
     second = get_hardware(overlay) if overlay else None
     if plot is not None:
         check_figure_path(plot)  # refuse a bad path before the work, not after
-    run = roofline_model(model, chip, batch=batch, seq=seq, step=step, optimizer=optimizer,
-                         dtype=dtype, device=device, measure_step=measure, budget_s=budget)
-    lines = [f"{run.model}, {run.step}, batch {run.batch} × seq {run.seq} ({run.tokens} tokens)"
-             f", {run.dtype}, traced on {run.device}; hardware {chip.id}",
+    from tensorledger.ledger.roofline import roofline_report
+    from tensorledger.report.roofline import comparison_table, plot_roofline, prediction_view
+
+    run = roofline_report(work, chip, measure_step=measure, budget_s=budget)
+    lines = [f"{run.model} (built by {run.built_by}), {run.step}, batch {run.batch} × seq "
+             f"{run.seq} ({run.tokens} tokens), {run.precision}, traced on {run.device}; "
+             f"hardware {chip.id}",
              *prediction_view(run.prediction)]
     if run.uncovered:
         lines.append("ops with no cost rule (counted as 0 FLOPs, 0 bytes): " + ", ".join(

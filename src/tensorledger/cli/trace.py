@@ -8,7 +8,19 @@ from typing import Annotated
 import typer
 
 from tensorledger.cli.common import JSON_HELP, emit
+from tensorledger.cli.workload import (
+    Batch,
+    Checkpoint,
+    Device,
+    Model,
+    Optimizer,
+    Precision,
+    Seq,
+    Step,
+    workload,
+)
 from tensorledger.errors import EinsumError, InputError
+from tensorledger.workload.spec import DEFAULTS
 
 __all__ = ["register"]
 
@@ -16,30 +28,27 @@ JsonOpt = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
 
 
 def trace_command(
-    model: Annotated[str, typer.Option("--model", "-m", help=(
-        "A preset (tiny, gpt2, llama-3-8b, ...), a config.json, or file.py:make_model."))],
-    batch: Annotated[int, typer.Option(help="Sequences per step.")] = 1,
-    seq: Annotated[int, typer.Option(help="Tokens per sequence.")] = 128,
-    step: Annotated[str, typer.Option(help="forward, forward-backward or train.")] = "train",
-    optimizer: Annotated[str, typer.Option(help=(
-        "For --step train: sgd, momentum, adagrad, rmsprop, adam or adamw."))] = "adamw",
+    model: Model,
+    batch: Batch = DEFAULTS.batch,
+    seq: Seq = DEFAULTS.seq,
+    step: Step = DEFAULTS.step,
+    precision: Precision = DEFAULTS.precision,
+    optimizer: Optimizer = DEFAULTS.optimizer,
+    device: Device = DEFAULTS.device,
+    checkpoint: Checkpoint = DEFAULTS.checkpoint,
     depth: Annotated[int, typer.Option(help=(
         "Module tree depth shown: 0 the whole step only, 1 its top modules, ... (default 2)."))
                      ] = 2,
-    device: Annotated[str, typer.Option(help=(
-        "meta (default: no memory), fake (FakeTensorMode) or cpu (real tensors)."))] = "meta",
-    dtype: Annotated[str, typer.Option(help="Parameter dtype: fp32, bf16, ...")] = "fp32",
     as_json: JsonOpt = False,
 ) -> None:
     """Record every aten op of one step: FLOPs and bytes by category, phase and module."""
-    from tensorledger.report.trace import trace_view
-    from tensorledger.trace.workload import TraceReport, trace_model
-
     if depth < 0:
         raise InputError(f"--depth must be 0 or more, got {depth}")
-    run = trace_model(model, batch=batch, seq=seq, step=step, optimizer=optimizer,
-                      device=device, dtype=dtype)
-    report = TraceReport.of(run, depth)
+    work = workload(model, batch, seq, step, precision, optimizer, device, checkpoint)
+    from tensorledger.ledger.trace import trace_report
+    from tensorledger.report.trace import trace_view
+
+    report = trace_report(work, depth)
     emit("trace", report, as_json, *trace_view(report))
 
 

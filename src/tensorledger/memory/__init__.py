@@ -1,33 +1,30 @@
-"""Memory of a training step: per-parameter state under a precision recipe, what autograd
-saves for backward, and (from a trace) the live-memory timeline and its peak.
+"""Memory of a training step, from its trace: the live-memory timeline by category, the peak,
+the ledger of state and activations set beside napkin's closed forms, and whether it fits.
 
-This package imports torch; the closed forms it is checked against live in
-:mod:`tensorledger.napkin.recipes` and :mod:`tensorledger.napkin.activations`.
+A pure analysis: it runs no step (the workload layer traces the step and tags its storages).
 """
 
 from __future__ import annotations
 
-from tensorledger.memory.optimizers import Adam8bit, Lion, make_optimizer, state_tensors
-from tensorledger.memory.precision import RecipeOptimizer, param_dtype
-from tensorledger.memory.saved import ModuleSaved, SavedActivations, SavedTensor, saved_activations
-from tensorledger.memory.state import STATE_CATEGORIES, StateBytes, classify_state, measure_state
-from tensorledger.memory.storage import storage_bytes, storage_key
+from tensorledger.memory.ledger import Fit, MemoryLedger, StepFacts, memory_ledger
+from tensorledger.memory.timeline import (
+    CUDA_BLOCK_BYTES,
+    MEMORY_CATEGORIES,
+    LiveStorage,
+    MemoryTimeline,
+    TimelinePoint,
+    build_timeline,
+)
 
 __all__ = [
-    "STATE_CATEGORIES",
-    "Adam8bit",
-    "Lion",
-    "ModuleSaved",
-    "RecipeOptimizer",
-    "SavedActivations",
-    "SavedTensor",
-    "StateBytes",
-    "classify_state",
-    "make_optimizer",
-    "measure_state",
-    "param_dtype",
-    "saved_activations",
-    "state_tensors",
-    "storage_bytes",
-    "storage_key",
+    "CUDA_BLOCK_BYTES",
+    "MEMORY_CATEGORIES",
+    "Fit",
+    "LiveStorage",
+    "MemoryLedger",
+    "MemoryTimeline",
+    "StepFacts",
+    "TimelinePoint",
+    "build_timeline",
+    "memory_ledger",
 ]

@@ -1,31 +1,33 @@
 """The memory ledger of one training step: state, activations, peak, and whether it fits.
 
-One traced step (see :mod:`.timeline`) gives every figure: the per-parameter state at the end
-of the step, the saved activations at their high point (the end of forward), and the peak with
-its op and phase.  Beside them sit the closed forms they are checked against — napkin's recipe
-bytes and activation memory — and, for ``checkpointed`` steps, the deep-network figures that
-explain why checkpointing pays off with GELU and hardly with ReLU.
+A pure function of a traced step (its records and storage tags, see :mod:`.timeline`): the
+per-parameter state at the end of the step, the saved activations at their high point, and
+the peak with its op and phase — of the steady-state step, when the optimizer state already
+exists, with the first step's peak beside it.  Beside them sit the closed forms they are
+checked against — napkin's recipe bytes and activation memory — and, for checkpointed steps,
+the deep-network figures that explain why checkpointing pays off with GELU and hardly with ReLU.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tensorledger.errors import InputError
-from tensorledger.hardware import get_hardware
-from tensorledger.memory.precision import param_dtype
-from tensorledger.memory.timeline import MemoryTimeline, trace_step_memory
-from tensorledger.models.build import build_model
+from tensorledger.hardware import Hardware
+from tensorledger.memory.timeline import MemoryTimeline, build_timeline
 from tensorledger.napkin.activations import (
     ActivationMemory,
     DeepActivations,
     activation_memory,
     deep_network_activations,
 )
-from tensorledger.napkin.recipes import RecipeBytes, recipe_bytes
+from tensorledger.napkin.recipes import Optimizer, Precision, RecipeBytes, recipe_bytes
 from tensorledger.napkin.transformer import TransformerConfig
+from tensorledger.trace.records import Trace
 
-__all__ = ["Fit", "MemoryLedger", "memory_ledger"]
+__all__ = ["Fit", "MemoryLedger", "StepFacts", "memory_ledger"]
 
 
 @dataclass(frozen=True)
@@ -45,10 +47,27 @@ class Fit:
 
 
 @dataclass(frozen=True)
+class StepFacts:
+    """What the ledger needs to know of the step besides its trace (all plain values)."""
+
+    model: str
+    step: str  # forward, forward-backward or train
+    batch: int
+    seq_len: int
+    precision: Precision
+    optimizer: Optimizer
+    device: str
+    checkpointed: bool
+    param_numels: Sequence[int]  # one entry per parameter tensor, tied ones once
+    config: TransformerConfig | None  # the reference Transformer's, for the closed forms
+
+
+@dataclass(frozen=True)
 class MemoryLedger:
     """Everything ``tensorledger memory`` reports about one step."""
 
     model: str
+    step: str
     batch: int
     seq_len: int
     optimizer: str
@@ -58,68 +77,67 @@ class MemoryLedger:
     params_bytes: int
     grads_bytes: int
     optimizer_state_bytes: int  # the master copy of bf16-master included
-    saved_activation_bytes: int  # the high point, at the end of forward
-    peak_bytes: int
+    saved_activation_bytes: int  # the high point
+    peak_bytes: int  # of the steady-state step (optimizer state already live)
     peak_op: str
     peak_phase: str
     peak_module: str
+    first_step_peak_bytes: int | None  # the very first step's, when traced
     recipe: RecipeBytes  # napkin's prediction of the state
-    activations_closed_form: ActivationMemory | None  # None under autocast (not modelled)
+    activations_closed_form: ActivationMemory | None  # reference models without autocast
     timeline: MemoryTimeline
     fit: Fit | None
     deep_relu: DeepActivations | None  # the checkpointing explanation, when asked
     deep_gelu: DeepActivations | None
 
 
-def memory_ledger(config: TransformerConfig, batch: int, seq_len: int, optimizer: str = "adamw",
-                  precision: str = "mixed-bf16", device: str = "fake",
-                  checkpointed: bool = False, hardware: str | None = None, count: int = 1
-                  ) -> MemoryLedger:
-    """Trace one training step of ``config`` and account its memory.
+def _fit(timeline: MemoryTimeline, chip: Hardware, count: int) -> Fit:
+    peak = timeline.peak
+    state = peak.parameter_bytes + peak.gradient_bytes + peak.optimizer_state_bytes
+    sharded = peak.total_bytes - state + -(-state // count)
+    return Fit(hardware=chip.name, count=count, device_memory_bytes=chip.memory_bytes,
+               replica_peak_bytes=peak.total_bytes,
+               fits_replicated=peak.total_bytes <= chip.memory_bytes,
+               sharded_peak_bytes=sharded, fits_sharded=sharded <= chip.memory_bytes)
 
-    >>> from tensorledger.napkin.transformer import get_preset
-    >>> ledger = memory_ledger(get_preset("tiny"), 1, 8, "adamw", "fp32", "meta")
-    >>> ledger.params_bytes + ledger.grads_bytes + ledger.optimizer_state_bytes == (
-    ...     ledger.recipe.total_bytes)
-    True
-    """
+
+def memory_ledger(trace: Trace, tags: Mapping[int, str], facts: StepFacts, *,
+                  hardware: Hardware | None = None, count: int = 1,
+                  first_step: tuple[Trace, Mapping[int, str]] | None = None,
+                  measured_peak_bytes: int | None = None) -> MemoryLedger:
+    """Account the memory of a traced step (a pure function: nothing runs here)."""
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise InputError(f"count must be a whole number >= 1, got {count!r}")
-    if config.positions == "learned" and seq_len > config.context_length:
-        raise InputError(f"seq {seq_len} is longer than {config.name}'s context of "
-                         f"{config.context_length} (learned positions)")
-    chip = get_hardware(hardware) if hardware is not None else None
-    trace, timeline = trace_step_memory(config, batch, seq_len, optimizer, precision, device,
-                                        checkpointed)
-    del trace
-    end = timeline.points[-1]
-    saved = max(p.saved_activation_bytes for p in timeline.points)
-    numels = [p.numel() for p in build_model(config, "meta").parameters()]
-    recipe = recipe_bytes(precision, optimizer, numels)
+    timeline = dataclasses.replace(build_timeline(trace, tags),
+                                   measured_peak_bytes=measured_peak_bytes)
+    end = timeline.points[-1] if timeline.points else timeline.start
+    saved = max((p.saved_activation_bytes for p in timeline.points), default=0)
+    grads = max((p.gradient_bytes for p in timeline.points), default=0)
+    recipe = recipe_bytes(facts.precision, facts.optimizer, list(facts.param_numels))
     closed = None
-    if recipe.precision != "mixed-bf16":
-        width = 4 if str(param_dtype(precision)) == "torch.float32" else 2
-        closed = activation_memory(config, batch, seq_len, width, checkpointed)
-    fit = None
-    peak = timeline.peak
-    if chip is not None:
-        state = peak.parameter_bytes + peak.gradient_bytes + peak.optimizer_state_bytes
-        sharded = peak.total_bytes - state + -(-state // count)
-        fit = Fit(hardware=chip.name, count=count, device_memory_bytes=chip.memory_bytes,
-                  replica_peak_bytes=peak.total_bytes,
-                  fits_replicated=peak.total_bytes <= chip.memory_bytes,
-                  sharded_peak_bytes=sharded, fits_sharded=sharded <= chip.memory_bytes)
-    deep = {}
-    if checkpointed:
+    if facts.config is not None and facts.precision.name != "mixed-bf16":
+        width = 4 if facts.precision.param_bytes == 4 else 2
+        closed = activation_memory(facts.config, facts.batch, facts.seq_len, width,
+                                   facts.checkpointed)
+    first_peak = None
+    if first_step is not None:
+        first_peak = build_timeline(*first_step).peak.total_bytes
+    deep: dict[str, DeepActivations] = {}
+    if facts.checkpointed and facts.config is not None:
         for activation in ("relu", "gelu"):
-            deep[activation] = deep_network_activations(config.d_model, config.n_layers,
-                                                        batch * seq_len, activation)
-    return MemoryLedger(model=config.name, batch=batch, seq_len=seq_len,
-                        optimizer=recipe.optimizer, precision=recipe.precision, device=device,
-                        checkpointed=checkpointed, params_bytes=end.parameter_bytes,
-                        grads_bytes=end.gradient_bytes,
+            deep[activation] = deep_network_activations(
+                facts.config.d_model, facts.config.n_layers, facts.batch * facts.seq_len,
+                activation)
+    peak = timeline.peak
+    return MemoryLedger(model=facts.model, step=facts.step, batch=facts.batch,
+                        seq_len=facts.seq_len,
+                        optimizer=recipe.optimizer, precision=recipe.precision,
+                        device=facts.device, checkpointed=facts.checkpointed,
+                        params_bytes=end.parameter_bytes, grads_bytes=grads,
                         optimizer_state_bytes=end.optimizer_state_bytes,
                         saved_activation_bytes=saved, peak_bytes=peak.total_bytes,
                         peak_op=peak.op, peak_phase=peak.phase, peak_module=peak.module,
-                        recipe=recipe, activations_closed_form=closed, timeline=timeline,
-                        fit=fit, deep_relu=deep.get("relu"), deep_gelu=deep.get("gelu"))
+                        first_step_peak_bytes=first_peak, recipe=recipe,
+                        activations_closed_form=closed, timeline=timeline,
+                        fit=_fit(timeline, hardware, count) if hardware is not None else None,
+                        deep_relu=deep.get("relu"), deep_gelu=deep.get("gelu"))

@@ -8,31 +8,23 @@ plus what op *i* created.  Each storage carries a category — ``parameter``, ``
 by autograd for backward) or ``temporary`` (everything else: outputs not saved, workspace of
 decomposed ops, the loss) — so the peak comes with what is live at that moment and who made it.
 
-:func:`trace_step_memory` runs one full step under a recorder that also tags the storages:
-parameters, gradients and optimizer state from the model and optimizer, saved activations from
-``saved_tensors_hooks``.  Nothing in this module depends on the device: meta and fake tensors
-have storages with sizes, and that is all it reads.
+The tags come with the trace (see :func:`tensorledger.workload.trace_workload`): parameters,
+gradients and optimizer state from the model and optimizer, saved activations from
+``saved_tensors_hooks``.  Nothing in this module runs a step or depends on the device.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-import torch
-
 from tensorledger.errors import InputError
-from tensorledger.memory.step import check_step, lm_loss, prepare_step, step_device
-from tensorledger.memory.storage import storage_key
-from tensorledger.napkin.transformer import TransformerConfig
-from tensorledger.trace.recorder import Recorder
 from tensorledger.trace.records import Trace
 
-__all__ = ["CATEGORIES", "CUDA_BLOCK_BYTES", "LiveStorage", "MemoryTimeline", "TimelinePoint",
-           "build_timeline", "trace_step_memory"]
+__all__ = ["CUDA_BLOCK_BYTES", "MEMORY_CATEGORIES", "LiveStorage", "MemoryTimeline",
+           "TimelinePoint", "build_timeline"]
 
-CATEGORIES = ("parameter", "gradient", "optimizer_state", "saved_activation", "temporary")
+MEMORY_CATEGORIES = ("parameter", "gradient", "optimizer_state", "saved_activation", "temporary")
 
 #: PyTorch's CUDA caching allocator hands out blocks in multiples of 512 bytes, and
 #: ``torch.cuda.max_memory_allocated`` counts those blocks, not the bytes asked for.
@@ -55,7 +47,7 @@ class TimelinePoint:
     total_bytes: int
 
     def by_category(self) -> dict[str, int]:
-        return {c: int(getattr(self, f"{c}_bytes")) for c in CATEGORIES}
+        return {c: int(getattr(self, f"{c}_bytes")) for c in MEMORY_CATEGORIES}
 
 
 @dataclass(frozen=True)
@@ -104,13 +96,13 @@ def build_timeline(trace: Trace, tags: Mapping[int, str], top: int = 12) -> Memo
 
     A pure function of the trace and the tags: no tensor is touched.
     """
-    unknown = set(tags.values()) - set(CATEGORIES)
+    unknown = set(tags.values()) - set(MEMORY_CATEGORIES)
     if unknown:
         raise InputError(f"unknown memory categories {sorted(unknown)}; known: "
-                         f"{', '.join(CATEGORIES)}")
+                         f"{', '.join(MEMORY_CATEGORIES)}")
     size: dict[int, int] = {}
     origin: dict[int, tuple[str, str, str]] = {}
-    totals = dict.fromkeys(CATEGORIES, 0)
+    totals = dict.fromkeys(MEMORY_CATEGORIES, 0)
     live: set[int] = set()
     for storage, nbytes in trace.storages_preexisting:
         size[storage] = nbytes
@@ -152,65 +144,3 @@ def build_timeline(trace: Trace, tags: Mapping[int, str], top: int = 12) -> Memo
 def _blocks(nbytes: int) -> int:
     """Bytes the CUDA caching allocator reserves for a request: whole 512-byte blocks."""
     return -(-nbytes // CUDA_BLOCK_BYTES) * CUDA_BLOCK_BYTES
-
-
-class _TaggingRecorder(Recorder):
-    """A trace recorder that also remembers which storages are which kind of memory."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.tags: dict[int, str] = {}
-
-    def tag(self, tensors: Iterable[torch.Tensor], category: str) -> None:
-        for tensor in tensors:
-            known = self._live.get(storage_key(tensor))
-            if known is not None:
-                self.tags.setdefault(known[0], category)
-
-
-def trace_step_memory(config: TransformerConfig, batch: int, seq_len: int,
-                      optimizer: str = "adamw", precision: str = "fp32", device: str = "fake",
-                      checkpointed: bool = False) -> tuple[Trace, MemoryTimeline]:
-    """Trace one full training step (forward, loss, backward, optimizer step) and its memory.
-
-    >>> from tensorledger.napkin.transformer import get_preset, parameter_count
-    >>> _, timeline = trace_step_memory(get_preset("tiny"), 1, 8, "sgd", "fp32", "meta")
-    >>> timeline.peak.parameter_bytes == 4 * parameter_count(get_preset("tiny")).total_params
-    True
-    """
-    optimizer, precision = check_step(batch, seq_len, optimizer, precision)
-    with step_device(device) as target:
-        model, recipe, tokens, targets = prepare_step(config, batch, seq_len, optimizer,
-                                                      precision, target, checkpointed)
-        params = list(recipe.params)
-        param_keys = {storage_key(p) for p in params}
-        recorder = _TaggingRecorder()
-
-        def pack(tensor: torch.Tensor) -> torch.Tensor:
-            if storage_key(tensor) not in param_keys:
-                recorder.tag([tensor], "saved_activation")
-            return tensor
-
-        on_cuda = torch.device(target).type == "cuda"
-        if on_cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        with recorder:
-            recorder.tag(params, "parameter")
-            with recipe.autocast(torch.device(target).type), \
-                    torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                loss = lm_loss(model, tokens, targets)
-            loss.backward()  # type: ignore[no-untyped-call]
-            recorder.tag(params, "parameter")
-            recorder.tag((p.grad for p in params if p.grad is not None), "gradient")
-            recipe.step()
-            recorder.tag(params, "parameter")
-            recorder.tag(recipe.master_tensors(), "optimizer_state")
-            recorder.tag(recipe.state_tensors(), "optimizer_state")
-        measured = None
-        if on_cuda:
-            torch.cuda.synchronize()
-            measured = int(torch.cuda.max_memory_allocated())
-    trace = recorder.trace
-    timeline = build_timeline(trace, recorder.tags)
-    return trace, dataclasses.replace(timeline, measured_peak_bytes=measured)

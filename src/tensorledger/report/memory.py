@@ -26,7 +26,7 @@ def _b(value: float) -> str:
 
 def memory_view(ledger: Any) -> View:
     """Breakdown against the closed forms, the peak, the fit and (asked) checkpointing."""
-    table = Table(title=f"Memory of one training step: {ledger.model}, batch {ledger.batch}, "
+    table = Table(title=f"Memory of one {ledger.step} step: {ledger.model}, batch {ledger.batch}, "
                         f"seq {ledger.seq_len}, {ledger.optimizer}, {ledger.precision}"
                         f"{', checkpointed' if ledger.checkpointed else ''}",
                   title_justify="left", header_style="bold")
@@ -45,9 +45,14 @@ def memory_view(ledger: Any) -> View:
     peak = ledger.timeline.peak
     view: View = [table]
     at = f" in {peak.module}" if peak.module else ""
-    view.append(f"peak {_b(ledger.peak_bytes)} after {peak.op} ({peak.phase}{at}); live then: "
+    view.append(f"peak of the steady-state step {_b(ledger.peak_bytes)} after {peak.op} "
+                f"({peak.phase}{at}); live then: "
                 + ", ".join(f"{_LABELS[c]} {format_bytes(v, 'auto')}"
                             for c, v in peak.by_category().items() if v))
+    first = ledger.first_step_peak_bytes
+    if first is not None and first != ledger.peak_bytes:
+        view.append(f"the first step peaks at {_b(first)} (no optimizer state yet until its "
+                    "optimizer step)")
     timeline = ledger.timeline
     if timeline.measured_peak_bytes is not None:
         gap = timeline.measured_peak_bytes - timeline.allocator_peak_bytes

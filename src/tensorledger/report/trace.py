@@ -11,8 +11,8 @@ from tensorledger.units import format_bytes, format_sci
 
 if TYPE_CHECKING:  # the trace package loads torch; `tensorledger einsum` must not
     from tensorledger.costs.einsum import EinsumCost
+    from tensorledger.ledger.trace import TraceReport
     from tensorledger.trace.aggregate import CategoryTotal, ModuleNode, PhaseTotal
-    from tensorledger.trace.workload import TraceReport
 
 __all__ = ["einsum_view", "trace_view"]
 
@@ -65,8 +65,9 @@ def trace_view(report: TraceReport) -> View:
     optimizer = f", optimizer {report.optimizer}" if report.optimizer else ""
     view: View = [
         f"{report.model}: step {report.step}{optimizer}, batch {report.batch} × seq "
-        f"{report.seq} = {report.tokens:,} tokens, {report.params:,} parameters, {report.dtype} "
-        f"on {report.device} (trace device: {s.device})",
+        f"{report.seq} = {report.tokens:,} tokens, {report.params:,} parameters, "
+        f"{report.precision} on {report.device} (trace device: {s.device}); built by "
+        f"{report.built_by}",
         _totals_table("By category", "category", s.by_category),
         _totals_table("By phase", "phase", s.by_phase),
         module_table(s.modules),
@@ -74,6 +75,11 @@ def trace_view(report: TraceReport) -> View:
         f"attention halved; the FLOPs columns count it in {s.attention_convention}), "
         f"{_bytes(s.bytes_read + s.bytes_written)} moved over {s.ops:,} ops",
     ]
+    if s.hand_attention is not None:
+        h = s.hand_attention
+        view.append(f"attention written as bmm + softmax in {len(h.modules)} module(s): its "
+                    f"{h.ops:,} batched matmuls ({_flops(h.flops)} FLOPs) are counted in full; "
+                    "the causal-halved figure does not halve them")
     if s.backward_forward_ratio == s.backward_forward_ratio:  # not nan
         view.append(f"backward / forward FLOPs: {s.backward_forward_ratio:.3f}")
     if s.six_n_d is not None:

@@ -16,6 +16,7 @@ from tensorledger.trace.records import PHASES, ROOT, OpRecord, Trace
 
 __all__ = [
     "CategoryTotal",
+    "HandAttention",
     "ModuleNode",
     "PhaseTotal",
     "SixND",
@@ -24,6 +25,7 @@ __all__ = [
     "by_category",
     "by_module",
     "by_phase",
+    "hand_attention",
     "summarize",
     "versus_6nd",
 ]
@@ -103,6 +105,35 @@ class TraceSummary:
     modules: ModuleNode
     uncovered: dict[str, int]
     six_n_d: SixND | None
+    hand_attention: HandAttention | None = None  # attention written as bmm + softmax
+
+
+#: Softmax ops: a module that runs one beside batched matmuls computes attention by hand.
+_SOFTMAX = ("aten._softmax.", "aten._safe_softmax.", "aten.softmax.")
+_BATCHED = ("aten.bmm.", "aten.baddbmm.")
+
+
+@dataclass(frozen=True)
+class HandAttention:
+    """Attention written as ``bmm`` + softmax (eager attention, HF GPT-2 in training): its
+    score and value products are plain batched matmuls, so ``flops_causal_halved`` does not
+    halve them.  Recognised per module: the batched matmuls (forward and backward) of every
+    module whose own forward ops include a softmax."""
+
+    modules: tuple[str, ...]
+    ops: int
+    flops: int  # counted in full in both conventions
+
+
+def hand_attention(trace: Trace) -> HandAttention | None:
+    """The batched matmuls of attention written by hand, or ``None`` when there are none."""
+    modules = {r.module for r in trace.records
+               if r.phase == "forward" and r.op.startswith(_SOFTMAX)}
+    products = [r for r in trace.records if r.module in modules and r.op.startswith(_BATCHED)]
+    if not products:
+        return None
+    return HandAttention(modules=tuple(sorted(modules)), ops=len(products),
+                         flops=sum(r.flops for r in products))
 
 
 def _sums(records: Iterable[OpRecord]) -> tuple[int, int, int, int, int]:
@@ -212,4 +243,5 @@ def summarize(trace: Trace, depth: int | None = None, params: int | None = None,
         modules=by_module(trace, depth),
         uncovered=dict(trace.uncovered),
         six_n_d=versus_6nd(trace, params, tokens) if params and tokens else None,
+        hand_attention=hand_attention(trace),
     )

@@ -1,6 +1,10 @@
-"""A Hugging Face ``config.json`` on local disk → :class:`TransformerConfig`.  Nothing is fetched.
+"""A Hugging Face ``config.json`` of a family the reference Transformer shares → its
+:class:`TransformerConfig` (torch-free; nothing is fetched).  Other model types are built by
+transformers itself (see :mod:`.step`); these readers give their closed forms.
 
-GPT-2 (``model_type: gpt2``) and Llama (``model_type: llama``) are understood.  A missing
+GPT-2 (``model_type: gpt2``) and Llama (``model_type: llama``) are understood; Llama's
+``rope_theta`` is read at the top level or, as transformers 5 writes it, in
+``rope_parameters``.  A missing
 field, an unknown ``model_type`` or an architecture option this model cannot express is a
 :class:`~tensorledger.errors.ConfigError` that names the field.
 """
@@ -8,6 +12,8 @@ field, an unknown ``model_type`` or an architecture option this model cannot exp
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -15,7 +21,8 @@ from typing import Any
 from tensorledger.errors import ConfigError, ModelError
 from tensorledger.napkin.transformer import TransformerConfig
 
-__all__ = ["HF_MODEL_TYPES", "config_from_hf", "load_hf_config"]
+__all__ = ["CONFIG_MAX_BYTES", "HF_MODEL_TYPES", "config_from_hf", "load_hf_config",
+           "read_config_json"]
 
 
 class _Fields:
@@ -88,7 +95,18 @@ def _llama(fields: _Fields, name: str) -> TransformerConfig:
         d_ff=fields.get_int("intermediate_size"), mlp="swiglu", norm="rmsnorm", positions="rope",
         tied_embeddings=fields.get_bool("tie_word_embeddings", False), bias=False,
         norm_eps=fields.get_float("rms_norm_eps", 1e-6),
-        rope_theta=fields.get_float("rope_theta", 10000.0))
+        rope_theta=_rope_theta(fields))
+
+
+def _rope_theta(fields: _Fields) -> float:
+    """``rope_theta`` at the top level (transformers 4) or in ``rope_parameters`` (5)."""
+    nested = fields.raw.get("rope_parameters")
+    if nested is not None:
+        if not isinstance(nested, Mapping):
+            raise fields._fail(f"field 'rope_parameters' must be an object, got {nested!r}")
+        if "rope_theta" in nested:
+            return _Fields(nested, fields.where).get_float("rope_theta", 10000.0)
+    return fields.get_float("rope_theta", 10000.0)
 
 
 #: model_type → reader.
@@ -127,18 +145,40 @@ def config_from_hf(raw: Mapping[str, Any], where: str = "config.json",
         raise ConfigError(f"{where}: {error}") from None
 
 
+#: A config.json larger than this is not a config (real ones are a few kilobytes).
+CONFIG_MAX_BYTES = 1 << 20
+
+
+def read_config_json(file: Path) -> Any:
+    """A config.json: a regular file, at most CONFIG_MAX_BYTES, UTF-8, not nested absurdly."""
+    try:
+        info = os.stat(file)
+    except OSError as error:
+        raise ConfigError(f"cannot read {file}: {error.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(f"{file} is not a regular file")
+    if info.st_size > CONFIG_MAX_BYTES:
+        raise ConfigError(f"{file} is {info.st_size:,} bytes; a config.json is at most "
+                          f"{CONFIG_MAX_BYTES:,}")
+    try:
+        with open(file, "rb") as handle:
+            text = handle.read(CONFIG_MAX_BYTES + 1).decode("utf-8")
+        return json.loads(text)
+    except OSError as error:
+        raise ConfigError(f"cannot read {file}: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{file} is not UTF-8 text") from None
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{file}: not valid JSON ({error.msg} at line {error.lineno})") from None
+    except RecursionError:
+        raise ConfigError(f"{file}: JSON nested too deeply") from None
+
+
 def load_hf_config(path: str | Path) -> TransformerConfig:
     """Read a local ``config.json`` (or a folder holding one) into a TransformerConfig."""
     file = Path(path)
     if file.is_dir():
         file = file / "config.json"
-    if not file.is_file():
-        raise ConfigError(f"no such config file: {file}")
-    try:
-        raw = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"cannot read {file}: {error}") from None
-    except json.JSONDecodeError as error:
-        raise ConfigError(f"{file}: not valid JSON ({error.msg} at line {error.lineno})") from None
+    raw = read_config_json(file)
     name = file.parent.name if file.name == "config.json" and file.parent.name else file.stem
     return config_from_hf(raw, str(file), name)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from tensorledger.memory.precision import RecipeOptimizer
-from tensorledger.memory.storage import storage_bytes, storage_key
+from tensorledger.trace.storage import storage_bytes, storage_key
+from tensorledger.workload.precision import RecipeOptimizer
 
 __all__ = ["STATE_CATEGORIES", "StateBytes", "classify_state", "measure_state", "state_after_step"]
 

@@ -24,7 +24,7 @@ from typing import TypeVar
 import torch
 from torch import nn
 
-from tensorledger.memory.storage import storage_bytes, storage_key
+from tensorledger.trace.storage import storage_bytes, storage_key
 
 __all__ = ["ModuleSaved", "SavedActivations", "SavedTensor", "saved_activations"]
 

@@ -28,8 +28,9 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from tensorledger.memory.optimizers import make_optimizer, state_tensors
-from tensorledger.napkin.recipes import Precision, resolve_precision
+from tensorledger.napkin.recipes import Optimizer as OptimizerEntry
+from tensorledger.napkin.recipes import Precision, resolve_optimizer, resolve_precision
+from tensorledger.workload.optimizers import make_optimizer, state_tensors
 
 __all__ = ["RecipeOptimizer", "param_dtype"]
 
@@ -55,10 +56,14 @@ class RecipeOptimizer:
     [(torch.float32, (4, 4))]
     """
 
-    def __init__(self, params: Iterator[nn.Parameter] | list[nn.Parameter], optimizer: str,
-                 precision: str, lr: float = 1e-3) -> None:
-        self.precision = resolve_precision(precision)
-        self.optimizer_name = optimizer
+    def __init__(self, params: Iterator[nn.Parameter] | list[nn.Parameter],
+                 optimizer: str | OptimizerEntry, precision: str | Precision,
+                 lr: float = 1e-3) -> None:
+        self.precision = (resolve_precision(precision) if isinstance(precision, str)
+                          else precision)
+        self.optimizer_name = (resolve_optimizer(optimizer) if isinstance(optimizer, str)
+                               else optimizer).name
+        optimizer = self.optimizer_name
         self.params: list[nn.Parameter] = list(dict.fromkeys(params))  # tied weights once
         self._lr = lr
         self._master: list[nn.Parameter] = []

@@ -1,0 +1,53 @@
+"""The workload options every command that runs a model shares: one name, one help text and
+one default each (``trace``, ``memory`` and ``roofline`` declare them from here)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tensorledger.workload.spec import Workload, resolve_workload
+
+__all__ = [
+    "WORKLOAD_OPTIONS",
+    "Batch",
+    "Checkpoint",
+    "Device",
+    "Model",
+    "Optimizer",
+    "Precision",
+    "Seq",
+    "Step",
+    "workload",
+]
+
+Model = Annotated[str, typer.Option("--model", "-m", help=(
+    "A preset (tiny, gpt2, llama-3-8b, ...), a Hugging Face config.json (or a folder holding "
+    "one), or your own factory path/to/file.py:make_model."))]
+Batch = Annotated[int, typer.Option("--batch", "-b", help="Sequences per step.")]
+Seq = Annotated[int, typer.Option("--seq", "-s", help="Tokens per sequence.")]
+Step = Annotated[str, typer.Option("--step", help=(
+    "forward, forward-backward, or train (forward, backward and the optimizer step; the "
+    "steady-state step, after a warm-up step)."))]
+Precision = Annotated[str, typer.Option("--precision", help=(
+    "fp32, bf16, mixed-bf16 (bf16 autocast over fp32 weights), bf16-master, bf16-fp32-states "
+    "(alias lecture)."))]
+Optimizer = Annotated[str, typer.Option("--optimizer", help=(
+    "For --step train: sgd, momentum, adagrad, rmsprop, adam, adamw, lion, adam8bit."))]
+Device = Annotated[str, typer.Option("--device", help=(
+    "Where the step runs: auto (meta for presets without autocast, else fake), meta (no "
+    "memory), fake (FakeTensorMode: no memory, runs any model), cpu or cuda (real tensors)."))]
+Checkpoint = Annotated[bool, typer.Option("--checkpoint", help=(
+    "Recompute every block of a reference model in backward (activation checkpointing)."))]
+
+#: The options above, by parameter name, with their shared defaults (tests compare commands).
+WORKLOAD_OPTIONS = ("model", "batch", "seq", "step", "precision", "optimizer", "device",
+                    "checkpoint")
+
+
+def workload(model: str, batch: int, seq: int, step: str, precision: str, optimizer: str,
+             device: str, checkpoint: bool) -> Workload:
+    """Resolve the options once; every name becomes an object here."""
+    return resolve_workload(model, batch=batch, seq=seq, step=step, precision=precision,
+                            optimizer=optimizer, device=device, checkpoint=checkpoint)

@@ -1,0 +1,34 @@
+"""The ``memory`` pipeline: a workload → its traced steady-state step → the memory ledger."""
+
+from __future__ import annotations
+
+from tensorledger.hardware import Hardware
+from tensorledger.memory.ledger import MemoryLedger, StepFacts, memory_ledger
+from tensorledger.workload import StepTrace, Workload, trace_workload
+
+__all__ = ["memory_report", "step_facts"]
+
+
+def step_facts(run: StepTrace) -> StepFacts:
+    """The plain facts of a traced step that the memory analysis reads beside the trace."""
+    work = run.work
+    return StepFacts(model=work.model, step=work.step.name, batch=work.batch, seq_len=work.seq,
+                     precision=work.precision, optimizer=work.optimizer, device=work.device,
+                     checkpointed=work.checkpoint, param_numels=run.param_numels,
+                     config=work.source.config)
+
+
+def memory_report(work: Workload, hardware: Hardware | None = None, count: int = 1
+                  ) -> MemoryLedger:
+    """Trace ``work``'s first and steady-state steps and account the memory of the latter.
+
+    >>> from tensorledger.workload import resolve_workload
+    >>> ledger = memory_report(resolve_workload("tiny", batch=1, seq=8, precision="fp32"))
+    >>> ledger.params_bytes + ledger.grads_bytes + ledger.optimizer_state_bytes == (
+    ...     ledger.recipe.total_bytes)
+    True
+    """
+    run = trace_workload(work, first_step=True)
+    first = (run.first_step, run.first_step_tags) if run.first_step is not None else None
+    return memory_ledger(run.trace, run.tags, step_facts(run), hardware=hardware, count=count,
+                         first_step=first, measured_peak_bytes=run.measured_peak_bytes)

@@ -1,0 +1,76 @@
+"""The ``roofline`` pipeline: trace a workload's step, predict it, and optionally run it for real.
+
+The prediction comes from the trace of one (steady-state) step; the measurement runs the very
+same prepared step on this machine (``measure`` for the whole step, the profiler for the split
+between ops).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tensorledger.errors import InputError
+from tensorledger.hardware import Hardware
+from tensorledger.roofline.compare import Comparison, compare
+from tensorledger.roofline.model import RooflinePrediction, predict
+from tensorledger.workload import Workload, placement, prepare, record_step, trace_workload
+
+__all__ = ["RooflineRun", "roofline_report"]
+
+
+@dataclass(frozen=True)
+class RooflineRun:
+    model: str
+    built_by: str
+    step: str
+    batch: int
+    seq: int
+    device: str
+    precision: str
+    tokens: int
+    uncovered: dict[str, int]
+    prediction: RooflinePrediction
+    comparison: Comparison | None  # with --measure
+    measurement_warning: str | None
+
+
+def roofline_report(work: Workload, hardware: Hardware, *, measure_step: bool = False,
+                    budget_s: float = 2.0, timing_runs: int = 5) -> RooflineRun:
+    """Predict (and with ``measure_step``, measure) one step of ``work`` on ``hardware``.
+
+    With a measurement the step is built on the workload's device (cpu or cuda), run once to
+    warm up (optimizer state, allocator, caches), then traced, timed as a whole (``measure``)
+    and op by op (the profiler's own time of each op).
+    """
+    from tensorledger.bench.harness import measure
+    from tensorledger.bench.optiming import profile_ops
+
+    if timing_runs < 1:
+        raise InputError(f"timing runs must be at least 1, got {timing_runs}")
+    if not budget_s >= 0 or budget_s == float("inf"):
+        raise InputError(f"--budget must be a number of seconds, 0 or more, got {budget_s:g}")
+    if measure_step and work.device not in ("cpu", "cuda"):
+        raise InputError(f"--measure runs the step for real: use --device cpu or cuda (got "
+                         f"{work.device})")
+    comparison = None
+    warning = None
+    if not measure_step:
+        traced = trace_workload(work).trace
+        prediction = predict(traced.records, hardware, tokens=work.tokens)
+    else:
+        with placement(work.device) as target:
+            step = prepare(work, target)
+            step.run()  # steady state: the first step creates optimizer state, warms caches
+            traced, _ = record_step(step)
+            prediction = predict(traced.records, hardware, tokens=work.tokens)
+            whole = measure(step.run, device=work.device, budget_s=budget_s, warmup=2,
+                            name=f"{work.model} {work.step.name}")
+            warning = whole.warning
+            per_op = profile_ops(step.run, work.device, repeats=timing_runs)
+        comparison = compare(prediction, [per_op], whole.median_s,
+                             hardware.peak_flop_per_s(prediction.mfu_peak_key))
+    return RooflineRun(model=work.model, built_by=work.source.built_by, step=work.step.name,
+                       batch=work.batch, seq=work.seq, device=work.device,
+                       precision=work.precision.name, tokens=work.tokens,
+                       uncovered=dict(traced.uncovered), prediction=prediction,
+                       comparison=comparison, measurement_warning=warning)

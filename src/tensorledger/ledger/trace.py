@@ -1,0 +1,44 @@
+"""The ``trace`` pipeline: a workload → its traced step → the summary the command shows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tensorledger.trace.aggregate import TraceSummary, summarize
+from tensorledger.workload import StepTrace, Workload, trace_workload
+
+__all__ = ["TraceReport", "trace_report"]
+
+
+@dataclass(frozen=True)
+class TraceReport:
+    """What ``tensorledger trace`` prints: the run and its totals (not every op record)."""
+
+    model: str
+    built_by: str
+    step: str
+    batch: int
+    seq: int
+    device: str
+    precision: str
+    optimizer: str | None
+    params: int
+    tokens: int
+    summary: TraceSummary
+
+    @classmethod
+    def of(cls, run: StepTrace, depth: int | None) -> TraceReport:
+        work = run.work
+        backward = work.step.backward
+        summary = summarize(run.trace, depth, params=run.params if backward else None,
+                            tokens=run.tokens if backward else None)
+        return cls(model=work.model, built_by=work.source.built_by, step=work.step.name,
+                   batch=work.batch, seq=work.seq, device=work.device,
+                   precision=work.precision.name,
+                   optimizer=work.optimizer.name if work.step.optimizer else None,
+                   params=run.params, tokens=run.tokens, summary=summary)
+
+
+def trace_report(work: Workload, depth: int | None = 2) -> TraceReport:
+    """Trace ``work``'s step and summarise it to ``depth`` levels of modules."""
+    return TraceReport.of(trace_workload(work), depth)

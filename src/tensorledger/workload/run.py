@@ -1,0 +1,144 @@
+"""Trace a workload's step: the steady-state step of training, every op and every storage.
+
+A training run's costs are decided from its second step on, when the optimizer state exists:
+:func:`trace_workload` runs a warm-up step first (free on meta and fake tensors), then records
+the next one.  Storages are tagged as they are recognised — parameters, gradients, optimizer
+state (the master copy of ``bf16-master`` included), saved activations (through autograd's
+``saved_tensors_hooks``) — so the memory analysis is a pure function of the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import torch
+
+from tensorledger.trace.recorder import Recorder
+from tensorledger.trace.records import Trace
+from tensorledger.trace.storage import storage_key
+from tensorledger.workload.spec import Workload, resolve_workload
+from tensorledger.workload.step import PreparedStep, placement, prepare
+
+__all__ = ["StepTrace", "TaggingRecorder", "record_step", "trace_model", "trace_workload"]
+
+
+class TaggingRecorder(Recorder):
+    """A trace recorder that also remembers which storages are which kind of memory."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: dict[int, str] = {}
+
+    def tag(self, tensors: Iterable[torch.Tensor | None], category: str) -> None:
+        for tensor in tensors:
+            if tensor is None:
+                continue
+            known = self._live.get(storage_key(tensor))
+            if known is not None:
+                self.tags.setdefault(known[0], category)
+
+
+@dataclass(frozen=True)
+class StepTrace:
+    """A workload, its module's parameter count and the trace of one (steady-state) step.
+
+    ``tags`` maps storage ids of the trace to memory categories (untagged: temporary).
+    ``first_step`` is the trace of the very first step, when asked for (``memory``): it has
+    no optimizer state until its optimizer step, so its peak can differ.
+    """
+
+    work: Workload
+    param_numels: tuple[int, ...]  # one per parameter tensor, tied ones once
+    trace: Trace
+    tags: dict[int, str] = field(default_factory=dict)
+    first_step: Trace | None = None
+    first_step_tags: dict[int, str] = field(default_factory=dict)
+    measured_peak_bytes: int | None = None  # torch.cuda.max_memory_allocated on cuda
+
+    @property
+    def params(self) -> int:
+        return sum(self.param_numels)
+
+    @property
+    def tokens(self) -> int:
+        return self.work.tokens
+
+
+def record_step(step: PreparedStep) -> tuple[Trace, dict[int, str]]:
+    """Run one step under a tagging recorder."""
+    recorder = TaggingRecorder()
+    params = step.parameters
+    param_keys = {storage_key(p) for p in params}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        if storage_key(tensor) not in param_keys:
+            recorder.tag([tensor], "saved_activation")
+        return tensor
+
+    def state() -> list[torch.Tensor]:
+        if step.optimizer is None:
+            return []
+        return [*step.optimizer.master_tensors(), *step.optimizer.state_tensors()]
+
+    with recorder, step.guard():
+        recorder.tag(params, "parameter")
+        recorder.tag(state(), "optimizer_state")
+        if not step.work.step.backward:
+            step.forward()
+        else:
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                loss = step.loss()
+            loss.backward()  # type: ignore[no-untyped-call]
+            recorder.tag(params, "parameter")
+            recorder.tag((p.grad for p in params), "gradient")
+            if step.optimizer is not None:
+                step.optimizer.step()
+                recorder.tag(params, "parameter")
+                recorder.tag(state(), "optimizer_state")
+            step.drop_gradients()
+    return recorder.trace, recorder.tags
+
+
+def trace_workload(work: Workload, first_step: bool = False) -> StepTrace:
+    """Build the workload's module on its device and trace its steady-state step.
+
+    With ``first_step`` the warm-up step is traced as well (its peak is shown beside).
+
+    >>> from tensorledger.workload.spec import resolve_workload
+    >>> run = trace_workload(resolve_workload("tiny", batch=1, seq=8, step="forward"))
+    >>> dict(run.trace.uncovered), run.tokens
+    ({}, 8)
+    """
+    with placement(work.device) as target:
+        step = prepare(work, target)
+        first: Trace | None = None
+        first_tags: dict[int, str] = {}
+        if work.step.optimizer:
+            if first_step:
+                first, first_tags = record_step(step)
+            else:
+                step.run()
+        on_cuda = torch.device(target).type == "cuda"
+        if on_cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        trace, tags = record_step(step)
+        measured = None
+        if on_cuda:
+            torch.cuda.synchronize()
+            measured = int(torch.cuda.max_memory_allocated())
+    return StepTrace(work=work, param_numels=tuple(p.numel() for p in step.parameters),
+                     trace=trace, tags=tags, first_step=first,
+                     first_step_tags=first_tags, measured_peak_bytes=measured)
+
+
+def trace_model(model: str, **options: object) -> StepTrace:
+    """:func:`trace_workload` of :func:`resolve_workload` — the shortest way from a model to
+    its trace.
+
+    >>> run = trace_model("tiny", batch=1, seq=8, step="forward", precision="fp32")
+    >>> run.work.device, run.trace.flops > 0
+    ('meta', True)
+    """
+    return trace_workload(resolve_workload(model, **options))  # type: ignore[arg-type]

@@ -1,0 +1,281 @@
+"""The one place that builds a workload's module and runs its step, on any device.
+
+:func:`placement` enters what a device needs (FakeTensorMode for ``fake``) and yields the
+torch device to build on; :func:`prepare` builds the module under the precision recipe, its
+inputs, its loss and its optimizer; :meth:`PreparedStep.run` runs one step — forward (and
+loss, backward, optimizer step, gradients dropped) — and can run again and again.
+Everything here must be entered inside :func:`placement` of the workload's device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Any, cast
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from tensorledger.devices import resolve_device
+from tensorledger.errors import ConfigError, InputError, ModelError
+from tensorledger.models.build import build_model
+from tensorledger.workload.factory import FactoryFile, load_factory_file, user_code
+from tensorledger.workload.precision import RecipeOptimizer, param_dtype
+from tensorledger.workload.spec import Workload
+
+__all__ = ["CheckpointedBlock", "PreparedStep", "build_module", "checkpoint_blocks", "lm_loss",
+           "placement", "prepare"]
+
+
+class CheckpointedBlock(nn.Module):
+    """A block whose insides are recomputed in backward (``torch.utils.checkpoint``,
+    non-reentrant): only its input is kept."""
+
+    def __init__(self, block: nn.Module) -> None:
+        super().__init__()
+        self.block = block
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return cast(torch.Tensor, checkpoint(self.block, x, use_reentrant=False))
+
+
+def checkpoint_blocks(model: nn.Module) -> nn.Module:
+    """Wrap every entry of ``model.blocks`` in :class:`CheckpointedBlock`, in place."""
+    blocks = getattr(model, "blocks", None)
+    if not isinstance(blocks, nn.ModuleList):
+        raise InputError(f"{type(model).__name__} has no .blocks list to checkpoint")
+    for i, block in enumerate(blocks):
+        blocks[i] = CheckpointedBlock(block)
+    return model
+
+
+def lm_loss(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy of the logits against ``targets``."""
+    logits = model(tokens)
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+@contextmanager
+def placement(device: str) -> Iterator[str]:
+    """Enter the mode ``device`` needs and yield the torch device to build on."""
+    if device == "fake":
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        with FakeTensorMode():
+            yield "cpu"
+        return
+    resolve_device(device, ("cpu", "cuda", "meta"))
+    yield device
+
+
+def _logits(output: Any) -> torch.Tensor:
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, tuple | list) and output and isinstance(output[0], torch.Tensor):
+        return output[0]
+    logits = getattr(output, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    raise ModelError(f"the model returned {type(output).__name__}, with no logits to score; "
+                     "define loss(output, inputs) in the factory file")
+
+
+def default_loss(output: Any, targets: torch.Tensor) -> torch.Tensor:
+    """The model's own ``.loss`` when it computed one, else cross-entropy of its logits."""
+    own = getattr(output, "loss", None)
+    if isinstance(own, torch.Tensor):
+        return own
+    logits = _logits(output)
+    if logits.dim() < 2 or logits.shape[:-1].numel() != targets.numel():
+        raise ModelError(f"the model's logits have shape {tuple(logits.shape)}, which does not "
+                         f"score {tuple(targets.shape)} token ids; define loss(output, inputs) "
+                         "in the factory file")
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def _vocabulary(module: nn.Module) -> int:
+    """The number of token ids the module takes: its config's, or its first embedding's."""
+    config = getattr(module, "config", None)
+    vocab = getattr(config, "vocab_size", None)
+    if isinstance(vocab, int) and vocab > 0:
+        return vocab
+    for sub in module.modules():
+        if isinstance(sub, nn.Embedding):
+            return sub.num_embeddings
+    raise ModelError(f"{type(module).__name__} has no embedding to feed token ids to; define "
+                     "make_inputs(batch, seq) in the factory file")
+
+
+def _hf_model(work: Workload, dtype: torch.dtype) -> nn.Module:
+    import transformers
+
+    raw = dict(work.source.hf_config or {})
+    model_type = str(raw.pop("model_type"))
+    where = work.source.path
+    try:
+        config_class = transformers.CONFIG_MAPPING[model_type]
+    except KeyError:
+        raise ConfigError(f"{where}: model_type {model_type!r} is not known to the installed "
+                          f"transformers {transformers.__version__}") from None
+    transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]  # its advice on configs is not ours to print
+    try:
+        config = config_class.from_dict(raw)
+    except (TypeError, ValueError, KeyError, AttributeError) as error:
+        raise ConfigError(f"{where}: transformers cannot read it as a {model_type} config "
+                          f"({type(error).__name__}: {error})") from None
+    try:
+        model = transformers.AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
+            config, dtype=dtype)
+    except ValueError as error:
+        raise ConfigError(f"{where}: model_type {model_type!r} has no causal language-model "
+                          f"class in transformers ({str(error).splitlines()[0]})") from None
+    return cast(nn.Module, model)
+
+
+@dataclass
+class PreparedStep:
+    """A built module and one step of it, ready to run (and run again: gradients reset)."""
+
+    work: Workload
+    module: nn.Module
+    parameters: list[nn.Parameter]
+    optimizer: RecipeOptimizer | None
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    targets: torch.Tensor | None
+    user_loss: Callable[[Any, Any], Any] | None
+    user_inputs: Any
+    device_type: str
+
+    @property
+    def params(self) -> int:
+        """Parameters of the module, tied ones once."""
+        return sum(p.numel() for p in self.parameters)
+
+    def guard(self) -> AbstractContextManager[None]:
+        """Errors of the module's own code become one line naming what and where."""
+        source = self.work.source
+        files = (source.path,) if source.kind == "factory" and source.path else ()
+        return user_code(f"a step of {source.label}", files)
+
+    def autocast(self) -> AbstractContextManager[object]:
+        """bf16 autocast for ``mixed-bf16`` (PyTorch has none on meta: fp32 there)."""
+        if self.work.autocast and self.device_type != "meta":
+            return torch.autocast(device_type=self.device_type, dtype=torch.bfloat16)
+        return nullcontext()
+
+    def loss(self) -> torch.Tensor:
+        """Forward and loss, under the recipe's autocast."""
+        with self.autocast():
+            output = self.module(*self.args, **self.kwargs)
+            if self.user_loss is not None:
+                value = self.user_loss(output, self.user_inputs)
+                if not isinstance(value, torch.Tensor) or value.numel() != 1:
+                    raise ModelError(f"loss(output, inputs) in {self.work.source.path} "
+                                     f"returned {type(value).__name__}, not a scalar tensor")
+                return value
+            assert self.targets is not None
+            return default_loss(output, self.targets)
+
+    def forward(self) -> None:
+        with torch.no_grad(), self.autocast():
+            self.module(*self.args, **self.kwargs)
+
+    def run(self) -> None:
+        """One step of the workload's kind."""
+        with self.guard():
+            if not self.work.step.backward:
+                self.forward()
+                return
+            self.loss().backward()  # type: ignore[no-untyped-call]
+            if self.optimizer is not None:
+                self.optimizer.step()
+            self.drop_gradients()
+
+    def drop_gradients(self) -> None:
+        for p in self.parameters:
+            p.grad = None
+
+
+def _build_module(work: Workload, target: str, dtype: torch.dtype,
+                  factory: FactoryFile | None) -> nn.Module:
+    source = work.source
+    if source.builder == "reference":
+        assert source.config is not None
+        model: nn.Module = build_model(source.config, target, dtype)
+        return checkpoint_blocks(model) if work.checkpoint else model
+    if source.builder == "transformers":
+        with torch.device(target), user_code(f"building {source.label} with transformers"):
+            return _hf_model(work, dtype)
+    assert factory is not None
+    with torch.device(target), user_code(f"the factory {source.label}", (factory.path,)):
+        made = factory.factory()
+    if not isinstance(made, nn.Module):
+        raise ModelError(f"the factory {source.label} returned {type(made).__name__}, not a "
+                         "torch.nn.Module")
+    # Parameters already in the recipe's dtype are left alone; others are cast as the recipe
+    # says (a floating dtype only: integer buffers stay what they are).
+    if any(p.is_floating_point() and p.dtype != dtype for p in made.parameters()):
+        made = made.to(dtype=dtype)
+    return made
+
+
+def _inputs(work: Workload, module: nn.Module, target: str, factory: FactoryFile | None
+            ) -> tuple[tuple[Any, ...], dict[str, Any], torch.Tensor | None, Any]:
+    """Positional and keyword inputs, the default loss's targets, and what ``loss`` gets."""
+    if factory is not None and factory.make_inputs is not None:
+        with torch.device(target), user_code("make_inputs(batch, seq)", (factory.path,)):
+            made = factory.make_inputs(work.batch, work.seq)
+        if isinstance(made, dict):
+            args: tuple[Any, ...] = ()
+            kwargs = dict(made)
+        elif isinstance(made, tuple | list):
+            args, kwargs = tuple(made), {}
+        elif isinstance(made, torch.Tensor):
+            args, kwargs = (made,), {}
+        else:
+            raise ModelError(f"make_inputs in {factory.path} returned {type(made).__name__}; "
+                             "return a dict of keyword inputs, a tuple, or a tensor")
+        targets = next((t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)
+                        and not t.is_floating_point()), None)
+        if factory.loss is None and targets is None:
+            raise ModelError(f"make_inputs in {factory.path} gives no token ids to score; "
+                             "define loss(output, inputs) there too")
+        return args, kwargs, targets, made
+    if work.source.config is None:
+        _vocabulary(module)  # refuses a module that takes no token ids, in one line
+    # zeros are valid ids of every vocabulary; the values do not change what a step costs
+    tokens = torch.zeros(work.batch, work.seq, dtype=torch.long, device=target)
+    return (tokens,), {}, tokens, tokens
+
+
+def build_module(work: Workload, target: str) -> tuple[nn.Module, FactoryFile | None]:
+    """``work``'s module on ``target`` (inside :func:`placement`) in the recipe's parameter
+    dtype, and the factory file it came from.  A factory file is imported here, guarded."""
+    source = work.source
+    factory = None
+    if source.builder == "factory":
+        assert source.path is not None and source.function is not None
+        factory = load_factory_file(source.path, source.function)
+    return _build_module(work, target, param_dtype(work.precision), factory), factory
+
+
+def prepare(work: Workload, target: str) -> PreparedStep:
+    """Build ``work``'s module on ``target`` (inside :func:`placement`), with its inputs, loss
+    and optimizer."""
+    source = work.source
+    module, factory = build_module(work, target)
+    parameters = list(dict.fromkeys(module.parameters()))
+    if work.step.backward and not any(p.requires_grad for p in parameters):
+        raise ModelError(f"{source.label} has no trainable parameters: there is nothing to "
+                         "differentiate; use --step forward")
+    args, kwargs, targets, user_inputs = _inputs(work, module, target, factory)
+    optimizer = (RecipeOptimizer(parameters, work.optimizer, work.precision)
+                 if work.step.optimizer else None)
+    return PreparedStep(work=work, module=module, parameters=parameters, optimizer=optimizer,
+                        args=args, kwargs=kwargs, targets=targets,
+                        user_loss=factory.loss if factory is not None else None,
+                        user_inputs=user_inputs, device_type=torch.device(target).type)
