@@ -21,22 +21,21 @@ MODEL, BATCH, SEQ = "llama-3-70b", 1, 8192
 def _child(which: str) -> None:
     import torch
 
-    from tensorledger.memory.timeline import trace_step_memory
-    from tensorledger.napkin import get_preset
-    from tensorledger.trace.workload import trace_model
+    from tensorledger.ledger.memory import memory_report
+    from tensorledger.workload import resolve_workload, trace_workload
 
     torch.set_num_threads(1)
     # Imports happen before the clock starts, and are the same for both children.
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     start = time.perf_counter()
+    work = resolve_workload(MODEL, batch=BATCH, seq=SEQ, precision="fp32", device="meta")
     if which == "trace":
-        run = trace_model(MODEL, BATCH, SEQ, "train", "adamw", "meta")
+        run = trace_workload(work)
         ops = len(run.trace.records)
         peak = 0
-    else:
-        trace, timeline = trace_step_memory(get_preset(MODEL), BATCH, SEQ, "adamw", "fp32",
-                                            "meta")
-        ops, peak = len(trace.records), timeline.peak_bytes
+    else:  # the first and the steady-state step traced, with storage tags, and accounted
+        ledger = memory_report(work)
+        ops, peak = len(ledger.timeline.points), ledger.peak_bytes
     elapsed = time.perf_counter() - start
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({"time_s": elapsed, "peak_rss_bytes": rss, "baseline_rss_bytes": baseline,

@@ -16,7 +16,8 @@ import torch
 
 from tensorledger.bench import probe, profile_toml
 from tensorledger.hardware import load_hardware_file
-from tensorledger.roofline.run import roofline_model
+from tensorledger.ledger.roofline import roofline_report
+from tensorledger.workload import resolve_workload
 
 
 def main() -> None:
@@ -25,8 +26,9 @@ def main() -> None:
         path.write_text(profile_toml(probe("cpu", progress=lambda s: print(
             f"probing {s}", file=sys.stderr))))
         chip = load_hardware_file(path)
-    run = roofline_model("tiny", chip, batch=8, seq=256, step="forward-backward",
-                         measure_step=True, budget_s=5.0)
+    work = resolve_workload("tiny", batch=8, seq=256, step="forward-backward",
+                            precision="fp32", device="cpu")
+    run = roofline_report(work, chip, measure_step=True, budget_s=5.0)
     comparison = run.comparison
     assert comparison is not None
     print(f"tiny, batch 8 × seq 256, forward+backward, {torch.get_num_threads()} threads")

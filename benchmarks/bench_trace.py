@@ -18,18 +18,18 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from tensorledger.models import load_model_spec
+from tensorledger.models import build_model
+from tensorledger.napkin import get_preset
 from tensorledger.trace import Recorder
 
 MODEL, BATCH, SEQ, REPEATS = "llama-3-70b", 1, 8192, 3
 
 
 def main() -> None:
-    spec = load_model_spec(MODEL)
-    assert spec.config is not None
-    model = spec.build("meta")
+    config = get_preset(MODEL)
+    model = build_model(config, "meta")
     tokens = torch.zeros(BATCH, SEQ, dtype=torch.long, device="meta")
-    vocab = spec.config.vocab_size
+    vocab = config.vocab_size
 
     def step() -> None:
         logits = model(tokens)

@@ -56,7 +56,7 @@ def formats_command(
 def _plot(names: list[str], path: str | None) -> str | None:
     if path is None:
         return None
-    from tensorledger.formats.plot import number_line
+    from tensorledger.report.number_line import number_line
 
     return str(number_line(names, path))
 

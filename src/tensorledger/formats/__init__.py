@@ -49,7 +49,6 @@ _LAZY = {
     "ErrorMetrics": "metrics",
     "load_tensor": "tensors",
     "random_tensor": "tensors",
-    "number_line": "plot",
     "Comparison": "metrics",
     "SchemeResult": "metrics",
     "compare_schemes": "metrics",
