@@ -13,7 +13,30 @@ from tensorledger.hardware import Hardware, get_hardware
 
 __version__ = "0.1.0"
 
-__all__ = ["Hardware", "TensorLedgerError", "__version__", "get_hardware", "trace"]
+__all__ = ["Hardware", "TensorLedgerError", "__version__", "account", "get_hardware", "trace"]
+
+
+def account(model: Any, hardware: str | Hardware = "h100", *, count: int = 1,
+            tokens: float | None = None, usd_per_device_hour: float | None = None,
+            **options: Any) -> Any:
+    """The whole ledger of one workload: ``model`` is a preset, a config.json, a factory
+    ``file.py:name`` or a resolved :class:`~tensorledger.workload.Workload`; ``options`` are
+    the workload's (``batch``, ``seq``, ``step``, ``precision``, ``optimizer``, ``device``,
+    ``checkpoint``).  Returns a frozen :class:`~tensorledger.ledger.Ledger`, which renders in
+    the terminal (rich), in Jupyter and as JSON.
+
+    >>> import tensorledger
+    >>> ledger = tensorledger.account("tiny", "a100", batch=2, seq=16, tokens=1e9)
+    >>> ledger.trace.flops == ledger.roofline.flops and ledger.run.tokens == 1e9
+    True
+    """
+    from tensorledger.ledger.account import account_workload
+    from tensorledger.workload import Workload, resolve_workload
+
+    work = model if isinstance(model, Workload) else resolve_workload(model, **options)
+    chip = get_hardware(hardware) if isinstance(hardware, str) else hardware
+    return account_workload(work, chip, count=count, run_tokens=tokens,
+                            usd_per_device_hour=usd_per_device_hour)
 
 
 def __getattr__(name: str) -> Any:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import typer
 
+from tensorledger.cli import account as account_commands
 from tensorledger.cli import bench as bench_commands
 from tensorledger.cli import formats as formats_commands
 from tensorledger.cli import hardware as hardware_commands
@@ -29,8 +30,9 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for _module in (napkin_commands, hardware_commands, models_commands, trace_commands,
-                memory_commands, roofline_commands, formats_commands, bench_commands):
+for _module in (account_commands, napkin_commands, hardware_commands, models_commands,
+                trace_commands, memory_commands, roofline_commands, formats_commands,
+                bench_commands):
     _module.register(app)
 
 

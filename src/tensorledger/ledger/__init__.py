@@ -6,9 +6,19 @@ measured) and handed to them, once.
 
 from __future__ import annotations
 
+from tensorledger.ledger.account import Ledger, RunCost, account_workload
 from tensorledger.ledger.memory import memory_report, step_facts
 from tensorledger.ledger.roofline import RooflineRun, roofline_report
 from tensorledger.ledger.trace import TraceReport, trace_report
 
-__all__ = ["RooflineRun", "TraceReport", "memory_report", "roofline_report", "step_facts",
-           "trace_report"]
+__all__ = [
+           "Ledger",
+           "RooflineRun",
+           "RunCost",
+           "TraceReport",
+           "account_workload",
+           "memory_report",
+           "roofline_report",
+           "step_facts",
+           "trace_report",
+]

@@ -20,7 +20,8 @@ from tensorledger.trace.storage import storage_key
 from tensorledger.workload.spec import Workload, resolve_workload
 from tensorledger.workload.step import PreparedStep, placement, prepare
 
-__all__ = ["StepTrace", "TaggingRecorder", "record_step", "trace_model", "trace_workload"]
+__all__ = ["StepTrace", "TaggingRecorder", "parts_of", "record_step", "trace_model",
+           "trace_workload"]
 
 
 class TaggingRecorder(Recorder):
@@ -51,6 +52,7 @@ class StepTrace:
     work: Workload
     param_numels: tuple[int, ...]  # one per parameter tensor, tied ones once
     trace: Trace
+    param_parts: tuple[tuple[str, int], ...] = ()  # parameters by part, largest first
     tags: dict[int, str] = field(default_factory=dict)
     first_step: Trace | None = None
     first_step_tags: dict[int, str] = field(default_factory=dict)
@@ -63,6 +65,27 @@ class StepTrace:
     @property
     def tokens(self) -> int:
         return self.work.tokens
+
+
+def parts_of(step: PreparedStep) -> tuple[tuple[str, int], ...]:
+    """Parameters by part: the reference model's parts (embeddings, attention, mlp, norms,
+    head), else by module path up to the first layer index (``model.layers``, ``lm_head``)."""
+    from tensorledger.models.transformer import TransformerLM
+
+    counts: dict[str, int] = {}
+    named = dict(step.module.named_parameters())  # tied tensors once
+    if isinstance(step.module, TransformerLM):
+        from tensorledger.models.build import parameter_parts
+
+        for name, part in parameter_parts(step.module).items():
+            counts[part] = counts.get(part, 0) + named[name].numel()
+    else:
+        for name, parameter in named.items():
+            pieces = name.split(".")[:-1] or ["(root)"]
+            cut = next((i for i, p in enumerate(pieces) if p.isdigit()), len(pieces))
+            key = ".".join(pieces[:max(cut, 1)])
+            counts[key] = counts.get(key, 0) + parameter.numel()
+    return tuple(sorted(counts.items(), key=lambda item: -item[1]))
 
 
 def record_step(step: PreparedStep) -> tuple[Trace, dict[int, str]]:
@@ -129,7 +152,7 @@ def trace_workload(work: Workload, first_step: bool = False) -> StepTrace:
             torch.cuda.synchronize()
             measured = int(torch.cuda.max_memory_allocated())
     return StepTrace(work=work, param_numels=tuple(p.numel() for p in step.parameters),
-                     trace=trace, tags=tags, first_step=first,
+                     trace=trace, param_parts=parts_of(step), tags=tags, first_step=first,
                      first_step_tags=first_tags, measured_peak_bytes=measured)
 
 

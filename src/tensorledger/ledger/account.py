@@ -1,0 +1,128 @@
+"""The main job: one workload, one trace, the whole ledger.
+
+:func:`account_workload` traces the workload's first and steady-state steps once and hands the
+same trace to every analysis: the FLOPs by phase against 6·N·D, the memory ledger (peak,
+categories, fit), the roofline prediction (time by category, step time, tokens/s, MFU), and the
+cost of a whole run of ``run_tokens`` tokens on ``count`` devices.  Data parallel: every device
+runs the step on its own batch, so the cluster takes ``count`` steps' tokens per step time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tensorledger.errors import InputError
+from tensorledger.hardware import Hardware
+from tensorledger.ledger.memory import step_facts
+from tensorledger.memory.ledger import MemoryLedger, memory_ledger
+from tensorledger.roofline.model import RooflinePrediction, predict
+from tensorledger.trace.aggregate import TraceSummary, summarize
+from tensorledger.workload import Workload, trace_workload
+
+__all__ = ["Ledger", "RunCost", "account_workload"]
+
+SECONDS_PER_DAY = 86_400.0
+
+
+@dataclass(frozen=True)
+class RunCost:
+    """A whole training run: ``tokens`` tokens at the predicted step time on ``count`` devices."""
+
+    tokens: float
+    steps: float  # optimizer steps of the whole cluster: tokens / (count · tokens per step)
+    time_s: float
+    days: float
+    device_hours: float
+    usd_per_device_hour: float | None
+    cost_usd: float | None
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """Everything one workload costs, from one trace."""
+
+    model: str
+    built_by: str
+    step: str
+    batch: int
+    seq: int
+    tokens_per_step: int  # per device
+    precision: str
+    optimizer: str | None
+    device: str  # where the step was traced
+    hardware: str
+    count: int
+    params: int
+    params_by_part: dict[str, int]
+    trace: TraceSummary  # FLOPs by category, phase, module; 6·N·D; uncovered ops
+    memory: MemoryLedger
+    roofline: RooflinePrediction
+    step_time_s: float  # predicted, per device (all devices step together)
+    cluster_tokens_per_s: float
+    mfu: float  # against the dense peak the step's matmuls ran at (roofline.mfu_peak_key)
+    run: RunCost | None  # with run tokens
+
+    def _repr_html_(self) -> str:  # Jupyter: the presentation layer renders it
+        import importlib
+
+        view = importlib.import_module("tensorledger.report.account")
+        return str(view.ledger_html(self))
+
+    def __rich__(self) -> object:  # rich: the terminal view, from the presentation layer
+        import importlib
+
+        view = importlib.import_module("tensorledger.report.account")
+        return view.ledger_group(self)
+
+    def __repr__(self) -> str:
+        return (f"Ledger({self.model}: {self.trace.flops:.4g} FLOPs per step, peak "
+                f"{self.memory.peak_bytes / 1e9:.4g} GB, {self.step_time_s:.4g} s per step on "
+                f"{self.count} × {self.hardware}, MFU {self.mfu:.3f})")
+
+
+def account_workload(work: Workload, hardware: Hardware, *, count: int = 1,
+                     run_tokens: float | None = None,
+                     usd_per_device_hour: float | None = None, depth: int | None = 2
+                     ) -> Ledger:
+    """Trace ``work`` once and account it on ``count`` devices of ``hardware``.
+
+    >>> from tensorledger.hardware import get_hardware
+    >>> from tensorledger.workload import resolve_workload
+    >>> ledger = account_workload(resolve_workload("tiny", batch=2, seq=16), get_hardware("h100"))
+    >>> ledger.trace.flops == ledger.roofline.flops
+    True
+    """
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise InputError(f"--count must be a whole number >= 1, got {count!r}")
+    for name, value in (("--tokens", run_tokens), ("--usd-per-device-hour",
+                                                   usd_per_device_hour)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise InputError(f"{name} must be a positive number, got {value!r}")
+    run = trace_workload(work, first_step=True)
+    backward = work.step.backward
+    summary = summarize(run.trace, depth, params=run.params if backward else None,
+                        tokens=run.tokens if backward else None)
+    first = (run.first_step, run.first_step_tags) if run.first_step is not None else None
+    memory = memory_ledger(run.trace, run.tags, step_facts(run), hardware=hardware,
+                           count=count, first_step=first,
+                           measured_peak_bytes=run.measured_peak_bytes)
+    prediction = predict(run.trace.records, hardware, tokens=work.tokens)
+    step_s = prediction.time_s
+    cluster_tokens_per_s = count * work.tokens / step_s if step_s > 0 else 0.0
+    cost = None
+    if run_tokens is not None and cluster_tokens_per_s > 0:
+        time_s = run_tokens / cluster_tokens_per_s
+        hours = time_s / 3600.0 * count
+        cost = RunCost(tokens=run_tokens, steps=run_tokens / (count * work.tokens),
+                       time_s=time_s, days=time_s / SECONDS_PER_DAY, device_hours=hours,
+                       usd_per_device_hour=usd_per_device_hour,
+                       cost_usd=hours * usd_per_device_hour if usd_per_device_hour else None)
+    return Ledger(model=work.model, built_by=work.source.built_by, step=work.step.name,
+                  batch=work.batch, seq=work.seq, tokens_per_step=work.tokens,
+                  precision=work.precision.name,
+                  optimizer=work.optimizer.name if work.step.optimizer else None,
+                  device=work.device, hardware=hardware.id, count=count, params=run.params,
+                  params_by_part=dict(run.param_parts), trace=summary, memory=memory,
+                  roofline=prediction, step_time_s=step_s,
+                  cluster_tokens_per_s=cluster_tokens_per_s, mfu=prediction.mfu, run=cost)

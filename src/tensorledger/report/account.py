@@ -1,0 +1,84 @@
+"""The ledger of one workload on one page: the terminal view (rich), Jupyter's HTML, and the
+lines ``tensorledger account`` prints.  Formats; computes nothing."""
+
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+
+from tensorledger.report.memory import memory_view
+from tensorledger.report.roofline import totals_table
+from tensorledger.report.trace import _totals_table
+from tensorledger.units import format_bytes, format_count, format_duration, format_sci
+
+if TYPE_CHECKING:
+    from tensorledger.ledger.account import Ledger
+
+__all__ = ["account_view", "ledger_group", "ledger_html"]
+
+View = list[RenderableType | str]
+
+
+def _parts_table(ledger: Ledger) -> Table:
+    table = Table(title=f"Parameters: {ledger.params:,} ({format_count(ledger.params)})",
+                  title_justify="left", header_style="bold")
+    for column in ("part", "params", "share"):
+        table.add_column(column, justify="left" if column == "part" else "right")
+    for part, params in ledger.params_by_part.items():
+        share = params / ledger.params if ledger.params else 0.0
+        table.add_row(part, f"{params:,}", f"{share:.1%}")
+    return table
+
+
+def account_view(ledger: Ledger) -> View:
+    """Header, parameters, FLOPs by phase, memory, time by category, and the run."""
+    s = ledger.trace
+    optimizer = f", {ledger.optimizer}" if ledger.optimizer else ""
+    view: View = [
+        f"{ledger.model} (built by {ledger.built_by}): {ledger.step} step{optimizer}, "
+        f"batch {ledger.batch} × seq {ledger.seq} = {ledger.tokens_per_step:,} tokens per "
+        f"device, {ledger.precision}, traced on {ledger.device}; {ledger.count} × "
+        f"{ledger.hardware}",
+        _parts_table(ledger),
+        _totals_table("FLOPs by phase", "phase", s.by_phase),
+    ]
+    if s.six_n_d is not None:
+        view.append(f"FLOPs per step {format_sci(s.flops)} ({format_sci(s.flops_causal_halved)} "
+                    f"with causal attention halved); 6·N·D = {format_sci(s.six_n_d.six_n_d_flops)}"
+                    f", counted / 6·N·D = {s.six_n_d.ratio:.3f}")
+    if s.hand_attention is not None:
+        view.append(f"attention written as bmm + softmax: {format_sci(s.hand_attention.flops)} "
+                    "FLOPs the causal-halved figure does not halve")
+    if s.uncovered:
+        view.append("uncovered ops (0 FLOPs): " + ", ".join(
+            f"{op} ×{calls}" for op, calls in s.uncovered.items()))
+    view += memory_view(ledger.memory)
+    view.append(totals_table(f"Predicted time by category on {ledger.hardware}",
+                             ledger.roofline.by_category))
+    view.append(f"predicted step {format_duration(ledger.step_time_s)} (roofline bound); "
+                f"{ledger.cluster_tokens_per_s:,.0f} tokens/s on {ledger.count} device(s); "
+                f"MFU {ledger.mfu:.3f} against the dense {ledger.roofline.mfu_peak_key} peak")
+    if ledger.run is not None:
+        r = ledger.run
+        cost = f", ${r.cost_usd:,.0f} at ${r.usd_per_device_hour:g} per device-hour" if (
+            r.cost_usd is not None and r.usd_per_device_hour is not None) else ""
+        view.append(f"the whole run: {format_sci(r.tokens)} tokens in {r.steps:,.0f} steps, "
+                    f"{format_duration(r.time_s)} ({r.days:,.2f} days), "
+                    f"{r.device_hours:,.0f} device-hours{cost}")
+    view.append(f"peak memory per device {format_bytes(ledger.memory.peak_bytes, 'auto')}")
+    return view
+
+
+def ledger_group(ledger: Ledger) -> Group:
+    """The terminal view as one rich renderable (``Ledger.__rich__``)."""
+    return Group(*account_view(ledger))
+
+
+def ledger_html(ledger: Ledger) -> str:
+    """Self-contained HTML of the terminal view, for Jupyter (no network request)."""
+    console = Console(record=True, width=120, file=io.StringIO())
+    console.print(ledger_group(ledger))
+    return console.export_html(inline_styles=True)

@@ -1,0 +1,96 @@
+"""``tensorledger account``: every number of its JSON against direct calls of the trace, memory
+and roofline pipelines on the same workload (each traces the step again, on its own)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import tensorledger
+from tensorledger.hardware import get_hardware
+from tensorledger.ledger import memory_report, roofline_report, trace_report
+from tensorledger.napkin.transformer import get_preset, parameter_count
+from tensorledger.workload import resolve_workload
+from tests.conftest import assert_one_line_error
+
+ARGS = ("--model", "tiny", "--batch", "3", "--seq", "20", "--hardware", "a100", "--count", "4",
+        "--tokens", "2B", "--usd-per-device-hour", "1.5")
+
+
+def test_every_number_equals_the_direct_pipelines(cli: Any) -> None:
+    doc = cli("account", *ARGS, "--json").json()
+    work = resolve_workload("tiny", batch=3, seq=20)
+    chip = get_hardware("a100")
+    traced = trace_report(work, 2)
+    memory = memory_report(work, chip, 4)
+    roofline = roofline_report(work, chip)
+
+    assert doc["params"] == traced.params == parameter_count(get_preset("tiny")).total_params
+    parts = parameter_count(get_preset("tiny"))
+    assert doc["params_by_part"] == {k: v for k, v in parts.parts().items() if v}
+    summary = doc["trace"]
+    assert summary["flops"] == traced.summary.flops
+    assert summary["flops_causal_halved"] == traced.summary.flops_causal_halved
+    assert [(p["phase"], p["flops"], p["bytes_read"]) for p in summary["by_phase"]] == [
+        (p.phase, p.flops, p.bytes_read) for p in traced.summary.by_phase]
+    assert summary["six_n_d"]["six_n_d_flops"] == 6 * doc["params"] * 3 * 20
+
+    m = doc["memory"]
+    for key in ("params_bytes", "grads_bytes", "optimizer_state_bytes",
+                "saved_activation_bytes", "peak_bytes", "first_step_peak_bytes"):
+        assert m[key] == getattr(memory, key), key
+    assert m["fit"]["sharded_peak_bytes"] == memory.fit.sharded_peak_bytes  # type: ignore[union-attr]
+
+    r = doc["roofline"]
+    assert r["time_s"] == pytest.approx(roofline.prediction.time_s)
+    assert r["mfu"] == pytest.approx(roofline.prediction.mfu)
+    assert [c["name"] for c in r["by_category"]] == [
+        c.name for c in roofline.prediction.by_category]
+    assert [c["time_s"] for c in r["by_category"]] == pytest.approx(
+        [c.time_s for c in roofline.prediction.by_category])
+    # Derived figures, by hand: 4 devices × 60 tokens per step time; 2e9 tokens of run.
+    step_s = roofline.prediction.time_s
+    assert doc["step_time_s"] == pytest.approx(step_s)
+    assert doc["cluster_tokens_per_s"] == pytest.approx(4 * 60 / step_s)
+    run = doc["run"]
+    assert run["steps"] == pytest.approx(2e9 / (4 * 60))
+    assert run["time_s"] == pytest.approx(2e9 / (4 * 60 / step_s))
+    assert run["days"] == pytest.approx(run["time_s"] / 86_400)
+    assert run["device_hours"] == pytest.approx(run["time_s"] / 3600 * 4)
+    assert run["cost_usd"] == pytest.approx(run["device_hours"] * 1.5)
+
+
+def test_the_library_returns_a_ledger_that_renders() -> None:
+    ledger = tensorledger.account("tiny", "a100", batch=2, seq=16)
+    assert "MFU" in repr(ledger) and ledger.run is None
+    html = ledger._repr_html_()
+    assert "<html" in html and "FLOPs by phase" in html and "http" not in html.split(
+        "<body")[1]
+    import io
+
+    from rich.console import Console
+
+    console = Console(record=True, width=120, file=io.StringIO())
+    console.print(ledger)
+    assert "Predicted time by category" in console.export_text()
+
+
+def test_terminal_output_names_the_run(cli: Any) -> None:
+    result = cli("account", *ARGS)
+    assert result.code == 0, result.stderr
+    assert "the whole run: 2e9 tokens" in result.stdout.replace("2e+09", "2e9")
+    assert "4 × a100" in result.stdout
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (("--model", "nope"), "unknown model"),
+    (("--model", "tiny", "--hardware", "h1000"), "unknown hardware"),
+    (("--model", "tiny", "--count", "0"), "--count must be"),
+    (("--model", "tiny", "--tokens", "lots"), "lots"),
+    (("--model", "tiny", "--usd-per-device-hour", "-1", "--tokens", "1B"),
+     "--usd-per-device-hour must be a positive number"),
+    (("--model", "tiny", "--seq", "0"), "--seq must be between 1 and"),
+])
+def test_bad_input_is_one_line(cli: Any, args: tuple[str, ...], fragment: str) -> None:
+    assert_one_line_error(cli("account", *args), fragment)
