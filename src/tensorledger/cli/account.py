@@ -41,6 +41,11 @@ def account_command(
     optimizer: Optimizer = DEFAULTS.optimizer,
     device: Device = DEFAULTS.device,
     checkpoint: Checkpoint = DEFAULTS.checkpoint,
+    chrome_trace: Annotated[str | None, typer.Option("--chrome-trace", help=(
+        "Write the predicted per-op timeline as a Chrome/Perfetto trace (.json)."))] = None,
+    memory_snapshot: Annotated[str | None, typer.Option("--memory-snapshot", help=(
+        "Write the step's allocations as a torch.cuda.memory._dump_snapshot pickle (.pickle), "
+        "for PyTorch's memory visualiser."))] = None,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """The whole ledger of one workload from one trace: parameters, FLOPs against 6·N·D,
@@ -51,12 +56,31 @@ def account_command(
     work = workload(model, batch, seq, step, precision, optimizer, device, checkpoint)
     chip = get_hardware(hardware)
     run_tokens = parse_count(tokens) if tokens is not None else None
-    from tensorledger.ledger.account import account_workload
-    from tensorledger.report.account import account_view
+    from tensorledger.report.files import check_output_path, write_atomic
 
-    ledger = account_workload(work, chip, count=count, run_tokens=run_tokens,
-                              usd_per_device_hour=usd_per_device_hour)
-    emit("account", ledger, as_json, *account_view(ledger))
+    outputs = [(path, suffix) for path, suffix in ((chrome_trace, ".json"),
+                                                   (memory_snapshot, ".pickle"))
+               if path is not None]
+    for path, suffix in outputs:  # refuse a bad path before the work, not after
+        check_output_path(path, (suffix,))
+    from tensorledger.ledger.account import account_run
+    from tensorledger.report.account import account_view
+    from tensorledger.report.exports import chrome_trace_json, memory_snapshot_pickle
+
+    ledger, traced = account_run(work, chip, count=count, run_tokens=run_tokens,
+                                 usd_per_device_hour=usd_per_device_hour)
+    notes = []
+    if chrome_trace is not None:
+        title = f"{ledger.model}: predicted {ledger.step} step on {ledger.hardware}"
+        written = write_atomic(chrome_trace, chrome_trace_json(ledger.roofline, title))
+        notes.append(f"Chrome/Perfetto trace written to {written} (open it in "
+                     "ui.perfetto.dev or chrome://tracing)")
+    if memory_snapshot is not None:
+        written = write_atomic(memory_snapshot, memory_snapshot_pickle(
+            traced.trace, traced.tags, ledger.step_time_s * 1e6))
+        notes.append(f"memory snapshot written to {written} (open it in PyTorch's memory "
+                     "visualiser, pytorch.org/memory_viz)")
+    emit("account", ledger, as_json, *account_view(ledger), *notes)
 
 
 def register(app: typer.Typer) -> None:

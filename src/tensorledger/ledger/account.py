@@ -18,9 +18,9 @@ from tensorledger.ledger.memory import step_facts
 from tensorledger.memory.ledger import MemoryLedger, memory_ledger
 from tensorledger.roofline.model import RooflinePrediction, predict
 from tensorledger.trace.aggregate import TraceSummary, summarize
-from tensorledger.workload import Workload, trace_workload
+from tensorledger.workload import StepTrace, Workload, trace_workload
 
-__all__ = ["Ledger", "RunCost", "account_workload"]
+__all__ = ["Ledger", "RunCost", "account_run", "account_workload"]
 
 SECONDS_PER_DAY = 86_400.0
 
@@ -93,6 +93,14 @@ def account_workload(work: Workload, hardware: Hardware, *, count: int = 1,
     >>> ledger.trace.flops == ledger.roofline.flops
     True
     """
+    return account_run(work, hardware, count=count, run_tokens=run_tokens,
+                       usd_per_device_hour=usd_per_device_hour, depth=depth)[0]
+
+
+def account_run(work: Workload, hardware: Hardware, *, count: int = 1,
+                run_tokens: float | None = None, usd_per_device_hour: float | None = None,
+                depth: int | None = 2) -> tuple[Ledger, StepTrace]:
+    """:func:`account_workload`, and the traced step it was computed from (for exports)."""
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise InputError(f"--count must be a whole number >= 1, got {count!r}")
     for name, value in (("--tokens", run_tokens), ("--usd-per-device-hour",
@@ -118,11 +126,12 @@ def account_workload(work: Workload, hardware: Hardware, *, count: int = 1,
                        time_s=time_s, days=time_s / SECONDS_PER_DAY, device_hours=hours,
                        usd_per_device_hour=usd_per_device_hour,
                        cost_usd=hours * usd_per_device_hour if usd_per_device_hour else None)
-    return Ledger(model=work.model, built_by=work.source.built_by, step=work.step.name,
-                  batch=work.batch, seq=work.seq, tokens_per_step=work.tokens,
-                  precision=work.precision.name,
-                  optimizer=work.optimizer.name if work.step.optimizer else None,
-                  device=work.device, hardware=hardware.id, count=count, params=run.params,
-                  params_by_part=dict(run.param_parts), trace=summary, memory=memory,
-                  roofline=prediction, step_time_s=step_s,
-                  cluster_tokens_per_s=cluster_tokens_per_s, mfu=prediction.mfu, run=cost)
+    ledger = Ledger(model=work.model, built_by=work.source.built_by, step=work.step.name,
+                    batch=work.batch, seq=work.seq, tokens_per_step=work.tokens,
+                    precision=work.precision.name,
+                    optimizer=work.optimizer.name if work.step.optimizer else None,
+                    device=work.device, hardware=hardware.id, count=count, params=run.params,
+                    params_by_part=dict(run.param_parts), trace=summary, memory=memory,
+                    roofline=prediction, step_time_s=step_s,
+                    cluster_tokens_per_s=cluster_tokens_per_s, mfu=prediction.mfu, run=cost)
+    return ledger, run
