@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 import typer
@@ -41,6 +42,11 @@ def account_command(
     optimizer: Optimizer = DEFAULTS.optimizer,
     device: Device = DEFAULTS.device,
     checkpoint: Checkpoint = DEFAULTS.checkpoint,
+    html_report: Annotated[str | None, typer.Option("--html", help=(
+        "Write one self-contained HTML report (tables and interactive plots; opens offline)."
+    ))] = None,
+    per_op: Annotated[bool, typer.Option("--per-op", help=(
+        "Include every op and every point of the memory timeline in --json."))] = False,
     chrome_trace: Annotated[str | None, typer.Option("--chrome-trace", help=(
         "Write the predicted per-op timeline as a Chrome/Perfetto trace (.json)."))] = None,
     memory_snapshot: Annotated[str | None, typer.Option("--memory-snapshot", help=(
@@ -58,7 +64,7 @@ def account_command(
     run_tokens = parse_count(tokens) if tokens is not None else None
     from tensorledger.report.files import check_output_path, write_atomic
 
-    outputs = [(path, suffix) for path, suffix in ((chrome_trace, ".json"),
+    outputs = [(path, suffix) for path, suffix in ((html_report, ".html"), (chrome_trace, ".json"),
                                                    (memory_snapshot, ".pickle"))
                if path is not None]
     for path, suffix in outputs:  # refuse a bad path before the work, not after
@@ -70,6 +76,11 @@ def account_command(
     ledger, traced = account_run(work, chip, count=count, run_tokens=run_tokens,
                                  usd_per_device_hour=usd_per_device_hour)
     notes = []
+    if html_report is not None:
+        from tensorledger.report.html import ledger_report_html
+
+        written = write_atomic(html_report, ledger_report_html(ledger))
+        notes.append(f"HTML report written to {written}")
     if chrome_trace is not None:
         title = f"{ledger.model}: predicted {ledger.step} step on {ledger.hardware}"
         written = write_atomic(chrome_trace, chrome_trace_json(ledger.roofline, title))
@@ -80,7 +91,11 @@ def account_command(
             traced.trace, traced.tags, ledger.step_time_s * 1e6))
         notes.append(f"memory snapshot written to {written} (open it in PyTorch's memory "
                      "visualiser, pytorch.org/memory_viz)")
-    emit("account", ledger, as_json, *account_view(ledger), *notes)
+    shown = ledger if per_op else dataclasses.replace(
+        ledger, roofline=dataclasses.replace(ledger.roofline, ops=()),
+        memory=dataclasses.replace(ledger.memory, timeline=dataclasses.replace(
+            ledger.memory.timeline, points=())))
+    emit("account", shown, as_json, *account_view(ledger), *notes)
 
 
 def register(app: typer.Typer) -> None:

@@ -61,6 +61,8 @@ class Ledger:
     step_time_s: float  # predicted, per device (all devices step together)
     cluster_tokens_per_s: float
     mfu: float  # against the dense peak the step's matmuls ran at (roofline.mfu_peak_key)
+    peak_flop_per_s: float  # that dense peak
+    memory_bandwidth_bytes_per_s: float
     run: RunCost | None  # with run tokens
 
     def _repr_html_(self) -> str:  # Jupyter: the presentation layer renders it
@@ -133,5 +135,8 @@ def account_run(work: Workload, hardware: Hardware, *, count: int = 1,
                     device=work.device, hardware=hardware.id, count=count, params=run.params,
                     params_by_part=dict(run.param_parts), trace=summary, memory=memory,
                     roofline=prediction, step_time_s=step_s,
-                    cluster_tokens_per_s=cluster_tokens_per_s, mfu=prediction.mfu, run=cost)
+                    cluster_tokens_per_s=cluster_tokens_per_s, mfu=prediction.mfu,
+                    peak_flop_per_s=hardware.peak_flop_per_s(prediction.mfu_peak_key),
+                    memory_bandwidth_bytes_per_s=hardware.memory_bandwidth_bytes_per_s,
+                    run=cost)
     return ledger, run
