@@ -3,6 +3,7 @@ by their own readers (json; torch.cuda._memory_viz)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import pickle
 from pathlib import Path
@@ -26,7 +27,7 @@ def test_chrome_trace_is_well_formed_and_sums_to_the_step(cli: Any, tmp_path: Pa
         assert {"name", "cat", "ts", "dur", "pid", "tid", "args"} <= set(event)
         assert event["dur"] >= 0 and event["ts"] >= 0
     # back to back: each op starts where the one before ended
-    for before, after in zip(ops, ops[1:], strict=False):
+    for before, after in itertools.pairwise(ops):
         assert after["ts"] == pytest.approx(before["ts"] + before["dur"])
     assert sum(e["dur"] for e in ops) == pytest.approx(doc["step_time_s"] * 1e6)
     names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
