@@ -14,15 +14,17 @@ from tensorledger.napkin.transformer import forward_flops_per_token, get_preset
 from tests.models.test_loaders import LLAMA3_JSON
 
 CHILD = """
-import json, resource, sys
+import json, sys
 from contextlib import redirect_stdout
 from io import StringIO
 from tensorledger.cli import main
 out = StringIO()
 with redirect_stdout(out):
     code = main(["trace", "--model", sys.argv[1], "--seq", "8192", "--json"])
-print(json.dumps({"code": code, "doc": json.loads(out.getvalue()),
-                  "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+# VmHWM is this process's own peak (ru_maxrss can carry the parent's over fork and exec)
+status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
+peak = int(status["VmHWM"].split()[0]) * 1024
+print(json.dumps({"code": code, "doc": json.loads(out.getvalue()), "peak_rss_bytes": peak}))
 """
 
 
