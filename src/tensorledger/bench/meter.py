@@ -2,15 +2,16 @@
 
 >>> import torch
 >>> from tensorledger.hardware import get_hardware
->>> model = torch.nn.Linear(16, 8)
+>>> model = torch.nn.Linear(16, 8, bias=False)
 >>> ticks = iter(range(100))                             # a fake clock: 1 s per reading
 >>> meter = Meter(model, hardware=get_hardware("h100"), warmup_steps=1, every=0, quiet=True,
 ...               clock=lambda: float(next(ticks)))
 >>> for _ in range(3):
 ...     with meter.step(tokens=4):
 ...         model(torch.ones(4, 16)).sum().backward()
->>> meter.close().flops_per_step                         # the recorded first step
-1092
+...         model.weight.grad = None
+>>> meter.close().flops_per_step        # 2·4·16·8 forward + (4·8 − 1) sum + 2·4·16·8 backward
+2079
 
 How it works:
 
