@@ -47,10 +47,10 @@ def interval_line(interval: MeterInterval) -> str:
 
 def summary_text(summary: MeterSummary) -> str:
     """A few lines: step time (median, IQR), tokens/s, MFU (median, quartiles), memory."""
-    lines = [f"meter summary: {summary.measured_steps} steps measured of {summary.steps} "
-             f"({summary.warmup_steps} warm-up, {summary.recorded_steps} recorded in "
-             f"{format_duration(summary.recording_time_s, 3)}, left out) on {summary.hardware}, "
-             f"{summary.timer}"]
+    lines = [f"meter summary: {summary.measured_steps} of {summary.steps} steps measured on "
+             f"{summary.hardware} ({summary.timer}); left out: the first "
+             f"{summary.warmup_steps} (warm-up) and {summary.recorded_steps} recorded, "
+             f"{format_duration(summary.recording_time_s, 3)} in all"]
     m = summary.step_time
     if m is not None:
         outside = "" if summary.outside_share is None else (
