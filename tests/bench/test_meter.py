@@ -19,7 +19,7 @@ from tensorledger.bench import measure
 from tensorledger.bench.meter import Meter
 from tensorledger.napkin.transformer import forward_flops_per_token, get_preset
 from tensorledger.trace import trace
-from tests.bench.meter_helpers import TEST_CPU, FakeClock, tiny_run, timed
+from tests.bench.meter_helpers import TEST_CPU, FakeClock, timed, tiny_run
 
 # a cycle of step durations with spread (median 11 ms); measured windows span whole cycles
 DURATIONS = [0.010, 0.012, 0.009, 0.013, 0.011]
