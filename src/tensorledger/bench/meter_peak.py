@@ -198,5 +198,8 @@ def dense_peak(count: StepCount, hardware: Hardware) -> Peak:
         key = "fp32" if "fp32" in floating else min(
             floating, key=lambda k: hardware.dense_flop_per_s[k])
         return Peak(hardware.id, (key,), _refuse_sparse(hardware, key))
-    ideal_s = sum(flops / _refuse_sparse(hardware, key) for key, flops in matrix.items())
+    peaks = {key: _refuse_sparse(hardware, key) for key in matrix}
+    if len(peaks) == 1:  # exactly the table's figure, not a rounded quotient
+        return Peak(hardware.id, tuple(peaks), next(iter(peaks.values())))
+    ideal_s = sum(flops / peaks[key] for key, flops in matrix.items())
     return Peak(hardware.id, tuple(matrix), sum(matrix.values()) / ideal_s)
