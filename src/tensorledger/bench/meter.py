@@ -103,6 +103,7 @@ class MeterInterval:
     step_time_s: float | None  # mean inside a step
     outside_time_s: float | None  # mean between steps
     tokens_per_s: float | None
+    flops: float  # Σ over the counted steps (the weight of this rank's MFU in the cluster's)
     flops_per_step: float | None  # mean over the counted steps
     flop_per_s: float | None
     mfu: float | None
@@ -530,7 +531,7 @@ class Meter:
             step=self._steps, steps=len(timed),
             step_time_s=step_time / len(timed) if timed else None,
             outside_time_s=math.fsum(outside) / len(outside) if outside else None,
-            tokens_per_s=tokens_per_s,
+            tokens_per_s=tokens_per_s, flops=flops,
             flops_per_step=flops / len(counted) if counted else None,
             flop_per_s=flops / counted_time if counted and counted_time > 0 else None,
             mfu=mfu, peak_flop_per_s=None if peak is None else peak.flop_per_s,
@@ -538,6 +539,8 @@ class Meter:
             attention=self.attention, peak_memory_bytes=memory, memory_source=source,
             rank=self.rank, world_size=self.world_size, cluster_tokens_per_s=cluster_rate,
             cluster_mfu=cluster_mfu)
+        if not records:  # nothing since the last interval: gathered (to stay in step), unsaid
+            return interval
         self._last = interval
         if self._jsonl is not None:
             lines = [json.dumps({"kind": "step", "rank": self.rank, **asdict(r)})
