@@ -77,6 +77,12 @@ def test_gpt2_flops_per_token_meter_nanogpt_and_6n() -> None:
     assert matrix_per_token == closed.flops_per_token + attention_forward // 2 == 873_312_768
     other = count.flops - SEQ * matrix_per_token  # elementwise, norms, softmax, loss, AdamW
     assert 0 < other < 0.01 * count.flops
+    # AdamW: 14 FLOPs per parameter (as the cost registry counts its ops) and 1 per tensor
+    # (its step counter), once per step however many tokens the step has
+    tensors = list(model.parameters())
+    assert count.phase_flops["optimizer"] == 14 * params.total_params + len(tensors)
+    assert len(tensors) == 196  # 12 layers × 16 + token and position tables + final LayerNorm
+    assert round(count.phase_flops["optimizer"] / SEQ) == 1_701_326  # over 1,024 tokens
 
     # the figures the README quotes
     assert round(count.flops / SEQ) == 877_833_364

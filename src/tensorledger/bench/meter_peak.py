@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tensorledger.errors import InputError, TensorLedgerError, UnknownNameError
@@ -116,6 +116,7 @@ class StepCount:
     tokens: int  # tokens of the recorded step
     ops: int
     uncovered: Mapping[str, int]  # op → calls with no cost rule (their FLOPs are not counted)
+    phase_flops: Mapping[str, int] = field(default_factory=dict)  # forward, backward, ...
 
     def flops_for(self, convention: str) -> int:
         """FLOPs under ``full`` or ``causal-halved``."""
@@ -141,7 +142,9 @@ def count_step(trace: Trace, tokens: int, tf32: bool = False) -> StepCount:
     ``tf32``: fp32 matmuls ran on tensor cores in TF32 (CUDA with ``allow_tf32``).
     """
     matrix: dict[str, int] = {}
+    phases: dict[str, int] = {}
     for record in trace.records:
+        phases[record.phase] = phases.get(record.phase, 0) + record.flops
         if record.category in MATRIX_CATEGORIES and record.flops:
             key = _matrix_key(record.input_dtypes, tf32)
             if key is not None:
@@ -149,7 +152,7 @@ def count_step(trace: Trace, tokens: int, tf32: bool = False) -> StepCount:
     ordered = dict(sorted(matrix.items(), key=lambda item: -item[1]))
     return StepCount(flops=trace.flops, flops_causal_halved=trace.flops_causal_halved,
                      matrix_flops=ordered, tokens=tokens, ops=len(trace.records),
-                     uncovered=dict(trace.uncovered))
+                     uncovered=dict(trace.uncovered), phase_flops=phases)
 
 
 @dataclass(frozen=True)
