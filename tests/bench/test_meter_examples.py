@@ -61,3 +61,5 @@ def test_hf_trainer_example_logs_the_meter(examples: None, tmp_path: Path) -> No
         assert 0 < entry["meter_mfu"] < 1
         assert entry["meter_tokens_per_s"] > 0
         assert entry["meter_flops_per_step"] > 0 and "loss" in entry
+        # tokens per optimizer step, counted from input_ids: 2 micro-batches × 4 × 32
+        assert entry["meter_tokens_per_s"] * entry["meter_step_time_s"] == pytest.approx(256)

@@ -88,3 +88,16 @@ def test_cluster_arithmetic() -> None:
     assert cluster_figures([(1.0, nan, nan), (2.0, 0.5, 1.0)]) == (3.0, None)
     assert cluster_figures([(nan, 0.5, 1.0), (2.0, 0.5, 1.0)]) == (None, 0.5)
     assert cluster_figures([]) == (None, None)
+
+
+def test_a_cuda_device_defaults_to_its_catalog_chip(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import torch
+
+    from tensorledger.bench.meter_peak import default_hardware
+
+    monkeypatch.setenv("TENSORLEDGER_HOME", str(tmp_path))  # no probed profile
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    assert default_hardware(torch.device("cuda", 0)).id == "h200-sxm"
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 NVL")
+    with pytest.raises(TensorLedgerError, match="'NVIDIA H100 NVL'"):
+        default_hardware(torch.device("cuda", 0))
