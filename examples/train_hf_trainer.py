@@ -64,8 +64,9 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         trainer.train()
     logs = [entry for entry in trainer.state.log_history if "meter_mfu" in entry]
     for entry in logs:
-        print(json.dumps({k: entry[k] for k in ("step", "loss", "meter_mfu",
-                                                "meter_tokens_per_s") if k in entry}))
+        print(json.dumps({k: entry[k] for k in ("step", "loss", "meter_mfu", "meter_tokens_per_s",
+                                                "meter_step_time_s", "meter_flops_per_step")
+                          if k in entry}))
     return logs
 
 

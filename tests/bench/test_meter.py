@@ -340,3 +340,11 @@ def test_summary_statistics_by_hand() -> None:
     # an embedding lookup is a gather: 0 FLOPs, so MFU is 0 against the fp32 peak
     assert summary.flops_per_step == 0 and summary.mfu == 0.0
     assert not math.isnan(summary.tokens_per_s_median or math.nan)
+
+
+def test_an_unwritable_jsonl_path_is_one_sentence(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(Exception) as caught:
+        Meter(torch.nn.Linear(2, 2), hardware=TEST_CPU, jsonl=blocker / "m.jsonl")
+    _one_sentence(caught.value, "cannot write the meter's JSON lines")

@@ -69,7 +69,7 @@ import torch
 from tensorledger.bench.harness import Measurement, _statistics, synchronize
 from tensorledger.bench.meter_cluster import cluster_figures, gather_rows
 from tensorledger.bench.meter_peak import Peak, StepCount, count_step, dense_peak, resolve_hardware
-from tensorledger.errors import InputError, TensorLedgerError
+from tensorledger.errors import ConfigError, InputError, TensorLedgerError
 from tensorledger.hardware import Hardware
 from tensorledger.trace.recorder import Recorder
 from tensorledger.units import format_flop_rate
@@ -340,13 +340,17 @@ class Meter:
             self._timer = _CudaTimer()
         else:
             self._timer = _ClockTimer(time.perf_counter, self.device, "perf_counter")
-        self._handle = None if model is None else model.register_forward_pre_hook(
-            self._on_forward, with_kwargs=True)
         self._jsonl_path = None if jsonl is None else self._rank_path(Path(jsonl))
         self._jsonl: IO[str] | None = None
         if self._jsonl_path is not None:
-            self._jsonl_path.parent.mkdir(parents=True, exist_ok=True)
-            self._jsonl = self._jsonl_path.open("w", encoding="utf-8")
+            try:
+                self._jsonl_path.parent.mkdir(parents=True, exist_ok=True)
+                self._jsonl = self._jsonl_path.open("w", encoding="utf-8")
+            except OSError as error:
+                raise ConfigError(f"cannot write the meter's JSON lines to {self._jsonl_path}: "
+                                  f"{error.strerror}") from None
+        self._handle = None if model is None else model.register_forward_pre_hook(
+            self._on_forward, with_kwargs=True)
 
         self._counts: dict[_ShapeKey, StepCount] = {}
         self._recordings: list[StepCount] = []
@@ -447,7 +451,8 @@ class Meter:
         self._open = None
         if recorder is not None:
             recorder.__exit__(None, None, None)
-        if failed:  # the step raised: not counted, and the error goes on unchanged
+        if failed:  # the step raised: not counted (nor as outside time); the error goes on
+            self._previous_end = end
             return
         self._steps += 1
         tokens = context.tokens
