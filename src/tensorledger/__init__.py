@@ -13,7 +13,8 @@ from tensorledger.hardware import Hardware, get_hardware
 
 __version__ = "0.1.0"
 
-__all__ = ["Hardware", "TensorLedgerError", "__version__", "account", "get_hardware", "trace"]
+__all__ = ["Hardware", "Meter", "TensorLedgerError", "__version__", "account", "get_hardware",
+           "trace"]
 
 
 def account(model: Any, hardware: str | Hardware = "h100", *, count: int = 1,
@@ -47,4 +48,8 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         return importlib.import_module("tensorledger.trace")
+    if name == "Meter":  # the live meter for a training loop (imports torch)
+        from tensorledger.bench.meter import Meter
+
+        return Meter
     raise AttributeError(f"module 'tensorledger' has no attribute {name!r}")

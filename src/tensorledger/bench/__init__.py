@@ -3,7 +3,9 @@
 ``measure(fn)`` warms up, synchronises the device before and after, repeats until a time
 budget or a count, and returns robust statistics; ``probe`` measures this device's ceilings
 (matmul FLOP/s per dtype, memory bandwidth, per-op overhead) and saves them as a hardware
-profile that ``--hardware local`` then uses like a catalog chip.
+profile that ``--hardware local`` then uses like a catalog chip; ``tensorledger.Meter``
+(:mod:`tensorledger.bench.meter`) measures tokens/s and MFU live in a user's own training loop,
+and :mod:`tensorledger.bench.hf_callback` runs it inside a Hugging Face ``Trainer``.
 """
 
 from __future__ import annotations
