@@ -88,13 +88,23 @@ def _conv_spatial(x: Any, out: Any, transposed: bool) -> tuple[int, ...]:
     return shape(x)[2:] if transposed else shape(out)[2:]
 
 
-@register("aten.convolution", "aten._convolution", "aten.cudnn_convolution",
-          "aten._slow_conv2d_forward", "aten.convolution_overrideable", category="matmul")
+@register("aten.convolution", "aten._convolution", "aten.convolution_overrideable",
+          category="matmul")
 def _convolution(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> int:
+    # (input, weight, bias, stride, padding, dilation, transposed, ...)
     x, w = args[0], args[1]
     transposed = bool(args[6]) if len(args) > 6 else bool(kwargs.get("transposed", False))
     result = out[0] if isinstance(out, tuple | list) else out
     return conv_flops(shape(x)[0], shape(w), _conv_spatial(x, result, transposed))
+
+
+@register("aten.cudnn_convolution", "aten._slow_conv2d_forward", category="matmul")
+def _forward_convolution(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> int:
+    # Kernels with no `transposed` argument (cudnn's position 6 is `benchmark`): never
+    # transposed, so the weight meets the output grid.
+    x, w = args[0], args[1]
+    result = out[0] if isinstance(out, tuple | list) else out
+    return conv_flops(shape(x)[0], shape(w), _conv_spatial(x, result, False))
 
 
 @register("aten.convolution_backward", category="matmul")
