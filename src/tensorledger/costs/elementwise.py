@@ -100,10 +100,12 @@ def _elementwise_rule(name: str, cost: int) -> Any:
     return rule
 
 
-def _foreach_rule(cost: int) -> Any:
+def _foreach_rule(name: str, cost: int) -> Any:
     def rule(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> int:
-        # the first argument is the list the op runs over (and, in place, writes)
-        return cost * sum(numel(t) for t in args[0])
+        # the first argument is the list the op runs over (and, in place, writes); α·b costs
+        # its multiply as in ``add`` (SGD's foreach step is ``_foreach_add_(p, g, alpha=-lr)``)
+        scaled = name in _SCALED_BY_ALPHA and kwargs.get("alpha", 1) != 1
+        return (cost + scaled) * sum(numel(t) for t in args[0])
 
     return rule
 
@@ -126,7 +128,7 @@ for _name, _cost in ELEMENTWISE_FLOPS.items():
     register(f"aten.{_name}", category="elementwise")(_elementwise_rule(_name, _cost))
 for _name in FOREACH_OPS:
     register(f"aten._foreach_{_name}", category="elementwise")(
-        _foreach_rule(ELEMENTWISE_FLOPS[_name]))
+        _foreach_rule(_name, ELEMENTWISE_FLOPS[_name]))
 for _name in REDUCTION_FLOPS:
     register(f"aten.{_name}", category="reduction")(_reduction_rule(_name))
 

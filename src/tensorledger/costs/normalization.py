@@ -71,13 +71,28 @@ def _batch_or_group_norm(args: Sequence[Any], kwargs: dict[str, Any], out: Any) 
     return per_element * numel(args[0])
 
 
-@register("aten.native_group_norm_backward", "aten.native_batch_norm_backward",
-          category="normalization")
-def _batch_or_group_norm_backward(args: Sequence[Any], kwargs: dict[str, Any],
-                                  out: Any) -> int:
-    per_element = (LAYER_NORM_FLOPS["grad_input"] + LAYER_NORM_FLOPS["grad_weight"]
-                   + LAYER_NORM_FLOPS["grad_bias"])
+def _statistics_norm_backward(args: Sequence[Any], weight: int, mask: int) -> int:
+    # the layer norm's backward arithmetic, each gradient when requested (the weight's and the
+    # bias's only for an affine norm)
+    grad_input, grad_weight, grad_bias = _mask(args, mask)
+    affine = _present(args, weight)
+    per_element = (LAYER_NORM_FLOPS["grad_input"] * grad_input
+                   + LAYER_NORM_FLOPS["grad_weight"] * (grad_weight and affine)
+                   + LAYER_NORM_FLOPS["grad_bias"] * (grad_bias and affine))
     return per_element * numel(args[1])
+
+
+@register("aten.native_batch_norm_backward", category="normalization")
+def _batch_norm_backward(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> int:
+    # (grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
+    #  output_mask)
+    return _statistics_norm_backward(args, weight=2, mask=9)
+
+
+@register("aten.native_group_norm_backward", category="normalization")
+def _group_norm_backward(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> int:
+    # (grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask)
+    return _statistics_norm_backward(args, weight=4, mask=9)
 
 
 @register("aten._fused_rms_norm", "aten.rms_norm", category="normalization")
