@@ -169,7 +169,7 @@ def test_rule_elementwise_table(op: str) -> None:
     assert record.bytes_written >= N  # at least a byte per output element
 
 
-def test_rule_elementwise_counts_the_broadcast_output_and_alpha() -> None:
+def test_elementwise_counts_the_broadcast_output_and_alpha() -> None:
     # y (5, 7) + x (3, 5, 7): one add per *output* element, 105, not per first operand (35)
     record = record_op("aten.add", lambda: aten.add(y(), x()))
     assert record.flops == 105
@@ -194,20 +194,28 @@ def test_rule_elementwise_counts_the_broadcast_output_and_alpha() -> None:
     assert direct("aten.gelu", (x(),), out=(x(), None)) == 20 * N
 
 
-def test_rule_aten_max_and_min_binary_and_reduction() -> None:
+def _max_or_min(name: str) -> None:
     # max.other(a, b) is element-wise (one compare per output element). It is a composite
     # that reaches the dispatcher as aten.maximum, so the rule's binary branch is called
     # directly with the two tensors
-    for name in ("max", "min"):
-        assert direct(f"aten.{name}", (y(), x()), out=x()) == N == 105  # not 35
-        assert rule(f"aten.{name}").category == "reduction"
-        # max(x, dim=1): 21 groups of 5, 4 compares each = 84; the whole tensor: 104
-        record = record_op(f"aten.{name}", lambda name=name: getattr(aten, name).dim(x(), 1))
-        assert record.flops == 105 - 21 == 84
-        record = record_op(f"aten.{name}", lambda name=name: getattr(aten, name)(x()))
-        assert record.flops == 105 - 1 == 104
-        # a dim given as an int second argument is not a tensor: still a reduction
-        assert direct(f"aten.{name}", (x(), 1), out=(meta(3, 7), meta(3, 7))) == 84
+    assert direct(f"aten.{name}", (y(), x()), out=x()) == N == 105  # not 35
+    assert rule(f"aten.{name}").category == "reduction"
+    # max(x, dim=1): 21 groups of 5, 4 compares each = 84; the whole tensor: 104
+    record = record_op(f"aten.{name}", lambda: getattr(aten, name).dim(x(), 1))
+    assert record.flops == 105 - 21 == 84
+    assert record.bytes_read == F32 * 105
+    record = record_op(f"aten.{name}", lambda: getattr(aten, name)(x()))
+    assert record.flops == 105 - 1 == 104
+    # a dim given as an int second argument is not a tensor: still a reduction
+    assert direct(f"aten.{name}", (x(), 1), out=(meta(3, 7), meta(3, 7))) == 84
+
+
+def test_rule_aten_max() -> None:
+    _max_or_min("max")
+
+
+def test_rule_aten_min() -> None:
+    _max_or_min("min")
 
 
 # ---- _foreach_ ops over [(3, 5), (7,)]: 22 elements
@@ -261,7 +269,7 @@ def test_rule_foreach_table(op: str) -> None:
     assert record.bytes_written == F32 * 22
 
 
-def test_rule_foreach_add_with_alpha() -> None:
+def test_foreach_add_counts_alpha() -> None:
     # p + α·g (SGD's foreach step): the multiply counts, as it does for aten.add
     record = record_op("aten._foreach_add", lambda: aten._foreach_add(tlist(), tlist(),
                                                                      alpha=-0.1))

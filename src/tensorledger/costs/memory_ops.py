@@ -50,7 +50,8 @@ def _zero(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> int:
 for _name in VIEW_OPS:
     register(f"aten.{_name}", category="view", moves="none")(_zero)
 for _name in COPY_OPS:
-    register(f"aten.{_name}", category="copy", write_only_self=_name == "copy")(_zero)
+    register(f"aten.{_name}", category="copy",
+             write_only_self=_name in ("copy", "_foreach_copy"))(_zero)
 for _name in FILL_OPS:
     register(f"aten.{_name}", category="copy", moves="write")(_zero)
 for _name in ALLOCATION_OPS:
