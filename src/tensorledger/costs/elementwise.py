@@ -133,11 +133,15 @@ for _name in REDUCTION_FLOPS:
     register(f"aten.{_name}", category="reduction")(_reduction_rule(_name))
 
 
-@register("aten._foreach_norm", category="reduction")
 def _foreach_norm(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> int:
     return sum(reduction_flops("norm", numel(t), 1) for t in args[0])
 
 
-@register("aten._foreach_max", category="reduction")
+register("aten._foreach_norm", category="reduction")(_foreach_norm)
+
+
 def _foreach_max(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> int:
     return sum(reduction_flops("max", numel(t), 1) for t in args[0])
+
+
+register("aten._foreach_max", category="reduction")(_foreach_max)

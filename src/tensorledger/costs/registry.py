@@ -4,6 +4,8 @@ A rule belongs to an aten op *packet* (``"aten.mm"``, every overload of it) and 
 things: how many FLOPs a call costs, as a pure function of shapes and flags; which category
 the op belongs to; and which bytes it moves.  The recorder looks a rule up once per op
 overload and caches it; an op with no rule is reported as uncovered, never silently zero.
+The rule modules apply :func:`register` as a call after each function rather than with ``@``
+syntax: mutation testing (``make mutation``, mutmut) leaves decorated functions alone.
 
 >>> @register("example.twice", category="elementwise")
 ... def _twice(args, kwargs, out):
