@@ -44,13 +44,21 @@ def covering_test(op: str) -> str | None:
     return None
 
 
+#: the namespaces of real ops; the registry's doctest registers an ``example.`` op of its own
+NAMESPACES = ("aten", "c10d", "_c10d_functional")
+
+
+def registered_ops() -> list[str]:
+    return [op for op in rules() if op.split(".", 1)[0] in NAMESPACES]
+
+
 def test_every_registered_op_has_a_test() -> None:
-    missing = sorted(op for op in rules() if covering_test(op) is None)
+    missing = sorted(op for op in registered_ops() if covering_test(op) is None)
     assert missing == [], f"rules with no test named after their op: {missing}"
 
 
 def test_the_tables_name_only_registered_ops_and_each_op_once() -> None:
-    registered = set(rules())
+    registered = set(registered_ops())
     seen: set[str] = set()
     for table in TABLES.values():
         assert set(table) <= registered, sorted(set(table) - registered)
@@ -69,3 +77,4 @@ def test_names_follow_the_op() -> None:
     assert covering_test("aten.mm") == "test_rule_aten_mm"
     assert covering_test("aten.relu") == "test_rule_elementwise_table[aten.relu]"
     assert covering_test("aten.never_an_op") is None
+    assert len(registered_ops()) >= 316  # every rule module loaded
