@@ -33,3 +33,23 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# Mutation testing of costs/, napkin/ and memory/ (see [tool.mutmut] in pyproject.toml): slow,
+# so not part of `test` nor of CI; run it before closing an issue that touches those packages.
+# mutmut is installed here, into the venv, not through the dev extra.  Results are cached in
+# mutants/ (only changed functions rerun); remove it for a fresh run.
+MUTMUT_VERSION := 3.8.1
+MUTATION_JOBS ?= 2
+
+.PHONY: mutation
+mutation: $(STAMP)
+	$(BIN)/python -m pip install -q "mutmut==$(MUTMUT_VERSION)"
+	$(BIN)/mutmut run --max-children $(MUTATION_JOBS)
+	$(BIN)/mutmut export-cicd-stats
+	@$(BIN)/python -c 'import json; s = json.load(open("mutants/mutmut-cicd-stats.json")); \
+	tested = s["total"] - s["skipped"]; killed = s["killed"] + s["timeout"]; \
+	print(f"mutation score: {killed} of {tested} mutants killed = {100 * killed / tested:.1f}%", s)'
+	@echo "mutants not killed (survived, no tests, suspicious):"
+	@$(BIN)/mutmut results
+	@for m in $$($(BIN)/mutmut results | awk -F': ' '$$2 == "survived" {print $$1}'); do \
+		$(BIN)/mutmut show $$m; done

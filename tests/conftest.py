@@ -36,6 +36,11 @@ def cli(capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
     return run
 
 
+#: For tests of the "no CUDA device" refusal: they can only pass where there is none.
+NEEDS_NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(),
+                                   reason="checks the refusal on a machine without CUDA")
+
+
 def assert_one_line_error(result: CliResult, *fragments: str) -> None:
     """Bad input: exit 2, nothing on stdout, exactly one line on stderr naming the problem."""
     assert result.code == 2, (result.code, result.stdout, result.stderr)

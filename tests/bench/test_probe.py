@@ -8,7 +8,7 @@ import pytest
 
 from tensorledger.bench import bench_matmul, probe, profile_toml
 from tensorledger.hardware import get_hardware, load_hardware_file
-from tests.conftest import assert_one_line_error
+from tests.conftest import NEEDS_NO_CUDA, assert_one_line_error
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +90,9 @@ def test_cli_probe_then_local(cli, tmp_path: Path, monkeypatch) -> None:  # type
 @pytest.mark.parametrize(("args", "fragment"), [
     (["bench", "matmul", "--n", "0"], "--n must be >= 1"),
     (["bench", "matmul", "--dtype", "fp4"], "no torch type"),
-    (["bench", "matmul", "--device", "cuda", "--n", "8"], "no CUDA device"),
-    (["probe", "--device", "cuda"], "no CUDA device"),
+    pytest.param(["bench", "matmul", "--device", "cuda", "--n", "8"], "no CUDA device",
+                 marks=NEEDS_NO_CUDA),
+    pytest.param(["probe", "--device", "cuda"], "no CUDA device", marks=NEEDS_NO_CUDA),
 ])
 def test_cli_errors(cli, args: list[str], fragment: str) -> None:  # type: ignore[no-untyped-def]
     assert_one_line_error(cli(*args), fragment)

@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from tensorledger.report.files import write_atomic
-from tests.conftest import assert_one_line_error
+from tests.conftest import NEEDS_NO_CUDA, assert_one_line_error
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
     (["bench", "matmul", "--device", "gpu"], "unknown device 'gpu'"),
     (["probe", "--device", "gpu"], "unknown device 'gpu'"),
-    (["roofline", "--model", "tiny", "--measure", "--device", "cuda"], "no CUDA device"),
+    pytest.param(["roofline", "--model", "tiny", "--measure", "--device", "cuda"],
+                 "no CUDA device", marks=NEEDS_NO_CUDA),
     (["roofline", "--model", "tiny", "--measure", "--device", "meta", "--precision", "fp32"],
      "use --device cpu or cuda"),
     (["trace", "--model", "tiny", "--device", "gpu"], "unknown device"),

@@ -53,8 +53,13 @@ def test_measure_on_cpu(cli) -> None:  # type: ignore[no-untyped-def]
     (["--step", "sideways"], "unknown step"),
     (["--batch", "0"], "--batch must be between 1 and"),
 ])
-def test_errors(cli, tmp_path: Path, args: list[str], fragment: str) -> None:  # type: ignore[no-untyped-def]
-    result = cli("roofline", "--model", "tiny", *args)
+def test_errors(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str],  # type: ignore[no-untyped-def]
+                fragment: str) -> None:
+    # run in tmp_path and ask for a plot there (unless the case names its own), so that a
+    # command that went on to write one before refusing would leave a file behind
+    monkeypatch.chdir(tmp_path)
+    plot = [] if "--plot" in args else ["--plot", "roof.png"]
+    result = cli("roofline", "--model", "tiny", "--batch", "1", "--seq", "8", *plot, *args)
     assert_one_line_error(result, fragment)
     assert not list(tmp_path.iterdir())
 

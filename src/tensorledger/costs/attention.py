@@ -105,8 +105,12 @@ register("aten._flash_attention_forward", category="attention",
          causal=lambda a, k: _flag(a, k, 8, "is_causal"))(_raw_forward)
 register("aten._flash_attention_backward", category="attention",
          causal=lambda a, k: _flag(a, k, 11, "is_causal"))(_raw_backward)
+# custom_mask_type: 0 no mask, 1 causal from the top left, 2 causal from the bottom right
+_CAUSAL_MASK_TYPES = (1, 2)
 register("aten._efficient_attention_forward", category="attention",
-         causal=lambda a, k: int(kwargs_or(a, k, 9, "custom_mask_type")) == 1)(_raw_forward)
+         causal=lambda a, k: int(kwargs_or(a, k, 9, "custom_mask_type")) in _CAUSAL_MASK_TYPES,
+         )(_raw_forward)
 register("aten._efficient_attention_backward", category="attention",
-         causal=lambda a, k: int(kwargs_or(a, k, 14, "custom_mask_type")) == 1)(_raw_backward)
+         causal=lambda a, k: int(kwargs_or(a, k, 14, "custom_mask_type")) in _CAUSAL_MASK_TYPES,
+         )(_raw_backward)
 

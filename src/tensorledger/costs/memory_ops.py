@@ -50,7 +50,8 @@ def _zero(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> int:
 for _name in VIEW_OPS:
     register(f"aten.{_name}", category="view", moves="none")(_zero)
 for _name in COPY_OPS:
-    register(f"aten.{_name}", category="copy", write_only_self=_name == "copy")(_zero)
+    register(f"aten.{_name}", category="copy",
+             write_only_self=_name in ("copy", "_foreach_copy"))(_zero)
 for _name in FILL_OPS:
     register(f"aten.{_name}", category="copy", moves="write")(_zero)
 for _name in ALLOCATION_OPS:
@@ -65,17 +66,21 @@ def _embedding_read(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> in
 register("aten.embedding", category="embedding", bytes_read=_embedding_read)(_zero)
 
 
-@register("aten.embedding_dense_backward", "aten.embedding_backward",
-          "aten._embedding_bag_backward", category="embedding")
 def _embedding_backward(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> int:
     return numel(args[0])  # one add of each gradient row element into the table
 
 
-@register("aten.scatter_add", "aten.index_add", "aten.index_put_with_accumulate",
-          category="elementwise")
+register("aten.embedding_dense_backward", "aten.embedding_backward",
+         "aten._embedding_bag_backward", category="embedding")(_embedding_backward)
+
+
 def _scatter_add(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> int:
     source = args[3] if len(args) > 3 else args[-1]
     return numel(source) if hasattr(source, "shape") else 0
+
+
+register("aten.scatter_add", "aten.index_add", "aten.index_put_with_accumulate",
+         category="elementwise")(_scatter_add)
 
 
 for _name in ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor",

@@ -33,18 +33,21 @@ def _elements(args: Sequence[Any]) -> int:
     return sum(numel(p) for p in args[0])
 
 
-@register("aten._fused_adamw_", category="elementwise")
 def _fused_adamw(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> int:
     return ADAMW_FLOPS_PER_ELEMENT * _elements(args)
 
 
-@register("aten._fused_adam_", category="elementwise")
+register("aten._fused_adamw_", category="elementwise")(_fused_adamw)
+
+
 def _fused_adam(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> int:
     decay = WEIGHT_DECAY_FLOPS if kwargs.get("weight_decay", 0.0) else 0
     return (ADAM_FLOPS_PER_ELEMENT + decay) * _elements(args)
 
 
-@register("aten._fused_sgd_", category="elementwise")
+register("aten._fused_adam_", category="elementwise")(_fused_adam)
+
+
 def _fused_sgd(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> int:
     per_element = SGD_FLOPS_PER_ELEMENT
     per_element += WEIGHT_DECAY_FLOPS if kwargs.get("weight_decay", 0.0) else 0
@@ -53,7 +56,12 @@ def _fused_sgd(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> int:
     return per_element * _elements(args)
 
 
-@register("aten._fused_adagrad_", category="elementwise")
+register("aten._fused_sgd_", category="elementwise")(_fused_sgd)
+
+
 def _fused_adagrad(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> int:
     decay = WEIGHT_DECAY_FLOPS if kwargs.get("weight_decay", 0.0) else 0
     return (ADAGRAD_FLOPS_PER_ELEMENT + decay) * _elements(args)
+
+
+register("aten._fused_adagrad_", category="elementwise")(_fused_adagrad)
