@@ -359,6 +359,8 @@ def test_rule_aten_index_add() -> None:
     assert record.flops == 3 * 7 == 21
     assert record.bytes_read == F32 * 35 + 8 * 3 + F32 * 21 == 248
     assert record.category == "elementwise"
+    # alpha given by position after the source: still the source's 21 adds
+    assert direct("aten.index_add", (meta(5, 7), 0, index, meta(3, 7), 2)) == 21
 
 
 def test_rule_aten_index_put_with_accumulate() -> None:

@@ -80,3 +80,14 @@ def test_rule_aten__fused_adagrad_(weight_decay: float, per_element: int) -> Non
     # params, grads, state sums and the two step counters
     assert record.bytes_read == F32 * (3 * ELEMENTS + 2) == 272
     assert record.category == "elementwise"
+
+
+def test_terms_default_to_off_when_not_given() -> None:
+    # a call that names no weight decay, momentum or Nesterov flag counts the base step only
+    from tests.costs.rules_support import direct
+
+    params = (tensors("meta"),)
+    assert direct("aten._fused_adam_", params) == 12 * ELEMENTS
+    assert direct("aten._fused_adamw_", params) == 14 * ELEMENTS
+    assert direct("aten._fused_sgd_", params) == 2 * ELEMENTS
+    assert direct("aten._fused_adagrad_", params) == 6 * ELEMENTS
