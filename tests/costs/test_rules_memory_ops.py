@@ -98,9 +98,6 @@ def test_foreach_copy_does_not_read_its_destination() -> None:
     assert record.bytes_written == F32 * 22
 
 
-@pytest.mark.xfail(strict=True, reason="trace/recorder.py: a write-only destination the trace "
-                   "has not seen before is registered as created by the op (bytes written "
-                   "twice, and a pre-existing storage counted as new in the memory timeline)")
 def test_copy_into_a_destination_first_seen_by_copy() -> None:
     dst, src = meta(3, 5), meta(3, 5, dtype=torch.bfloat16)
     record = record_op("aten.copy", lambda: dst.copy_(src))

@@ -362,6 +362,13 @@ class Recorder:
         if self._device is None:
             self._device = self._device_of(outputs or inputs)
 
+        # A destination written in place (``copy_``, ``out=``) existed before the op, even when
+        # the trace meets it here first: it is registered as pre-existing, never as created.
+        for key in info.mutated:
+            for tensor in _tensors(_argument(args, kwargs, key)):
+                storage = _storage(tensor)
+                if storage is not None:
+                    self._storage_id(storage, None)
         created: list[tuple[int, int]] = []
         written = 0
         for tensor in outputs:
