@@ -4,6 +4,7 @@ quantization does to a tensor.  ``formats`` and ``cast`` never load torch."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Annotated
 
 import typer
@@ -16,6 +17,7 @@ from tensorledger.formats.spec import (
     code_values,
     finite_values,
     format_properties,
+    read_cast_input,
     resolve_format,
 )
 from tensorledger.report.formats import cast_view, comparison_view, format_view, formats_table
@@ -65,24 +67,18 @@ def _wrote(path: str | None) -> list[str]:
     return [] if path is None else [f"wrote {path}"]
 
 
-def _parse_value(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise InputError(f"cannot read {text!r} as a number; expected something like 1e-8, "
-                         "-3.5, inf or nan") from None
-    return value
-
-
 def cast_command(
-    value: Annotated[str, typer.Argument(help="The number to round (1e-8, 17.00001, inf).")],
+    value: Annotated[str, typer.Argument(help="The number to round (1e-8, -1.5, 17.00001, "
+                                         "inf, nan), in ASCII digits.")],
     to: Annotated[str, typer.Option("--to", help="Target format (fp16, bf16, e4m3, fp4, ...).")],
     saturate: Annotated[bool, typer.Option("--saturate", help="Clamp overflow to ± the largest "
                                            "finite value instead of inf/NaN.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Round one number to a format (nearest, ties to even) and say what happened."""
-    result = cast_scalar(_parse_value(value), to, saturate=saturate)
+    number, overflowed, underflowed = read_cast_input(value)
+    result = replace(cast_scalar(number, to, saturate=saturate), input_text=value.strip(),
+                     input_overflowed=overflowed, input_underflowed=underflowed)
     emit("cast", result, as_json, *cast_view(result))
 
 
@@ -135,5 +131,6 @@ def quantize_command(
 
 def register(app: typer.Typer) -> None:
     app.command("formats")(formats_command)
-    app.command("cast")(cast_command)
+    # a negative number is the value to cast, not an unknown option
+    app.command("cast", context_settings={"ignore_unknown_options": True})(cast_command)
     app.command("quantize")(quantize_command)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import typer
 
@@ -15,9 +18,14 @@ from tensorledger.cli import models as models_commands
 from tensorledger.cli import napkin as napkin_commands
 from tensorledger.cli import roofline as roofline_commands
 from tensorledger.cli import trace as trace_commands
+from tensorledger.cli.common import harden_numbers
 from tensorledger.errors import TensorLedgerError
 
-__all__ = ["app", "main"]
+__all__ = ["app", "build_command", "main"]
+
+#: The longest error line printed; a 5000-character argument is shown shortened.
+MAX_ERROR_CHARS = 400
+_NEGATIVE_NUMBER = re.compile(r"-(?:[0-9.]|inf|nan)", re.IGNORECASE)
 
 app = typer.Typer(
     name="tensorledger",
@@ -35,29 +43,65 @@ for _module in (napkin_commands, hardware_commands, models_commands, trace_comma
 
 
 def _error(message: str) -> int:
-    first_line = " ".join(str(message).split())
+    first_line = " ".join(str(message).split()).replace(": Value error, ", ": ")
+    if len(first_line) > MAX_ERROR_CHARS:
+        first_line = first_line[:MAX_ERROR_CHARS - 1] + "…"
     print(f"tensorledger: error: {first_line}", file=sys.stderr)
     return 2
 
 
+def build_command() -> Any:
+    """The click command of the app, with every number option bounded (see ``harden_numbers``).
+    Tests enumerate its commands and options."""
+    return harden_numbers(typer.main.get_command(app))
+
+
+def _quiet_stdout() -> None:
+    """The reader of stdout went away (``| head``): send what is still buffered nowhere, so
+    the interpreter's last flush raises nothing either."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout without a descriptor (a test)
+        pass
+
+
+def _negative_number_hint(error: Exception) -> str:
+    name = getattr(error, "option_name", None)
+    if type(error).__name__ == "NoSuchOption" and isinstance(name, str) \
+            and _NEGATIVE_NUMBER.match(name):
+        return (f"{name} looks like a negative number, which is read as an option here; "
+                f"give it as --option={name}, or after '--' when it is an argument")
+    return ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit status instead of raising ``SystemExit``."""
-    command = typer.main.get_command(app)
+    command = build_command()
     try:
         result = command.main(args=list(sys.argv[1:] if argv is None else argv),
                               prog_name="tensorledger", standalone_mode=False)
     except TensorLedgerError as error:
         return _error(str(error))
     except BrokenPipeError:
+        _quiet_stdout()
         return 0
+    except KeyboardInterrupt:
+        print("tensorledger: interrupted", file=sys.stderr)
+        return 130
     except Exception as error:
         # Usage errors come from click, or from the copy of click that newer typer carries:
         # recognised by their interface, so both work.
         code = getattr(error, "exit_code", None)
-        if type(error).__name__ == "Abort":
-            return _error("aborted")
+        if type(error).__name__ == "Abort":  # click's word for Ctrl-C
+            print("tensorledger: interrupted", file=sys.stderr)
+            return 130
         if not isinstance(code, int):
             raise
+        hint = _negative_number_hint(error)
+        if hint:
+            return _error(hint)
         if type(error).__name__ == "NoArgsIsHelpError":
             context = getattr(error, "ctx", None)
             print(context.get_help() if context else "", file=sys.stderr)
@@ -68,4 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         context = getattr(error, "ctx", None)
         hint = f" (see '{context.command_path} --help')" if context is not None else ""
         return _error(format_message() + hint) if code else code
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_stdout()
     return int(result) if isinstance(result, int) else 0
