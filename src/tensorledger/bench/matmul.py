@@ -11,9 +11,9 @@ from tensorledger.devices import resolve_device
 from tensorledger.dtypes import resolve_dtype
 from tensorledger.errors import DeviceError, InputError
 from tensorledger.hardware import Hardware
+from tensorledger.hostmemory import check_fits_in_memory
 
-__all__ = ["MAX_BUDGET_S", "MAX_MATMUL_N", "MatmulBenchmark", "available_bytes", "bench_matmul",
-           "matmul_bytes"]
+__all__ = ["MAX_BUDGET_S", "MAX_MATMUL_N", "MatmulBenchmark", "bench_matmul", "matmul_bytes"]
 
 #: The largest matrix size benchmarked: a 65536² fp32 operand is 16 GiB.
 MAX_MATMUL_N = 2**16
@@ -42,22 +42,6 @@ def matmul_bytes(n: int, element_bytes: int) -> int:
     return n * n * (3 * element_bytes + 4)
 
 
-def available_bytes(device: torch.device) -> int | None:
-    """Memory free for new tensors on ``device`` (MemAvailable on a CPU), or None if unknown."""
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(free)
-    if device.type == "cpu":
-        try:
-            with open("/proc/meminfo", encoding="ascii") as stream:
-                for line in stream:
-                    if line.startswith("MemAvailable:"):
-                        return int(line.split()[1]) * 1024
-        except (OSError, ValueError, IndexError):
-            return None
-    return None
-
-
 def bench_matmul(n: int, dtype: str = "bf16", device: str = "cpu", *,
                  hardware: Hardware | None = None, probed: Hardware | None = None,
                  budget_s: float = 1.0) -> MatmulBenchmark:
@@ -72,11 +56,9 @@ def bench_matmul(n: int, dtype: str = "bf16", device: str = "cpu", *,
     torch_dtype = getattr(torch, resolved.torch_name)
     dev = resolve_device(device, ("cpu", "cuda", "mps", "xpu"))
     needed = matmul_bytes(n, torch.empty((), dtype=torch_dtype).element_size())
-    free = available_bytes(dev)
-    if free is not None and needed > 0.8 * free:  # leave a fifth for everything else
-        raise DeviceError(f"a {n}×{n} {resolved.name} matmul needs {needed / 2**30:.3g} GiB "
-                          f"(two operands, the product and one fp32 draw) but {dev.type} has "
-                          f"{free / 2**30:.3g} GiB available; give a smaller --n")
+    free = int(torch.cuda.mem_get_info(dev)[0]) if dev.type == "cuda" else None
+    check_fits_in_memory(needed, f"a {n}×{n} {resolved.name} matmul on {dev.type} (two operands, "
+                         "the product and one fp32 draw)", "give a smaller --n", free)
     a = torch.randn(n, n, device=dev).to(torch_dtype)
     b = torch.randn(n, n, device=dev).to(torch_dtype)
     try:

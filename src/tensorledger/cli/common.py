@@ -20,6 +20,7 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
+import typer
 from rich.console import Console, RenderableType
 
 from tensorledger.errors import UnitError
@@ -27,7 +28,7 @@ from tensorledger.report.json import to_json
 from tensorledger.units import MAX_INT64, NUMBER_RULES, parse_integer, parse_real
 
 __all__ = ["JSON_HELP", "NUMBER_HELP", "console", "emit", "harden_numbers", "integer_parser",
-           "real_parser"]
+           "quiet_stdout", "real_parser"]
 
 JSON_HELP = "Print one JSON document on stdout instead of tables (keys carry their units)."
 NUMBER_HELP = f"Numbers: {NUMBER_RULES}; NaN and infinities are refused."
@@ -132,5 +133,20 @@ def emit(command: str, result: Any, as_json: bool, *renderables: RenderableType 
             for renderable in renderables:
                 out.print(renderable)
         text = captured.get()
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away (| head): end quietly, as a success
+        quiet_stdout()
+        raise typer.Exit(0) from None
+
+
+def quiet_stdout() -> None:
+    """The reader of stdout went away (``| head``): send what is still buffered nowhere, so
+    the interpreter's last flush raises nothing either."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout without a descriptor (a test)
+        pass

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from collections.abc import Sequence
@@ -18,7 +17,7 @@ from tensorledger.cli import models as models_commands
 from tensorledger.cli import napkin as napkin_commands
 from tensorledger.cli import roofline as roofline_commands
 from tensorledger.cli import trace as trace_commands
-from tensorledger.cli.common import harden_numbers
+from tensorledger.cli.common import harden_numbers, quiet_stdout
 from tensorledger.errors import TensorLedgerError
 
 __all__ = ["app", "build_command", "main"]
@@ -56,17 +55,6 @@ def build_command() -> Any:
     return harden_numbers(typer.main.get_command(app))
 
 
-def _quiet_stdout() -> None:
-    """The reader of stdout went away (``| head``): send what is still buffered nowhere, so
-    the interpreter's last flush raises nothing either."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):  # stdout without a descriptor (a test)
-        pass
-
-
 def _negative_number_hint(error: Exception) -> str:
     name = getattr(error, "option_name", None)
     if type(error).__name__ == "NoSuchOption" and isinstance(name, str) \
@@ -85,8 +73,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TensorLedgerError as error:
         return _error(str(error))
     except BrokenPipeError:
-        _quiet_stdout()
+        quiet_stdout()
         return 0
+    except SystemExit as error:  # typer's own end of a broken pipe not met in emit
+        if isinstance(error.__context__, BrokenPipeError):
+            quiet_stdout()
+            return 0
+        return 0 if error.code is None else error.code if isinstance(error.code, int) else 2
     except KeyboardInterrupt:
         print("tensorledger: interrupted", file=sys.stderr)
         return 130
@@ -115,5 +108,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         sys.stdout.flush()
     except BrokenPipeError:
-        _quiet_stdout()
+        quiet_stdout()
     return int(result) if isinstance(result, int) else 0

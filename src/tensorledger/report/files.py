@@ -31,12 +31,12 @@ def check_output_path(path: str | Path, suffixes: tuple[str, ...] = (), *,
     """
     target = Path(path)
     name = f"{what}cannot write {target}"
-    if suffixes and target.suffix.lower() not in suffixes:
-        raise InputError(f"{name}: use a name ending in {', '.join(suffixes)}")
     folder = target.parent if str(target.parent) else Path(".")
     try:
         if target.is_dir():
             raise InputError(f"{name}: it is a folder; give a file name inside it")
+        if suffixes and target.suffix.lower() not in suffixes:
+            raise InputError(f"{name}: use a name ending in {', '.join(suffixes)}")
         if os.path.lexists(target) and not target.is_file():
             raise InputError(f"{name}: it exists and is not a regular file")
         existing = _nearest_existing(folder)
@@ -48,6 +48,8 @@ def check_output_path(path: str | Path, suffixes: tuple[str, ...] = (), *,
             raise InputError(f"{name}: folder {existing} is not writable")
         if len(os.fsencode(target.name)) > 255:
             raise InputError(f"{name}: the file name is longer than 255 bytes")
+    except InputError:
+        raise
     except (OSError, ValueError) as error:  # a NUL byte, a name too long, a loop of links
         reason = getattr(error, "strerror", None) or str(error)
         raise InputError(f"{name}: {reason}") from None
