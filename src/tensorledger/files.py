@@ -131,6 +131,13 @@ def _bracket_depth(text: str) -> int:
     return deepest
 
 
+def _first_line(error: Exception) -> str:
+    text = " ".join(str(error).split())
+    if "Exceeds the limit" in text:
+        return "it holds an integer of more than 4300 digits"
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
 def parse_json_text(text: str, *, where: str, max_depth: int = MAX_NESTING) -> Any:
     """JSON text parsed, with nesting deeper than ``max_depth`` and malformed text refused as a
     :class:`ConfigError` naming ``where``; NaN and Infinity literals are refused too."""
@@ -143,6 +150,9 @@ def parse_json_text(text: str, *, where: str, max_depth: int = MAX_NESTING) -> A
     except json.JSONDecodeError as error:
         raise ConfigError(f"{where}: not valid JSON: {error.msg} at line {error.lineno}, "
                           f"column {error.colno}") from None
+    except ValueError as error:  # an integer of more than 4300 digits
+        raise ConfigError(f"{where}: cannot be read: {_first_line(error)}; expected numbers of "
+                          "ordinary size") from None
     except RecursionError:
         raise ConfigError(f"{where}: lists and tables nest too deep; expected at most "
                           f"{max_depth} levels") from None
@@ -159,8 +169,10 @@ def parse_toml_text(text: str, *, where: str, max_depth: int = MAX_NESTING) -> d
     try:
         value: dict[str, Any] = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
-        reason = " ".join(str(error).split())
-        raise ConfigError(f"{where}: not valid TOML: {reason}") from None
+        raise ConfigError(f"{where}: not valid TOML: {_first_line(error)}") from None
+    except ValueError as error:  # an integer of more than 4300 digits
+        raise ConfigError(f"{where}: cannot be read: {_first_line(error)}; expected numbers of "
+                          "ordinary size") from None
     except RecursionError:
         raise ConfigError(f"{where}: lists and tables nest too deep; expected at most "
                           f"{max_depth} levels") from None

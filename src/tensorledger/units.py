@@ -161,10 +161,10 @@ def parse_integer(text: str | int, *, what: str, minimum: int = 0,
         value = text
         shown_text = _subject(what, str(text))
     else:
-        check_ascii_number(text, what)
         match = _INTEGER.match(text)
         shown_text = _subject(what, text)
         if match is None:
+            check_ascii_number(text, what)
             extra = " (a fraction)" if _REAL.match(text) else ""
             raise UnitError(f"{shown_text} is not a whole number{extra}; expected {bounds} "
                             f"in {NUMBER_RULES}")

@@ -11,6 +11,12 @@ from tensorledger.errors import InputError
 __all__ = ["check_output_path", "write_atomic"]
 
 
+def _display(path: Path, limit: int = 120) -> str:
+    """A path for a message, its middle elided when long."""
+    text = str(path)
+    return text if len(text) <= limit else text[:limit // 2] + "…" + text[-limit // 2:]
+
+
 def _nearest_existing(folder: Path) -> Path:
     """``folder`` or its nearest ancestor that exists (as anything)."""
     current = folder
@@ -30,9 +36,11 @@ def check_output_path(path: str | Path, suffixes: tuple[str, ...] = (), *,
     (NUL bytes, too long).  ``what`` prefixes the message (``"TENSORLEDGER_HOME=/x: "``).
     """
     target = Path(path)
-    name = f"{what}cannot write {target}"
+    name = f"{what}cannot write {_display(target)}"
     folder = target.parent if str(target.parent) else Path(".")
     try:
+        if len(os.fsencode(target.name)) > 255:
+            raise InputError(f"{name}: the file name is longer than 255 bytes")
         if target.is_dir():
             raise InputError(f"{name}: it is a folder; give a file name inside it")
         if suffixes and target.suffix.lower() not in suffixes:
@@ -46,8 +54,6 @@ def check_output_path(path: str | Path, suffixes: tuple[str, ...] = (), *,
             raise InputError(f"{name}: {existing} is a file, not a folder")
         if not os.access(existing, os.W_OK | os.X_OK):
             raise InputError(f"{name}: folder {existing} is not writable")
-        if len(os.fsencode(target.name)) > 255:
-            raise InputError(f"{name}: the file name is longer than 255 bytes")
     except InputError:
         raise
     except (OSError, ValueError) as error:  # a NUL byte, a name too long, a loop of links
