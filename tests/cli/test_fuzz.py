@@ -63,7 +63,7 @@ def _commands() -> dict[str, tuple[Param, ...]]:
         path, command = stack.pop()
         subcommands = getattr(command, "commands", None)
         if subcommands:
-            stack.extend((path + (name,), sub) for name, sub in subcommands.items())
+            stack.extend(((*path, name), sub) for name, sub in subcommands.items())
             continue
         params = []
         for param in command.params:

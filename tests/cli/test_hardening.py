@@ -258,7 +258,7 @@ torch.set_num_threads(1)
 x = random_tensor("normal", (2048, 8192), 0)
 gc.collect()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-compare_schemes(x, ["nvfp4", "mxfp8", "bf16"], rounding="stochastic", seed=0)
+compare_schemes(x, ["nvfp4", "bf16"], rounding="stochastic", seed=0)
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 print((after - before) / (4 * x.numel()), WORKING_MULTIPLE)
 """
