@@ -357,3 +357,37 @@ def _small_model(argv: list[str], model: str) -> list[str]:
     if out and out[0] == "models":
         return [*out[:1], model, *out[1:]]
     return [*out, "--model", model, "--batch", "1", "--seq", "8"]
+
+
+#: Cases of the model layer that break the promise today (found by the fuzz above and a sweep
+#: of every hostile model over every model command); the workload guard of issue 10 is to make
+#: each pass, and then this list can go.
+MODEL_LAYER_KNOWN_FAILURES = [
+    *((command, model) for command in ("trace", "roofline") for model in (
+        "exit_at_import.py:make",  # exit 0, nothing said
+        "exit3_in_factory.py:make",  # exit 3
+        "exit_in_forward.py:make",  # exit 0, nothing said
+        "prints.py:make",  # the factory's print lands on stdout
+        "interrupts.py:make",  # exit 130, nothing said
+    )),
+    ("trace", "no_parameters.py:make"),  # ValueError: optimizer got an empty parameter list
+    ("memory", "exit_at_import.py:make"),
+    ("memory", "prints.py:make"),
+    *((command, model) for command in ("models", "trace", "memory", "roofline") for model in (
+        "deep.json",  # RecursionError
+        "model_type_list.json",  # TypeError: unhashable type: 'list'
+        "huge_int.json",  # ValueError: Exceeds the limit (4300 digits)
+    )),
+]
+
+
+@pytest.mark.xfail(strict=False, reason="workload guard, issue 10")
+@pytest.mark.parametrize(("command", "model"), MODEL_LAYER_KNOWN_FAILURES)
+def test_model_layer_hostile_models(command: str, model: str, hostile_files: dict[str, str],
+                                    isolated: None) -> None:
+    name, _, factory = model.partition(":")
+    target = hostile_files[name] + (f":{factory}" if factory else "")
+    argv = ([command, target, "--json"] if command == "models" else
+            [command, "--model", target, "--batch", "1", "--seq", "8", "--json"])
+    with _place(hostile_files) as place:
+        run_case(argv, place)

@@ -64,6 +64,15 @@ def _negative_number_hint(error: Exception) -> str:
     return ""
 
 
+def _with_number_rules(message: str) -> str:
+    """typer's own number errors say what was wrong; add what would be accepted."""
+    if "should be a valid integer" in message:
+        return f"{message}; expected a whole number in ASCII digits 0-9, at most 2^63 - 1"
+    if "should be a valid number" in message:
+        return f"{message}; expected a finite number in ASCII digits such as 0.5 or 1e-3"
+    return message
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit status instead of raising ``SystemExit``."""
     command = build_command()
@@ -104,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return code
         context = getattr(error, "ctx", None)
         hint = f" (see '{context.command_path} --help')" if context is not None else ""
-        return _error(format_message() + hint) if code else code
+        return _error(_with_number_rules(format_message()) + hint) if code else code
     try:
         sys.stdout.flush()
     except BrokenPipeError:
