@@ -44,8 +44,9 @@ __all__ = ["MAX_DAYS", "register"]
 #: The longest --days asked about: a million days, some 2,700 years.
 MAX_DAYS = 1e6
 
-HardwareOpt = Annotated[str, typer.Option("--hardware", "-H",
-                                          help="Catalog chip (h100, a100, ...) or a TOML file.")]
+HardwareOpt = Annotated[str, typer.Option("--hardware", "-H", help=(
+    "Catalog chip (h100, a100, ...), 'local' (the probed profile) or a TOML file: a value with "
+    "a '/' or ending in .toml is a file, anything else a chip."))]
 CountOpt = Annotated[int, typer.Option("--count", "-n", parser=integer_parser(1, MAX_COUNT),
                                         help="Number of devices, 1 to 2^63 - 1.")]
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="Arithmetic whose dense peak is used.")]
