@@ -40,5 +40,11 @@ def check_fits_in_memory(needed_bytes: float, what: str, hint: str,
     free = available_memory_bytes() if available is None else available
     if free is None or needed_bytes <= HEADROOM * free:
         return
-    raise DeviceError(f"{what} needs {needed_bytes / 2**30:.3g} GiB but {free / 2**30:.3g} GiB "
-                      f"are available (at most {HEADROOM:.0%} of it is used); {hint}")
+    raise DeviceError(f"{what} needs {_gib(needed_bytes)} but {_gib(free)} are available (at "
+                      f"most {HEADROOM:.0%} of it is used); {hint}")
+
+
+def _gib(count: float) -> str:
+    """``14,901 GiB``, ``21.8 GiB``, ``0.875 GiB``: three figures, no exponent."""
+    gib = count / 2**30
+    return f"{gib:,.0f} GiB" if gib >= 100 else f"{gib:.3g} GiB"

@@ -158,7 +158,7 @@ def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[s
         "model": ["llama-3-8b", "gpt2-small", "", "nope", place.files["deep.json"],
                   place.files["fifo.json"], place.files["dev_zero"]],
         # valid sizes stay small so every case runs in milliseconds
-        "n": ["1", "2", "16", "0", "-1", "65537", "1000000", str(INT64_MAX + 1), "٤", "",
+        "n": ["1", "2", "16", "0", "-1", "1000000", "1048577", str(INT64_MAX + 1), "٤", "",
               "1" + "0" * 400],
         "budget": ["0", "0.001", "-1", "nan", "inf", "601", "1e400", "٣", ""],
     }

@@ -41,7 +41,9 @@ def hostile(tmp_path: Path) -> dict[str, str]:
     (["tensor", "x".join(["4096"] * 6)], "at most 2^63 - 1"),  # 4096^6 = 2^72 elements
     (["tensor", "x".join(["2"] * 65)], "at most 64"),
     (["bench", "matmul", "--n", BEYOND_INT64], "out of range"),
-    (["bench", "matmul", "--n", "1000000"], "from 1 to 65536"),
+    (["bench", "matmul", "--n", str(2**20 + 1)], "from 1 to 1048576"),
+    # 10^12 · (3 · 4 + 4) bytes = 16e12 bytes = 14,901 GiB, more than any machine here
+    (["bench", "matmul", "--n", "1000000", "--dtype", "fp32"], "needs 14,901 GiB but"),
     (["quantize", "--seed", BEYOND_INT64], "out of range"),
     (["quantize", "--seed", "-1"], "out of range"),
     (["quantize", "--axis", BEYOND_INT64], "out of range"),

@@ -15,8 +15,9 @@ from tensorledger.hostmemory import check_fits_in_memory
 
 __all__ = ["MAX_BUDGET_S", "MAX_MATMUL_N", "MatmulBenchmark", "bench_matmul", "matmul_bytes"]
 
-#: The largest matrix size benchmarked: a 65536² fp32 operand is 16 GiB.
-MAX_MATMUL_N = 2**16
+#: The largest matrix size accepted (a 2^20² fp32 operand is 4 TiB); what fits in memory is
+#: checked against the memory available, with both figures in the refusal.
+MAX_MATMUL_N = 2**20
 #: The longest time budget of repeats, in seconds.
 MAX_BUDGET_S = 600.0
 

@@ -17,7 +17,7 @@ from tensorledger.report.files import check_output_path, write_atomic
 __all__ = ["register"]
 
 # the limits are stated in help, so they are known without importing torch
-MAX_MATMUL_N = 2**16  # tensorledger.bench.matmul.MAX_MATMUL_N
+MAX_MATMUL_N = 2**20  # tensorledger.bench.matmul.MAX_MATMUL_N
 MAX_BUDGET_S = 600.0  # tensorledger.bench.matmul.MAX_BUDGET_S
 
 JsonOpt = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
