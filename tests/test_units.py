@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from hypothesis import given
@@ -21,6 +22,8 @@ from tensorledger.units import (
     parse_duration,
     parse_flop_rate,
     parse_flops,
+    parse_integer,
+    parse_real,
     parse_shape,
 )
 
@@ -136,3 +139,46 @@ def test_duration_round_trip(seconds: float) -> None:
     text = format_duration(seconds, digits=17).replace(" ", "")
     assert parse_duration(text) == pytest.approx(seconds, rel=1e-12)
     assert math.isfinite(parse_duration(text))
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("4096", 4096), ("-3", -3), ("+7", 7), (" 12 ", 12), ("0009", 9),
+    (str(2**63 - 1), 2**63 - 1),
+])
+def test_parse_integer(text: str, expected: int) -> None:
+    assert parse_integer(text, what="--n", minimum=-64) == expected
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    (str(2**63), "out of range"), ("9" * 5000, "out of range"), ("1.5", "(a fraction)"),
+    ("1e3", "not a whole number"), ("٤", "ARABIC-INDIC DIGIT FOUR"), ("", "not a whole number"),
+    ("1_000", "not a whole number"), ("0x10", "not a whole number"), ("-65", "out of range"),
+])
+def test_parse_integer_rejects(text: str, fragment: str) -> None:
+    with pytest.raises(UnitError, match=re.escape(fragment)):
+        parse_integer(text, what="--n", minimum=-64)
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("nan", "not finite"), ("-inf", "not finite"), ("1e400", "too large for a float"),
+    ("0", "out of range"), ("1.0000001", "out of range"), ("٣", "ARABIC-INDIC DIGIT THREE"),
+    ("0,5", "not a number"), ("x" * 101, "too long"),
+])
+def test_parse_real_rejects(text: str, fragment: str) -> None:
+    with pytest.raises(UnitError, match=re.escape(fragment)):
+        parse_real(text, what="--mfu", minimum=0, maximum=1, minimum_open=True)
+    assert parse_real("0.25", what="--mfu", minimum=0, maximum=1) == 0.25
+
+
+@pytest.mark.parametrize("text", ["٧٠B", "７０B", "-70B", "1e307T", "7" * 101])
+def test_quantities_refuse_other_scripts_negatives_and_overflow(text: str) -> None:
+    with pytest.raises(UnitError):
+        parse_count(text)
+
+
+def test_shape_limits() -> None:
+    assert parse_shape("x".join(["2"] * 62 + ["1", "1"])) == (2,) * 62 + (1, 1)  # 2^62 elements
+    assert parse_shape(f"{2**63 - 1}") == (2**63 - 1,)
+    for text in ("x".join(["2"] * 65), f"{2**32}x{2**32}", "٤x٤", "1" + "0" * 30):
+        with pytest.raises(ShapeError):
+            parse_shape(text)

@@ -83,4 +83,4 @@ def resolve_dtype(name: str) -> DType:
 def tensor_bytes(shape: tuple[int, ...], dtype: str | DType) -> int:
     """Bytes a dense tensor of ``shape`` occupies: elements × bits, rounded up to whole bytes."""
     resolved = resolve_dtype(dtype) if isinstance(dtype, str) else dtype
-    return math.ceil(math.prod(shape) * resolved.bits / 8)
+    return -(-math.prod(shape) * resolved.bits // 8)  # whole-number arithmetic: exact at any size

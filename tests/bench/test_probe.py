@@ -88,7 +88,7 @@ def test_cli_probe_then_local(cli, tmp_path: Path, monkeypatch) -> None:  # type
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
-    (["bench", "matmul", "--n", "0"], "--n must be >= 1"),
+    (["bench", "matmul", "--n", "0"], "expected a whole number from 1 to 1048576"),
     (["bench", "matmul", "--dtype", "fp4"], "no torch type"),
     pytest.param(["bench", "matmul", "--device", "cuda", "--n", "8"], "no CUDA device",
                  marks=NEEDS_NO_CUDA),

@@ -11,8 +11,15 @@ from tensorledger.devices import resolve_device
 from tensorledger.dtypes import resolve_dtype
 from tensorledger.errors import DeviceError, InputError
 from tensorledger.hardware import Hardware
+from tensorledger.hostmemory import check_fits_in_memory
 
-__all__ = ["MatmulBenchmark", "bench_matmul"]
+__all__ = ["MAX_BUDGET_S", "MAX_MATMUL_N", "MatmulBenchmark", "bench_matmul", "matmul_bytes"]
+
+#: The largest matrix size accepted (a 2^20² fp32 operand is 4 TiB); what fits in memory is
+#: checked against the memory available, with both figures in the refusal.
+MAX_MATMUL_N = 2**20
+#: The longest time budget of repeats, in seconds.
+MAX_BUDGET_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -30,17 +37,29 @@ class MatmulBenchmark:
     mfu_probed: float | None
 
 
+def matmul_bytes(n: int, element_bytes: int) -> int:
+    """Peak bytes the benchmark holds: two n×n operands and the product in the dtype, and one
+    fp32 operand drawn before its conversion (n² · (3·element_bytes + 4))."""
+    return n * n * (3 * element_bytes + 4)
+
+
 def bench_matmul(n: int, dtype: str = "bf16", device: str = "cpu", *,
                  hardware: Hardware | None = None, probed: Hardware | None = None,
                  budget_s: float = 1.0) -> MatmulBenchmark:
     """Time an n×n by n×n matmul; MFU against ``hardware``'s dense peak and a probed one."""
-    if n < 1:
-        raise InputError(f"--n must be >= 1, got {n}")
+    if not 1 <= n <= MAX_MATMUL_N:
+        raise InputError(f"--n must be from 1 to {MAX_MATMUL_N}, got {n}")
+    if not 0 <= budget_s <= MAX_BUDGET_S:
+        raise InputError(f"--budget must be from 0 to {MAX_BUDGET_S:g} seconds, got {budget_s:g}")
     resolved = resolve_dtype(dtype)
     if resolved.torch_name is None:
         raise InputError(f"dtype {dtype!r} has no torch type to multiply in")
     torch_dtype = getattr(torch, resolved.torch_name)
     dev = resolve_device(device, ("cpu", "cuda", "mps", "xpu"))
+    needed = matmul_bytes(n, torch.empty((), dtype=torch_dtype).element_size())
+    free = int(torch.cuda.mem_get_info(dev)[0]) if dev.type == "cuda" else None
+    check_fits_in_memory(needed, f"a {n}×{n} {resolved.name} matmul on {dev.type} (two operands, "
+                         "the product and one fp32 draw)", "give a smaller --n", free)
     a = torch.randn(n, n, device=dev).to(torch_dtype)
     b = torch.randn(n, n, device=dev).to(torch_dtype)
     try:

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from tensorledger.cli.common import JSON_HELP, emit
+from tensorledger.cli.common import JSON_HELP, emit, integer_parser, real_parser
 from tensorledger.errors import InputError
 from tensorledger.hardware import LOCAL, get_hardware, local_profile_path
 from tensorledger.report.files import check_output_path, write_atomic
 
 __all__ = ["register"]
+
+# the limits are stated in help, so they are known without importing torch
+MAX_MATMUL_N = 2**20  # tensorledger.bench.matmul.MAX_MATMUL_N
+MAX_BUDGET_S = 600.0  # tensorledger.bench.matmul.MAX_BUDGET_S
 
 JsonOpt = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu or cuda (cuda:0, ...).")]
@@ -31,8 +36,13 @@ def probe_command(
     from tensorledger.bench import probe, profile_toml
     from tensorledger.report.bench import probe_view
 
+    # refuse where the profile goes before the minutes of probing
     if output is not None:
-        check_output_path(output, (".toml",))  # refuse it before the minutes of probing
+        check_output_path(output, (".toml",))
+    else:
+        home = os.environ.get("TENSORLEDGER_HOME")
+        check_output_path(local_profile_path(), (".toml",), make_folder=True,
+                          what=f"TENSORLEDGER_HOME={home}: " if home else "")
     status = Console(stderr=True)
     result = probe(device, sizes=(64, 128, 256, 512) if quick else None,
                    attention_seqs=(64, 128) if quick else None, budget_s=0.1 if quick else 0.5,
@@ -46,24 +56,36 @@ def probe_command(
 
 
 def matmul_command(
-    n: Annotated[int, typer.Option("--n", help="Matrix size: an n×n by n×n product.")] = 2048,
+    n: Annotated[int, typer.Option("--n", parser=integer_parser(1, MAX_MATMUL_N),
+                                   help=f"Matrix size: an n×n by n×n product, 1 to "
+                                   f"{MAX_MATMUL_N}; refused if it does not fit in memory.")]
+    = 2048,
     dtype: Annotated[str, typer.Option("--dtype", help="fp32, bf16, fp16, ...")] = "bf16",
     device: DeviceOpt = "cpu",
     hardware: Annotated[str | None, typer.Option(
         "--hardware", "-H", help="Chip whose dense peak the MFU is taken against.")] = None,
-    budget: Annotated[float, typer.Option(help="Seconds of repeats after warm-up.")] = 1.0,
+    budget: Annotated[float, typer.Option(parser=real_parser(0.0, MAX_BUDGET_S),
+                                          help="Seconds of repeats after warm-up, 0 to "
+                                          f"{MAX_BUDGET_S:g}.")] = 1.0,
     as_json: JsonOpt = False,
 ) -> None:
     """Time one matmul: FLOPs, achieved FLOP/s, MFU against the spec and the probed peak."""
     from tensorledger.bench import bench_matmul
     from tensorledger.report.bench import matmul_view
 
-    if budget < 0:
-        raise InputError(f"--budget must be 0 seconds or more, got {budget:g}")
+    if not 0 <= budget <= MAX_BUDGET_S:
+        raise InputError(f"--budget must be from 0 to {MAX_BUDGET_S:g} seconds, got {budget:g}")
     spec = get_hardware(hardware) if hardware else None
-    probed = get_hardware(LOCAL) if local_profile_path().is_file() else None
+    probed = get_hardware(LOCAL) if _profile_present() else None
     result = bench_matmul(n, dtype, device, hardware=spec, probed=probed, budget_s=budget)
     emit("bench matmul", result, as_json, *matmul_view(result))
+
+
+def _profile_present() -> bool:
+    try:
+        return local_profile_path().is_file()
+    except OSError:
+        return False
 
 
 def register(app: typer.Typer) -> None:

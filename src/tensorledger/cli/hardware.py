@@ -14,7 +14,9 @@ __all__ = ["register"]
 
 
 def hardware_command(
-    name: Annotated[str | None, typer.Argument(help="Chip id or alias, or a TOML file.")] = None,
+    name: Annotated[str | None, typer.Argument(help=(
+        "Chip id or alias, or a TOML file (a path with a '/' or ending in .toml; at most "
+        "1 MiB)."))] = None,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """List the hardware catalog, or show one chip: every number, its source, its intensity."""

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from tensorledger.cli.common import JSON_HELP, emit
+from tensorledger.cli.common import JSON_HELP, emit, integer_parser, real_parser
 from tensorledger.errors import InputError
 from tensorledger.hardware import get_hardware
 from tensorledger.napkin import (
@@ -21,6 +21,7 @@ from tensorledger.napkin import (
     tensor_memory,
     training_time,
 )
+from tensorledger.napkin.arithmetic import MAX_COUNT
 from tensorledger.report.models import model_params_note
 from tensorledger.report.napkin import (
     budget_view,
@@ -30,13 +31,24 @@ from tensorledger.report.napkin import (
     tensor_view,
     training_time_view,
 )
-from tensorledger.units import parse_count, parse_duration, parse_flops, parse_shape
+from tensorledger.units import (
+    parse_count,
+    parse_duration,
+    parse_flops,
+    parse_real,
+    parse_shape,
+)
 
-__all__ = ["register"]
+__all__ = ["MAX_DAYS", "register"]
 
-HardwareOpt = Annotated[str, typer.Option("--hardware", "-H",
-                                          help="Catalog chip (h100, a100, ...) or a TOML file.")]
-CountOpt = Annotated[int, typer.Option("--count", "-n", help="Number of devices.")]
+#: The longest --days asked about: a million days, some 2,700 years.
+MAX_DAYS = 1e6
+
+HardwareOpt = Annotated[str, typer.Option("--hardware", "-H", help=(
+    "Catalog chip (h100, a100, ...), 'local' (the probed profile) or a TOML file: a value with "
+    "a '/' or ending in .toml is a file, anything else a chip."))]
+CountOpt = Annotated[int, typer.Option("--count", "-n", parser=integer_parser(1, MAX_COUNT),
+                                        help="Number of devices, 1 to 2^63 - 1.")]
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="Arithmetic whose dense peak is used.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
 OptimizerOpt = Annotated[str, typer.Option("--optimizer", "-o", help=(
@@ -56,9 +68,11 @@ def time_command(
         "config.json or file.py:factory; the count used is printed.")] = None,
     hardware: HardwareOpt = "h100",
     count: CountOpt = 1,
-    mfu: Annotated[float, typer.Option(help="Model FLOPs utilisation, in (0, 1].")] = 0.5,
-    days: Annotated[float | None, typer.Option(help="Inverse question: devices needed to finish "
-                                               "within this many days.")] = None,
+    mfu: Annotated[float, typer.Option(parser=real_parser(0.0, 1.0, minimum_open=True),
+                                       help="Model FLOPs utilisation, in (0, 1].")] = 0.5,
+    days: Annotated[str | None, typer.Option(help="Inverse question: devices needed to finish "
+                                             "within this many days (above 0, at most "
+                                             f"{MAX_DAYS:g}).")] = None,
     dtype: DtypeOpt = "bf16",
     as_json: JsonOpt = False,
 ) -> None:
@@ -82,8 +96,10 @@ def time_command(
     if days is not None:
         if count != 1:
             raise InputError("--days asks how many devices; it does not take --count")
-        inverse = devices_for_duration(chip, parse_duration(f"{days!r}d"), mfu, flops=total,
-                                       params=n, tokens=d, dtype=dtype)
+        duration_s = parse_real(days, what="--days", minimum=0.0, maximum=MAX_DAYS,
+                                minimum_open=True) * 86400.0
+        inverse = devices_for_duration(chip, duration_s, mfu, flops=total, params=n, tokens=d,
+                                       dtype=dtype)
         emit("time", inverse, as_json, *devices_for_duration_view(inverse), *notes)
         return
     result = training_time(chip, count, mfu, flops=total, params=n, tokens=d, dtype=dtype)
@@ -102,7 +118,9 @@ def budget_command(
     hardware: HardwareOpt = "h100",
     count: CountOpt = 1,
     duration: Annotated[str, typer.Option(help="How long, e.g. 2w, 14d, 36h.")] = "1d",
-    mfu: Annotated[float, typer.Option(help="Utilisation; 1.0 is the dense peak.")] = 1.0,
+    mfu: Annotated[float, typer.Option(parser=real_parser(0.0, 1.0, minimum_open=True),
+                                       help="Utilisation in (0, 1]; 1.0 is the dense peak.")]
+    = 1.0,
     dtype: DtypeOpt = "bf16",
     as_json: JsonOpt = False,
 ) -> None:
@@ -134,7 +152,8 @@ def fit_command(
 
 
 def tensor_command(
-    shape: Annotated[str, typer.Argument(help="Shape such as 4x8 or 49152x12288.")],
+    shape: Annotated[str, typer.Argument(help="Shape such as 4x8 or 49152x12288: ASCII digits, "
+                                         "at most 64 dimensions and 2^63 - 1 elements.")],
     dtype_arg: Annotated[str | None, typer.Argument(metavar="[DTYPE]",
                                                     help="Element type (or use --dtype).")] = None,
     dtype: Annotated[str | None, typer.Option(
@@ -144,7 +163,8 @@ def tensor_command(
     """Memory of one dense tensor: elements × bytes per element."""
     if dtype_arg is not None and dtype is not None and dtype_arg != dtype:
         raise InputError(f"give the dtype once: {dtype_arg!r} and --dtype {dtype!r}")
-    result = tensor_memory(parse_shape(shape), dtype_arg or dtype or "fp32")
+    chosen = dtype_arg if dtype_arg is not None else dtype if dtype is not None else "fp32"
+    result = tensor_memory(parse_shape(shape), chosen)  # an empty name is refused, not fp32
     emit("tensor", result, as_json, *tensor_view(result))
 
 
@@ -152,4 +172,5 @@ def register(app: typer.Typer) -> None:
     app.command("time")(time_command)
     app.command("budget")(budget_command)
     app.command("fit")(fit_command)
-    app.command("tensor")(tensor_command)
+    # a negative shape is an argument to refuse with a reason, not an unknown option
+    app.command("tensor", context_settings={"ignore_unknown_options": True})(tensor_command)

@@ -341,12 +341,37 @@ def quantize_cast(x: torch.Tensor, element: str | FloatFormat, *, saturate: bool
     """A plain element cast with no scale (what ``tensor.to(dtype)`` does)."""
     fmt = resolve_format(element)
     source = _check_tensor(x)
-    result = cast(source, fmt, saturate=saturate, rounding=rounding, seed=seed)
+    values, codes = _cast_in_chunks(source, fmt, saturate=saturate, rounding=rounding, seed=seed)
     saturated = int(torch.count_nonzero(source.abs() > fmt.max_finite))
     elements = source.numel()
     packed = packed_code_bytes(elements, fmt.bits)
-    return Quantized(scheme or fmt.name, fmt.name, (), None, result.values, result.codes, None,
+    return Quantized(scheme or fmt.name, fmt.name, (), None, values, codes, None,
                      None, None, elements, saturated, packed, packed * 8 / elements)
+
+
+#: Elements cast at a time by :func:`quantize_cast`: formats with a wide exponent (bf16) round
+#: in fp64 with int64 views, so casting a whole tensor at once would take 8× its fp32 bytes.
+CAST_CHUNK = 2**22
+
+
+def _cast_in_chunks(source: torch.Tensor, fmt: FloatFormat, *, saturate: bool,
+                    rounding: Rounding, seed: int | None
+                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``cast`` over the flat tensor a chunk at a time, one generator drawing throughout."""
+    flat = source.reshape(-1)
+    if flat.numel() <= CAST_CHUNK:
+        result = cast(source, fmt, saturate=saturate, rounding=rounding, seed=seed)
+        return result.values, result.codes
+    generator = _generator(seed) if rounding == "stochastic" else None
+    values = torch.empty_like(flat)
+    codes = torch.empty(flat.numel(), dtype=torch.uint8) if fmt.layout_bits <= 8 else None
+    for start in range(0, flat.numel(), CAST_CHUNK):
+        part = cast(flat[start:start + CAST_CHUNK], fmt, saturate=saturate, rounding=rounding,
+                    generator=generator)
+        values[start:start + CAST_CHUNK] = part.values
+        if codes is not None and part.codes is not None:
+            codes[start:start + CAST_CHUNK] = part.codes
+    return values.reshape(source.shape), None if codes is None else codes.reshape(source.shape)
 
 
 # ------------------------------------------------------------------------------ schemes

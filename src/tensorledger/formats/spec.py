@@ -25,6 +25,7 @@ Special-code rules (``specials``):
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
@@ -43,6 +44,7 @@ __all__ = [
     "code_values",
     "finite_values",
     "format_properties",
+    "read_cast_input",
     "resolve_format",
     "round_to_format",
 ]
@@ -389,6 +391,38 @@ class ScalarCast:
     saturate: bool
     max_finite: float
     min_positive: float
+    # the number as typed, when it was beyond fp64's range and became ±inf (or 0) before
+    # any cast: "1e999" is read as inf, so the cast itself only sees inf
+    input_text: str = ""
+    input_overflowed: bool = False
+    input_underflowed: bool = False
+
+
+def read_cast_input(text: str) -> tuple[float, bool, bool]:
+    """A number as typed for ``cast``: ASCII digits (``-1.5``, ``1e-8``) or ``inf``/``nan``,
+    and whether it overflowed to ±inf or underflowed to zero on reading (``1e999``,
+    ``1e-999``), which happens before any cast.
+
+    >>> read_cast_input("1e999"), read_cast_input("-1.5")
+    ((inf, True, False), (-1.5, False, False))
+    """
+    from tensorledger.units import check_ascii_number  # units is torch-free too
+
+    expected = "expected a number such as 1e-8, -3.5, inf or nan, in ASCII digits"
+    try:
+        check_ascii_number(text, "the value")
+    except InputError as error:
+        raise InputError(f"{error}; {expected}") from None
+    number = r"\s*[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\s*"
+    special = r"\s*[+-]?(?:nan|inf|infinity)\s*"
+    if not (re.fullmatch(number, text) or re.fullmatch(special, text, re.IGNORECASE)):
+        raise InputError(f"cannot read {text[:40]!r} as a number; {expected}")
+    value = float(text)
+    is_number = re.fullmatch(number, text) is not None
+    overflowed = is_number and math.isinf(value)
+    underflowed = is_number and value == 0 and any(c in "123456789" for c in
+                                                  text.lower().split("e")[0])
+    return value, overflowed, underflowed
 
 
 def cast_scalar(value: float, fmt: str | FloatFormat, *, saturate: bool = False) -> ScalarCast:

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from tensorledger.errors import ConfigError, InputError, UnknownNameError
+from tensorledger.hostmemory import check_fits_in_memory
 
-__all__ = ["DISTRIBUTIONS", "load_tensor", "random_tensor"]
+__all__ = ["DISTRIBUTIONS", "MAX_TENSOR_FILE_BYTES", "load_tensor", "random_tensor"]
 
 DISTRIBUTIONS = ("normal", "uniform", "laplace")
+#: The largest tensor file read whole: 4 GiB (one 2^28-element fp32 tensor is 1 GiB).
+MAX_TENSOR_FILE_BYTES = 4 * 2**30
 
 
 def random_tensor(dist: str, shape: tuple[int, ...], seed: int = 0) -> torch.Tensor:
@@ -57,8 +61,22 @@ def load_tensor(path: str | Path, name: str | None = None) -> tuple[str, torch.T
     """One floating-point tensor from a file, and the name it goes by.  A file holding several
     tensors needs ``name``; the error lists the names it holds."""
     file = Path(path)
-    if not file.is_file():
-        raise ConfigError(f"tensor file {str(file)!r} does not exist")
+    try:
+        info = file.stat()
+    except FileNotFoundError:
+        raise ConfigError(f"tensor file {str(file)!r} does not exist") from None
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"cannot read tensor file {str(file)!r}: "
+                          f"{getattr(error, 'strerror', None) or error}") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        raise ConfigError(f"tensor file {str(file)!r} is {kind}; expected a .safetensors, .pt "
+                          "or .npy file")
+    if info.st_size > MAX_TENSOR_FILE_BYTES:
+        raise ConfigError(f"tensor file {str(file)!r} has {info.st_size / 2**30:.3g} GiB; at "
+                          f"most {MAX_TENSOR_FILE_BYTES / 2**30:.0f} GiB are read")
+    check_fits_in_memory(2 * info.st_size, f"reading {file.name} (twice its size, as loaders "
+                         "copy)", "quantize a smaller file")
     try:
         tensors = _read(file)
     except (ConfigError, InputError):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import math
 import os
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -15,15 +15,30 @@ from typing import Any
 
 from tensorledger.dtypes import resolve_dtype
 from tensorledger.errors import ConfigError, InputError, TensorLedgerError, UnknownNameError
+from tensorledger.files import parse_toml_text, read_text_file
 from tensorledger.units import parse_bandwidth, parse_bytes, parse_duration, parse_flop_rate
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
+__all__ = [
+    "COMPUTE_KEYS",
+    "LOCAL",
+    "MAX_HARDWARE_FILE_BYTES",
+    "MAX_OP_OVERHEAD_S",
+    "MAX_QUANTITY",
+    "Hardware",
+    "catalog",
+    "get_hardware",
+    "is_hardware_path",
+    "load_hardware_file",
+    "local_profile_path",
+]
 
-__all__ = ["COMPUTE_KEYS", "LOCAL", "Hardware", "catalog", "get_hardware", "load_hardware_file",
-           "local_profile_path"]
+#: The largest hardware TOML file read (a probed profile is a few KiB).
+MAX_HARDWARE_FILE_BYTES = 1 * 2**20
+#: Every bytes, bytes/s and FLOP/s figure of a chip (and each point of its curves) lies in
+#: [1, MAX_QUANTITY] of its unit: a billion times beyond any chip, far below a float's overflow.
+MAX_QUANTITY = 1e30
+#: The largest per-op overhead a chip may state.
+MAX_OP_OVERHEAD_S = 3600.0
 
 #: The keys a chip's peak table may use: one per arithmetic the hardware has a rate for.
 COMPUTE_KEYS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp6", "fp4", "int8", "int4")
@@ -111,14 +126,45 @@ class Hardware:
         return self.sources.get(key, "") if key != "*" else ""
 
 
-def _number(chip: str, key: str, value: Any, parse: Callable[[str], float], where: str) -> float:
+def _toml_type(value: Any) -> str:
+    """What a TOML value is, in TOML's words."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, datetime.date | datetime.time):
+        return "a date or time"
+    if isinstance(value, str):
+        return "a string"
+    return "a number"
+
+
+def _number(chip: str, key: str, value: Any, parse: Callable[[Any], float], where: str,
+            *, low: float = 1.0, high: float = MAX_QUANTITY, example: str = '"80GB"') -> float:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ConfigError(f"{where}: [{chip}] {key} must be a quantity such as {example}, not "
+                          f"{_toml_type(value)}")
     try:
         number = parse(value)
     except TensorLedgerError as error:
         raise ConfigError(f"{where}: [{chip}] {key}: {error}") from None
-    if number <= 0:
-        raise ConfigError(f"{where}: [{chip}] {key} must be positive, got {value!r}")
+    if not low <= number <= high:
+        raise ConfigError(f"{where}: [{chip}] {key} = {_short(value)} is out of range; it must "
+                          f"be positive, from {low:g} to {high:g} in its unit, such as {example}")
     return number
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:30] + "…"
+
+
+def _text(chip: str, key: str, value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: [{chip}] {key} must be a string, not {_toml_type(value)}")
+    return value
 
 
 def _peaks(chip: str, table: Any, what: str, where: str) -> dict[str, float]:
@@ -127,9 +173,21 @@ def _peaks(chip: str, table: Any, what: str, where: str) -> dict[str, float]:
                           "{ bf16 = \"989.5TFLOP/s\" }")
     unknown = sorted(set(table) - set(COMPUTE_KEYS))
     if unknown:
-        raise ConfigError(f"{where}: [{chip}.{what}] has unknown dtype {unknown[0]!r}; "
+        raise ConfigError(f"{where}: [{chip}.{what}] has unknown dtype {_short(unknown[0])}; "
                           f"known: {', '.join(COMPUTE_KEYS)}")
-    return {k: _number(chip, f"{what}.{k}", v, parse_flop_rate, where) for k, v in table.items()}
+    return {k: _number(chip, f"{what}.{k}", v, parse_flop_rate, where, example='"989.5TFLOP/s"')
+            for k, v in table.items()}
+
+
+def _point_value(value: Any) -> bool:
+    """A point of a curve: a finite number (not a boolean) from 1 to ``MAX_QUANTITY``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        number = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        return False
+    return math.isfinite(number) and 1.0 <= number <= MAX_QUANTITY
 
 
 def _curves(chip: str, raw: Any, where: str) -> dict[str, tuple[tuple[float, float], ...]]:
@@ -139,14 +197,22 @@ def _curves(chip: str, raw: Any, where: str) -> dict[str, tuple[tuple[float, flo
     curves = {}
     for name, points in raw.items():
         ok = isinstance(points, list) and len(points) >= 1 and all(
-            isinstance(p, list) and len(p) == 2 and all(
-                isinstance(v, int | float) and v > 0 for v in p) for p in points)
-        sizes = [p[0] for p in points] if ok else []
+            isinstance(p, list) and len(p) == 2 and all(_point_value(v) for v in p)
+            for p in points)
+        sizes = [float(p[0]) for p in points] if ok else []
         if not ok or sizes != sorted(set(sizes)):
-            raise ConfigError(f"{where}: [{chip}.curves] {name} must be [[size, rate], ...] "
-                              "with positive numbers and sizes increasing")
+            raise ConfigError(f"{where}: [{chip}.curves] {_short(name)} must be [[size, rate], "
+                              f"...] with finite numbers from 1 to {MAX_QUANTITY:g} and sizes "
+                              "increasing")
         curves[str(name)] = tuple((float(x), float(y)) for x, y in points)
     return curves
+
+
+def _sources(chip: str, raw: Any, where: str) -> dict[str, str]:
+    if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+        raise ConfigError(f"{where}: [{chip}.sources] must be a table of strings such as "
+                          "{ memory = \"the datasheet\" }")
+    return dict(raw)
 
 
 def _chip(chip: str, raw: Any, where: str, origin: str) -> Hardware:
@@ -164,40 +230,41 @@ def _chip(chip: str, raw: Any, where: str, origin: str) -> Hardware:
     if not dense:
         raise ConfigError(f"{where}: [{chip}.dense] needs at least one peak")
     sparse = _peaks(chip, raw.get("sparse", {}), "sparse", where)
-    sources = dict(raw.get("sources", {}))
-    default_source = raw.get("source") or f"user file {origin}"
-    sources["*"] = str(default_source)
+    sources = _sources(chip, raw.get("sources", {}), where)
+    default_source = _text(chip, "source", raw.get("source", ""), where)
+    sources["*"] = default_source or f"user file {origin}"
     interconnect = raw.get("interconnect")
+    interconnect_kind = raw.get("interconnect_kind")
     aliases = raw.get("aliases", [])
     if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
-        raise ConfigError(f"{where}: [{chip}] aliases must be a list of strings")
+        raise ConfigError(f"{where}: [{chip}] aliases must be an array of strings such as "
+                          "[\"h100\"], not " + _toml_type(aliases))
     return Hardware(
         id=chip,
-        name=str(raw["name"]),
-        vendor=str(raw.get("vendor", "")),
-        aliases=tuple(aliases),
+        name=_text(chip, "name", raw["name"], where),
+        vendor=_text(chip, "vendor", raw.get("vendor", ""), where),
+        aliases=tuple(a.lower() for a in aliases),
         memory_bytes=_number(chip, "memory", raw["memory"], parse_bytes, where),
         memory_bandwidth_bytes_per_s=_number(chip, "memory_bandwidth", raw["memory_bandwidth"],
-                                             parse_bandwidth, where),
+                                             parse_bandwidth, where, example='"3.35TB/s"'),
         interconnect_bytes_per_s=None if interconnect is None else _number(
-            chip, "interconnect", interconnect, parse_bandwidth, where),
-        interconnect_kind=raw.get("interconnect_kind"),
+            chip, "interconnect", interconnect, parse_bandwidth, where, example='"900GB/s"'),
+        interconnect_kind=None if interconnect_kind is None else _text(
+            chip, "interconnect_kind", interconnect_kind, where),
         dense_flop_per_s=dense,
         sparse_flop_per_s=sparse,
         sources=sources,
         origin=origin,
-        notes=str(raw.get("notes", "")),
+        notes=_text(chip, "notes", raw.get("notes", ""), where),
         op_overhead_s=0.0 if "op_overhead" not in raw else _number(
-            chip, "op_overhead", raw["op_overhead"], parse_duration, where),
+            chip, "op_overhead", raw["op_overhead"], parse_duration, where, low=1e-12,
+            high=MAX_OP_OVERHEAD_S, example='"5us"'),
         curves=_curves(chip, raw.get("curves", {}), where),
     )
 
 
 def _parse_toml(text: str, where: str) -> dict[str, Any]:
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{where}: not valid TOML: {error}") from None
+    return parse_toml_text(text, where=where)
 
 
 @cache
@@ -213,13 +280,10 @@ def load_hardware_file(path: str | Path) -> Hardware:
     file's stem, or ``id = ...``) or exactly one ``[chip-id]`` table."""
     path = Path(path)
     where = str(path)
-    try:
-        text = path.read_text("utf-8")
-    except OSError as error:
-        raise ConfigError(f"cannot read hardware file {where}: {error.strerror}") from None
+    text = read_text_file(path, what="hardware file", max_bytes=MAX_HARDWARE_FILE_BYTES)
     data = _parse_toml(text, where)
     if "dense" in data or "memory" in data:
-        chip = str(data.pop("id", path.stem))
+        chip = _text("file", "id", data.pop("id", path.stem), where)
         return _chip(chip, data, where, where)
     tables = {k: v for k, v in data.items() if isinstance(v, dict)}
     if len(tables) != 1 or len(data) != 1:
@@ -229,16 +293,28 @@ def load_hardware_file(path: str | Path) -> Hardware:
     return _chip(chip, raw, where, where)
 
 
+def is_hardware_path(spec: str) -> bool:
+    """Whether ``spec`` names a file rather than a chip: it holds a path separator or ends in
+    ``.toml``.  A file named ``h100`` in the working folder is not read for ``h100``."""
+    separators = {"/", os.sep, os.altsep or "/"}
+    return any(sep in spec for sep in separators) or spec.strip().lower().endswith(".toml")
+
+
 def get_hardware(spec: str) -> Hardware:
-    """A chip by catalog id or alias (``h100`` → ``h100-sxm``), from a ``.toml`` path, or
-    ``local``: this machine's profile as measured by ``tensorledger probe``."""
+    """A chip by catalog id or alias (``h100`` → ``h100-sxm``), from a path (one with a
+    separator, or ending in ``.toml``), or ``local``: this machine's profile as measured by
+    ``tensorledger probe``."""
     if spec.strip().lower() == LOCAL:
         path = local_profile_path()
-        if not path.is_file():
+        try:
+            present = path.is_file()
+        except OSError:
+            present = False
+        if not present:
             raise ConfigError(f"no local hardware profile at {path}; run `tensorledger probe` "
                               "first (or pass a catalog chip or a TOML file)")
         return load_hardware_file(path)
-    if spec.endswith(".toml") or "/" in spec or Path(spec).is_file():
+    if is_hardware_path(spec):
         return load_hardware_file(spec)
     key = spec.strip().lower()
     chips = catalog()

@@ -7,11 +7,16 @@ the largest model is an upper bound and the device count a lower bound.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from tensorledger.hardware import Hardware
-from tensorledger.napkin.arithmetic import Step, check_count, check_positive
+from tensorledger.napkin.arithmetic import (
+    Step,
+    check_count,
+    check_positive,
+    check_result,
+    whole_devices,
+)
 from tensorledger.napkin.recipes import BytesPerParam, bytes_per_param
 
 __all__ = ["ACTIVATIONS_CAVEAT", "DevicesNeeded", "LargestModel", "devices_needed",
@@ -42,8 +47,8 @@ def largest_model(hardware: Hardware, count: int, precision: str, optimizer: str
     """
     check_count("count", count)
     breakdown = bytes_per_param(precision, optimizer)
-    memory = hardware.memory_bytes * count
-    params = memory / breakdown.total_bytes_per_param
+    memory = check_result("memory of all devices", hardware.memory_bytes * count)
+    params = check_result("largest model", memory / breakdown.total_bytes_per_param)
     steps = (
         Step("memory of all devices", "count × memory per device", memory, "bytes"),
         Step("bytes per parameter", "params + grads + master + optimizer state",
@@ -71,9 +76,8 @@ def devices_needed(hardware: Hardware, params: float, precision: str, optimizer:
     """Devices = ceil(params × bytes per parameter / memory per device)."""
     check_positive("params", params)
     breakdown = bytes_per_param(precision, optimizer)
-    total = params * breakdown.total_bytes_per_param
-    exact = total / hardware.memory_bytes
-    devices = max(1, math.ceil(exact - 1e-9 * exact))
+    total = check_result("memory for the model", params * breakdown.total_bytes_per_param)
+    devices = whole_devices("number of devices", total / hardware.memory_bytes)
     steps = (
         Step("bytes per parameter", "params + grads + master + optimizer state",
              breakdown.total_bytes_per_param, "bytes_per_param"),

@@ -7,12 +7,18 @@ optimizer's few FLOPs per parameter.  Peaks are dense (no sparsity) from the har
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
-from tensorledger.napkin.arithmetic import Step, check_count, check_fraction, check_positive
+from tensorledger.napkin.arithmetic import (
+    Step,
+    check_count,
+    check_fraction,
+    check_positive,
+    check_result,
+    whole_devices,
+)
 
 __all__ = [
     "DevicesForDuration",
@@ -33,7 +39,8 @@ def training_flops(params: float, tokens: float) -> float:
     >>> training_flops(70e9, 15e12)
     6.3e+24
     """
-    return 6.0 * check_positive("params", params) * check_positive("tokens", tokens)
+    return check_result("FLOP count 6·N·D",
+                        6.0 * check_positive("params", params) * check_positive("tokens", tokens))
 
 
 def _total_flops(flops: float | None, params: float | None, tokens: float | None) -> Step:
@@ -79,9 +86,9 @@ def training_time(hardware: Hardware, count: int, mfu: float, *, flops: float | 
     flops = total.value
     steps = [total]
     peak = hardware.peak_flop_per_s(dtype)
-    cluster = peak * mfu * count
-    per_day = cluster * SECONDS_PER_DAY
-    time_s = flops / cluster
+    cluster = check_result("cluster FLOP/s", peak * mfu * count)
+    per_day = check_result("FLOPs per day", cluster * SECONDS_PER_DAY)
+    time_s = check_result("training time", flops / cluster)
     steps += [
         Step(f"dense {hardware.compute_key(dtype)} peak per device", hardware.id, peak,
              "flop_per_s"),
@@ -121,10 +128,10 @@ def devices_for_duration(hardware: Hardware, duration_s: float, mfu: float, *,
     total = _total_flops(flops, params, tokens)
     flops = total.value
     peak = hardware.peak_flop_per_s(dtype)
-    per_device = peak * mfu * duration_s
-    exact = flops / per_device
-    devices = max(1, math.ceil(exact - 1e-9 * exact))
-    actual_days = flops / (peak * mfu * devices) / SECONDS_PER_DAY
+    per_device = check_result("FLOPs per device", peak * mfu * duration_s)
+    exact = check_result("number of devices", flops / per_device)
+    devices = whole_devices("number of devices", exact)
+    actual_days = check_result("training time", flops / (peak * mfu * devices) / SECONDS_PER_DAY)
     steps = (
         total,
         Step(f"dense {hardware.compute_key(dtype)} peak per device", hardware.id, peak,
@@ -159,7 +166,7 @@ def flop_budget(hardware: Hardware, count: int, duration_s: float, mfu: float = 
     check_positive("duration", duration_s)
     check_fraction("mfu", mfu)
     peak = hardware.peak_flop_per_s(dtype)
-    flops = peak * mfu * count * duration_s
+    flops = check_result("FLOP budget", peak * mfu * count * duration_s)
     steps = (
         Step(f"dense {hardware.compute_key(dtype)} peak per device", hardware.id, peak,
              "flop_per_s"),

@@ -76,6 +76,12 @@ def cast_view(c: ScalarCast) -> View:
     """A cast in one sentence, then its working."""
     code = "" if c.code is None else f" (code 0x{c.code:02X})"
     line = f"{c.value!r} → {_number(c.result)} in {c.format}{code}"
+    if c.input_overflowed:
+        return [f"{c.input_text} overflowed to {c.value!r} before the cast: it is beyond the "
+                f"largest finite fp64 value (1.797e308), where the input is read; {line}"]
+    if c.input_underflowed:
+        return [f"{c.input_text} underflowed to {c.value!r} before the cast: it is below the "
+                f"smallest positive fp64 value (4.9e-324), where the input is read; {line}"]
     if c.outcome == "underflow":
         line += (f": underflowed to zero (the smallest positive {c.format} value is "
                  f"{_number(c.min_positive)})")

@@ -1,0 +1,393 @@
+"""Issue 11: every command, argument vectors generated from the CLI's own definitions.
+
+The commands and their options are read from the click command the app builds
+(``build_command()``: names, kinds, required or not, flags); values come from pools chosen by
+the option's name or kind: numbers at and past every limit, empty, negative, NaN and
+infinities, digits of other scripts, random unit suffixes, hostile files (FIFO, folder,
+binary, deep nesting, wrong field types, /dev/zero) and output paths that cannot be written.
+For each vector the CLI runs in-process and must either
+
+- exit 0 with output on stdout (one JSON document with ``--json``), or
+- exit 2 with exactly one line on stderr, nothing on stdout and no file left behind.
+
+Hypothesis runs derandomized (the same cases in every run) without shrinking, so the time is
+bounded; ``probe`` runs with a stand-in for the minutes of measuring.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from tensorledger.cli.main import build_command, main
+from tests.cli.hostile import FACTORIES, make_hostile_files
+
+# ------------------------------------------------------------------ the CLI's own definitions
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    opt: str | None  # the longest option string, or None for an argument
+    kind: str  # "int", "float", "str", "path", "bool", "list"
+    required: bool
+    flag: bool
+
+
+def _kind(param: Any) -> str:
+    descriptor = getattr(param, "type_descriptor", None)
+    annotation = getattr(descriptor, "annotation", None)
+    name = getattr(annotation, "__name__", str(annotation))
+    if getattr(param, "nargs", 1) == -1 or name == "list":
+        return "list"
+    return {"int": "int", "float": "float", "bool": "bool", "Path": "path"}.get(name, "str")
+
+
+def _commands() -> dict[str, tuple[Param, ...]]:
+    """Every leaf command by its path (``bench matmul``), with its parameters."""
+    found: dict[str, tuple[Param, ...]] = {}
+    stack: list[tuple[tuple[str, ...], Any]] = [((), build_command())]
+    while stack:
+        path, command = stack.pop()
+        subcommands = getattr(command, "commands", None)
+        if subcommands:
+            stack.extend(((*path, name), sub) for name, sub in subcommands.items())
+            continue
+        params = []
+        for param in command.params:
+            opts = [o for o in param.opts if o.startswith("--")]
+            params.append(Param(param.name, max(opts, key=len) if opts else None,
+                                _kind(param), bool(param.required),
+                                bool(getattr(param, "is_flag", False))))
+        found[" ".join(path)] = tuple(params)
+    return found
+
+
+COMMANDS = _commands()
+#: Commands of the model layer, guarded by the workload guard of issue 10 (the lead's).
+MODEL_COMMANDS = ("models", "trace", "einsum", "memory", "roofline")
+OWN_COMMANDS = tuple(sorted(c for c in COMMANDS if c not in MODEL_COMMANDS))
+
+# ---------------------------------------------------------------------------- value pools
+
+INT64_MAX = 2**63 - 1
+NUMBER_TEXTS = ["0", "1", "2", "7", "70", "1.5", ".5", "1e3", "1e-320", "1e308", "1e400",
+                "-1", "-7", "nan", "inf", "-inf", "", " ", "٧٠", "７０", "१", "1_000", "0x10",
+                "7" * 5000, str(INT64_MAX), str(INT64_MAX + 1), "1" + "0" * 400]
+UNIT_SUFFIXES = ["", "K", "M", "B", "G", "T", "P", "k", "m", "b", "t", "Q", "FLOPs", "FLOP/s",
+                 "TFLOPS", "GB", "GiB", "Gb", "s", "ms", "min", "h", "d", "w", "y", "µs", "days",
+                 " B", "/s", "ｍ"]
+INTS = ["0", "1", "2", "3", "-1", "-64", "63", "64", str(INT64_MAX), str(INT64_MAX + 1),
+        str(-(2**63) - 1), "1" + "0" * 400, "7" * 5000, "1e3", "1.5", "", "nan", "٤", "４",
+        " 4 ", "+3", "0x10", "1_0"]
+FLOATS = ["0", "0.5", "1", "1.0", "-1", "-0.5", "1e-320", "1e308", "1e400", "nan", "inf",
+          "-inf", "", "٣", "0,5", "7" * 5000, "1e-3", "+0.25"]
+
+
+def _quantities() -> st.SearchStrategy[str]:
+    return st.builds(lambda n, u: n + u, st.sampled_from(NUMBER_TEXTS),
+                     st.sampled_from(UNIT_SUFFIXES))
+
+
+@dataclass
+class Place:
+    """Where a case may write: an output folder, a file, and the hostile fixtures."""
+
+    out: Path
+    a_file: Path
+    files: dict[str, str]
+
+
+def _hardware(place: Place) -> list[str]:
+    bad = ["fifo.toml", "folder.toml", "binary.toml", "deep.toml", "list_memory.toml",
+           "table_memory.toml", "date_memory.toml", "inf_peak.toml", "nan_peak.toml",
+           "huge_int_memory.toml", "name_list.toml", "sources_string.toml", "inf_curve.toml",
+           "bool_curve.toml", "not_toml.toml", "missing.toml", "dev_zero", "chip.toml"]
+    return ["h100", "a100", "H100", "b200", "local", "", "h1000", "٧", "x" * 5000,
+            *(place.files[name] for name in bad)]
+
+
+def _outputs(place: Place, suffix: str) -> list[str]:
+    out = place.out
+    return [str(out / f"p{suffix}"), str(out), str(place.a_file / f"p{suffix}"),
+            str(out / "missing" / f"p{suffix}"), str(out / "p.txt"),
+            str(out / ("n" * 300 + suffix)), ""]
+
+
+def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[str]:
+    """Values for one parameter, by its name first and its kind second."""
+    name = param.name
+    pools: dict[str, list[str] | st.SearchStrategy[str]] = {
+        "hardware": _hardware(place),
+        "name": (["fp4_e2m1", "e4m3", "bf16", "fp16", "nope", "", "٣"] if command == "formats"
+                 else _hardware(place) if command == "hardware" else ["tiny", "gpt2", "nope"]),
+        "shape": ["4x4", "1x1", "3x5x7", "0x4", "-4x4", "٤x٤", "4x", "x", "", "4x4x",
+                  "x".join(["2"] * 65), "1" + "0" * 30 + "x4", "1" + "0" * 400, "16384x16385",
+                  "4096x4096x4096x4096", "7" * 5000, "4×8", "4,8", " 4 x 8 "],
+        "dtype": ["fp32", "bf16", "fp16", "fp8", "fp4", "int8", "", "fp33", "٣", "tf32"],
+        "dtype_arg": ["fp32", "bf16", "fp4", "", "fp33"],
+        "optimizer": ["adamw", "sgd", "adam8bit", "lion", "", "adan"],
+        "precision": ["mixed-bf16", "fp32", "lecture", "", "fp12"],
+        "to": ["fp16", "bf16", "e4m3", "fp4", "e8m0", "fp64", "", "fp3"],
+        "value": st.one_of(st.sampled_from(FLOATS), _quantities()),
+        "schemes": ["nvfp4", "mxfp4,fp8", "bf16", "", ",", "bogus", "nvfp4," * 3],
+        "dist": ["normal", "uniform", "laplace", "cauchy", ""],
+        "tensor": ["x", "", "weight"],
+        "input": [place.files[n] for n in ("fifo.toml", "folder.toml", "binary.toml",
+                                            "dev_zero", "missing.toml", "binary.json")],
+        "device": ["cpu", "cuda", "gpu", "meta", "", "cuda:99999999999999999999"],
+        "plot": _outputs(place, ".png"),
+        "output": _outputs(place, ".toml"),
+        "duration": st.one_of(_quantities(), st.sampled_from(["1d", "2w", "36h", "3m", ""])),
+        "days": st.sampled_from(FLOATS),
+        "params": st.one_of(_quantities(), st.sampled_from(["70B", "7e9", "1e400"])),
+        "tokens": st.one_of(_quantities(), st.sampled_from(["15T", "1e12"])),
+        "flops": st.one_of(_quantities(), st.sampled_from(["3.14e23", "6e24FLOPs", "1e5FLOP/s"])),
+        "model": ["llama-3-8b", "gpt2-small", "", "nope", place.files["deep.json"],
+                  place.files["fifo.json"], place.files["dev_zero"]],
+        # valid sizes stay small so every case runs in milliseconds
+        "n": ["1", "2", "16", "0", "-1", "1000000", "1048577", str(INT64_MAX + 1), "٤", "",
+              "1" + "0" * 400],
+        "budget": ["0", "0.001", "-1", "nan", "inf", "601", "1e400", "٣", ""],
+    }
+    pool = pools.get(name)
+    if isinstance(pool, list):
+        return st.sampled_from(pool)
+    if pool is not None:
+        return pool
+    if param.kind == "int":
+        return st.sampled_from(INTS)
+    if param.kind == "float":
+        return st.sampled_from(FLOATS)
+    return st.one_of(st.sampled_from(["", "x", "٣", "-1", "nan", "x" * 5000]), _quantities())
+
+
+#: Options whose defaults take seconds of measuring: always given, from their small pools.
+ALWAYS_GIVEN = {("bench matmul", "n"), ("bench matmul", "budget")}
+
+
+@st.composite
+def argv_for(draw: st.DrawFn, command: str, place: Place) -> list[str]:
+    argv = command.split()
+    params = COMMANDS[command]
+    positional = []
+    for param in params:
+        include = param.required or (command, param.name) in ALWAYS_GIVEN or draw(st.booleans())
+        if not include:
+            continue
+        if param.flag:
+            argv.append(param.opt or "")
+            continue
+        if param.kind == "list":
+            values = draw(st.lists(st.sampled_from(["a=2", "b=3", "x=", "=4", "a=-1",
+                                                    "a=" + "9" * 5000, "a=٤"]), max_size=3))
+            positional.extend(values)
+            continue
+        value = draw(_value_pool(command, param, place))
+        if param.opt is None:
+            positional.append(value)
+        elif value.startswith("-") and draw(st.booleans()):
+            argv.append(f"{param.opt}={value}")
+        else:
+            argv += [param.opt, value]
+    return argv + positional
+
+
+# --------------------------------------------------------------------------- one case
+
+
+@dataclass
+class Outcome:
+    code: int
+    stdout: str
+    stderr: str
+
+
+def _listing(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")}
+
+
+def _fake_probe(*args: object, **kwargs: object) -> Any:
+    from tensorledger.bench.probe import ProbeResult
+
+    return ProbeResult(device="cpu", name="fuzz", memory_bytes=2**30,
+                       dense_flop_per_s={"fp32": 1e11}, memory_bandwidth_bytes_per_s=1e10,
+                       op_overhead_s=1e-6, bare_op_overhead_s=1e-6)
+
+
+def run_case(argv: list[str], place: Place) -> Outcome:
+    before = _listing(place.out)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = main(argv)
+    outcome = Outcome(code, stdout.getvalue(), stderr.getvalue())
+    shown = f"argv={[a if len(a) < 60 else a[:50] + '…' for a in argv]} -> {outcome}"
+    assert code in (0, 2), shown
+    assert "Traceback" not in outcome.stderr, shown
+    if code == 0:
+        assert outcome.stdout.strip(), shown
+        if "--json" in argv:
+            json.loads(outcome.stdout)
+    else:
+        assert outcome.stdout == "", shown
+        lines = outcome.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("tensorledger: error: "), shown
+        assert _listing(place.out) == before, shown
+    return outcome
+
+
+@pytest.fixture(scope="module")
+def hostile_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    return make_hostile_files(tmp_path_factory.mktemp("hostile"))
+
+
+@contextlib.contextmanager
+def _place(files: dict[str, str]) -> Iterator[Place]:
+    root = Path(tempfile.mkdtemp(prefix="fuzz-"))
+    try:
+        (root / "out").mkdir()
+        (root / "a_file").write_text("x")
+        yield Place(root / "out", root / "a_file", files)
+    finally:
+        shutil.rmtree(root)
+
+
+@pytest.fixture
+def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """Probe stands in for the measurement; the profile home is a fresh folder; one thread."""
+    import torch
+
+    import tensorledger.bench as bench
+
+    monkeypatch.setattr(bench, "probe", _fake_probe)
+    monkeypatch.setenv("TENSORLEDGER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("COLUMNS", "100")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+EXAMPLES_PER_COMMAND = 36
+_SETTINGS = settings(max_examples=EXAMPLES_PER_COMMAND, deadline=None, derandomize=True,
+                     database=None, phases=[Phase.explicit, Phase.generate],
+                     suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                            HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@pytest.mark.parametrize("command", OWN_COMMANDS)
+def test_fuzz_every_command(command: str, hostile_files: dict[str, str], isolated: None
+                            ) -> None:
+    @_SETTINGS
+    @given(data=st.data())
+    def case(data: st.DataObject) -> None:
+        with _place(hostile_files) as place:
+            run_case(data.draw(argv_for(command, place)), place)
+
+    case()
+
+
+def test_fuzz_covers_every_command_and_enough_cases() -> None:
+    # the command list comes from the app itself: a new command is fuzzed without a change here
+    assert set(OWN_COMMANDS) | set(MODEL_COMMANDS) == set(COMMANDS)
+    assert {"time", "budget", "fit", "tensor", "hardware", "formats", "cast", "quantize",
+            "probe", "bench matmul"} <= set(OWN_COMMANDS)
+    assert EXAMPLES_PER_COMMAND * len(OWN_COMMANDS) >= 300
+
+
+def test_fuzz_hostile_fixture_set_is_complete(hostile_files: dict[str, str]) -> None:
+    for name in ("fifo.toml", "folder.toml", "binary.toml", "deep.toml", "deep.json",
+                 "list_memory.toml", "dev_zero", *FACTORIES):
+        assert os.path.lexists(hostile_files[name]), name
+
+
+# --------------------------------------------------- the model layer: the workload guard's
+
+MODEL_EXAMPLES = 8
+
+
+@pytest.mark.xfail(strict=False, reason="workload guard, issue 10")
+@pytest.mark.parametrize("command", MODEL_COMMANDS)
+def test_fuzz_model_commands(command: str, hostile_files: dict[str, str], isolated: None
+                             ) -> None:
+    factories = [f"{hostile_files[name]}:make" for name in FACTORIES]
+
+    @settings(_SETTINGS, max_examples=MODEL_EXAMPLES)
+    @given(data=st.data())
+    def case(data: st.DataObject) -> None:
+        with _place(hostile_files) as place:
+            argv = data.draw(argv_for(command, place))
+            if command != "einsum" and data.draw(st.booleans()):
+                argv = _small_model(argv, data.draw(st.sampled_from(
+                    ["tiny", *factories, hostile_files["config.json"],
+                     hostile_files["huge_layers.json"], hostile_files["wide.json"],
+                     hostile_files["model_type_list.json"], hostile_files["huge_int.json"],
+                     hostile_files["nan.json"]])))
+            run_case(argv, place)
+
+    case()
+
+
+def _small_model(argv: list[str], model: str) -> list[str]:
+    """The case with ``--model`` replaced and tiny batch and sequence, so it runs fast."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg in ("--model", "-m", "--batch", "-b", "--seq", "-s", "--seq-len"):
+            skip = True
+            continue
+        if arg.startswith(("--model=", "--batch=", "--seq=")):
+            continue
+        out.append(arg)
+    if out and out[0] == "models":
+        return [*out[:1], model, *out[1:]]
+    return [*out, "--model", model, "--batch", "1", "--seq", "8"]
+
+
+#: Cases of the model layer that break the promise today (found by the fuzz above and a sweep
+#: of every hostile model over every model command); the workload guard of issue 10 is to make
+#: each pass, and then this list can go.
+MODEL_LAYER_KNOWN_FAILURES = [
+    *((command, model) for command in ("trace", "roofline") for model in (
+        "exit_at_import.py:make",  # exit 0, nothing said
+        "exit3_in_factory.py:make",  # exit 3
+        "exit_in_forward.py:make",  # exit 0, nothing said
+        "prints.py:make",  # the factory's print lands on stdout
+        "interrupts.py:make",  # exit 130, nothing said
+    )),
+    ("trace", "no_parameters.py:make"),  # ValueError: optimizer got an empty parameter list
+    ("memory", "exit_at_import.py:make"),
+    ("memory", "prints.py:make"),
+    *((command, model) for command in ("models", "trace", "memory", "roofline") for model in (
+        "deep.json",  # RecursionError
+        "model_type_list.json",  # TypeError: unhashable type: 'list'
+        "huge_int.json",  # ValueError: Exceeds the limit (4300 digits)
+    )),
+]
+
+
+@pytest.mark.xfail(strict=False, reason="workload guard, issue 10")
+@pytest.mark.parametrize(("command", "model"), MODEL_LAYER_KNOWN_FAILURES)
+def test_model_layer_hostile_models(command: str, model: str, hostile_files: dict[str, str],
+                                    isolated: None) -> None:
+    name, _, factory = model.partition(":")
+    target = hostile_files[name] + (f":{factory}" if factory else "")
+    argv = ([command, target, "--json"] if command == "models" else
+            [command, "--model", target, "--batch", "1", "--seq", "8", "--json"])
+    with _place(hostile_files) as place:
+        run_case(argv, place)
