@@ -73,7 +73,7 @@ def test_a_factory_that_prints_keeps_json_on_stdout(cli: Any, tmp_path: Path) ->
     ("{tmp}/absent.py:make", ("model factory file not found",)),
     ("{tmp}/ok.py:nothing_here", ("defines no function 'nothing_here'", "make")),
     ("{tmp}/ok.py:1bad", ("not of the form path/to/file.py:function",)),
-    ("{tmp}/absent/config.json", ("cannot read",)),
+    ("{tmp}/absent/config.json", ("config.json", "does not exist")),
     ("{tmp}/unknown/config.json", ("model_type 'no-such-architecture'",)),
     ("{tmp}/typeless/config.json", ("field 'model_type' must be a name",)),
     ("llama-7", ("unknown model", "llama-3-8b")),

@@ -76,7 +76,20 @@ def _with_number_rules(message: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; return the exit status instead of raising ``SystemExit``."""
+    """Run the CLI; return the exit status instead of raising ``SystemExit``.
+
+    What user code (a model factory) prints is held and written to stderr only when the
+    command succeeds: a refusal stays one line."""
+    from tensorledger.workload.factory import hold_user_output
+
+    with hold_user_output() as held:
+        code = _main(argv)
+    if code == 0 and held.getvalue():
+        sys.stderr.write(held.getvalue())
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     command = build_command()
     try:
         result = command.main(args=list(sys.argv[1:] if argv is None else argv),

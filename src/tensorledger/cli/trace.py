@@ -20,6 +20,7 @@ from tensorledger.cli.workload import (
     workload,
 )
 from tensorledger.errors import EinsumError, InputError
+from tensorledger.units import parse_integer
 from tensorledger.workload.spec import DEFAULTS
 
 __all__ = ["register"]
@@ -58,11 +59,9 @@ def _sizes(items: list[str]) -> dict[str, int]:
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise EinsumError(f"axis sizes are written name=value, e.g. batch=2; got {item!r}")
-        try:
-            sizes[name.strip()] = int(value)
-        except ValueError:
-            raise EinsumError(f"axis {name.strip()!r} needs a whole-number size, got "
-                              f"{value!r}") from None
+        # ASCII digits, 1 to int64: the same rule as every other count
+        sizes[name.strip()] = parse_integer(value.strip(), what=f"axis {name.strip()!r}",
+                                            minimum=1)
     return sizes
 
 

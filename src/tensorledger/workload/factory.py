@@ -12,8 +12,9 @@ The factory protocol (documented in the README):
   (a tensor, the first element of a tuple, or ``.logits``) against the token ids.
 
 Whatever the user's code does — raise, ``sys.exit``, ``KeyboardInterrupt``, print — is caught by
-:func:`user_code`: its stdout goes to stderr (stdout belongs to the tool's own output) and an
-escape becomes one :class:`~tensorledger.errors.ModelError` line saying what happened and where.
+:func:`user_code`: what it prints goes to stderr once it has run well (stdout belongs to the
+tool's own output) and an escape becomes one :class:`~tensorledger.errors.ModelError` line
+saying what happened and where (its prints are dropped then, so the line stands alone).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
+import io
 import sys
 import traceback
 from collections.abc import Callable, Iterator
@@ -31,7 +33,7 @@ from typing import Any
 
 from tensorledger.errors import ConfigError, ModelError, TensorLedgerError
 
-__all__ = ["FactoryFile", "describe_error", "load_factory_file", "user_code"]
+__all__ = ["FactoryFile", "describe_error", "hold_user_output", "load_factory_file", "user_code"]
 
 
 def _first_line(error: BaseException) -> str:
@@ -103,8 +105,9 @@ def user_code(what: str, files: tuple[Path, ...] = ()) -> Iterator[None]:
     ...     print(error)
     the factory called sys.exit(3) (at <doctest tensorledger.workload.factory.user_code[1]>:3)
     """
+    printed = io.StringIO()
     try:
-        with contextlib.redirect_stdout(sys.stderr):
+        with contextlib.redirect_stdout(printed):
             yield
     except TensorLedgerError:
         raise
@@ -119,6 +122,26 @@ def user_code(what: str, files: tuple[Path, ...] = ()) -> Iterator[None]:
         inside = f" in {module}" if module else ""
         raise ModelError(f"{what} failed{inside}: {describe_error(error)}"
                          + _at(error.__traceback__, files)) from None
+    # What the code printed goes to stderr once it has run well (or to the CLI's holding
+    # buffer, so that a later refusal stays one line); when it fails, the line is all there is.
+    (held if held is not None else sys.stderr).write(printed.getvalue())
+
+
+#: Where user code's prints go after it ran well, when not straight to stderr: the CLI holds
+#: them until the command has succeeded (see :func:`hold_user_output`).
+held: io.StringIO | None = None
+
+
+@contextlib.contextmanager
+def hold_user_output() -> Iterator[io.StringIO]:
+    """Hold what user code prints until the caller decides: the CLI writes it to stderr when
+    the command succeeds and drops it when the command refuses (one line, nothing else)."""
+    global held
+    previous, held = held, io.StringIO()
+    try:
+        yield held
+    finally:
+        held = previous
 
 
 def _at(tb: TracebackType | None, files: tuple[Path, ...]) -> str:

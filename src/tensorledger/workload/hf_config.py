@@ -11,14 +11,12 @@ field, an unknown ``model_type`` or an architecture option this model cannot exp
 
 from __future__ import annotations
 
-import json
-import os
-import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from tensorledger.errors import ConfigError, ModelError
+from tensorledger.files import parse_json_text, read_text_file
 from tensorledger.napkin.transformer import TransformerConfig
 
 __all__ = ["CONFIG_MAX_BYTES", "HF_MODEL_TYPES", "config_from_hf", "load_hf_config",
@@ -150,28 +148,9 @@ CONFIG_MAX_BYTES = 1 << 20
 
 
 def read_config_json(file: Path) -> Any:
-    """A config.json: a regular file, at most CONFIG_MAX_BYTES, UTF-8, not nested absurdly."""
-    try:
-        info = os.stat(file)
-    except OSError as error:
-        raise ConfigError(f"cannot read {file}: {error.strerror}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise ConfigError(f"{file} is not a regular file")
-    if info.st_size > CONFIG_MAX_BYTES:
-        raise ConfigError(f"{file} is {info.st_size:,} bytes; a config.json is at most "
-                          f"{CONFIG_MAX_BYTES:,}")
-    try:
-        with open(file, "rb") as handle:
-            text = handle.read(CONFIG_MAX_BYTES + 1).decode("utf-8")
-        return json.loads(text)
-    except OSError as error:
-        raise ConfigError(f"cannot read {file}: {error.strerror}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{file} is not UTF-8 text") from None
-    except json.JSONDecodeError as error:
-        raise ConfigError(f"{file}: not valid JSON ({error.msg} at line {error.lineno})") from None
-    except RecursionError:
-        raise ConfigError(f"{file}: JSON nested too deeply") from None
+    """A config.json: a regular UTF-8 file of at most CONFIG_MAX_BYTES, sanely nested."""
+    text = read_text_file(file, what="config.json", max_bytes=CONFIG_MAX_BYTES)
+    return parse_json_text(text, where=str(file))
 
 
 def load_hf_config(path: str | Path) -> TransformerConfig:

@@ -26,8 +26,8 @@ from tensorledger.workload.factory import FactoryFile, load_factory_file, user_c
 from tensorledger.workload.precision import RecipeOptimizer, param_dtype
 from tensorledger.workload.spec import Workload
 
-__all__ = ["CheckpointedBlock", "PreparedStep", "build_module", "checkpoint_blocks", "lm_loss",
-           "placement", "prepare"]
+__all__ = ["CheckpointedBlock", "PreparedStep", "build_module", "check_host_memory",
+           "checkpoint_blocks", "lm_loss", "placement", "prepare"]
 
 
 class CheckpointedBlock(nn.Module):
@@ -56,6 +56,27 @@ def lm_loss(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor) -> to
     """Mean next-token cross-entropy of the logits against ``targets``."""
     logits = model(tokens)
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def check_host_memory(work: Workload) -> None:
+    """Before a step runs on real CPU tensors: its parameters, gradients and optimizer state
+    (napkin's bytes per parameter under the recipe) must fit in this machine's memory, so a
+    model too large for it is refused with both figures instead of being killed mid-step."""
+    if work.device != "cpu":
+        return
+    from tensorledger.hostmemory import check_fits_in_memory
+    from tensorledger.napkin.recipes import bytes_per_param
+    from tensorledger.workload.params import model_params
+
+    params = model_params(work.source).params
+    per_param = bytes_per_param(work.precision, work.optimizer)
+    state = per_param.params_bytes_per_param + (
+        per_param.grads_bytes_per_param if work.step.backward else 0) + (
+        per_param.master_bytes_per_param + per_param.optimizer_bytes_per_param
+        if work.step.optimizer else 0)
+    check_fits_in_memory(params * state, f"a {work.step.name} step of {work.model} on real "
+                         f"CPU tensors ({params:,} parameters, {state:g} bytes each)",
+                         "use --device fake (nothing allocated) or a smaller model")
 
 
 @contextmanager
@@ -265,7 +286,8 @@ def build_module(work: Workload, target: str) -> tuple[nn.Module, FactoryFile | 
 
 def prepare(work: Workload, target: str) -> PreparedStep:
     """Build ``work``'s module on ``target`` (inside :func:`placement`), with its inputs, loss
-    and optimizer."""
+    and optimizer; on real CPU tensors only when its state fits in memory."""
+    check_host_memory(work)
     source = work.source
     module, factory = build_module(work, target)
     parameters = list(dict.fromkeys(module.parameters()))
