@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 # the main job: the whole ledger of gpt2 training in mixed bf16 on H100s; then napkin answers
 # and fp4 against fp8
 demo: $(STAMP)
-	$(BIN)/tensorledger account --model gpt2 --batch 8 --seq 1024 --hardware h100 --count 8 --tokens 10B
+	$(BIN)/tensorledger account --model gpt2 --batch 8 --seq 1024 --hardware h100 --count 8 --tokens 10B --html gpt2-ledger.html
 	$(BIN)/tensorledger time --params 70B --tokens 15T --hardware h100 --count 1024 --mfu 0.5
 	$(BIN)/tensorledger fit --hardware h100 --count 8 --optimizer adamw --precision bf16-fp32-states
 	$(BIN)/tensorledger quantize --schemes nvfp4,mxfp4,mxfp8,fp8 --shape 1024x1024 --seed 0

@@ -78,7 +78,16 @@ def ledger_group(ledger: Ledger) -> Group:
 
 
 def ledger_html(ledger: Ledger) -> str:
-    """Self-contained HTML of the terminal view, for Jupyter (no network request)."""
+    """Jupyter's view: the report with its plots when plotly is installed, else the tables;
+    self-contained either way (no network request)."""
+    from tensorledger.errors import InputError
+
+    try:
+        from tensorledger.report.html import ledger_report_html
+
+        return ledger_report_html(ledger)
+    except InputError:  # no plotly: the tables alone
+        pass
     console = Console(record=True, width=120, file=io.StringIO())
     console.print(ledger_group(ledger))
     return console.export_html(inline_styles=True)
