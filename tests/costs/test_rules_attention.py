@@ -226,6 +226,10 @@ def test_rule_aten__efficient_attention_forward(mask_type: int, causal: bool) ->
     assert record.bytes_read == QKV_BYTES
     by_name = rule("aten._efficient_attention_forward").causal
     assert by_name is not None and by_name([], {"custom_mask_type": mask_type}) is causal
+    padded: list[object] = [None] * 12
+    assert by_name(padded, {}) is False  # no mask type given: not causal
+    padded[9] = mask_type
+    assert by_name(padded, {}) is causal
 
 
 @pytest.mark.parametrize(("mask_type", "causal"), [(0, False), (1, True), (2, True)])

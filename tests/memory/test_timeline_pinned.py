@@ -115,7 +115,11 @@ def test_saved_views_count_their_whole_storage_once() -> None:
     assert saved.total_bytes == 4 * 8 * 4 == 128
     assert saved.storages == 1
     (tensor,) = saved.tensors
-    assert (tensor.nbytes, tensor.saves, tensor.shape) == (128, 2, (4, 2))
+    assert (tensor.nbytes, tensor.saves, tensor.shape, tensor.dtype) == (128, 2, (4, 2),
+                                                                         "float32")
+    assert saved.saves == 2
+    (module,) = saved.by_module
+    assert (module.module, module.saved_bytes, module.storages) == ("", 128, 1)
     # the scale is needed only for the input's gradient, which x does not require
     assert saved.params_saved_bytes == 0
 

@@ -7,7 +7,17 @@ import pytest
 
 from tensorledger.errors import InputError
 from tensorledger.hardware import get_hardware
-from tensorledger.napkin import devices_for_duration, devices_needed, flop_budget, training_time
+from tensorledger.napkin import (
+    bytes_per_param,
+    devices_for_duration,
+    devices_needed,
+    flop_budget,
+    largest_model,
+    resolve_optimizer,
+    resolve_precision,
+    tensor_memory,
+    training_time,
+)
 from tensorledger.napkin.activations import deep_network_activations
 
 H100 = get_hardware("h100")
@@ -99,3 +109,17 @@ def test_deep_network_refuses_non_positive_sizes(name: str) -> None:
                                  dtype_bytes=sizes["dtype_bytes"])
     with pytest.raises(InputError, match="unknown activation 'tanh'; known: relu, gelu"):
         deep_network_activations(5, 7, 3, "tanh")
+
+
+def test_largest_model_tensor_memory_and_resolved_names() -> None:
+    big = largest_model(H100, 3, "mixed-bf16", "adamw")
+    assert (big.hardware, big.count, big.memory_bytes) == ("h100-sxm", 3, 3 * 80e9)
+    assert big.params == 3 * 80e9 / 16  # 15e9
+    assert big.breakdown.total_bytes_per_param == 16.0 and len(big.steps) == 3
+    t = tensor_memory((3, 5, 7), "bf16")
+    assert (t.shape, t.dtype, t.bits_per_element, t.elements, t.bytes) == (
+        (3, 5, 7), "bf16", 16, 105, 210)
+    # objects are taken as they are, names are resolved
+    b = bytes_per_param(resolve_precision("bf16-master"), resolve_optimizer("adam8bit"))
+    assert (b.precision, b.optimizer) == ("bf16-master", "adam8bit")
+    assert b.total_bytes_per_param == 2 + 2 + 4 + 2 * 1 + 2 * 4 / 2048
