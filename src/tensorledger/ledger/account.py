@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
-from tensorledger.ledger.memory import step_facts
-from tensorledger.memory.ledger import MemoryLedger, memory_ledger
+from tensorledger.ledger.memory import memory_of
+from tensorledger.ledger.trace import step_summary
+from tensorledger.memory.ledger import MemoryLedger
 from tensorledger.roofline.model import RooflinePrediction, predict
-from tensorledger.trace.aggregate import TraceSummary, summarize
+from tensorledger.trace.aggregate import TraceSummary
 from tensorledger.workload import StepTrace, Workload, trace_workload
 
 __all__ = ["Ledger", "RunCost", "account_run", "account_workload"]
@@ -110,13 +111,8 @@ def account_run(work: Workload, hardware: Hardware, *, count: int = 1,
         if value is not None and not (math.isfinite(value) and value > 0):
             raise InputError(f"{name} must be a positive number, got {value!r}")
     run = trace_workload(work, first_step=True)
-    backward = work.step.backward
-    summary = summarize(run.trace, depth, params=run.params if backward else None,
-                        tokens=run.tokens if backward else None)
-    first = (run.first_step, run.first_step_tags) if run.first_step is not None else None
-    memory = memory_ledger(run.trace, run.tags, step_facts(run), hardware=hardware,
-                           count=count, first_step=first,
-                           measured_peak_bytes=run.measured_peak_bytes)
+    summary = step_summary(run, depth)
+    memory = memory_of(run, hardware, count)
     prediction = predict(run.trace.records, hardware, tokens=work.tokens)
     step_s = prediction.time_s
     cluster_tokens_per_s = count * work.tokens / step_s if step_s > 0 else 0.0

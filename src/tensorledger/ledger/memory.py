@@ -6,7 +6,7 @@ from tensorledger.hardware import Hardware
 from tensorledger.memory.ledger import MemoryLedger, StepFacts, memory_ledger
 from tensorledger.workload import StepTrace, Workload, trace_workload
 
-__all__ = ["memory_report", "step_facts"]
+__all__ = ["memory_of", "memory_report", "step_facts"]
 
 
 def step_facts(run: StepTrace) -> StepFacts:
@@ -28,7 +28,12 @@ def memory_report(work: Workload, hardware: Hardware | None = None, count: int =
     ...     ledger.recipe.total_bytes)
     True
     """
-    run = trace_workload(work, first_step=True)
+    return memory_of(trace_workload(work, first_step=True), hardware, count)
+
+
+def memory_of(run: StepTrace, hardware: Hardware | None = None, count: int = 1
+              ) -> MemoryLedger:
+    """The memory ledger of a traced step (its first step beside it, when traced)."""
     first = (run.first_step, run.first_step_tags) if run.first_step is not None else None
     return memory_ledger(run.trace, run.tags, step_facts(run), hardware=hardware, count=count,
                          first_step=first, measured_peak_bytes=run.measured_peak_bytes)

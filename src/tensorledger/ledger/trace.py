@@ -7,7 +7,14 @@ from dataclasses import dataclass
 from tensorledger.trace.aggregate import TraceSummary, summarize
 from tensorledger.workload import StepTrace, Workload, trace_workload
 
-__all__ = ["TraceReport", "trace_report"]
+__all__ = ["TraceReport", "step_summary", "trace_report"]
+
+
+def step_summary(run: StepTrace, depth: int | None) -> TraceSummary:
+    """The summary of a traced step; 6·N·D beside it when the step has a backward."""
+    backward = run.work.step.backward
+    return summarize(run.trace, depth, params=run.params if backward else None,
+                     tokens=run.tokens if backward else None)
 
 
 @dataclass(frozen=True)
@@ -29,9 +36,7 @@ class TraceReport:
     @classmethod
     def of(cls, run: StepTrace, depth: int | None) -> TraceReport:
         work = run.work
-        backward = work.step.backward
-        summary = summarize(run.trace, depth, params=run.params if backward else None,
-                            tokens=run.tokens if backward else None)
+        summary = step_summary(run, depth)
         return cls(model=work.model, built_by=work.source.built_by, step=work.step.name,
                    batch=work.batch, seq=work.seq, device=work.device,
                    precision=work.precision.name,

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from tensorledger.report.memory import memory_view
 from tensorledger.report.roofline import totals_table
-from tensorledger.report.trace import _totals_table
+from tensorledger.report.trace import flops_notes, flops_table
 from tensorledger.units import format_bytes, format_count, format_duration, format_sci
 
 if TYPE_CHECKING:
@@ -43,18 +43,11 @@ def account_view(ledger: Ledger) -> View:
         f"device, {ledger.precision}, traced on {ledger.device}; {ledger.count} × "
         f"{ledger.hardware}",
         _parts_table(ledger),
-        _totals_table("FLOPs by phase", "phase", s.by_phase),
+        flops_table("FLOPs by phase", "phase", s.by_phase),
     ]
-    if s.six_n_d is not None:
-        view.append(f"FLOPs per step {format_sci(s.flops)} ({format_sci(s.flops_causal_halved)} "
-                    f"with causal attention halved); 6·N·D = {format_sci(s.six_n_d.six_n_d_flops)}"
-                    f", counted / 6·N·D = {s.six_n_d.ratio:.3f}")
-    if s.hand_attention is not None:
-        view.append(f"attention written as bmm + softmax: {format_sci(s.hand_attention.flops)} "
-                    "FLOPs the causal-halved figure does not halve")
-    if s.uncovered:
-        view.append("uncovered ops (0 FLOPs): " + ", ".join(
-            f"{op} ×{calls}" for op, calls in s.uncovered.items()))
+    view.append(f"FLOPs per step {format_sci(s.flops)} ({format_sci(s.flops_causal_halved)} "
+                "with causal attention halved)")
+    view += flops_notes(s)
     view += memory_view(ledger.memory)
     view.append(totals_table(f"Predicted time by category on {ledger.hardware}",
                              ledger.roofline.by_category))

@@ -12,9 +12,9 @@ from tensorledger.units import format_bytes, format_sci
 if TYPE_CHECKING:  # the trace package loads torch; `tensorledger einsum` must not
     from tensorledger.costs.einsum import EinsumCost
     from tensorledger.ledger.trace import TraceReport
-    from tensorledger.trace.aggregate import CategoryTotal, ModuleNode, PhaseTotal
+    from tensorledger.trace.aggregate import CategoryTotal, ModuleNode, PhaseTotal, TraceSummary
 
-__all__ = ["einsum_view", "trace_view"]
+__all__ = ["einsum_view", "flops_notes", "flops_table", "trace_view"]
 
 View = list[RenderableType | str]
 ROOT_LABEL = "(whole step)"
@@ -28,7 +28,7 @@ def _bytes(value: float) -> str:
     return format_bytes(value, "auto") if value else "0"
 
 
-def _totals_table(title: str, key: str, rows: tuple[CategoryTotal, ...] | tuple[PhaseTotal, ...],
+def flops_table(title: str, key: str, rows: tuple[CategoryTotal, ...] | tuple[PhaseTotal, ...],
                   ) -> Table:
     table = Table(title=title, title_justify="left", header_style="bold")
     for column in (key, "ops", "FLOPs", "FLOPs (causal halved)", "bytes read",
@@ -60,6 +60,27 @@ def module_table(root: ModuleNode) -> Table:
     return table
 
 
+def flops_notes(s: TraceSummary) -> View:
+    """What the FLOPs totals leave unsaid: 6·N·D beside them, attention written by hand (not
+    halved), ops with no cost rule."""
+    notes: View = []
+    if s.six_n_d is not None:
+        notes.append(f"6·N·D = 6 × {s.six_n_d.params:,} × {s.six_n_d.tokens:,} = "
+                     f"{_flops(s.six_n_d.six_n_d_flops)} FLOPs; counted / 6·N·D = "
+                     f"{s.six_n_d.ratio:.3f}")
+    if s.hand_attention is not None:
+        h = s.hand_attention
+        notes.append(f"attention written as bmm + softmax in {len(h.modules)} module(s): its "
+                     f"{h.ops:,} batched matmuls ({_flops(h.flops)} FLOPs) are counted in full; "
+                     "the causal-halved figure does not halve them")
+    if s.uncovered:
+        listed = ", ".join(f"{op} ×{calls}" for op, calls in s.uncovered.items())
+        notes.append(f"uncovered ops (no cost rule, counted as 0 FLOPs): {listed}")
+    else:
+        notes.append("uncovered ops: none")
+    return notes
+
+
 def trace_view(report: TraceReport) -> View:
     s = report.summary
     optimizer = f", optimizer {report.optimizer}" if report.optimizer else ""
@@ -68,30 +89,16 @@ def trace_view(report: TraceReport) -> View:
         f"{report.seq} = {report.tokens:,} tokens, {report.params:,} parameters, "
         f"{report.precision} on {report.device} (trace device: {s.device}); built by "
         f"{report.built_by}",
-        _totals_table("By category", "category", s.by_category),
-        _totals_table("By phase", "phase", s.by_phase),
+        flops_table("By category", "category", s.by_category),
+        flops_table("By phase", "phase", s.by_phase),
         module_table(s.modules),
         f"total: {_flops(s.flops)} FLOPs ({_flops(s.flops_causal_halved)} with causal "
         f"attention halved; the FLOPs columns count it in {s.attention_convention}), "
         f"{_bytes(s.bytes_read + s.bytes_written)} moved over {s.ops:,} ops",
     ]
-    if s.hand_attention is not None:
-        h = s.hand_attention
-        view.append(f"attention written as bmm + softmax in {len(h.modules)} module(s): its "
-                    f"{h.ops:,} batched matmuls ({_flops(h.flops)} FLOPs) are counted in full; "
-                    "the causal-halved figure does not halve them")
     if s.backward_forward_ratio == s.backward_forward_ratio:  # not nan
         view.append(f"backward / forward FLOPs: {s.backward_forward_ratio:.3f}")
-    if s.six_n_d is not None:
-        view.append(f"6·N·D = 6 × {s.six_n_d.params:,} × {s.six_n_d.tokens:,} = "
-                    f"{_flops(s.six_n_d.six_n_d_flops)} FLOPs; counted / 6·N·D = "
-                    f"{s.six_n_d.ratio:.3f}")
-    if s.uncovered:
-        listed = ", ".join(f"{op} ×{calls}" for op, calls in s.uncovered.items())
-        view.append(f"uncovered ops (no cost rule, counted as 0 FLOPs): {listed}")
-    else:
-        view.append("uncovered ops: none")
-    return view
+    return view + flops_notes(s)
 
 
 def einsum_view(cost: EinsumCost) -> View:

@@ -171,11 +171,6 @@ class PreparedStep:
     user_inputs: Any
     device_type: str
 
-    @property
-    def params(self) -> int:
-        """Parameters of the module, tied ones once."""
-        return sum(p.numel() for p in self.parameters)
-
     def guard(self) -> AbstractContextManager[None]:
         """Errors of the module's own code become one line naming what and where."""
         source = self.work.source
