@@ -24,9 +24,11 @@ __all__ = [
     "MAX_HARDWARE_FILE_BYTES",
     "MAX_OP_OVERHEAD_S",
     "MAX_QUANTITY",
+    "Efficiency",
     "Hardware",
     "catalog",
     "get_hardware",
+    "interpolate",
     "is_hardware_path",
     "load_hardware_file",
     "local_profile_path",
@@ -45,7 +47,8 @@ COMPUTE_KEYS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp6", "fp4", "in
 
 _REQUIRED = ("name", "memory", "memory_bandwidth", "dense")
 _OPTIONAL = ("vendor", "aliases", "interconnect", "interconnect_kind", "source", "sparse",
-             "sources", "notes", "op_overhead", "curves")
+             "sources", "notes", "op_overhead", "curves", "expected", "unreliable")
+_EXPECTED_KEYS = ("matmul", "attention", "memory_bandwidth", "op_overhead", "source", "sources")
 
 #: The name under which ``tensorledger probe`` saves this machine's measured profile.
 LOCAL = "local"
@@ -59,6 +62,48 @@ def local_profile_path() -> Path:
         return Path(home) / "local.toml"
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(cache) / "tensorledger" / "local.toml"
+
+
+def interpolate(points: tuple[tuple[float, float], ...], size: float) -> float:
+    """The value at ``size`` of a curve of (size, value) points: log-log interpolation
+    between points, flat beyond the first and the last."""
+    if size <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in itertools.pairwise(points):
+        if size <= x1:
+            t = math.log(size / x0) / math.log(x1 / x0)
+            return float(math.exp(math.log(y0) + t * math.log(y1 / y0)))
+    return points[-1][1]
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """What eager PyTorch attains on a chip, as fractions of its datasheet figures.
+
+    The *expected* time of an op divides its FLOPs by ``peak × matmul fraction`` (matrix ops,
+    by problem size), its bytes by ``bandwidth × memory_bandwidth``, and adds ``op_overhead_s``
+    (kernel launch and eager dispatch, per op).  Each figure has its published source.
+    """
+
+    #: compute key (``bf16``, ``fp8``, ...; ``default`` for the others) → ((FLOPs of one
+    #: matmul, fraction of the dense peak), ...) with sizes increasing
+    matmul: Mapping[str, tuple[tuple[float, float], ...]]
+    #: fraction of the matrix peak a fused attention kernel attains, its work counted with
+    #: causal masking halved as FlashAttention's papers count it; None: the matmul fraction
+    attention: float | None
+    memory_bandwidth: float  # fraction of the datasheet bandwidth a streaming kernel attains
+    op_overhead_s: float  # per op of an eager step: kernel launch and dispatch
+    sources: Mapping[str, str] = field(default_factory=dict)  # per figure; "*" for all
+
+    def matmul_fraction(self, key: str, flops: float) -> float:
+        """The fraction of the ``key`` peak a matmul of ``flops`` attains."""
+        points = self.matmul.get(key) or self.matmul.get("default")
+        if not points:
+            return 1.0
+        return interpolate(points, flops) if flops > 0 else points[0][1]
+
+    def source(self, key: str) -> str:
+        return self.sources.get(key) or self.sources.get("*", "")
 
 
 @dataclass(frozen=True)
@@ -84,6 +129,54 @@ class Hardware:
     # problems reach less than the peak (and small buffers more than DRAM bandwidth, from
     # cache); catalog chips have none and use their peaks throughout.
     curves: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    # Achievable fractions of the datasheet figures (catalog chips, with sources); None when
+    # the chip states none.  A probed profile needs none: its curves are what was attained.
+    efficiency: Efficiency | None = None
+    # Figures of a probed profile whose repeated measurements spread too widely to trust.
+    unreliable: tuple[str, ...] = ()
+
+    @property
+    def expected_basis(self) -> str:
+        """What the expected time of an op rests on: measured curves, published
+        efficiencies, or nothing beyond the datasheet (expected = the roofline bound)."""
+        if self.curves:
+            return "probed"
+        if self.efficiency is not None:
+            return "efficiencies"
+        return "datasheet"
+
+    @property
+    def ideal_bandwidth_bytes_per_s(self) -> float:
+        """The fastest streaming rate known: the datasheet (or probed DRAM) bandwidth, or a
+        probed cache-resident rate above it."""
+        curve = self.curves.get("bandwidth", ())
+        return max([self.memory_bandwidth_bytes_per_s, *(rate for _, rate in curve)])
+
+    def expected_flop_rate(self, curve: str, key: str, flops: float) -> float:
+        """FLOP/s a matrix op of ``flops`` at the ``key`` peak attains: the probed rate at its
+        size, else the peak times the published fraction, else the peak."""
+        peak = self.dense_flop_per_s[key]
+        if curve in self.curves or f"matmul.{key}" in self.curves:
+            return self.attainable(curve if curve in self.curves else f"matmul.{key}", flops,
+                                   peak)
+        if self.efficiency is not None:
+            return peak * self.efficiency.matmul_fraction(key, flops)
+        return peak
+
+    def expected_bandwidth(self, moved: float) -> float:
+        """Bytes/s an op moving ``moved`` bytes attains."""
+        if "bandwidth" in self.curves:
+            return self.attainable("bandwidth", moved, self.memory_bandwidth_bytes_per_s)
+        if self.efficiency is not None:
+            return self.memory_bandwidth_bytes_per_s * self.efficiency.memory_bandwidth
+        return self.memory_bandwidth_bytes_per_s
+
+    @property
+    def expected_op_overhead_s(self) -> float:
+        """The fixed cost per op: probed or stated, else the published one, else 0."""
+        if self.op_overhead_s > 0 or self.efficiency is None:
+            return self.op_overhead_s
+        return self.efficiency.op_overhead_s
 
     def compute_key(self, dtype: str) -> str:
         """The peak-table key for a dtype name: ``bfloat16`` → ``bf16``, ``e4m3`` → ``fp8``."""
@@ -108,13 +201,7 @@ class Hardware:
         points = self.curves.get(curve)
         if not points or size <= 0:
             return ceiling
-        if size <= points[0][0]:
-            return points[0][1]
-        for (x0, y0), (x1, y1) in itertools.pairwise(points):
-            if size <= x1:
-                t = math.log(size / x0) / math.log(x1 / x0)
-                return float(math.exp(math.log(y0) + t * math.log(y1 / y0)))
-        return points[-1][1]
+        return interpolate(points, size)
 
     def source(self, key: str) -> str:
         """Where a number comes from: ``memory``, ``memory_bandwidth``, ``bf16``, ...;
@@ -215,6 +302,55 @@ def _sources(chip: str, raw: Any, where: str) -> dict[str, str]:
     return dict(raw)
 
 
+def _fraction(chip: str, key: str, value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise ConfigError(f"{where}: [{chip}.expected] {key} must be a fraction above 0 and at "
+                          f"most 1, such as 0.8, not {_short(value)}")
+    return float(value)
+
+
+def _efficiency(chip: str, raw: Any, where: str) -> Efficiency:
+    """``[chip.expected]``: published fractions of the datasheet figures, each sourced."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: [{chip}.expected] must be a table")
+    unknown = sorted(set(raw) - set(_EXPECTED_KEYS))
+    missing = [k for k in ("matmul", "memory_bandwidth", "op_overhead") if k not in raw]
+    if unknown or missing:
+        raise ConfigError(f"{where}: [{chip}.expected] " + (
+            f"has unknown key {_short(unknown[0])}" if unknown else
+            f"lacks {', '.join(missing)}") + f"; it takes {', '.join(_EXPECTED_KEYS)}")
+    table = raw["matmul"]
+    if not isinstance(table, dict) or not table:
+        raise ConfigError(f"{where}: [{chip}.expected.matmul] must be a table such as "
+                          "{ bf16 = [[2.1e9, 0.5], [1.1e12, 0.8]] } (FLOPs of one matmul, "
+                          "fraction of the dense peak)")
+    matmul = {}
+    for name, points in table.items():
+        if name not in (*COMPUTE_KEYS, "default"):
+            raise ConfigError(f"{where}: [{chip}.expected.matmul] has unknown dtype "
+                              f"{_short(name)}; known: {', '.join(COMPUTE_KEYS)}, default")
+        ok = isinstance(points, list) and len(points) >= 1 and all(
+            isinstance(p, list) and len(p) == 2 and _point_value(p[0]) for p in points)
+        if not ok:
+            raise ConfigError(f"{where}: [{chip}.expected.matmul] {name} must be [[FLOPs, "
+                              "fraction], ...] with sizes increasing")
+        sizes = [float(p[0]) for p in points]
+        if sizes != sorted(set(sizes)):
+            raise ConfigError(f"{where}: [{chip}.expected.matmul] {name}: sizes must increase")
+        matmul[name] = tuple((float(p[0]), _fraction(chip, f"matmul.{name}", p[1], where))
+                             for p in points)
+    sources = _sources(f"{chip}.expected", raw.get("sources", {}), where)
+    sources["*"] = _text(chip, "expected.source", raw.get("source", ""), where)
+    return Efficiency(
+        matmul=matmul,
+        attention=None if "attention" not in raw else _fraction(chip, "attention",
+                                                               raw["attention"], where),
+        memory_bandwidth=_fraction(chip, "memory_bandwidth", raw["memory_bandwidth"], where),
+        op_overhead_s=_number(chip, "expected.op_overhead", raw["op_overhead"], parse_duration,
+                              where, low=1e-12, high=MAX_OP_OVERHEAD_S, example='"5us"'),
+        sources=sources)
+
+
 def _chip(chip: str, raw: Any, where: str, origin: str) -> Hardware:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: [{chip}] must be a table")
@@ -260,7 +396,16 @@ def _chip(chip: str, raw: Any, where: str, origin: str) -> Hardware:
             chip, "op_overhead", raw["op_overhead"], parse_duration, where, low=1e-12,
             high=MAX_OP_OVERHEAD_S, example='"5us"'),
         curves=_curves(chip, raw.get("curves", {}), where),
+        efficiency=None if "expected" not in raw else _efficiency(chip, raw["expected"], where),
+        unreliable=_unreliable(chip, raw.get("unreliable", []), where),
     )
+
+
+def _unreliable(chip: str, raw: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
+        raise ConfigError(f"{where}: [{chip}] unreliable must be an array of strings naming "
+                          "figures, such as [\"matmul fp32 256\"]")
+    return tuple(raw)
 
 
 def _parse_toml(text: str, where: str) -> dict[str, Any]:

@@ -8,9 +8,15 @@ from rich.console import RenderableType
 from rich.table import Table
 
 from tensorledger.hardware import COMPUTE_KEYS, Hardware
-from tensorledger.units import format_bandwidth, format_bytes, format_flop_rate
+from tensorledger.units import (
+    format_bandwidth,
+    format_bytes,
+    format_duration,
+    format_flop_rate,
+    format_sci,
+)
 
-__all__ = ["catalog_table", "chip_view"]
+__all__ = ["catalog_table", "chip_view", "efficiency_table"]
 
 
 def _tflops(value: float | None) -> str:
@@ -61,8 +67,32 @@ def chip_view(chip: Hardware, intensities: Mapping[str, float]) -> list[Renderab
                       "" if sparse is None else f"[{format_flop_rate(sparse)}]",
                       f"{intensities[key]:.1f} FLOP/byte", chip.specific_source(key))
     lines: list[RenderableType | str] = [table, f"source: {chip.source('*')}"]
+    if chip.efficiency is not None:
+        lines.append(efficiency_table(chip))
     lines.append("intensity = dense peak / memory bandwidth: ops below it are memory-bound, "
                  "above it compute-bound")
     if chip.aliases:
         lines.append(f"aliases: {', '.join(chip.aliases)}")
     return lines
+
+
+def efficiency_table(chip: Hardware) -> Table:
+    """What eager PyTorch attains on the chip (the expected figures' inputs), with sources."""
+    eff = chip.efficiency
+    assert eff is not None
+    table = Table(title="Expected: what eager PyTorch attains (fractions of the datasheet)",
+                  title_justify="left", header_style="bold")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_column("source", style="dim", overflow="fold")
+    for key, points in eff.matmul.items():
+        curve = ", ".join(f"{fraction:.1%} at {format_sci(flops)} FLOPs" for flops, fraction
+                          in points)
+        table.add_row(f"matmul {key} (by size)", curve, eff.source("matmul"))
+    if eff.attention is not None:
+        table.add_row("fused attention", f"{eff.attention:.0%}", eff.source("attention"))
+    table.add_row("memory bandwidth", f"{eff.memory_bandwidth:.0%}",
+                  eff.source("memory_bandwidth"))
+    table.add_row("per-op overhead", format_duration(eff.op_overhead_s), eff.source("op_overhead"))
+    table.caption = eff.source("*")
+    return table
