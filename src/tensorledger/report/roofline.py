@@ -85,7 +85,11 @@ def comparison_table(result: Comparison) -> View:
                   format_duration(result.unattributed_s), "")
     table.add_row("whole step", "", format_duration(result.predicted_step_s),
                   format_duration(result.measured_step_s), _error(result.error), style="bold")
-    return [table,
+    notes = ["warning: the ops' own times sum to more than the whole step's "
+             f"({format_duration(result.measured_ops_s)} against "
+             f"{format_duration(result.measured_step_s)}): the two runs disagree, so the machine "
+             "was busy; measure again"] if result.ops_exceed_step else []
+    return [table, *notes,
             f"MFU: predicted {result.predicted_mfu:.3f}, measured {result.measured_mfu:.3f} "
             f"(counted FLOPs / step time / {format_flop_rate(result.peak_flop_per_s)}); per-op "
             f"times matched by {result.matched_by}"]
