@@ -15,6 +15,7 @@ from tensorledger.napkin.parallel import (
     PipelineBubble,
     TpActivations,
     ZeroBytes,
+    ZeroSummary,
     ddp_comm_volume,
     fsdp_comm_volume,
     pipeline_bubble,
@@ -22,6 +23,7 @@ from tensorledger.napkin.parallel import (
     tp_comm_volume,
     zero_bytes,
     zero_comm_volume,
+    zero_summary,
     zero_table,
 )
 from tensorledger.napkin.recipes import (
@@ -93,6 +95,7 @@ __all__ = [
     "TrainingTime",
     "TransformerConfig",
     "ZeroBytes",
+    "ZeroSummary",
     "bytes_per_param",
     "ddp_comm_volume",
     "devices_for_duration",
@@ -117,5 +120,6 @@ __all__ = [
     "transformer_training_flops",
     "zero_bytes",
     "zero_comm_volume",
+    "zero_summary",
     "zero_table",
 ]

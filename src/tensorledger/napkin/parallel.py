@@ -55,6 +55,7 @@ __all__ = [
     "PipelineBubble",
     "TpActivations",
     "ZeroBytes",
+    "ZeroSummary",
     "ddp_comm_volume",
     "fsdp_comm_volume",
     "pipeline_bubble",
@@ -62,6 +63,7 @@ __all__ = [
     "tp_comm_volume",
     "zero_bytes",
     "zero_comm_volume",
+    "zero_summary",
     "zero_table",
 ]
 
@@ -286,6 +288,27 @@ def tp_comm_volume(batch: int, seq_len: int, d_model: int, n_layers: int, tp: in
     parts = [_volume(kind, phase, f"b·s·h, {n_layers} layers × 2", tp, size, 2 * n_layers)
              for phase in ("forward", "backward") for kind in ("all-gather", "reduce-scatter")]
     return _comm("tp+sp", tp, parts)
+
+
+@dataclass(frozen=True)
+class ZeroSummary:
+    """Every ZeRO stage for one model on ``ranks`` ranks: bytes held and bytes sent per rank."""
+
+    params: int
+    ranks: int
+    precision: str
+    optimizer: str
+    stages: tuple[ZeroBytes, ...]  # stage 0 (DDP) to 3 (FSDP)
+    comm: tuple[CommVolume, ...]  # what each stage sends per rank per step, in the same order
+
+
+def zero_summary(params: int, ranks: int, precision: str | Precision,
+                 optimizer: str | Optimizer) -> ZeroSummary:
+    """:func:`zero_table` beside :func:`zero_comm_volume` for every stage."""
+    stages = zero_table(params, ranks, precision, optimizer)
+    comm = tuple(zero_comm_volume(params, ranks, s, precision) for s in ZERO_STAGES)
+    return ZeroSummary(params=params, ranks=ranks, precision=stages[0].precision,
+                       optimizer=stages[0].optimizer, stages=stages, comm=comm)
 
 
 # ------------------------------------------------------------------------------- activations
