@@ -117,3 +117,14 @@ def test_topology_errors(tmp_path: Path, lines: str, fragment: str) -> None:
     path.write_text(BASE + lines + '[dense]\nbf16 = "1TFLOP/s"\n')
     with pytest.raises(ConfigError, match=fragment.replace("(", r"\(").replace("[", r"\[")):
         get_hardware(str(path))
+
+
+def test_hardware_command_shows_the_topology(cli) -> None:  # type: ignore[no-untyped-def]
+    shown = cli("hardware", "h100").stdout
+    for fragment in ("450 GB/s", "│ 50 GB/s", "hop latency between nodes", "2.7 µs",
+                     "node topology source: NVIDIA DGX H100"):
+        assert fragment in " ".join(shown.split()), fragment
+    chip = cli("hardware", "h100", "--json").json()["chip"]
+    assert (chip["devices_per_node"], chip["intra_node_bytes_per_s"],
+            chip["inter_node_bytes_per_s"]) == (8, 450e9, 50e9)
+    assert "node topology" not in cli("hardware", "tpu-v5e").stdout
