@@ -86,6 +86,13 @@ def test_a_group_spanning_nodes_packed() -> None:
     assert t.bandwidth_time_s == pytest.approx(2 * 15 / 16 * 1e9 / 400e9)
 
 
+def test_a_part_full_last_node_has_fewer_nics() -> None:
+    # 12 ranks packed on nodes of 8: 8 + 4; the second node's 4 NICs carry the ring
+    t = collective_time(AG, 1e9, 12, H100)
+    assert (t.nodes, t.ranks_per_node, t.link_bytes_per_s) == (2, 8, 4 * 50e9)
+    assert t.bandwidth_time_s == pytest.approx(11 / 12 * 1e9 / 200e9)
+
+
 def test_a_group_with_one_rank_per_node_has_one_nic() -> None:
     # data parallelism beside tensor parallelism of 8: 4 ranks, one on each of 4 nodes
     t = collective_time(RS, 4e8, 4, H100, ranks_per_node=1)

@@ -18,11 +18,13 @@ goes up and comes down, t = 2·S / B plus the latency of 2·((r−1) hops inside
 ⌊log₂ nodes⌋ hops between nodes), as NCCL's tuning model counts it.
 
 **Groups that span nodes.**  A group of N ranks with r ranks on each node (packed by default:
-r = min(N, devices_per_node)) crosses the network when it has more than one node.  NCCL builds
-one ring through all nodes, one channel per NIC, so the ring's slowest link is either a device's
-NVLink (B_intra) or the network share the r ranks of a node have together (r × B_inter, each
-device with its own NIC); a group with one rank per node has only its own NIC.  Both algorithms
-take B = min(B_intra, r·B_inter) once the group spans nodes; a ring step that crosses the
+r = min(N, devices_per_node), the last node holding what is left) crosses the network when it
+has more than one node.  NCCL builds one ring through all nodes, one channel per NIC, so the
+ring's slowest link is either a device's NVLink (B_intra) or the network share that the r
+ranks of a node have together (r × B_inter, each device with its own NIC); a group with one
+rank per node has only its own NIC, and a part-full last node only its own ranks' NICs (12
+ranks on nodes of 8: 4 on the second).  Both algorithms take B = min(B_intra, r·B_inter),
+with r of the least-filled node, once the group spans nodes.  A ring step that crosses the
 network costs the inter-node hop latency, the others the intra-node one (2(nodes−1) of the
 steps of an all-reduce, nodes−1 of the others, as in NCCL's tuning model).  NCCL has no
 two-level reduce-scatter / all-reduce / all-gather by default (only with CollNet/SHARP or
@@ -210,7 +212,8 @@ def collective_time(kind: CollectiveKind, size_bytes: float, ranks: int, hardwar
                     f"a group of {n} ranks spanning {nodes} nodes uses")
         inter_lat = _need(hardware, hardware.inter_node_latency_s, "inter_node_latency",
                           f"a group of {n} ranks spanning {nodes} nodes uses")
-        network = per_node * nic
+        # a packed group may leave its last node part full: its fewer NICs are the bottleneck
+        network = (n - (nodes - 1) * per_node) * nic
         if per_node > 1 and intra_bw < network:
             link, bandwidth = "intra-node", intra_bw
         else:
