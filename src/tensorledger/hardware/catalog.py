@@ -21,7 +21,9 @@ from tensorledger.units import parse_bandwidth, parse_bytes, parse_duration, par
 __all__ = [
     "COMPUTE_KEYS",
     "LOCAL",
+    "MAX_DEVICES_PER_NODE",
     "MAX_HARDWARE_FILE_BYTES",
+    "MAX_HOP_LATENCY_S",
     "MAX_OP_OVERHEAD_S",
     "MAX_QUANTITY",
     "Efficiency",
@@ -49,6 +51,14 @@ _REQUIRED = ("name", "memory", "memory_bandwidth", "dense")
 _OPTIONAL = ("vendor", "aliases", "interconnect", "interconnect_kind", "source", "sparse",
              "sources", "notes", "op_overhead", "curves", "expected", "unreliable")
 _EXPECTED_KEYS = ("matmul", "attention", "memory_bandwidth", "op_overhead", "source", "sources")
+#: The node topology of a chip (each optional; a collective needs the ones its group uses):
+#: bandwidths are per device and per direction, latencies per hop of a ring.
+_TOPOLOGY = ("devices_per_node", "node_kind", "intra_node_bandwidth", "inter_node_bandwidth",
+             "inter_node_kind", "intra_node_latency", "inter_node_latency", "topology_source")
+#: The most devices a node may state.
+MAX_DEVICES_PER_NODE = 2**16
+#: The longest hop latency a chip may state.
+MAX_HOP_LATENCY_S = 1.0
 
 #: The name under which ``tensorledger probe`` saves this machine's measured profile.
 LOCAL = "local"
@@ -177,6 +187,16 @@ class Hardware:
         if self.op_overhead_s > 0 or self.efficiency is None:
             return self.op_overhead_s
         return self.efficiency.op_overhead_s
+    # Node topology, for pricing collectives (roofline.collectives).  Bandwidths are per device
+    # and per direction (what nccl-tests' bus bandwidth is compared with): NVLink 4's "900 GB/s"
+    # is 450 here.  ``interconnect_bytes_per_s`` above is the datasheet figure as displayed.
+    devices_per_node: int | None = None
+    node_kind: str | None = None  # e.g. "DGX H100: NVLink 4 through four NVSwitch chips"
+    intra_node_bytes_per_s: float | None = None  # NVLink / NVSwitch / PCIe, per direction
+    inter_node_bytes_per_s: float | None = None  # the NIC share of one device, per direction
+    inter_node_kind: str | None = None  # e.g. "InfiniBand NDR 400 Gb/s, one per GPU"
+    intra_node_latency_s: float | None = None  # per ring hop inside a node
+    inter_node_latency_s: float | None = None  # per ring hop between nodes
 
     def compute_key(self, dtype: str) -> str:
         """The peak-table key for a dtype name: ``bfloat16`` → ``bf16``, ``e4m3`` → ``fp8``."""
@@ -358,10 +378,10 @@ def _chip(chip: str, raw: Any, where: str, origin: str) -> Hardware:
     if missing:
         raise ConfigError(f"{where}: [{chip}] lacks {', '.join(missing)}; a chip needs "
                           f"{', '.join(_REQUIRED)}")
-    unknown = sorted(set(raw) - set(_REQUIRED) - set(_OPTIONAL))
+    unknown = sorted(set(raw) - set(_REQUIRED) - set(_OPTIONAL) - set(_TOPOLOGY))
     if unknown:
         raise ConfigError(f"{where}: [{chip}] has unknown key {unknown[0]!r}; known: "
-                          f"{', '.join(_REQUIRED + _OPTIONAL)}")
+                          f"{', '.join(_REQUIRED + _OPTIONAL + _TOPOLOGY)}")
     dense = _peaks(chip, raw["dense"], "dense", where)
     if not dense:
         raise ConfigError(f"{where}: [{chip}.dense] needs at least one peak")
@@ -371,6 +391,7 @@ def _chip(chip: str, raw: Any, where: str, origin: str) -> Hardware:
     sources["*"] = default_source or f"user file {origin}"
     interconnect = raw.get("interconnect")
     interconnect_kind = raw.get("interconnect_kind")
+    topology = _topology(chip, raw, where, sources)
     aliases = raw.get("aliases", [])
     if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
         raise ConfigError(f"{where}: [{chip}] aliases must be an array of strings such as "
@@ -398,6 +419,7 @@ def _chip(chip: str, raw: Any, where: str, origin: str) -> Hardware:
         curves=_curves(chip, raw.get("curves", {}), where),
         efficiency=None if "expected" not in raw else _efficiency(chip, raw["expected"], where),
         unreliable=_unreliable(chip, raw.get("unreliable", []), where),
+        **topology,
     )
 
 
@@ -406,6 +428,40 @@ def _unreliable(chip: str, raw: Any, where: str) -> tuple[str, ...]:
         raise ConfigError(f"{where}: [{chip}] unreliable must be an array of strings naming "
                           "figures, such as [\"matmul fp32 256\"]")
     return tuple(raw)
+
+
+def _topology(chip: str, raw: dict[str, Any], where: str, sources: dict[str, str]
+              ) -> dict[str, Any]:
+    """The node topology keys of a chip as :class:`Hardware` fields; ``topology_source``
+    becomes the source of each topology number that ``[sources]`` does not name itself."""
+    fields: dict[str, Any] = {}
+    count = raw.get("devices_per_node")
+    if count is not None:
+        if isinstance(count, bool) or not isinstance(count, int) or not (
+                1 <= count <= MAX_DEVICES_PER_NODE):
+            raise ConfigError(f"{where}: [{chip}] devices_per_node must be a whole number from "
+                              f"1 to {MAX_DEVICES_PER_NODE}, such as 8, not {_short(count)}")
+        fields["devices_per_node"] = count
+    for key in ("intra_node_bandwidth", "inter_node_bandwidth"):
+        if key in raw:
+            fields[key.replace("bandwidth", "bytes_per_s")] = _number(
+                chip, key, raw[key], parse_bandwidth, where, example='"450GB/s"')
+    for key in ("intra_node_latency", "inter_node_latency"):
+        if key in raw:
+            fields[key + "_s"] = _number(chip, key, raw[key], parse_duration, where, low=1e-12,
+                                         high=MAX_HOP_LATENCY_S, example='"2.7us"')
+    for key in ("node_kind", "inter_node_kind"):
+        if key in raw:
+            fields[key] = _text(chip, key, raw[key], where)
+    if "inter_node_bandwidth" in raw and count is None:
+        raise ConfigError(f"{where}: [{chip}] inter_node_bandwidth needs devices_per_node (how "
+                          "many devices share a node before a group crosses the network)")
+    source = _text(chip, "topology_source", raw.get("topology_source", ""), where)
+    if source:
+        for key in _TOPOLOGY[:-1]:
+            if key in raw:
+                sources.setdefault(key, source)
+    return fields
 
 
 def _parse_toml(text: str, where: str) -> dict[str, Any]:

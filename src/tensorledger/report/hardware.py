@@ -59,6 +59,7 @@ def chip_view(chip: Hardware, intensities: Mapping[str, float]) -> list[Renderab
         table.add_row(f"interconnect ({chip.interconnect_kind or '?'})",
                       format_bandwidth(chip.interconnect_bytes_per_s), "", "",
                       chip.specific_source("interconnect"))
+    topology_source = _topology_rows(table, chip)
     for key in COMPUTE_KEYS:
         if key not in chip.dense_flop_per_s:
             continue
@@ -69,6 +70,8 @@ def chip_view(chip: Hardware, intensities: Mapping[str, float]) -> list[Renderab
     lines: list[RenderableType | str] = [table, f"source: {chip.source('*')}"]
     if chip.efficiency is not None:
         lines.append(efficiency_table(chip))
+    if topology_source:
+        lines.append(f"node topology source: {topology_source}")
     lines.append("intensity = dense peak / memory bandwidth: ops below it are memory-bound, "
                  "above it compute-bound")
     if chip.aliases:
@@ -96,3 +99,28 @@ def efficiency_table(chip: Hardware) -> Table:
     table.add_row("per-op overhead", format_duration(eff.op_overhead_s), eff.source("op_overhead"))
     table.caption = eff.source("*")
     return table
+
+
+def _topology_rows(table: Table, chip: Hardware) -> str:
+    """The node topology rows (link bandwidths per device and per direction); returns the
+    source they share, printed once below the table."""
+    shared = chip.specific_source("devices_per_node")
+    rows = (
+        ("devices_per_node", f"devices per node ({chip.node_kind or '?'})",
+         None if chip.devices_per_node is None else str(chip.devices_per_node)),
+        ("intra_node_bandwidth", "intra-node, per device, per direction",
+         None if chip.intra_node_bytes_per_s is None
+         else format_bandwidth(chip.intra_node_bytes_per_s)),
+        ("inter_node_bandwidth", f"inter-node ({chip.inter_node_kind or '?'}), per device, "
+         "per direction", None if chip.inter_node_bytes_per_s is None
+         else format_bandwidth(chip.inter_node_bytes_per_s)),
+        ("intra_node_latency", "hop latency inside a node", None
+         if chip.intra_node_latency_s is None else format_duration(chip.intra_node_latency_s)),
+        ("inter_node_latency", "hop latency between nodes", None
+         if chip.inter_node_latency_s is None else format_duration(chip.inter_node_latency_s)),
+    )
+    for key, label, value in rows:
+        if value is not None:
+            source = chip.specific_source(key)
+            table.add_row(label, value, "", "", "" if source == shared else source)
+    return shared
