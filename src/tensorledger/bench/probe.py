@@ -316,8 +316,9 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
                        unreliable=tuple(timer.unreliable), max_spread=max_spread)
 
 
-def profile_toml(result: ProbeResult, chip_id: str = "local") -> str:
-    """The probe as a hardware file in the catalog's format (``load_hardware_file`` reads it)."""
+def profile_toml(result: ProbeResult, chip_id: str = "local", calibration: str = "") -> str:
+    """The probe as a hardware file in the catalog's format (``load_hardware_file`` reads it);
+    ``calibration``: a ``[calibration]`` table to append (``ledger.calibrate``)."""
     lines = [
         f"# measured by `tensorledger probe` on {result.device}",
         f'id = "{chip_id}"',
@@ -339,4 +340,4 @@ def profile_toml(result: ProbeResult, chip_id: str = "local") -> str:
         for name, points in result.curves.items():
             pairs = ", ".join(f"[{size!r}, {rate!r}]" for size, rate in points)
             lines.append(f'"{name}" = [{pairs}]')
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + calibration

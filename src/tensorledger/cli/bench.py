@@ -29,7 +29,12 @@ def probe_command(
     output: Annotated[Path | None, typer.Option(
         "--output", help="Profile file to write (default: the local profile that "
         "`--hardware local` reads).")] = None,
-    quick: Annotated[bool, typer.Option("--quick", help="Small sweep, short budget.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="Small sweep, short budget, no "
+                                        "calibration.")] = False,
+    calibrate: Annotated[bool, typer.Option(
+        "--calibrate/--no-calibrate", help="On a CPU, fit the profile on whole eager steps of "
+        "two calibration models (kernels in a step, time between ops); off with --quick."
+    )] = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Measure this device's matmul FLOP/s per dtype, memory bandwidth and per-op overhead."""
@@ -48,9 +53,18 @@ def probe_command(
                    attention_seqs=(64, 128) if quick else None, budget_s=0.1 if quick else 0.5,
                    progress=lambda step: status.print(f"probing {step} ...", style="dim"))
     target = output or local_profile_path()
+    text = profile_toml(result)
+    if calibrate and not quick and result.device == "cpu":
+        from tensorledger.hardware.catalog import parse_hardware_toml
+        from tensorledger.ledger.calibrate import calibrate as fit
+        from tensorledger.ledger.calibrate import calibration_toml
+
+        fitted = fit(parse_hardware_toml(text, str(target), "local"),
+                     progress=lambda step: status.print(f"{step} ...", style="dim"))
+        text = profile_toml(result, calibration=calibration_toml(fitted))
     if output is None:
         target.parent.mkdir(parents=True, exist_ok=True)  # the default place is ours to make
-    write_atomic(target, profile_toml(result))
+    write_atomic(target, text)
     emit("probe", {"profile_path": str(target), "probe": result}, as_json,
          *probe_view(result, str(target)))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from tensorledger.hardware.catalog import (
     COMPUTE_KEYS,
     LOCAL,
+    Calibration,
     Efficiency,
     Hardware,
     catalog,
@@ -21,5 +22,5 @@ from tensorledger.hardware.catalog import (
     local_profile_path,
 )
 
-__all__ = ["COMPUTE_KEYS", "LOCAL", "Efficiency", "Hardware", "catalog", "get_hardware",
-           "load_hardware_file", "local_profile_path"]
+__all__ = ["COMPUTE_KEYS", "LOCAL", "Calibration", "Efficiency", "Hardware", "catalog",
+           "get_hardware", "load_hardware_file", "local_profile_path"]

@@ -26,6 +26,7 @@ __all__ = [
     "MAX_HOP_LATENCY_S",
     "MAX_OP_OVERHEAD_S",
     "MAX_QUANTITY",
+    "Calibration",
     "Efficiency",
     "Hardware",
     "catalog",
@@ -34,6 +35,7 @@ __all__ = [
     "is_hardware_path",
     "load_hardware_file",
     "local_profile_path",
+    "parse_hardware_toml",
 ]
 
 #: The largest hardware TOML file read (a probed profile is a few KiB).
@@ -49,7 +51,8 @@ COMPUTE_KEYS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp6", "fp4", "in
 
 _REQUIRED = ("name", "memory", "memory_bandwidth", "dense")
 _OPTIONAL = ("vendor", "aliases", "interconnect", "interconnect_kind", "source", "sparse",
-             "sources", "notes", "op_overhead", "curves", "expected", "unreliable")
+             "sources", "notes", "op_overhead", "curves", "expected", "unreliable",
+             "calibration")
 _EXPECTED_KEYS = ("matmul", "attention", "memory_bandwidth", "op_overhead", "source", "sources")
 #: The node topology of a chip (each optional; a collective needs the ones its group uses):
 #: bandwidths are per device and per direction, latencies per hop of a ring.
@@ -117,6 +120,28 @@ class Efficiency:
 
 
 @dataclass(frozen=True)
+class Calibration:
+    """How this machine runs a whole eager step, fitted by ``tensorledger probe`` on
+    calibration models (never on the workloads it is judged on).
+
+    An op of a step costs ``scale[category] × max(compute, memory)`` (its kernel, at the
+    probed rates: a kernel in a step runs slower than in an isolated loop, strided copies and
+    norms slower than a stream) plus ``op_cost_s`` (entering the op), and between ops the
+    framework spends ``between_ops_s[phase]`` (Python, module code, autograd, the optimizer's
+    loop): ``forward`` and ``backward`` share one figure, ``optimizer`` has its own.
+    """
+
+    scale: Mapping[str, float]
+    op_cost_s: float
+    between_ops_s: Mapping[str, float]  # "forward-backward" and "optimizer"
+    source: str = ""
+
+    def between(self, phase: str) -> float:
+        key = "optimizer" if phase == "optimizer" else "forward-backward"
+        return self.between_ops_s.get(key, 0.0)
+
+
+@dataclass(frozen=True)
 class Hardware:
     """One accelerator.  Peaks are dense (no sparsity); ``sources`` covers every number."""
 
@@ -144,6 +169,8 @@ class Hardware:
     efficiency: Efficiency | None = None
     # Figures of a probed profile whose repeated measurements spread too widely to trust.
     unreliable: tuple[str, ...] = ()
+    # A probed profile's fit of whole steps (category scales, time between ops by phase).
+    calibration: Calibration | None = None
 
     @property
     def expected_basis(self) -> str:
@@ -419,8 +446,38 @@ def _chip(chip: str, raw: Any, where: str, origin: str) -> Hardware:
         curves=_curves(chip, raw.get("curves", {}), where),
         efficiency=None if "expected" not in raw else _efficiency(chip, raw["expected"], where),
         unreliable=_unreliable(chip, raw.get("unreliable", []), where),
+        calibration=None if "calibration" not in raw else _calibration(
+            chip, raw["calibration"], where),
         **topology,
     )
+
+
+def _calibration(chip: str, raw: Any, where: str) -> Calibration:
+    """``[calibration]`` of a probed profile: ``scale`` (category → factor), ``op_cost`` and
+    ``between_ops`` (``forward-backward``, ``optimizer`` → duration)."""
+    if not isinstance(raw, dict) or set(raw) - {"scale", "op_cost", "between_ops", "source"}:
+        raise ConfigError(f"{where}: [{chip}.calibration] takes scale, op_cost, between_ops "
+                          "and source")
+    scales = raw.get("scale", {})
+    if not isinstance(scales, dict) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and 0.01 <= v <= 100
+            for v in scales.values()):
+        raise ConfigError(f"{where}: [{chip}.calibration] scale must be a table of factors "
+                          "from 0.01 to 100, such as { matmul = 1.2 }")
+    between = raw.get("between_ops", {})
+    if not isinstance(between, dict) or set(between) - {"forward-backward", "optimizer"}:
+        raise ConfigError(f"{where}: [{chip}.calibration] between_ops must be a table with "
+                          "forward-backward and optimizer durations, such as "
+                          '{ optimizer = "4us" }')
+    return Calibration(
+        scale={str(k): float(v) for k, v in scales.items()},
+        op_cost_s=0.0 if "op_cost" not in raw else _number(
+            chip, "calibration.op_cost", raw["op_cost"], parse_duration, where, low=0.0,
+            high=MAX_OP_OVERHEAD_S, example='"2us"'),
+        between_ops_s={k: _number(chip, f"calibration.between_ops.{k}", v, parse_duration,
+                                  where, low=0.0, high=MAX_OP_OVERHEAD_S, example='"3us"')
+                       for k, v in between.items()},
+        source=_text(chip, "calibration.source", raw.get("source", ""), where))
 
 
 def _unreliable(chip: str, raw: Any, where: str) -> tuple[str, ...]:
@@ -480,11 +537,16 @@ def load_hardware_file(path: str | Path) -> Hardware:
     """A user's chip from a TOML file: either one chip's keys at the top level (the id is the
     file's stem, or ``id = ...``) or exactly one ``[chip-id]`` table."""
     path = Path(path)
-    where = str(path)
     text = read_text_file(path, what="hardware file", max_bytes=MAX_HARDWARE_FILE_BYTES)
+    return parse_hardware_toml(text, str(path), path.stem)
+
+
+def parse_hardware_toml(text: str, where: str, stem: str = "file") -> Hardware:
+    """A chip from the text of a hardware file (see :func:`load_hardware_file`); ``stem`` is
+    its id when the text names none."""
     data = _parse_toml(text, where)
     if "dense" in data or "memory" in data:
-        chip = _text("file", "id", data.pop("id", path.stem), where)
+        chip = _text("file", "id", data.pop("id", stem), where)
         return _chip(chip, data, where, where)
     tables = {k: v for k, v in data.items() if isinstance(v, dict)}
     if len(tables) != 1 or len(data) != 1:

@@ -81,8 +81,11 @@ def comparison_table(result: Comparison) -> View:
     for c in result.categories:
         table.add_row(c.category, str(c.ops), format_duration(c.predicted_s),
                       format_duration(c.measured_s), _error(c.error))
-    table.add_row("(between ops: Python, autograd)", "", "",
-                  format_duration(result.unattributed_s), "")
+    between = result.predicted_between_s
+    table.add_row("(between ops: Python, autograd)", "",
+                  format_duration(between) if between else "",
+                  format_duration(result.unattributed_s),
+                  "" if math.isnan(result.between_error) else _error(result.between_error))
     table.add_row("whole step", "", format_duration(result.predicted_step_s),
                   format_duration(result.measured_step_s), _error(result.error), style="bold")
     notes = ["warning: the ops' own times sum to more than the whole step's "

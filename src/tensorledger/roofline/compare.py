@@ -44,6 +44,8 @@ class Comparison:
     predicted_step_s: float
     measured_step_s: float
     error: float  # predicted / measured − 1
+    predicted_between_s: float  # of the predicted step, the framework's time between ops
+    between_error: float  # predicted between / measured residual − 1; nan when either is 0
     measured_ops_s: float  # the sum of the ops' own measured times
     unattributed_s: float  # measured step − measured ops, never below 0
     ops_exceed_step: bool  # the ops' own times sum to more than the step: a noisy measurement
@@ -77,8 +79,8 @@ def compare(prediction: RooflinePrediction, runs: Sequence[Sequence[TimedOp]],
     measured: dict[str, float] = defaultdict(float)
     predicted: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
-    for op in prediction.ops:
-        predicted[op.category] += op.time_s
+    for op in prediction.ops:  # the time between ops is set beside the measured residual
+        predicted[op.category] += op.time_s - op.between_ops_s
         counts[op.category] += 1
     medians = _median_times(runs) if runs else None
     predicted_names = [o.op for o in prediction.ops]
@@ -104,10 +106,14 @@ def compare(prediction: RooflinePrediction, runs: Sequence[Sequence[TimedOp]],
          for c in set(predicted) | set(measured)),
         key=lambda c: -c.measured_s))
     ops_s = sum(measured.values())
+    between = sum(o.between_ops_s for o in prediction.ops)
+    residual = max(0.0, measured_step_s - ops_s)
     return Comparison(
         hardware=prediction.hardware, predicted_step_s=prediction.time_s,
         measured_step_s=measured_step_s, error=prediction.time_s / measured_step_s - 1,
-        measured_ops_s=ops_s, unattributed_s=max(0.0, measured_step_s - ops_s),
+        predicted_between_s=between,
+        between_error=between / residual - 1 if between and residual else float("nan"),
+        measured_ops_s=ops_s, unattributed_s=residual,
         ops_exceed_step=ops_s > measured_step_s, matched_by=matched_by,
         categories=categories, flops=prediction.flops, peak_flop_per_s=peak_flop_per_s,
         predicted_mfu=prediction.flops / prediction.time_s / peak_flop_per_s

@@ -125,6 +125,7 @@ class OpPrediction:
     bound: str  # "compute", "memory", "overhead" or "free"
     ideal_time_s: float  # the roofline bound: at the peak and the datasheet bandwidth
     ideal_bound: str  # "compute", "memory" or "free" at the roofline bound: the lecture's split
+    between_ops_s: float = 0.0  # of overhead_s, the framework's time before the op (calibrated)
 
 
 def predict_op(index: int, op: OpLike, hardware: Hardware) -> OpPrediction:
@@ -148,8 +149,15 @@ def predict_op(index: int, op: OpLike, hardware: Hardware) -> OpPrediction:
     compute = work / rate
     memory = moved / hardware.expected_bandwidth(moved)
     overhead = hardware.expected_op_overhead_s
+    between = 0.0
     if op.category == "view" and hardware.expected_basis == "efficiencies":
         overhead = 0.0  # no kernel to launch; its dispatch overlaps the GPU's queued work
+    calibration = hardware.calibration
+    if calibration is not None:  # a probed machine's fit of whole steps (Calibration)
+        factor = calibration.scale.get(op.category, 1.0)
+        compute, memory = compute * factor, memory * factor
+        between = calibration.between(op.phase)
+        overhead = calibration.op_cost_s + between
     if overhead == 0 and moved == 0 and op.flops == 0:
         bound = "free"
     elif overhead > max(compute, memory):
@@ -170,7 +178,8 @@ def predict_op(index: int, op: OpLike, hardware: Hardware) -> OpPrediction:
         bound=bound,
         ideal_time_s=max(ideal_compute, ideal_memory),
         ideal_bound="free" if ideal_work == 0 and moved == 0 else (
-            "compute" if ideal_compute >= ideal_memory else "memory"))
+            "compute" if ideal_compute >= ideal_memory else "memory"),
+        between_ops_s=between)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,130 @@
+"""Calibrate a probed profile on whole eager steps of calibration models.
+
+The probe times kernels in isolated loops; a training step runs them between others (cold
+caches, strided inputs, allocator traffic) and spends framework time between them (Python,
+module code, autograd, the optimizer's loop).  ``calibrate`` runs two small reference
+Transformers — shapes no benchmark workload uses — for real, times each op with the profiler
+and the whole step with the harness, and fits, as ratios of sums over both models:
+
+- ``op_cost_s``: a view's own time (it runs no kernel, so its time is entering an op);
+- ``scale[category]``: (measured time of the category − ops × op cost) / its predicted kernel
+  time at the probed rates;
+- ``between_ops_s``: the step's time outside the ops, per op — one figure for forward and
+  backward (a forward-backward step), one for the optimizer (a train step minus that).
+
+The result is a :class:`~tensorledger.hardware.Calibration` that ``profile_toml`` writes into
+the profile; ``roofline --hardware local`` then predicts with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Callable
+
+from tensorledger.hardware import Calibration, Hardware
+from tensorledger.napkin.transformer import TransformerConfig
+
+__all__ = ["CALIBRATION_MODELS", "calibrate", "calibration_toml"]
+
+#: The calibration models: one Llama-like (RMSNorm, RoPE, SwiGLU, GQA), one GPT-2-like
+#: (LayerNorm, learned positions, GELU), each at a shape no benchmark workload uses.
+CALIBRATION_MODELS = (
+    (TransformerConfig(name="calibration-llama", vocab_size=3000, context_length=96,
+                       d_model=160, n_layers=3, n_heads=5, n_kv_heads=5, d_ff=432,
+                       mlp="swiglu", norm="rmsnorm", positions="rope", tied_embeddings=False,
+                       bias=False), 6, 96),
+    (TransformerConfig(name="calibration-gpt", vocab_size=2500, context_length=80, d_model=192,
+                       n_layers=2, n_heads=6, mlp="gelu", norm="layernorm",
+                       positions="learned", tied_embeddings=True, bias=True), 6, 80),
+)
+SCALE_RANGE = (0.05, 50.0)
+
+
+def _run(config: TransformerConfig, batch: int, seq: int, step: str, hardware: Hardware,
+         budget_s: float, repeats: int) -> tuple[dict[str, tuple[int, float, float]], float,
+                                                 int, int]:
+    """One real step: per category (ops, predicted kernel s, measured own s), the step's time
+    outside the traced categories, and the op counts outside / inside the optimizer."""
+    from tensorledger.bench.harness import measure
+    from tensorledger.bench.optiming import profile_ops
+    from tensorledger.roofline import predict
+    from tensorledger.roofline.compare import compare
+    from tensorledger.workload import ModelSource, placement, prepare, record_step
+    from tensorledger.workload.spec import resolve_workload
+
+    source = ModelSource(label=config.name, kind="preset", builder="reference",
+                         name=config.name, config=config)
+    work = resolve_workload(source, batch=batch, seq=seq, step=step, precision="fp32",
+                            device="cpu")
+    with placement("cpu") as target:
+        prepared = prepare(work, target)
+        prepared.run()
+        traced, _ = record_step(prepared)
+        prediction = predict(traced.records, hardware)
+        whole = measure(prepared.run, budget_s=budget_s, warmup=2, name=config.name)
+        per_op = profile_ops(prepared.run, "cpu", repeats=repeats)
+    result = compare(prediction, [per_op], whole.median_s, 1.0)
+    kernel: dict[str, float] = defaultdict(float)
+    for op in prediction.ops:
+        kernel[op.category] += op.time_s - op.overhead_s
+    categories = {c.category: (c.ops, kernel[c.category], c.measured_s)
+                  for c in result.categories if c.ops}
+    outside = whole.median_s - sum(m for _, _, m in categories.values())
+    optimizer = sum(op.phase == "optimizer" for op in prediction.ops)
+    return categories, outside, len(prediction.ops) - optimizer, optimizer
+
+
+def calibrate(hardware: Hardware, *, budget_s: float = 1.0, repeats: int = 3,
+              progress: Callable[[str], None] | None = None) -> Calibration:
+    """Fit ``hardware``'s (a probed profile's) calibration on this CPU; see the module."""
+    say = progress or (lambda _: None)
+    bare = dataclasses.replace(hardware, calibration=None)
+    ops: dict[str, int] = defaultdict(int)
+    kernel: dict[str, float] = defaultdict(float)
+    measured: dict[str, float] = defaultdict(float)
+    fb_outside = fb_ops = 0.0
+    opt_outside = opt_ops = 0.0
+    for config, batch, seq in CALIBRATION_MODELS:
+        say(f"calibration: {config.name}, forward-backward step")
+        _, outside_fb, n_fb, _ = _run(config, batch, seq, "forward-backward", bare, budget_s,
+                                      repeats)
+        say(f"calibration: {config.name}, train step")
+        categories, outside, n_other, n_opt = _run(config, batch, seq, "train", bare,
+                                                   budget_s, repeats)
+        for name, (count, kernel_s, measured_s) in categories.items():
+            ops[name] += count
+            kernel[name] += kernel_s
+            measured[name] += measured_s
+        fb_outside += max(0.0, outside_fb)
+        fb_ops += n_fb
+        per_op = max(0.0, outside_fb) / n_fb if n_fb else 0.0
+        opt_outside += max(0.0, outside - per_op * n_other)
+        opt_ops += n_opt
+    op_cost = measured["view"] / ops["view"] if ops.get("view") else 0.0
+    low, high = SCALE_RANGE
+    scale = {name: min(high, max(low, (measured[name] - ops[name] * op_cost) / kernel[name]))
+             for name in kernel if kernel[name] > 0 and name != "view"}
+    return Calibration(
+        scale=scale, op_cost_s=op_cost,
+        between_ops_s={"forward-backward": fb_outside / fb_ops if fb_ops else 0.0,
+                       "optimizer": opt_outside / opt_ops if opt_ops else 0.0},
+        source="fitted by tensorledger probe on " + ", ".join(
+            f"{c.name} (batch {b} × seq {s})" for c, b, s in CALIBRATION_MODELS) +
+        ": forward-backward and train steps in fp32, the profiler's own time per op, the "
+        "harness's step time")
+
+
+def calibration_toml(calibration: Calibration) -> str:
+    """The ``[calibration]`` table of a profile (``load_hardware_file`` reads it back)."""
+    scales = ", ".join(f'{name} = {value!r}' for name, value in sorted(
+        calibration.scale.items()))
+    between = ", ".join(f'"{k}" = "{v * 1e9!r}ns"' for k, v in
+                        calibration.between_ops_s.items())
+    return "\n".join([
+        "[calibration]  # whole eager steps: see tensorledger.ledger.calibrate",
+        f'source = "{calibration.source}"',
+        f'op_cost = "{calibration.op_cost_s * 1e9!r}ns"',
+        f"scale = {{ {scales} }}",
+        f"between_ops = {{ {between} }}",
+    ]) + "\n"
