@@ -17,15 +17,17 @@ from tensorledger.roofline import OpPrediction, RooflinePrediction, TimeTotal
 from tensorledger.roofline.compare import Comparison
 from tensorledger.units import format_bytes, format_duration, format_flop_rate, format_sci
 
-__all__ = ["CATEGORY_COLOURS", "Roof", "comparison_table", "plot_roofline", "point_area_pt2",
-           "prediction_view", "roofline_figure", "roofs", "totals_table"]
+__all__ = ["CATEGORY_COLOURS", "Roof", "comparison_table", "op_spots", "plot_roofline",
+           "point_area_pt2", "prediction_view", "roofline_figure", "roofs", "totals_table"]
 
 View = list[RenderableType | str]
 
-CATEGORY_COLOURS = {"matmul": "tab:blue", "attention": "tab:purple", "elementwise": "tab:orange",
-                    "reduction": "tab:green", "normalization": "tab:red",
-                    "embedding": "tab:brown", "copy": "gold", "communication": "tab:pink",
-                    "other": "tab:olive", "view": "tab:cyan"}
+#: Op categories in matplotlib's tab10 colours (hex, so plotly draws the same ones); copy in
+#: gold rather than tab10's grey, which belongs to the roofs.
+CATEGORY_COLOURS = {"matmul": "#1f77b4", "attention": "#9467bd", "elementwise": "#ff7f0e",
+                    "reduction": "#2ca02c", "normalization": "#d62728", "embedding": "#8c564b",
+                    "copy": "#e6ab02", "communication": "#e377c2", "other": "#bcbd22",
+                    "view": "#17becf"}
 
 
 def totals_table(title: str, totals: Sequence[TimeTotal], limit: int = 12) -> Table:
@@ -125,15 +127,14 @@ def point_area_pt2(share: float) -> float:
     return max(MIN_AREA_PT2, FULL_STEP_AREA_PT2 * share)
 
 
-def _spots(points: Sequence[OpPrediction], step_s: float
-           ) -> dict[str, dict[tuple[float, float], float]]:
-    """Share of the step at each drawn point, by category: ops of one category that land on the
-    same spot (the same op in every layer) are one point whose area is their summed share."""
-    spots: dict[str, dict[tuple[float, float], float]] = {}
+def op_spots(points: Sequence[OpPrediction]
+             ) -> dict[str, dict[tuple[float, float], list[OpPrediction]]]:
+    """The ops at each drawn point, by category (sorted): ops of one category that land on the
+    same spot (the same op in every layer) are one point, its area their summed share."""
+    spots: dict[str, dict[tuple[float, float], list[OpPrediction]]] = {}
     for o in sorted(points, key=lambda o: o.category):
         spot = (o.intensity_flop_per_byte, o.attained_flop_per_s)
-        shares = spots.setdefault(o.category, {})
-        shares[spot] = shares.get(spot, 0.0) + (o.time_s / step_s if step_s else 0.0)
+        spots.setdefault(o.category, {}).setdefault(spot, []).append(o)
     return spots
 
 
@@ -174,11 +175,13 @@ def roofline_figure(prediction: RooflinePrediction, hardware: Hardware,
                           fontsize=8, ha="right", va="top", xytext=(-4, 0),
                           textcoords="offset points")
     category_handles = []
-    for category, spots in _spots(points, prediction.time_s).items():
+    step_s = prediction.time_s
+    for category, spots in op_spots(points).items():
         colour = CATEGORY_COLOURS.get(category, "black")
         # big points first and categories with smaller points above: a small point near a big
         # one of another category (attention beside the matmuls) stays in sight
-        ordered = sorted(spots.items(), key=lambda item: -item[1])
+        ordered = sorted(((spot, sum(o.time_s for o in ops) / step_s if step_s else 0.0)
+                          for spot, ops in spots.items()), key=lambda item: -item[1])
         axes.scatter([x for (x, _), _ in ordered], [y for (_, y), _ in ordered],
                      s=[point_area_pt2(share) for _, share in ordered], alpha=0.7,
                      linewidths=0.5, edgecolors="white", color=colour, label=category,
