@@ -1,9 +1,12 @@
 """One self-contained HTML page for a ledger: its tables and interactive plots (plotly, the
 library inlined into the page, so it opens offline and makes no network request).
 
-Plots: the roofline with every op (hover: op, module, phase, FLOPs, bytes), memory over the
-step stacked by category with the peak marked (hover: what is live), the memory breakdown,
-predicted time by category and by module, and FLOPs by phase.  Formats; computes nothing.
+Plots: the roofline with every distinct roof of the chip (coinciding peaks merged, the run's
+dtype thick, its ridge marked) and every op (ops of a category at one spot are one point, area
+∝ share of the step; hover: ops, modules, phase, FLOPs, bytes), memory over the step stacked
+by category with the peak's value and each phase's start marked (hover: what is live), the
+memory breakdown, predicted time by category and by module, and FLOPs by phase.  Formats;
+computes nothing.
 """
 
 from __future__ import annotations
