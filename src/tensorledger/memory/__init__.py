@@ -12,8 +12,10 @@ from tensorledger.memory.timeline import (
     MEMORY_CATEGORIES,
     LiveStorage,
     MemoryTimeline,
+    PhaseSpan,
     TimelinePoint,
     build_timeline,
+    phase_spans,
 )
 
 __all__ = [
@@ -23,8 +25,10 @@ __all__ = [
     "LiveStorage",
     "MemoryLedger",
     "MemoryTimeline",
+    "PhaseSpan",
     "StepFacts",
     "TimelinePoint",
     "build_timeline",
     "memory_ledger",
+    "phase_spans",
 ]

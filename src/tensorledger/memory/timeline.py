@@ -15,14 +15,14 @@ gradients and optimizer state from the model and optimizer, saved activations fr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tensorledger.errors import InputError
 from tensorledger.trace.records import Trace
 
 __all__ = ["CUDA_BLOCK_BYTES", "MEMORY_CATEGORIES", "LiveStorage", "MemoryTimeline",
-           "TimelinePoint", "build_timeline"]
+           "PhaseSpan", "TimelinePoint", "build_timeline", "phase_spans"]
 
 MEMORY_CATEGORIES = ("parameter", "gradient", "optimizer_state", "saved_activation", "temporary")
 
@@ -80,6 +80,34 @@ class MemoryTimeline:
     @property
     def peak_bytes(self) -> int:
         return self.peak.total_bytes
+
+
+@dataclass(frozen=True)
+class PhaseSpan:
+    """A run of consecutive ops of one phase: op indices ``first_index`` to ``last_index``."""
+
+    phase: str
+    first_index: int
+    last_index: int
+    ops: int
+
+
+def phase_spans(points: Sequence[TimelinePoint]) -> tuple[PhaseSpan, ...]:
+    """The step cut where the phase changes from one op to the next, in op order.
+
+    >>> from tensorledger.memory.timeline import TimelinePoint as P
+    >>> p = [P(i, "op", ph, "", 0, 0, 0, 0, 0, 0) for i, ph in enumerate("ffbbbo")]
+    >>> [(s.phase, s.first_index, s.last_index) for s in phase_spans(p)]
+    [('f', 0, 1), ('b', 2, 4), ('o', 5, 5)]
+    """
+    spans: list[PhaseSpan] = []
+    for point in points:
+        if spans and spans[-1].phase == point.phase:
+            last = spans[-1]
+            spans[-1] = PhaseSpan(last.phase, last.first_index, point.index, last.ops + 1)
+        else:
+            spans.append(PhaseSpan(point.phase, point.index, point.index, 1))
+    return tuple(spans)
 
 
 def _point(index: int, op: str, phase: str, module: str, totals: Mapping[str, int]

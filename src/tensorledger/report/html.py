@@ -1,25 +1,30 @@
 """One self-contained HTML page for a ledger: its tables and interactive plots (plotly, the
 library inlined into the page, so it opens offline and makes no network request).
 
-Plots: the roofline with every op (hover: op, module, phase, FLOPs, bytes), memory over the
-step stacked by category with the peak marked (hover: what is live), the memory breakdown,
-predicted time by category and by module, and FLOPs by phase.  Formats; computes nothing.
+Plots: the roofline with every distinct roof of the chip (coinciding peaks merged, the run's
+dtype thick, its ridge marked) and every op (ops of a category at one spot are one point, area
+∝ share of the step; hover: ops, modules, phase, FLOPs, bytes), memory over the step stacked
+by category with the peak's value and each phase's start marked (hover: what is live), the
+memory breakdown, predicted time by category and by module, and FLOPs by phase.  Formats;
+computes nothing.
 """
 
 from __future__ import annotations
 
 import html
 import io
+import math
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from tensorledger.errors import InputError
+from tensorledger.units import format_bytes, format_flop_rate
 
 if TYPE_CHECKING:
     from tensorledger.ledger.account import Ledger
 
-__all__ = ["PLOT_IDS", "ledger_report_html"]
+__all__ = ["PLOT_IDS", "ledger_figures", "ledger_report_html"]
 
 #: The plots of the page, in order; each is one ``<div id=...>`` holding a plotly figure.
 PLOT_IDS = ("roofline", "memory-timeline", "memory-breakdown", "time-by-category",
@@ -38,34 +43,87 @@ def _plotly() -> Any:
     return go
 
 
+def _roofs(ledger: Ledger) -> list[tuple[str, float, bool]]:
+    """(label, peak, the run's?) per drawn roof: the chip's distinct dense peaks when the
+    catalog knows it, else the one peak the ledger carries."""
+    from tensorledger.errors import TensorLedgerError
+    from tensorledger.hardware import get_hardware
+    from tensorledger.report.roofline import roofs
+
+    key = ledger.roofline.mfu_peak_key
+    try:
+        chip = get_hardware(ledger.hardware)
+    except TensorLedgerError:  # a chip from a file that is no longer there
+        chip = None
+    if chip is None or chip.dense_flop_per_s.get(key) != ledger.peak_flop_per_s:
+        return [(f"{ledger.hardware} {key} ({format_flop_rate(ledger.peak_flop_per_s)}) — "
+                 "this run's dtype", ledger.peak_flop_per_s, True)]
+    return [(roof.label(chip) + (" — this run's dtype" if key in roof.keys else ""),
+             roof.peak_flop_per_s, key in roof.keys) for roof in roofs(chip, key)]
+
+
+def _names(names: list[str], shown: int = 3) -> str:
+    """Distinct names in first-seen order, the first few, and how many more."""
+    distinct = list(dict.fromkeys(names))
+    more = f" and {len(distinct) - shown} more" if len(distinct) > shown else ""
+    return ", ".join(distinct[:shown]) + more
+
+
 def _roofline(go: Any, ledger: Ledger) -> Any:
+    from tensorledger.report.roofline import CATEGORY_COLOURS, op_spots, point_area_pt2
+
     ops = [o for o in ledger.roofline.ops if o.flops > 0 and o.bytes > 0]
+    total = ledger.roofline.time_s or 1.0
     figure = go.Figure()
-    for category in sorted({o.category for o in ops}):
-        group = [o for o in ops if o.category == category]
-        figure.add_trace(go.Scatter(
-            x=[o.intensity_flop_per_byte for o in group],
-            y=[o.attained_flop_per_s for o in group], mode="markers", name=category,
-            customdata=[[o.op, o.module or "(root)", o.phase, o.flops, o.bytes] for o in group],
-            hovertemplate=("%{customdata[0]}<br>module %{customdata[1]}<br>phase "
-                           "%{customdata[2]}<br>%{customdata[3]:.4g} FLOPs, %{customdata[4]:.4g}"
-                           " bytes<extra>" + category + "</extra>")))
     if ops:
-        peak, bandwidth = ledger.peak_flop_per_s, ledger.memory_bandwidth_bytes_per_s
-        ridge = peak / bandwidth
+        bandwidth = ledger.memory_bandwidth_bytes_per_s
+        ridge = ledger.peak_flop_per_s / bandwidth
         low = min(min(o.intensity_flop_per_byte for o in ops) / 2, ridge / 4)
         high = max(max(o.intensity_flop_per_byte for o in ops) * 2, ridge * 4)
-        figure.add_trace(go.Scatter(x=[low, ridge, high],
-                                    y=[low * bandwidth, peak, peak], mode="lines",
-                                    name=f"roof ({ledger.roofline.mfu_peak_key} peak)",
-                                    line={"color": "black"}))
-    figure.update_layout(title=f"Roofline on {ledger.hardware}: every op of the step",
+        greys = iter(("#595959", "#8c8c8c", "#b3b3b3", "#cccccc") * 3)
+        # the run's roof last, over the others where they share the memory slope
+        drawn = sorted(enumerate(_roofs(ledger)), key=lambda item: item[1][2])
+        for rank, (label, peak, ours) in drawn:
+            figure.add_trace(go.Scatter(legendrank=rank + 1,
+                x=[low, peak / bandwidth, high], y=[low * bandwidth, peak, peak], mode="lines",
+                name=label, legendgroup="roofs", legendgrouptitle_text="roofs (dense peaks)",
+                line={"color": "black" if ours else next(greys), "width": 3 if ours else 1.2},
+                hovertemplate=label + "<extra></extra>"))
+        figure.add_shape(type="line", x0=ridge, x1=ridge, y0=0, y1=1, yref="paper",
+                         line={"dash": "dash", "width": 1, "color": "black"})
+        # plotly places annotations on a log axis by the exponent, shapes by the value
+        figure.add_annotation(x=math.log10(ridge), y=1, yref="paper", showarrow=False,
+                              xanchor="right", yanchor="top", xshift=-4,
+                              text=f"ridge {ridge:.3g} FLOP/B ({ledger.roofline.mfu_peak_key})")
+    for category, spots in op_spots(ops).items():
+        shares = [sum(o.time_s for o in group) / total for group in spots.values()]
+        data = [[_names([o.op for o in group]), _names([o.module or "(root)" for o in group]),
+                 _names([o.phase for o in group]), sum(o.flops for o in group),
+                 sum(o.bytes for o in group), share, len(group)]
+                for group, share in zip(spots.values(), shares, strict=True)]
+        figure.add_trace(go.Scatter(
+            x=[x for x, _ in spots], y=[y for _, y in spots], mode="markers", name=category,
+            legendgroup="categories", legendgrouptitle_text="op category",
+            # plotly sizes markers by diameter: the square root of the area ∝ share of time
+            marker={"size": [point_area_pt2(share) ** 0.5 for share in shares],
+                    "color": CATEGORY_COLOURS.get(category, "black"), "opacity": 0.7,
+                    "line": {"width": 0.5, "color": "white"}},
+            customdata=data,
+            hovertemplate=("%{customdata[6]} ops: %{customdata[0]}<br>modules %{customdata[1]}"
+                           "<br>phase %{customdata[2]}<br>%{customdata[3]:.4g} FLOPs, "
+                           "%{customdata[4]:.4g} bytes<br>%{customdata[5]:.2%} of the step<extra>"
+                           + category + "</extra>")))
+    figure.update_layout(title=f"Roofline on {ledger.hardware}: every op of the step, matmuls "
+                               f"at {ledger.roofline.mfu_peak_key}; point area ∝ share of time",
                          xaxis={"type": "log", "title": "arithmetic intensity (FLOP/byte)"},
-                         yaxis={"type": "log", "title": "attained FLOP/s"})
+                         yaxis={"type": "log", "title": "attained FLOP/s"},
+                         legend={"itemsizing": "constant"})
     return figure
 
 
 def _memory_timeline(go: Any, ledger: Ledger) -> Any:
+    from tensorledger.memory import phase_spans
+
     points = ledger.memory.timeline.points
     figure = go.Figure()
     index = [p.index for p in points]
@@ -73,16 +131,26 @@ def _memory_timeline(go: Any, ledger: Ledger) -> Any:
         figure.add_trace(go.Scatter(
             x=index, y=[getattr(p, f"{category}_bytes") / 1e9 for p in points],
             name=category.replace("_", " "), stackgroup="memory", line={"color": color},
+            line_shape="hvh",
             customdata=[[p.op, p.module or "(root)", p.phase, p.total_bytes / 1e9]
                         for p in points],
             hovertemplate=("after %{customdata[0]} (%{customdata[2]}, %{customdata[1]})<br>"
                            + category.replace("_", " ") + " %{y:.4g} GB of %{customdata[3]:.4g}"
                            " GB live<extra></extra>")))
+    for number, span in enumerate(phase_spans(points)):
+        at = span.first_index - 0.5  # between the last op of one phase and the first of the next
+        if number:
+            figure.add_shape(type="line", x0=at, x1=at, y0=0, y1=1, yref="paper",
+                             line={"dash": "dot", "width": 1, "color": "#404040"})
+        figure.add_annotation(x=at, y=1, yref="paper", xanchor="left", yanchor="bottom",
+                              showarrow=False, text=f"{span.phase} →")
     peak = ledger.memory.timeline.peak
-    figure.add_annotation(x=peak.index, y=peak.total_bytes / 1e9, showarrow=True,
-                          text=f"peak {peak.total_bytes / 1e9:.4g} GB ({peak.phase})")
+    figure.add_annotation(x=peak.index, y=peak.total_bytes / 1e9, showarrow=True, ay=-28,
+                          text=f"peak {format_bytes(peak.total_bytes, 'auto')} after {peak.op} "
+                               f"({peak.phase})", bgcolor="white")
     figure.update_layout(title="Memory over the step, stacked by category (GB)",
-                         xaxis={"title": "op"}, yaxis={"title": "GB live"})
+                         xaxis={"title": "op"},
+                         yaxis={"title": "GB live", "range": [0, peak.total_bytes / 1e9 * 1.2]})
     return figure
 
 
@@ -101,12 +169,12 @@ def _tables(ledger: Ledger) -> str:
     return console.export_html(inline_styles=True, code_format="<pre>{code}</pre>")
 
 
-def ledger_report_html(ledger: Ledger) -> str:
-    """The whole page: tables (as the terminal shows them) and the plots of :data:`PLOT_IDS`."""
+def ledger_figures(ledger: Ledger) -> dict[str, Any]:
+    """The plotly figures of the page, by the ids of :data:`PLOT_IDS`."""
     go = _plotly()
     m = ledger.memory
     modules = sorted(ledger.roofline.by_module, key=lambda t: -t.time_s)[:15]
-    figures = {
+    return {
         "roofline": _roofline(go, ledger),
         "memory-timeline": _memory_timeline(go, ledger),
         "memory-breakdown": _bars(go, "Memory by category (GB)",
@@ -124,6 +192,11 @@ def ledger_report_html(ledger: Ledger) -> str:
         "flops-by-phase": _bars(go, "FLOPs by phase", [p.phase for p in ledger.trace.by_phase],
                                 [float(p.flops) for p in ledger.trace.by_phase], "FLOPs"),
     }
+
+
+def ledger_report_html(ledger: Ledger) -> str:
+    """The whole page: tables (as the terminal shows them) and the plots of :data:`PLOT_IDS`."""
+    figures = ledger_figures(ledger)
     parts = []
     for i, name in enumerate(PLOT_IDS):
         parts.append(figures[name].to_html(full_html=False, div_id=name,

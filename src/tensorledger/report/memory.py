@@ -8,10 +8,11 @@ from typing import Any
 from rich.console import RenderableType
 from rich.table import Table
 
+from tensorledger.memory import phase_spans
 from tensorledger.report.plots import new_figure, save_figure
 from tensorledger.units import format_bytes
 
-__all__ = ["memory_view", "write_memory_plot"]
+__all__ = ["memory_figure", "memory_view", "write_memory_plot"]
 
 View = list[RenderableType | str]
 
@@ -89,20 +90,45 @@ def memory_view(ledger: Any) -> View:
     return view
 
 
-def write_memory_plot(ledger: Any, path: str | Path) -> Path:
-    """Live memory by category across the step's ops, stacked; written atomically."""
-    points = ledger.timeline.points
+def memory_figure(ledger: Any) -> Any:
+    """Live memory by category across the step's ops, stacked, as a matplotlib figure: the
+    peak marked with its value, and a dotted line where each phase begins."""
+    timeline = ledger.timeline
+    points = timeline.points
     xs = [p.index for p in points]
     categories = list(_LABELS)
-    unit, scale = ("GiB", 2**30) if ledger.timeline.peak.total_bytes >= 2**30 else ("MiB", 2**20)
+    peak = timeline.peak
+    unit, scale = ("GiB", 2**30) if peak.total_bytes >= 2**30 else ("MiB", 2**20)
     ys = [[p.by_category()[c] / scale for p in points] for c in categories]
-    figure, axes = new_figure(10, 4.5)
-    axes.stackplot(xs, *ys, labels=[_LABELS[c] for c in categories])
-    peak = ledger.timeline.peak
-    axes.axvline(peak.index, color="black", linewidth=0.8, linestyle="--")
-    axes.set_xlabel("op")
+    figure, axes = new_figure(10, 4.8)
+    # each op a step one op wide, so the peak is a plateau and not a hairline spike
+    axes.stackplot(xs, *ys, labels=[_LABELS[c] for c in categories], step="mid")
+    top = peak.total_bytes / scale
+    axes.set_ylim(0, top * 1.22 or 1.0)
+    for number, span in enumerate(phase_spans(points)):
+        at = span.first_index - 0.5  # between the last op of one phase and the first of the next
+        if number:
+            axes.axvline(at, color="0.25", linewidth=0.9, linestyle=":",
+                         label="_phase boundary")
+        axes.annotate(f"{span.phase} →", (at, 1.0), xycoords=("data", "axes fraction"),
+                      xytext=(3, -3), textcoords="offset points", ha="left", va="top",
+                      fontsize=8, color="0.25")
+    axes.plot([peak.index], [top], marker="v", color="black", markersize=7, linestyle="",
+              zorder=5, label="_peak")
+    axes.annotate(f"peak {_b(peak.total_bytes)}\nafter {peak.op} "
+                  f"({peak.phase})", (peak.index, top), xytext=(0, 12),
+                  textcoords="offset points", ha="center", va="bottom", fontsize=8,
+                  bbox={"boxstyle": "round,pad=0.25", "facecolor": "white", "alpha": 0.85,
+                        "edgecolor": "0.6"})
+    axes.set_xlim(xs[0] - 0.5 if xs else -0.5, xs[-1] + 0.5 if xs else 0.5)
+    axes.set_xlabel("op (in the order the step runs them)")
     axes.set_ylabel(f"live memory ({unit})")
     axes.set_title(f"{ledger.model}: {ledger.optimizer}, {ledger.precision}, batch "
-                   f"{ledger.batch}, seq {ledger.seq_len}; peak after {peak.op} ({peak.phase})")
-    axes.legend(loc="upper left", fontsize="small")
-    return save_figure(figure, path)
+                   f"{ledger.batch}, seq {ledger.seq_len}: memory over one step")
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    return figure
+
+
+def write_memory_plot(ledger: Any, path: str | Path) -> Path:
+    """Write :func:`memory_figure` to ``path`` (.png, .svg or .pdf), whole or not at all."""
+    return save_figure(memory_figure(ledger), path)

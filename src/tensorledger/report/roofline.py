@@ -4,25 +4,31 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import RenderableType
 from rich.table import Table
 
 from tensorledger.hardware import Hardware
 from tensorledger.report.plots import new_figure, save_figure
-from tensorledger.roofline import RooflinePrediction, TimeTotal, ceiling
+from tensorledger.roofline import OpPrediction, RooflinePrediction, TimeTotal
 from tensorledger.roofline.compare import Comparison
 from tensorledger.units import format_bytes, format_duration, format_flop_rate, format_sci
 
-__all__ = ["comparison_table", "plot_roofline", "prediction_view", "step_lines", "totals_table"]
+__all__ = ["CATEGORY_COLOURS", "Roof", "comparison_table", "op_spots", "plot_roofline",
+           "point_area_pt2", "prediction_view", "roofline_figure", "roofs", "step_lines",
+           "totals_table"]
 
 View = list[RenderableType | str]
 
-CATEGORY_COLOURS = {"matmul": "tab:blue", "attention": "tab:purple", "elementwise": "tab:orange",
-                    "reduction": "tab:green", "normalization": "tab:red",
-                    "embedding": "tab:brown", "copy": "tab:gray", "communication": "tab:pink",
-                    "other": "tab:olive", "view": "tab:cyan"}
+#: Op categories in matplotlib's tab10 colours (hex, so plotly draws the same ones); copy in
+#: gold rather than tab10's grey, which belongs to the roofs.
+CATEGORY_COLOURS = {"matmul": "#1f77b4", "attention": "#9467bd", "elementwise": "#ff7f0e",
+                    "reduction": "#2ca02c", "normalization": "#d62728", "embedding": "#8c564b",
+                    "copy": "#e6ab02", "communication": "#e377c2", "other": "#bcbd22",
+                    "view": "#17becf"}
 
 
 def totals_table(title: str, totals: Sequence[TimeTotal], limit: int = 12) -> Table:
@@ -98,41 +104,140 @@ def comparison_table(result: Comparison) -> View:
             f"times matched by {result.matched_by}"]
 
 
-def plot_roofline(prediction: RooflinePrediction, hardware: Hardware, path: str | Path,
-                  overlay: Hardware | None = None) -> Path:
-    """Log-log roofline: one ceiling per dtype, ops as points sized by their share of time."""
-    figure, axes = new_figure(width_in=10.5, height_in=5.5)
+#: Peaks closer than this fraction share one drawn line: apart they would be indistinguishable.
+_COINCIDE = 0.01
+#: Area in points² of an op that takes the whole step; an op's area is this × its share.
+FULL_STEP_AREA_PT2 = 3000.0
+#: The smallest area drawn, so that ops far below 0.1% of the step still show as dots.
+MIN_AREA_PT2 = 1.5
+SIZE_LEGEND_SHARES = (0.01, 0.1, 0.5)
+#: Roofs in greys (the run's in black), so that they never share a colour with a category.
+_ROOF_GREYS = ("0.35", "0.55", "0.7", "0.8")
+
+
+@dataclass(frozen=True)
+class Roof:
+    """One drawn ceiling: the dtypes whose dense peaks coincide (within 1%) share a line."""
+
+    keys: tuple[str, ...]  # fastest first
+    peak_flop_per_s: float  # where the line is drawn: the run's dtype's peak if among them
+
+    def label(self, hardware: Hardware) -> str:
+        rates = [hardware.dense_flop_per_s[k] for k in self.keys]
+        shown = (format_flop_rate(rates[0]) if len(set(rates)) == 1
+                 else " / ".join(format_flop_rate(r) for r in rates))
+        return f"{hardware.id} {'/'.join(self.keys)} ({shown})"
+
+
+def roofs(hardware: Hardware, run_key: str | None = None) -> tuple[Roof, ...]:
+    """The floating-point roofs of ``hardware``, fastest first, with coinciding peaks merged
+    (H100: fp64 67 and fp32 66.9 TFLOP/s are one line; bf16 and fp16 another)."""
+    keys = sorted((k for k in hardware.dense_flop_per_s if not k.startswith("int")),
+                  key=lambda k: -hardware.dense_flop_per_s[k])
+    groups: list[list[str]] = []
+    for key in keys:
+        rate = hardware.dense_flop_per_s[key]
+        if groups and rate >= hardware.dense_flop_per_s[groups[-1][0]] * (1 - _COINCIDE):
+            groups[-1].append(key)
+        else:
+            groups.append([key])
+    return tuple(Roof(tuple(g), hardware.dense_flop_per_s[run_key if run_key in g else g[0]])
+                 for g in groups)
+
+
+def point_area_pt2(share: float) -> float:
+    """Marker area of an op taking ``share`` of the step: proportional, with a visible floor."""
+    return max(MIN_AREA_PT2, FULL_STEP_AREA_PT2 * share)
+
+
+def op_spots(points: Sequence[OpPrediction]
+             ) -> dict[str, dict[tuple[float, float], list[OpPrediction]]]:
+    """The ops at each drawn point, by category (sorted): ops of one category that land on the
+    same spot (the same op in every layer) are one point, its area their summed share."""
+    spots: dict[str, dict[tuple[float, float], list[OpPrediction]]] = {}
+    for o in sorted(points, key=lambda o: o.category):
+        spot = (o.intensity_flop_per_byte, o.attained_flop_per_s)
+        spots.setdefault(o.category, {}).setdefault(spot, []).append(o)
+    return spots
+
+
+def roofline_figure(prediction: RooflinePrediction, hardware: Hardware,
+                    overlay: Hardware | None = None) -> Any:
+    """The log-log roofline as a matplotlib figure: one line per distinct dense peak (the run's
+    dtype, ``prediction.mfu_peak_key``, thick and black, with its ridge), every op a point of
+    its category's colour with area ∝ its share of the step's time."""
+    from matplotlib.lines import Line2D
+
+    figure, axes = new_figure(width_in=11.5, height_in=6.0)
     points = [o for o in prediction.ops if o.flops > 0 and o.bytes > 0]
     lows = [o.intensity_flop_per_byte for o in points] or [1.0]
-    x_min, x_max = min(min(lows) / 4, 0.05), max(max(lows) * 4, 2e3)
+    run_key = prediction.mfu_peak_key
+    ridges = [c.intensity_flop_per_byte(run_key) for c in (hardware, overlay)
+              if c is not None and run_key in c.dense_flop_per_s]
+    x_min = min(min(lows) / 4, 0.05)
+    x_max = max(max(lows) * 4, 2e3, *(r * 4 for r in ridges))
     xs = [x_min * (x_max / x_min) ** (i / 200) for i in range(201)]
+    roof_handles = []
     for row, (chip, style) in enumerate(((hardware, "-"), (overlay, ":"))):
         if chip is None:
             continue
-        for key in chip.dense_flop_per_s:
-            if key.startswith("int"):
-                continue
-            axes.plot(xs, ceiling(chip, key, xs), style, linewidth=1.2,
-                      label=f"{chip.id} {key} ({format_flop_rate(chip.dense_flop_per_s[key])})")
-        ridge_key = "bf16" if "bf16" in chip.dense_flop_per_s else next(iter(
-            chip.dense_flop_per_s))
-        ridge = chip.intensity_flop_per_byte(ridge_key)
-        axes.axvline(ridge, color="gray", linestyle="--", linewidth=0.8)
-        axes.annotate(f"ridge {ridge:.0f} FLOP/B\n({chip.id} {ridge_key})",
-                      (ridge, 0.98 - 0.08 * row),
-                      xycoords=("data", "axes fraction"), fontsize=7, ha="right", va="top",
-                      xytext=(-3, 0), textcoords="offset points")
-    total = prediction.time_s or 1.0
-    for category in sorted({o.category for o in points}):
-        chosen = [o for o in points if o.category == category]
-        axes.scatter([o.intensity_flop_per_byte for o in chosen],
-                     [o.attained_flop_per_s for o in chosen],
-                     s=[max(4.0, 400 * o.time_s / total) for o in chosen], alpha=0.6,
-                     color=CATEGORY_COLOURS.get(category, "black"), label=category)
+        greys = iter(_ROOF_GREYS * 3)
+        for roof in roofs(chip, run_key):
+            ours = run_key in roof.keys
+            ys = [min(roof.peak_flop_per_s, x * chip.memory_bandwidth_bytes_per_s) for x in xs]
+            label = roof.label(chip) + (" — this run's dtype" if ours else "")
+            (line,) = axes.plot(xs, ys, style, color="black" if ours else next(greys),
+                                linewidth=2.0 if ours else 1.1, alpha=1.0 if ours else 0.85,
+                                zorder=3 if ours else 2, label=label)
+            roof_handles.append(line)
+        if run_key in chip.dense_flop_per_s:
+            ridge = chip.intensity_flop_per_byte(run_key)
+            axes.axvline(ridge, color="black", linestyle=("--", "-.")[row], linewidth=0.9, zorder=1)
+            axes.annotate(f"ridge {ridge:.3g} FLOP/B\n({chip.id} {run_key})",
+                          (ridge, 0.98 - 0.1 * row), xycoords=("data", "axes fraction"),
+                          fontsize=8, ha="right", va="top", xytext=(-4, 0),
+                          textcoords="offset points")
+    category_handles = []
+    step_s = prediction.time_s
+    for category, spots in op_spots(points).items():
+        colour = CATEGORY_COLOURS.get(category, "black")
+        # big points first and categories with smaller points above: a small point near a big
+        # one of another category (attention beside the matmuls) stays in sight
+        ordered = sorted(((spot, sum(o.time_s for o in ops) / step_s if step_s else 0.0)
+                          for spot, ops in spots.items()), key=lambda item: -item[1])
+        axes.scatter([x for (x, _), _ in ordered], [y for (_, y), _ in ordered],
+                     s=[point_area_pt2(share) for _, share in ordered], alpha=0.7,
+                     linewidths=0.5, edgecolors="white", color=colour, label=category,
+                     zorder=5 - ordered[0][1])
+        category_handles.append(Line2D([], [], linestyle="", marker="o", markersize=6,
+                                       color=colour, alpha=0.8, label=category))
+    size_handles = [Line2D([], [], linestyle="", marker="o", color="0.5", alpha=0.6,
+                           markersize=math.sqrt(point_area_pt2(share)),
+                           label=f"{share:.0%} of the step")
+                    for share in SIZE_LEGEND_SHARES]
     axes.set_xscale("log")
     axes.set_yscale("log")
+    axes.set_xlim(x_min, x_max)
     axes.set_xlabel("arithmetic intensity (FLOP/byte)")
     axes.set_ylabel("attained FLOP/s")
-    axes.set_title(f"Roofline on {hardware.id}: {len(points)} ops, point area ∝ share of time")
-    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return save_figure(figure, path)
+    axes.set_title(f"Roofline on {hardware.id}"
+                   + (f" (dotted: {overlay.id})" if overlay is not None else "")
+                   + f": {len(points)} ops, matmuls at {run_key}\npoint area ∝ share of the step's "
+                   "time (the ops of one category at one spot, as every layer's copy, are one "
+                   "point)", fontsize=10)
+    legends = [axes.legend(handles=roof_handles, title="roofs (dense peaks)", fontsize=7,
+                           title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0)),
+               axes.legend(handles=category_handles, title="op category", fontsize=7,
+                           title_fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.42)),
+               axes.legend(handles=size_handles, title="point area", fontsize=7,
+                           title_fontsize=8, loc="lower left", bbox_to_anchor=(1.01, 0.0),
+                           labelspacing=2.2, borderpad=1.0, handlelength=4.5)]
+    for legend in legends[:-1]:
+        axes.add_artist(legend)
+    return figure
+
+
+def plot_roofline(prediction: RooflinePrediction, hardware: Hardware, path: str | Path,
+                  overlay: Hardware | None = None) -> Path:
+    """Write :func:`roofline_figure` to ``path`` (.png, .svg or .pdf), whole or not at all."""
+    return save_figure(roofline_figure(prediction, hardware, overlay), path)

@@ -1,0 +1,69 @@
+"""The plotly figures of the HTML report, inspected as objects: the same roofs, emphasis, ridge,
+peak label and phase boundaries as the matplotlib plots, from a second path each."""
+
+from __future__ import annotations
+
+from collections import Counter
+from itertools import pairwise
+from typing import Any
+
+import pytest
+
+import tensorledger
+from tensorledger.report.html import ledger_figures
+from tensorledger.units import format_bytes
+from tensorledger.workload import resolve_workload, trace_workload
+
+
+@pytest.fixture(scope="module", params=["fp32", "mixed-bf16"])
+def ledger(request: pytest.FixtureRequest) -> Any:
+    return tensorledger.account("tiny", "h100", batch=2, seq=12, precision=request.param)
+
+
+def test_roofline_roofs_merged_and_the_runs_emphasised(ledger: Any) -> None:
+    figure = ledger_figures(ledger)["roofline"]
+    roofs = sorted((t for t in figure.data if t.mode == "lines"), key=lambda t: t.legendrank)
+    # H100: fp8 1979, bf16 = fp16 989.5, tf32 494.7, fp64 67 ≈ fp32 66.9 TFLOP/s: four lines
+    assert [t.name.split(" (")[0] for t in roofs] == [
+        "h100-sxm fp8", "h100-sxm bf16/fp16", "h100-sxm tf32", "h100-sxm fp64/fp32"]
+    key = "fp32" if ledger.precision == "fp32" else "bf16"  # matmuls run in the recipe's dtype
+    thick = [t for t in roofs if t.line.width == max(r.line.width for r in roofs)]
+    assert len(thick) == 1 and key in thick[0].name.split(" ")[1].split("/")
+    assert thick[0].name.endswith("this run's dtype")
+    # the ridge: the peak over 3.35 TB/s: 66.9e12 / 3.35e12 = 19.97, 989.5e12 / 3.35e12 = 295.4
+    ridge = {"fp32": 66.9e12, "bf16": 989.5e12}[key] / 3.35e12
+    (line,) = [s for s in figure.layout.shapes if s.x0 == s.x1]
+    assert line.x0 == pytest.approx(ridge)
+    assert any(a.text.startswith("ridge") and f"({key})" in a.text
+               for a in figure.layout.annotations)
+    categories = [t for t in figure.data if t.mode == "markers"]
+    assert [t.name for t in categories] == sorted(
+        {o.category for o in ledger.roofline.ops if o.flops > 0 and o.bytes > 0})
+    # diameter² ∝ share: every op of a category at one spot is one point with their share
+    step_s = sum(o.time_s for o in ledger.roofline.ops)
+    share: Counter[tuple[str, float, float]] = Counter()
+    for o in ledger.roofline.ops:
+        if o.flops > 0 and o.bytes > 0:
+            share[(o.category, o.intensity_flop_per_byte, o.attained_flop_per_s)] += (
+                o.time_s / step_s)
+    drawn = [(t.name, x, y, size) for t in categories
+             for x, y, size in zip(t.x, t.y, t.marker.size, strict=True)]
+    assert sorted((c, x, y) for c, x, y, _ in drawn) == sorted(share)
+    ratios = [size**2 / share[(c, x, y)] for c, x, y, size in drawn if share[(c, x, y)] >= 1e-3]
+    assert len(ratios) >= 10 and max(ratios) == pytest.approx(min(ratios))
+
+
+def test_memory_timeline_peak_and_phases(ledger: Any) -> None:
+    figure = ledger_figures(ledger)["memory-timeline"]
+    peak_bytes = max(p.total_bytes for p in ledger.memory.timeline.points)
+    assert peak_bytes == ledger.memory.peak_bytes
+    (peak,) = [a for a in figure.layout.annotations if a.text.startswith("peak ")]
+    assert format_bytes(peak_bytes, "auto") in peak.text
+    # phase boundaries from a fresh trace of the same workload: where a record's phase changes
+    records = trace_workload(resolve_workload("tiny", batch=2, seq=12,
+                                              precision=ledger.precision)).trace.records
+    starts = [(r.index, r.phase) for prev, r in pairwise(records) if r.phase != prev.phase]
+    assert {phase for _, phase in starts} >= {"backward", "optimizer"}
+    assert [s.x0 for s in figure.layout.shapes] == [i - 0.5 for i, _ in starts]
+    assert [a.text for a in figure.layout.annotations if a.text.endswith(" →")] == [
+        f"{phase} →" for phase in (records[0].phase, *(phase for _, phase in starts))]
