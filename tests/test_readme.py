@@ -115,7 +115,7 @@ def test_the_outputs_shown_are_printed(readme_run: tuple[dict[str, Any], str]) -
                 shown.append(line.removeprefix("# → "))
             elif line.startswith("#   ") and shown:
                 shown[-1] += " " + line.removeprefix("#   ")
-    assert len(shown) == 6
+    assert len(shown) == 7
     flat = " ".join(printed.split())
     for output in shown:
         assert output in flat
@@ -125,6 +125,13 @@ def test_tables_render(readme_run: tuple[dict[str, Any], str]) -> None:
     _, printed = readme_run
     for title in ("Memory of one train step", "Predicted time by category", "By phase"):
         assert title in printed
+
+
+def test_napkin_days_by_hand(readme_run: tuple[dict[str, Any], str]) -> None:
+    ns, _ = readme_run
+    # 6 · 70e9 · 15e12 = 6.3e24 FLOPs at 1024 × 0.5 × 989.5e12 FLOP/s (H100 SXM dense bf16)
+    seconds = 6 * 70e9 * 15e12 / (1024 * 0.5 * 989.5e12)
+    assert ns["days"] == pytest.approx(seconds / 86_400)  # 143.93 days
 
 
 def test_trace_model_against_the_closed_form(readme_run: tuple[dict[str, Any], str]) -> None:
