@@ -122,3 +122,32 @@ def test_measurement() -> None:
     text = repr(m)
     assert text.startswith("Measurement('step', median 3 ms, ")  # the middle of 1..5 ms
     assert "5 samples" in text and "on cpu" in text
+
+
+def test_napkin_results() -> None:
+    from tensorledger.napkin import (
+        devices_for_duration,
+        devices_needed,
+        flop_budget,
+        largest_model,
+        training_time,
+    )
+
+    h100 = get_hardware("h100")  # 80 GB, dense bf16 989.5 TFLOP/s
+    # 6 · 70e9 · 15e12 = 6.3e24 FLOPs / (1024 · 0.5 · 989.5e12) / 86,400 = 143.9 days
+    assert repr(training_time(h100, 1024, 0.5, params=70e9, tokens=15e12)) == (
+        "TrainingTime(6.3e24 FLOPs on 1,024 × h100-sxm at MFU 0.5, 143.9 days)")
+    # 8 · 989.5e12 · 1e6 s = 7.916e21 FLOPs; 1e6 s / 86,400 = 11.57 days
+    assert repr(flop_budget(h100, 8, 1e6)) == (
+        "FlopBudget(8 × h100-sxm for 11.57 days at MFU 1, 7.916e21 FLOPs)")
+    # bf16 params and grads, fp32 moments: 2 + 2 + 4 + 4 = 12 bytes; 8 · 80e9 / 12 = 53.33e9
+    assert repr(largest_model(h100, 8, "lecture", "adamw")) == (
+        "LargestModel(8 × h100-sxm, bf16-fp32-states + adamw at 12 bytes per parameter, "
+        "53.33B params)")
+    # 70e9 · 12 / 80e9 = 10.5 → 11 devices
+    assert repr(devices_needed(h100, 70e9, "lecture", "adamw")) == (
+        "DevicesNeeded(70B params, bf16-fp32-states + adamw at 12 bytes per parameter, "
+        "11 × h100-sxm)")
+    # 3.14e23 / (0.5 · 989.5e12 · 30 · 86,400) = 244.9 → 245 devices
+    assert repr(devices_for_duration(h100, 30 * 86_400, 0.5, flops=3.14e23)) == (
+        "DevicesForDuration(3.14e23 FLOPs within 30 days at MFU 0.5, 245 × h100-sxm)")
