@@ -151,3 +151,23 @@ def test_napkin_results() -> None:
     # 3.14e23 / (0.5 · 989.5e12 · 30 · 86,400) = 244.9 → 245 devices
     assert repr(devices_for_duration(h100, 30 * 86_400, 0.5, flops=3.14e23)) == (
         "DevicesForDuration(3.14e23 FLOPs within 30 days at MFU 0.5, 245 × h100-sxm)")
+
+
+def test_meter_summary() -> None:
+    import torch
+
+    from tensorledger import Meter
+    from tests.bench.meter_helpers import TEST_CPU, FakeClock
+
+    model = torch.nn.Embedding(10, 4)
+    clock = FakeClock()
+    meter = Meter(model, hardware=TEST_CPU, quiet=True, every=0, warmup_steps=2, clock=clock)
+    for t in [0.5, 0.5, 0.030, 0.010, 0.020, 0.040]:  # the first two are warm-up
+        with meter.step():
+            model(torch.zeros(3, 5, dtype=torch.long))
+            clock.advance(t)
+    # measured 10, 20, 30, 40 ms: median 25 ms; 4 steps × 15 tokens / 0.1 s = 600 tokens/s;
+    # a lookup is a gather, 0 FLOPs: MFU 0
+    assert repr(meter.close()) == (
+        "MeterSummary(4 steps measured on test-cpu, median 25 ms per step, 600 tokens/s, "
+        "MFU 0.000)")
