@@ -303,7 +303,7 @@ def test_fuzz_covers_every_command_and_enough_cases() -> None:
     # the command list comes from the app itself: a new command is fuzzed without a change here
     assert set(OWN_COMMANDS) | set(MODEL_COMMANDS) == set(COMMANDS)
     assert {"time", "budget", "fit", "tensor", "hardware", "formats", "cast", "quantize",
-            "probe", "bench matmul"} <= set(OWN_COMMANDS)
+            "probe", "bench matmul", "zero"} <= set(OWN_COMMANDS)
     assert EXAMPLES_PER_COMMAND * len(OWN_COMMANDS) >= 300
 
 

@@ -156,3 +156,41 @@ def test_curves_validation(tmp_path: Path) -> None:
                     'fp32 = "1TFLOP/s"\n[curves]\nbandwidth = [[2.0, 1.0], [1.0, 3.0]]\n')
     with pytest.raises(ConfigError, match="sizes increasing"):
         load_hardware_file(path)
+
+
+_CHIP = 'name = "x"\nmemory = "1GB"\nmemory_bandwidth = "1TB/s"\n[dense]\nbf16 = "1TFLOP/s"\n'
+
+
+@pytest.mark.parametrize(("expected", "message"), [
+    ('[expected]\nmemory_bandwidth = 0.9\nop_overhead = "1us"\n', "lacks matmul"),
+    ('[expected]\nmatmul = { bf16 = [[1e9, 1.5]] }\nmemory_bandwidth = 0.9\nop_overhead = "1us"\n',
+     "fraction above 0 and at most 1"),
+    ('[expected]\nmatmul = { bf16 = [[1e9, 0.5]] }\nmemory_bandwidth = true\nop_overhead = "1us"\n',
+     "memory_bandwidth must be a fraction"),
+    ('[expected]\nmatmul = { bf17 = [[1e9, 0.5]] }\nmemory_bandwidth = 0.9\nop_overhead = "1us"\n',
+     "unknown dtype"),
+    ('[expected]\nmatmul = { bf16 = [[1e9, 0.5], [1e8, 0.6]] }\nmemory_bandwidth = 0.9\n'
+     'op_overhead = "1us"\n', "sizes must increase"),
+    ('[expected]\nmatmul = { bf16 = [[1e9, 0.5]] }\nmemory_bandwidth = 0.9\nop_overhead = "1us"\n'
+     'speed = 2\n', "unknown key"),
+    ('unreliable = "all"\n', "unreliable must be an array"),
+])
+def test_bad_expected_tables_are_one_line(tmp_path: Path, expected: str, message: str) -> None:
+    path = tmp_path / "chip.toml"
+    path.write_text(expected.replace("[expected]", _CHIP + "[expected]") if "[expected]" in
+                    expected else expected + _CHIP)
+    with pytest.raises(ConfigError, match=message):
+        load_hardware_file(path)
+
+
+def test_a_users_expected_table_is_used(tmp_path: Path) -> None:
+    path = tmp_path / "chip.toml"
+    path.write_text(_CHIP + '[expected]\nmatmul = { default = [[1e6, 0.25], [1e10, 0.5]] }\n'
+                    'memory_bandwidth = 0.8\nop_overhead = "3us"\nsource = "my lab"\n')
+    chip = load_hardware_file(path)
+    assert chip.expected_basis == "efficiencies" and chip.expected_op_overhead_s == 3e-6
+    assert chip.efficiency is not None and chip.efficiency.source("matmul") == "my lab"
+    # log-log halfway between 1e6 and 1e10 FLOPs: sqrt(0.25 · 0.5)
+    assert chip.expected_flop_rate("matmul.bf16", "bf16", 1e8) == pytest.approx(
+        1e12 * (0.25 * 0.5) ** 0.5)
+    assert chip.expected_bandwidth(123) == pytest.approx(0.8e12)

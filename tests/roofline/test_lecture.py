@@ -1,4 +1,5 @@
-"""The lecture's intensities (FACTS.md), from traced ops rather than typed-in numbers."""
+"""The lecture's intensities (FACTS.md), from traced ops rather than typed-in numbers; the
+lecture's compute- or memory-bound split is the roofline bound's (``ideal_bound``)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def test_relu() -> None:
     x = _vector(N)
     p = _only(lambda: torch.relu(x), "elementwise")
     assert (p.flops, p.bytes) == (N, 4 * N)  # one compare per element; read 2n, write 2n bytes
-    assert p.intensity_flop_per_byte == 0.25 and p.bound == "memory"
+    assert p.intensity_flop_per_byte == 0.25 and p.ideal_bound == "memory"
 
 
 def test_gelu() -> None:
@@ -43,7 +44,7 @@ def test_gelu() -> None:
     p = _only(lambda: F.gelu(x, approximate="tanh"), "elementwise")
     assert p.bytes == 4 * N
     assert p.intensity_flop_per_byte == pytest.approx(5, rel=0.25)  # about 20 FLOPs / 4 bytes
-    assert p.bound == "memory"
+    assert p.ideal_bound == "memory"
 
 
 def test_dot_product() -> None:
@@ -52,7 +53,7 @@ def test_dot_product() -> None:
     assert p.bytes == 4 * N + 2  # two bf16 vectors in, one bf16 scalar out
     assert p.flops in (2 * N, 2 * N - 1)  # n multiplies, n - 1 (or n) adds
     assert p.intensity_flop_per_byte == pytest.approx(0.5, rel=1e-3)
-    assert p.bound == "memory"
+    assert p.ideal_bound == "memory"
 
 
 def test_matrix_vector() -> None:
@@ -61,7 +62,7 @@ def test_matrix_vector() -> None:
     p = _only(lambda: m @ x, "matmul")
     assert p.bytes == 2 * n * n + 2 * n + 2 * n  # matrix, vector in; vector out
     assert p.intensity_flop_per_byte == pytest.approx(1, rel=2e-3)  # 2n² / (2n² + 4n)
-    assert p.bound == "memory"
+    assert p.ideal_bound == "memory"
 
 
 def test_matmul() -> None:
@@ -71,4 +72,4 @@ def test_matmul() -> None:
     p = _only(lambda: a @ b, "matmul")
     assert p.bytes == 6 * n * n  # two n×n bf16 in, one out
     assert p.intensity_flop_per_byte == pytest.approx(n / 3, rel=2e-3)  # 2n³ / 6n² ≈ 341
-    assert p.compute_key == "bf16" and p.bound == "compute"  # 341 > 295
+    assert p.compute_key == "bf16" and p.ideal_bound == "compute"  # 341 > 295

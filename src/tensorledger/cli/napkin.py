@@ -1,4 +1,4 @@
-"""Napkin commands: time, budget, fit, tensor.  No torch is imported on these paths."""
+"""Napkin commands: time, budget, fit, tensor, zero.  No torch is imported on these paths."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from tensorledger.napkin import (
     preset_params,
     tensor_memory,
     training_time,
+    zero_summary,
 )
 from tensorledger.napkin.arithmetic import MAX_COUNT
 from tensorledger.report.models import model_params_note
@@ -30,6 +31,7 @@ from tensorledger.report.napkin import (
     largest_model_view,
     tensor_view,
     training_time_view,
+    zero_view,
 )
 from tensorledger.units import (
     parse_count,
@@ -168,9 +170,42 @@ def tensor_command(
     emit("tensor", result, as_json, *tensor_view(result))
 
 
+def zero_command(
+    params: Annotated[str | None, typer.Option(help="Parameters, e.g. 8B.")] = None,
+    model: Annotated[str | None, typer.Option(
+        "--model", "-m", help="Take --params from a model: a preset (llama-3-8b), a "
+        "config.json or file.py:factory; the count used is printed.")] = None,
+    ranks: Annotated[int, typer.Option("--ranks", "-n", parser=integer_parser(1, MAX_COUNT),
+                                       help="Data-parallel ranks, 1 to 2^63 - 1.")] = 8,
+    precision: PrecisionOpt = "mixed-bf16",
+    optimizer: OptimizerOpt = "adamw",
+    as_json: JsonOpt = False,
+) -> None:
+    """Bytes per rank under ZeRO-0/1/2/3 (DDP to FSDP), and what each stage sends per step."""
+    notes: list[str] = []
+    if (params is None) == (model is None):
+        raise InputError("give --params (e.g. --params 8B) or --model (e.g. --model "
+                         "llama-3-8b), one of them")
+    bytes_per_param(precision, optimizer)  # validates both names before any arithmetic
+    if model is not None:
+        used = _model_params(model)
+        count = used.params
+        notes.append(model_params_note(used))
+    else:
+        assert params is not None
+        value = parse_count(params)
+        if not (1 <= value <= MAX_COUNT) or value != int(value):
+            raise InputError(f"--params must be a whole number of parameters from 1 to "
+                             f"2^63 - 1, got {params!r}")
+        count = int(value)
+    result = zero_summary(count, ranks, precision, optimizer)
+    emit("zero", result, as_json, *zero_view(result), *notes)
+
+
 def register(app: typer.Typer) -> None:
     app.command("time")(time_command)
     app.command("budget")(budget_command)
     app.command("fit")(fit_command)
+    app.command("zero")(zero_command)
     # a negative shape is an argument to refuse with a reason, not an unknown option
     app.command("tensor", context_settings={"ignore_unknown_options": True})(tensor_command)

@@ -74,6 +74,11 @@ def roofline_command(
         lines += comparison_table(run.comparison)
     if run.measurement_warning:
         lines.append(f"warning: {run.measurement_warning}")
+    if run.hardware_unreliable:
+        lines.append(f"warning: the profile {chip.id} marks {len(run.hardware_unreliable)} "
+                     f"figure(s) unreliable (their probe was noisy): "
+                     f"{', '.join(run.hardware_unreliable)}; the "
+                     "predictions and errors above rest on them")
     if plot is not None:
         written = plot_roofline(run.prediction, chip, plot, overlay=second)
         lines.append(f"roofline plot written to {written}")

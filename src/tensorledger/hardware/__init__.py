@@ -13,6 +13,7 @@ from __future__ import annotations
 from tensorledger.hardware.catalog import (
     COMPUTE_KEYS,
     LOCAL,
+    Efficiency,
     Hardware,
     catalog,
     get_hardware,
@@ -20,5 +21,5 @@ from tensorledger.hardware.catalog import (
     local_profile_path,
 )
 
-__all__ = ["COMPUTE_KEYS", "LOCAL", "Hardware", "catalog", "get_hardware", "load_hardware_file",
-           "local_profile_path"]
+__all__ = ["COMPUTE_KEYS", "LOCAL", "Efficiency", "Hardware", "catalog", "get_hardware",
+           "load_hardware_file", "local_profile_path"]

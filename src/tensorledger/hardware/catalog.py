@@ -21,12 +21,16 @@ from tensorledger.units import parse_bandwidth, parse_bytes, parse_duration, par
 __all__ = [
     "COMPUTE_KEYS",
     "LOCAL",
+    "MAX_DEVICES_PER_NODE",
     "MAX_HARDWARE_FILE_BYTES",
+    "MAX_HOP_LATENCY_S",
     "MAX_OP_OVERHEAD_S",
     "MAX_QUANTITY",
+    "Efficiency",
     "Hardware",
     "catalog",
     "get_hardware",
+    "interpolate",
     "is_hardware_path",
     "load_hardware_file",
     "local_profile_path",
@@ -45,7 +49,16 @@ COMPUTE_KEYS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp6", "fp4", "in
 
 _REQUIRED = ("name", "memory", "memory_bandwidth", "dense")
 _OPTIONAL = ("vendor", "aliases", "interconnect", "interconnect_kind", "source", "sparse",
-             "sources", "notes", "op_overhead", "curves")
+             "sources", "notes", "op_overhead", "curves", "expected", "unreliable")
+_EXPECTED_KEYS = ("matmul", "attention", "memory_bandwidth", "op_overhead", "source", "sources")
+#: The node topology of a chip (each optional; a collective needs the ones its group uses):
+#: bandwidths are per device and per direction, latencies per hop of a ring.
+_TOPOLOGY = ("devices_per_node", "node_kind", "intra_node_bandwidth", "inter_node_bandwidth",
+             "inter_node_kind", "intra_node_latency", "inter_node_latency", "topology_source")
+#: The most devices a node may state.
+MAX_DEVICES_PER_NODE = 2**16
+#: The longest hop latency a chip may state.
+MAX_HOP_LATENCY_S = 1.0
 
 #: The name under which ``tensorledger probe`` saves this machine's measured profile.
 LOCAL = "local"
@@ -59,6 +72,48 @@ def local_profile_path() -> Path:
         return Path(home) / "local.toml"
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(cache) / "tensorledger" / "local.toml"
+
+
+def interpolate(points: tuple[tuple[float, float], ...], size: float) -> float:
+    """The value at ``size`` of a curve of (size, value) points: log-log interpolation
+    between points, flat beyond the first and the last."""
+    if size <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in itertools.pairwise(points):
+        if size <= x1:
+            t = math.log(size / x0) / math.log(x1 / x0)
+            return float(math.exp(math.log(y0) + t * math.log(y1 / y0)))
+    return points[-1][1]
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """What eager PyTorch attains on a chip, as fractions of its datasheet figures.
+
+    The *expected* time of an op divides its FLOPs by ``peak × matmul fraction`` (matrix ops,
+    by problem size), its bytes by ``bandwidth × memory_bandwidth``, and adds ``op_overhead_s``
+    (kernel launch and eager dispatch, per op).  Each figure has its published source.
+    """
+
+    #: compute key (``bf16``, ``fp8``, ...; ``default`` for the others) → ((FLOPs of one
+    #: matmul, fraction of the dense peak), ...) with sizes increasing
+    matmul: Mapping[str, tuple[tuple[float, float], ...]]
+    #: fraction of the matrix peak a fused attention kernel attains, its work counted with
+    #: causal masking halved as FlashAttention's papers count it; None: the matmul fraction
+    attention: float | None
+    memory_bandwidth: float  # fraction of the datasheet bandwidth a streaming kernel attains
+    op_overhead_s: float  # per op of an eager step: kernel launch and dispatch
+    sources: Mapping[str, str] = field(default_factory=dict)  # per figure; "*" for all
+
+    def matmul_fraction(self, key: str, flops: float) -> float:
+        """The fraction of the ``key`` peak a matmul of ``flops`` attains."""
+        points = self.matmul.get(key) or self.matmul.get("default")
+        if not points:
+            return 1.0
+        return interpolate(points, flops) if flops > 0 else points[0][1]
+
+    def source(self, key: str) -> str:
+        return self.sources.get(key) or self.sources.get("*", "")
 
 
 @dataclass(frozen=True)
@@ -84,6 +139,64 @@ class Hardware:
     # problems reach less than the peak (and small buffers more than DRAM bandwidth, from
     # cache); catalog chips have none and use their peaks throughout.
     curves: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    # Achievable fractions of the datasheet figures (catalog chips, with sources); None when
+    # the chip states none.  A probed profile needs none: its curves are what was attained.
+    efficiency: Efficiency | None = None
+    # Figures of a probed profile whose repeated measurements spread too widely to trust.
+    unreliable: tuple[str, ...] = ()
+
+    @property
+    def expected_basis(self) -> str:
+        """What the expected time of an op rests on: measured curves, published
+        efficiencies, or nothing beyond the datasheet (expected = the roofline bound)."""
+        if self.curves:
+            return "probed"
+        if self.efficiency is not None:
+            return "efficiencies"
+        return "datasheet"
+
+    @property
+    def ideal_bandwidth_bytes_per_s(self) -> float:
+        """The fastest streaming rate known: the datasheet (or probed DRAM) bandwidth, or a
+        probed cache-resident rate above it."""
+        curve = self.curves.get("bandwidth", ())
+        return max([self.memory_bandwidth_bytes_per_s, *(rate for _, rate in curve)])
+
+    def expected_flop_rate(self, curve: str, key: str, flops: float) -> float:
+        """FLOP/s a matrix op of ``flops`` at the ``key`` peak attains: the probed rate at its
+        size, else the peak times the published fraction, else the peak."""
+        peak = self.dense_flop_per_s[key]
+        if curve in self.curves or f"matmul.{key}" in self.curves:
+            return self.attainable(curve if curve in self.curves else f"matmul.{key}", flops,
+                                   peak)
+        if self.efficiency is not None:
+            return peak * self.efficiency.matmul_fraction(key, flops)
+        return peak
+
+    def expected_bandwidth(self, moved: float) -> float:
+        """Bytes/s an op moving ``moved`` bytes attains."""
+        if "bandwidth" in self.curves:
+            return self.attainable("bandwidth", moved, self.memory_bandwidth_bytes_per_s)
+        if self.efficiency is not None:
+            return self.memory_bandwidth_bytes_per_s * self.efficiency.memory_bandwidth
+        return self.memory_bandwidth_bytes_per_s
+
+    @property
+    def expected_op_overhead_s(self) -> float:
+        """The fixed cost per op: probed or stated, else the published one, else 0."""
+        if self.op_overhead_s > 0 or self.efficiency is None:
+            return self.op_overhead_s
+        return self.efficiency.op_overhead_s
+    # Node topology, for pricing collectives (roofline.collectives).  Bandwidths are per device
+    # and per direction (what nccl-tests' bus bandwidth is compared with): NVLink 4's "900 GB/s"
+    # is 450 here.  ``interconnect_bytes_per_s`` above is the datasheet figure as displayed.
+    devices_per_node: int | None = None
+    node_kind: str | None = None  # e.g. "DGX H100: NVLink 4 through four NVSwitch chips"
+    intra_node_bytes_per_s: float | None = None  # NVLink / NVSwitch / PCIe, per direction
+    inter_node_bytes_per_s: float | None = None  # the NIC share of one device, per direction
+    inter_node_kind: str | None = None  # e.g. "InfiniBand NDR 400 Gb/s, one per GPU"
+    intra_node_latency_s: float | None = None  # per ring hop inside a node
+    inter_node_latency_s: float | None = None  # per ring hop between nodes
 
     def compute_key(self, dtype: str) -> str:
         """The peak-table key for a dtype name: ``bfloat16`` → ``bf16``, ``e4m3`` → ``fp8``."""
@@ -108,13 +221,7 @@ class Hardware:
         points = self.curves.get(curve)
         if not points or size <= 0:
             return ceiling
-        if size <= points[0][0]:
-            return points[0][1]
-        for (x0, y0), (x1, y1) in itertools.pairwise(points):
-            if size <= x1:
-                t = math.log(size / x0) / math.log(x1 / x0)
-                return float(math.exp(math.log(y0) + t * math.log(y1 / y0)))
-        return points[-1][1]
+        return interpolate(points, size)
 
     def source(self, key: str) -> str:
         """Where a number comes from: ``memory``, ``memory_bandwidth``, ``bf16``, ...;
@@ -215,6 +322,55 @@ def _sources(chip: str, raw: Any, where: str) -> dict[str, str]:
     return dict(raw)
 
 
+def _fraction(chip: str, key: str, value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise ConfigError(f"{where}: [{chip}.expected] {key} must be a fraction above 0 and at "
+                          f"most 1, such as 0.8, not {_short(value)}")
+    return float(value)
+
+
+def _efficiency(chip: str, raw: Any, where: str) -> Efficiency:
+    """``[chip.expected]``: published fractions of the datasheet figures, each sourced."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: [{chip}.expected] must be a table")
+    unknown = sorted(set(raw) - set(_EXPECTED_KEYS))
+    missing = [k for k in ("matmul", "memory_bandwidth", "op_overhead") if k not in raw]
+    if unknown or missing:
+        raise ConfigError(f"{where}: [{chip}.expected] " + (
+            f"has unknown key {_short(unknown[0])}" if unknown else
+            f"lacks {', '.join(missing)}") + f"; it takes {', '.join(_EXPECTED_KEYS)}")
+    table = raw["matmul"]
+    if not isinstance(table, dict) or not table:
+        raise ConfigError(f"{where}: [{chip}.expected.matmul] must be a table such as "
+                          "{ bf16 = [[2.1e9, 0.5], [1.1e12, 0.8]] } (FLOPs of one matmul, "
+                          "fraction of the dense peak)")
+    matmul = {}
+    for name, points in table.items():
+        if name not in (*COMPUTE_KEYS, "default"):
+            raise ConfigError(f"{where}: [{chip}.expected.matmul] has unknown dtype "
+                              f"{_short(name)}; known: {', '.join(COMPUTE_KEYS)}, default")
+        ok = isinstance(points, list) and len(points) >= 1 and all(
+            isinstance(p, list) and len(p) == 2 and _point_value(p[0]) for p in points)
+        if not ok:
+            raise ConfigError(f"{where}: [{chip}.expected.matmul] {name} must be [[FLOPs, "
+                              "fraction], ...] with sizes increasing")
+        sizes = [float(p[0]) for p in points]
+        if sizes != sorted(set(sizes)):
+            raise ConfigError(f"{where}: [{chip}.expected.matmul] {name}: sizes must increase")
+        matmul[name] = tuple((float(p[0]), _fraction(chip, f"matmul.{name}", p[1], where))
+                             for p in points)
+    sources = _sources(f"{chip}.expected", raw.get("sources", {}), where)
+    sources["*"] = _text(chip, "expected.source", raw.get("source", ""), where)
+    return Efficiency(
+        matmul=matmul,
+        attention=None if "attention" not in raw else _fraction(chip, "attention",
+                                                               raw["attention"], where),
+        memory_bandwidth=_fraction(chip, "memory_bandwidth", raw["memory_bandwidth"], where),
+        op_overhead_s=_number(chip, "expected.op_overhead", raw["op_overhead"], parse_duration,
+                              where, low=1e-12, high=MAX_OP_OVERHEAD_S, example='"5us"'),
+        sources=sources)
+
+
 def _chip(chip: str, raw: Any, where: str, origin: str) -> Hardware:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: [{chip}] must be a table")
@@ -222,10 +378,10 @@ def _chip(chip: str, raw: Any, where: str, origin: str) -> Hardware:
     if missing:
         raise ConfigError(f"{where}: [{chip}] lacks {', '.join(missing)}; a chip needs "
                           f"{', '.join(_REQUIRED)}")
-    unknown = sorted(set(raw) - set(_REQUIRED) - set(_OPTIONAL))
+    unknown = sorted(set(raw) - set(_REQUIRED) - set(_OPTIONAL) - set(_TOPOLOGY))
     if unknown:
         raise ConfigError(f"{where}: [{chip}] has unknown key {unknown[0]!r}; known: "
-                          f"{', '.join(_REQUIRED + _OPTIONAL)}")
+                          f"{', '.join(_REQUIRED + _OPTIONAL + _TOPOLOGY)}")
     dense = _peaks(chip, raw["dense"], "dense", where)
     if not dense:
         raise ConfigError(f"{where}: [{chip}.dense] needs at least one peak")
@@ -235,6 +391,7 @@ def _chip(chip: str, raw: Any, where: str, origin: str) -> Hardware:
     sources["*"] = default_source or f"user file {origin}"
     interconnect = raw.get("interconnect")
     interconnect_kind = raw.get("interconnect_kind")
+    topology = _topology(chip, raw, where, sources)
     aliases = raw.get("aliases", [])
     if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
         raise ConfigError(f"{where}: [{chip}] aliases must be an array of strings such as "
@@ -260,7 +417,51 @@ def _chip(chip: str, raw: Any, where: str, origin: str) -> Hardware:
             chip, "op_overhead", raw["op_overhead"], parse_duration, where, low=1e-12,
             high=MAX_OP_OVERHEAD_S, example='"5us"'),
         curves=_curves(chip, raw.get("curves", {}), where),
+        efficiency=None if "expected" not in raw else _efficiency(chip, raw["expected"], where),
+        unreliable=_unreliable(chip, raw.get("unreliable", []), where),
+        **topology,
     )
+
+
+def _unreliable(chip: str, raw: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
+        raise ConfigError(f"{where}: [{chip}] unreliable must be an array of strings naming "
+                          "figures, such as [\"matmul fp32 256\"]")
+    return tuple(raw)
+
+
+def _topology(chip: str, raw: dict[str, Any], where: str, sources: dict[str, str]
+              ) -> dict[str, Any]:
+    """The node topology keys of a chip as :class:`Hardware` fields; ``topology_source``
+    becomes the source of each topology number that ``[sources]`` does not name itself."""
+    fields: dict[str, Any] = {}
+    count = raw.get("devices_per_node")
+    if count is not None:
+        if isinstance(count, bool) or not isinstance(count, int) or not (
+                1 <= count <= MAX_DEVICES_PER_NODE):
+            raise ConfigError(f"{where}: [{chip}] devices_per_node must be a whole number from "
+                              f"1 to {MAX_DEVICES_PER_NODE}, such as 8, not {_short(count)}")
+        fields["devices_per_node"] = count
+    for key in ("intra_node_bandwidth", "inter_node_bandwidth"):
+        if key in raw:
+            fields[key.replace("bandwidth", "bytes_per_s")] = _number(
+                chip, key, raw[key], parse_bandwidth, where, example='"450GB/s"')
+    for key in ("intra_node_latency", "inter_node_latency"):
+        if key in raw:
+            fields[key + "_s"] = _number(chip, key, raw[key], parse_duration, where, low=1e-12,
+                                         high=MAX_HOP_LATENCY_S, example='"2.7us"')
+    for key in ("node_kind", "inter_node_kind"):
+        if key in raw:
+            fields[key] = _text(chip, key, raw[key], where)
+    if "inter_node_bandwidth" in raw and count is None:
+        raise ConfigError(f"{where}: [{chip}] inter_node_bandwidth needs devices_per_node (how "
+                          "many devices share a node before a group crosses the network)")
+    source = _text(chip, "topology_source", raw.get("topology_source", ""), where)
+    if source:
+        for key in _TOPOLOGY[:-1]:
+            if key in raw:
+                sources.setdefault(key, source)
+    return fields
 
 
 def _parse_toml(text: str, where: str) -> dict[str, Any]:

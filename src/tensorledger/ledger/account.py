@@ -29,15 +29,17 @@ SECONDS_PER_DAY = 86_400.0
 
 @dataclass(frozen=True)
 class RunCost:
-    """A whole training run: ``tokens`` tokens at the predicted step time on ``count`` devices."""
+    """A whole training run: ``tokens`` tokens at the expected step time on ``count`` devices
+    (and, beside it, at the roofline bound)."""
 
     tokens: float
     steps: float  # optimizer steps of the whole cluster: tokens / (count · tokens per step)
-    time_s: float
+    time_s: float  # at the expected step time
     days: float
     device_hours: float
     usd_per_device_hour: float | None
     cost_usd: float | None
+    bound_time_s: float  # at the roofline bound: no run is shorter
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ class Ledger:
     trace: TraceSummary  # FLOPs by category, phase, module; 6·N·D; uncovered ops
     memory: MemoryLedger
     roofline: RooflinePrediction
-    step_time_s: float  # predicted, per device (all devices step together)
+    step_time_s: float  # expected, per device (all devices step together); see roofline.basis
     cluster_tokens_per_s: float
     mfu: float  # against the dense peak the step's matmuls ran at (roofline.mfu_peak_key)
     peak_flop_per_s: float  # that dense peak
@@ -126,7 +128,8 @@ def account_run(work: Workload, hardware: Hardware, *, count: int = 1,
         cost = RunCost(tokens=run_tokens, steps=run_tokens / (count * work.tokens),
                        time_s=time_s, days=time_s / SECONDS_PER_DAY, device_hours=hours,
                        usd_per_device_hour=usd_per_device_hour,
-                       cost_usd=hours * usd_per_device_hour if usd_per_device_hour else None)
+                       cost_usd=hours * usd_per_device_hour if usd_per_device_hour else None,
+                       bound_time_s=run_tokens / (count * work.tokens) * prediction.ideal_time_s)
     ledger = Ledger(model=work.model, built_by=work.source.built_by, step=work.step.name,
                     batch=work.batch, seq=work.seq, tokens_per_step=work.tokens,
                     precision=work.precision.name,

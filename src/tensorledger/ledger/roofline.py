@@ -33,6 +33,7 @@ class RooflineRun:
     prediction: RooflinePrediction
     comparison: Comparison | None  # with --measure
     measurement_warning: str | None
+    hardware_unreliable: tuple[str, ...]  # figures a probed profile marks as noisy
 
     def __repr__(self) -> str:
         p = self.prediction
@@ -87,4 +88,5 @@ def roofline_report(work: Workload, hardware: Hardware, *, measure_step: bool = 
                        batch=work.batch, seq=work.seq, device=work.device,
                        precision=work.precision.name, tokens=work.tokens,
                        uncovered=dict(traced.uncovered), prediction=prediction,
-                       comparison=comparison, measurement_warning=warning)
+                       comparison=comparison, measurement_warning=warning,
+                       hardware_unreliable=hardware.unreliable)

@@ -10,7 +10,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 
 from tensorledger.report.memory import memory_view
-from tensorledger.report.roofline import totals_table
+from tensorledger.report.roofline import step_lines, totals_table
 from tensorledger.report.trace import flops_notes, flops_table
 from tensorledger.units import format_bytes, format_count, format_duration, format_sci
 
@@ -51,16 +51,16 @@ def account_view(ledger: Ledger) -> View:
     view += memory_view(ledger.memory)
     view.append(totals_table(f"Predicted time by category on {ledger.hardware}",
                              ledger.roofline.by_category))
-    view.append(f"predicted step {format_duration(ledger.step_time_s)} (roofline bound); "
-                f"{ledger.cluster_tokens_per_s:,.0f} tokens/s on {ledger.count} device(s); "
-                f"MFU {ledger.mfu:.3f} against the dense {ledger.roofline.mfu_peak_key} peak")
+    view.append(f"on {ledger.count} device(s), stepping together:")
+    view += step_lines(ledger.roofline, ledger.count)
     if ledger.run is not None:
         r = ledger.run
         cost = f", ${r.cost_usd:,.0f} at ${r.usd_per_device_hour:g} per device-hour" if (
             r.cost_usd is not None and r.usd_per_device_hour is not None) else ""
         view.append(f"the whole run: {format_sci(r.tokens)} tokens in {r.steps:,.0f} steps, "
-                    f"{format_duration(r.time_s)} ({r.days:,.2f} days), "
-                    f"{r.device_hours:,.0f} device-hours{cost}")
+                    f"{format_duration(r.time_s)}, {r.device_hours:,.0f} device-hours{cost} at "
+                    f"the expected step time ({format_duration(r.bound_time_s)} at the roofline "
+                    "bound)")
     view.append(f"peak memory per device {format_bytes(ledger.memory.peak_bytes, 'auto')}")
     return view
 

@@ -45,6 +45,11 @@ def probe_view(result: ProbeResult, path: str) -> View:
     lines.append(f"peaks: {peaks}; bandwidth {bandwidth}")
     if result.skipped:
         lines.append(f"skipped (no kernel on this device): {', '.join(result.skipped)}")
+    if result.unreliable:
+        lines.append(f"unreliable: {len(result.unreliable)} figure(s) stayed more spread than "
+                     f"{result.max_spread:.0%} of their median after re-measuring: "
+                     f"{', '.join(result.unreliable)}; the profile marks them, and predictions "
+                     "made with it say so (probe again on a quiet machine)")
     lines.append(f"profile written to {path}; use it with --hardware local")
     return lines
 

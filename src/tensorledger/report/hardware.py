@@ -8,9 +8,15 @@ from rich.console import RenderableType
 from rich.table import Table
 
 from tensorledger.hardware import COMPUTE_KEYS, Hardware
-from tensorledger.units import format_bandwidth, format_bytes, format_flop_rate
+from tensorledger.units import (
+    format_bandwidth,
+    format_bytes,
+    format_duration,
+    format_flop_rate,
+    format_sci,
+)
 
-__all__ = ["catalog_table", "chip_view"]
+__all__ = ["catalog_table", "chip_view", "efficiency_table"]
 
 
 def _tflops(value: float | None) -> str:
@@ -53,6 +59,7 @@ def chip_view(chip: Hardware, intensities: Mapping[str, float]) -> list[Renderab
         table.add_row(f"interconnect ({chip.interconnect_kind or '?'})",
                       format_bandwidth(chip.interconnect_bytes_per_s), "", "",
                       chip.specific_source("interconnect"))
+    topology_source = _topology_rows(table, chip)
     for key in COMPUTE_KEYS:
         if key not in chip.dense_flop_per_s:
             continue
@@ -61,8 +68,59 @@ def chip_view(chip: Hardware, intensities: Mapping[str, float]) -> list[Renderab
                       "" if sparse is None else f"[{format_flop_rate(sparse)}]",
                       f"{intensities[key]:.1f} FLOP/byte", chip.specific_source(key))
     lines: list[RenderableType | str] = [table, f"source: {chip.source('*')}"]
+    if chip.efficiency is not None:
+        lines.append(efficiency_table(chip))
+    if topology_source:
+        lines.append(f"node topology source: {topology_source}")
     lines.append("intensity = dense peak / memory bandwidth: ops below it are memory-bound, "
                  "above it compute-bound")
     if chip.aliases:
         lines.append(f"aliases: {', '.join(chip.aliases)}")
     return lines
+
+
+def efficiency_table(chip: Hardware) -> Table:
+    """What eager PyTorch attains on the chip (the expected figures' inputs), with sources."""
+    eff = chip.efficiency
+    assert eff is not None
+    table = Table(title="Expected: what eager PyTorch attains (fractions of the datasheet)",
+                  title_justify="left", header_style="bold")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_column("source", style="dim", overflow="fold")
+    for key, points in eff.matmul.items():
+        curve = ", ".join(f"{fraction:.1%} at {format_sci(flops)} FLOPs" for flops, fraction
+                          in points)
+        table.add_row(f"matmul {key} (by size)", curve, eff.source("matmul"))
+    if eff.attention is not None:
+        table.add_row("fused attention", f"{eff.attention:.0%}", eff.source("attention"))
+    table.add_row("memory bandwidth", f"{eff.memory_bandwidth:.0%}",
+                  eff.source("memory_bandwidth"))
+    table.add_row("per-op overhead", format_duration(eff.op_overhead_s), eff.source("op_overhead"))
+    table.caption = eff.source("*")
+    return table
+
+
+def _topology_rows(table: Table, chip: Hardware) -> str:
+    """The node topology rows (link bandwidths per device and per direction); returns the
+    source they share, printed once below the table."""
+    shared = chip.specific_source("devices_per_node")
+    rows = (
+        ("devices_per_node", f"devices per node ({chip.node_kind or '?'})",
+         None if chip.devices_per_node is None else str(chip.devices_per_node)),
+        ("intra_node_bandwidth", "intra-node, per device, per direction",
+         None if chip.intra_node_bytes_per_s is None
+         else format_bandwidth(chip.intra_node_bytes_per_s)),
+        ("inter_node_bandwidth", f"inter-node ({chip.inter_node_kind or '?'}), per device, "
+         "per direction", None if chip.inter_node_bytes_per_s is None
+         else format_bandwidth(chip.inter_node_bytes_per_s)),
+        ("intra_node_latency", "hop latency inside a node", None
+         if chip.intra_node_latency_s is None else format_duration(chip.intra_node_latency_s)),
+        ("inter_node_latency", "hop latency between nodes", None
+         if chip.inter_node_latency_s is None else format_duration(chip.inter_node_latency_s)),
+    )
+    for key, label, value in rows:
+        if value is not None:
+            source = chip.specific_source(key)
+            table.add_row(label, value, "", "", "" if source == shared else source)
+    return shared

@@ -12,6 +12,7 @@ from tensorledger.napkin import (
     LargestModel,
     TensorMemory,
     TrainingTime,
+    ZeroSummary,
 )
 from tensorledger.napkin.recipes import BytesPerParam
 from tensorledger.report.terminal import steps_table
@@ -25,6 +26,7 @@ __all__ = [
     "largest_model_view",
     "tensor_view",
     "training_time_view",
+    "zero_view",
 ]
 
 View = list[RenderableType | str]
@@ -95,4 +97,28 @@ def tensor_view(result: TensorMemory) -> View:
             (f"  = {format_bytes(result.bytes, 'auto')}",
              *([format_bytes(result.bytes, "MiB")] if result.bytes >= 2**20 else []),
              format_bytes(result.bytes, "auto-binary"))))]),
+    ]
+
+
+_SHARDED = ("nothing (DDP)", "optimizer state", "+ gradients", "+ parameters (FSDP)")
+
+
+def zero_view(result: ZeroSummary) -> View:
+    table = Table(title=f"Per rank: {format_count(result.params)} parameters on "
+                  f"{result.ranks:,} ranks, {result.precision} + {result.optimizer}",
+                  title_justify="left", header_style="bold")
+    for column in ("ZeRO", "sharded", "params", "grads", "master", "optimizer state",
+                   "total", "sent per step"):
+        table.add_column(column, justify="left" if column == "sharded" else "right")
+    for row, comm in zip(result.stages, result.comm, strict=True):
+        table.add_row(str(row.stage), _SHARDED[row.stage], *(format_bytes(v) for v in (
+            row.params_bytes, row.grads_bytes, row.master_bytes, row.optimizer_bytes,
+            row.total_bytes, comm.sent_bytes_per_rank)))
+    return [
+        breakdown_table(result.stages[0].breakdown),
+        table,
+        "sent per step: stage 0 all-reduces the gradients (2(N−1)/N of them); stages 1 and 2 "
+        "reduce-scatter them and all-gather the parameters; stage 3 all-gathers the parameters "
+        "twice (forward, backward) and reduce-scatters the gradients, each (N−1)/N",
+        "not counted: activations, buffers, and the optimizer's per-tensor step counters",
     ]

@@ -15,7 +15,7 @@ from tensorledger.roofline import RooflinePrediction, TimeTotal, ceiling
 from tensorledger.roofline.compare import Comparison
 from tensorledger.units import format_bytes, format_duration, format_flop_rate, format_sci
 
-__all__ = ["comparison_table", "plot_roofline", "prediction_view", "totals_table"]
+__all__ = ["comparison_table", "plot_roofline", "prediction_view", "step_lines", "totals_table"]
 
 View = list[RenderableType | str]
 
@@ -27,12 +27,13 @@ CATEGORY_COLOURS = {"matmul": "tab:blue", "attention": "tab:purple", "elementwis
 
 def totals_table(title: str, totals: Sequence[TimeTotal], limit: int = 12) -> Table:
     table = Table(title=title, title_justify="left", header_style="bold")
-    for column in ("name", "ops", "FLOPs", "bytes", "predicted", "share", "bound c/m/o"):
+    for column in ("name", "ops", "FLOPs", "bytes", "expected", "share", "roofline bound",
+                   "bound c/m/o"):
         table.add_column(column, justify="left" if column == "name" else "right")
     for total in totals[:limit]:
         table.add_row(total.name or "(root)", str(total.ops), format_sci(total.flops),
                       format_bytes(total.bytes), format_duration(total.time_s),
-                      f"{total.share_of_step:.1%}",
+                      f"{total.share_of_step:.1%}", format_duration(total.ideal_time_s),
                       f"{total.compute_bound_ops}/{total.memory_bound_ops}/"
                       f"{total.overhead_bound_ops}")
     if len(totals) > limit:
@@ -45,13 +46,27 @@ def prediction_view(prediction: RooflinePrediction) -> View:
         totals_table("Predicted time by category", prediction.by_category),
         totals_table("by phase", prediction.by_phase),
         totals_table("by module (slowest first)", prediction.by_module, 8),
-        f"predicted step: {format_duration(prediction.time_s)} for {format_sci(prediction.flops)}"
-        f" FLOPs and {format_bytes(prediction.bytes)} moved on {prediction.hardware}; implied "
-        f"MFU {prediction.mfu:.3f} against the dense {prediction.mfu_peak_key} peak",
+        f"{format_sci(prediction.flops)} FLOPs and {format_bytes(prediction.bytes)} moved per "
+        f"step on {prediction.hardware}",
+        *step_lines(prediction),
     ]
-    if prediction.tokens_per_s is not None:
-        lines.append(f"tokens/s: {prediction.tokens_per_s:,.0f}")
     return lines
+
+
+def step_lines(prediction: RooflinePrediction, count: int = 1) -> list[str]:
+    """The step's two figures, each with its MFU and tokens/s: the expected time (and what it
+    rests on) and the roofline bound."""
+    def rate(tokens_per_s: float | None) -> str:
+        return "" if tokens_per_s is None else f", {count * tokens_per_s:,.0f} tokens/s"
+
+    peak = f"the dense {prediction.mfu_peak_key} peak"
+    return [
+        f"expected step {format_duration(prediction.time_s)}: MFU {prediction.mfu:.3f} against "
+        f"{peak}{rate(prediction.tokens_per_s)} — from {prediction.basis}",
+        f"roofline bound {format_duration(prediction.ideal_time_s)}: MFU "
+        f"{prediction.ideal_mfu:.3f}{rate(prediction.ideal_tokens_per_s)} — peak FLOP/s and "
+        "datasheet bandwidth, no overhead; no real step is faster",
+    ]
 
 
 def _error(value: float) -> str:
@@ -70,7 +85,11 @@ def comparison_table(result: Comparison) -> View:
                   format_duration(result.unattributed_s), "")
     table.add_row("whole step", "", format_duration(result.predicted_step_s),
                   format_duration(result.measured_step_s), _error(result.error), style="bold")
-    return [table,
+    notes = ["warning: the ops' own times sum to more than the whole step's "
+             f"({format_duration(result.measured_ops_s)} against "
+             f"{format_duration(result.measured_step_s)}): the two runs disagree, so the machine "
+             "was busy; measure again"] if result.ops_exceed_step else []
+    return [table, *notes,
             f"MFU: predicted {result.predicted_mfu:.3f}, measured {result.measured_mfu:.3f} "
             f"(counted FLOPs / step time / {format_flop_rate(result.peak_flop_per_s)}); per-op "
             f"times matched by {result.matched_by}"]

@@ -3,7 +3,9 @@
 Measured per-op times (from dispatch timing, or per op name from the profiler) are matched
 to the predicted ops by position when both runs dispatched the same ops, else by op name.
 The whole-step time comes from the benchmark harness; what it holds beyond the ops' own
-times (Python, autograd bookkeeping, module code) is reported as ``unattributed_s``.
+times (Python, autograd bookkeeping, module code) is reported as ``unattributed_s``.  The two
+come from separate runs, so on a busy machine the ops can sum to more than the step: then the
+residual is 0, not negative, and ``ops_exceed_step`` says the measurement is noisy.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ class Comparison:
     measured_step_s: float
     error: float  # predicted / measured − 1
     measured_ops_s: float  # the sum of the ops' own measured times
-    unattributed_s: float  # measured step − measured ops
+    unattributed_s: float  # measured step − measured ops, never below 0
+    ops_exceed_step: bool  # the ops' own times sum to more than the step: a noisy measurement
     matched_by: str  # "position" or "op name"
     categories: tuple[CategoryComparison, ...]
     flops: int
@@ -104,7 +107,8 @@ def compare(prediction: RooflinePrediction, runs: Sequence[Sequence[TimedOp]],
     return Comparison(
         hardware=prediction.hardware, predicted_step_s=prediction.time_s,
         measured_step_s=measured_step_s, error=prediction.time_s / measured_step_s - 1,
-        measured_ops_s=ops_s, unattributed_s=measured_step_s - ops_s, matched_by=matched_by,
+        measured_ops_s=ops_s, unattributed_s=max(0.0, measured_step_s - ops_s),
+        ops_exceed_step=ops_s > measured_step_s, matched_by=matched_by,
         categories=categories, flops=prediction.flops, peak_flop_per_s=peak_flop_per_s,
         predicted_mfu=prediction.flops / prediction.time_s / peak_flop_per_s
         if prediction.time_s else 0.0,

@@ -1,17 +1,25 @@
-"""Predicted time per op and per step from FLOPs, bytes and a chip's ceilings.
+"""Predicted time per op and per step from FLOPs, bytes and a chip's ceilings: two figures.
 
-Which peak applies: matrix work (categories ``matmul`` and ``attention``) runs on the
-matrix units at the dense peak of its input dtype (bf16, fp16, tf32, fp8, or fp32 when the
-chip lists no better); everything else (elementwise, reductions, norms, copies) runs on the
-vector units, for which the chip's fp32 peak stands in.  Times assume compute and memory
-traffic overlap perfectly (time is the max of the two, not the sum), as the lecture does; a
-measured per-op overhead (kernel launch, dispatch) is added to every op, views included: a
-view launches no kernel but still costs a trip through the dispatcher.
+- The **roofline bound** (``ideal_time_s``): FLOPs at the dense peak, bytes at the datasheet
+  bandwidth, whichever takes longer, nothing else.  No real step is this fast.
+- The **expected** time (``time_s``): the same work at what eager PyTorch attains.  On a catalog
+  chip, published fractions of the peak (matmuls, by size and dtype; fused attention), of the
+  bandwidth, and a fixed cost per op (kernel launch and dispatch) — ``Hardware.efficiency``,
+  each figure with its source.  On a probed profile (``tensorledger probe``), the rates measured
+  on this machine by problem size and its measured per-op cost replace them.
 
-A probed profile (``tensorledger probe``) also carries measured rates by problem size: matrix
-FLOP/s for small problems fall short of the peak, and small working sets stream from cache
-faster than DRAM bandwidth.  Where a chip has such curves, an op's ceiling is the rate measured
-at its size (``Hardware.attainable``); catalog chips use their datasheet peaks throughout.
+Which peak applies: matrix work (categories ``matmul`` and ``attention``) runs on the matrix
+units at the dense peak of its input dtype (bf16, fp16, tf32, fp8, or fp32 when the chip lists
+no better); everything else (elementwise, reductions, norms, copies) runs on the vector units,
+for which the chip's fp32 peak stands in.  Compute and memory traffic overlap (time is the max
+of the two, not the sum), as the lecture has it.  The per-op cost: on a probed (synchronous)
+device it is added to every op, views included, since a view launches no kernel but still costs
+a trip through the dispatcher; on a catalog GPU it is the launch floor between kernels, so
+views, which launch none, cost nothing (their dispatch overlaps queued kernels).
+
+Causal attention: a fused kernel skips the masked half, so on a catalog chip both figures
+price the causal-halved count, at the attention fraction FlashAttention's papers report on that
+count.  A probed attention curve was measured against the full count and is used with it.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
 
 __all__ = [
+    "BASES",
     "TENSOR_CORE_CATEGORIES",
     "OpLike",
     "OpPrediction",
@@ -36,6 +45,14 @@ __all__ = [
     "predict",
     "predict_op",
 ]
+
+#: What the expected time of a chip rests on, by ``Hardware.expected_basis``.
+BASES = {
+    "probed": "rates and per-op cost measured on this machine by `tensorledger probe`",
+    "efficiencies": "published efficiencies of eager PyTorch on this chip (`tensorledger "
+                    "hardware <chip>` lists them with their sources)",
+    "datasheet": "the datasheet alone: the chip states no efficiencies, so expected = bound",
+}
 
 #: Categories whose FLOPs run on matrix units at the dtype's dense peak.
 TENSOR_CORE_CATEGORIES = frozenset({"matmul", "attention"})
@@ -62,6 +79,8 @@ class OpLike(Protocol):
     def bytes_read(self) -> int: ...
     @property
     def bytes_written(self) -> int: ...
+    @property
+    def flops_causal_halved(self) -> int: ...
 
 
 _FLOATING = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp6", "fp4")
@@ -101,38 +120,57 @@ class OpPrediction:
     compute_time_s: float
     memory_time_s: float
     overhead_s: float
-    time_s: float
+    time_s: float  # expected: compute or memory at attainable rates, plus the per-op cost
     attained_flop_per_s: float  # flops / time: the op's height on a roofline plot
     bound: str  # "compute", "memory", "overhead" or "free"
+    ideal_time_s: float  # the roofline bound: at the peak and the datasheet bandwidth
+    ideal_bound: str  # "compute", "memory" or "free" at the roofline bound: the lecture's split
 
 
 def predict_op(index: int, op: OpLike, hardware: Hardware) -> OpPrediction:
     key = compute_key_for(op, hardware)
     peak = hardware.dense_flop_per_s[key]
     moved = op.bytes_read + op.bytes_written
+    work = ideal_work = op.flops  # the FLOPs each figure prices
     rate = peak
-    if op.category in TENSOR_CORE_CATEGORIES:
-        curve = f"{op.category}.{key}" if f"{op.category}.{key}" in hardware.curves else (
-            f"matmul.{key}")
-        rate = hardware.attainable(curve, op.flops, peak)
-    compute = op.flops / rate
-    memory = moved / hardware.attainable("bandwidth", moved, hardware.memory_bandwidth_bytes_per_s)
-    overhead = hardware.op_overhead_s  # views too: they cost a dispatch, if no kernel
+    if op.category == "attention":
+        ideal_work = op.flops_causal_halved  # a fused kernel skips the masked half
+        curve = f"attention.{key}"
+        if curve not in hardware.curves:  # a probed curve was measured on the full count
+            work = ideal_work
+        efficiency = hardware.efficiency
+        if curve in hardware.curves or efficiency is None or efficiency.attention is None:
+            rate = hardware.expected_flop_rate(curve, key, work)
+        else:
+            rate = peak * efficiency.attention
+    elif op.category in TENSOR_CORE_CATEGORIES:
+        rate = hardware.expected_flop_rate(f"{op.category}.{key}", key, work)
+    compute = work / rate
+    memory = moved / hardware.expected_bandwidth(moved)
+    overhead = hardware.expected_op_overhead_s
+    if op.category == "view" and hardware.expected_basis == "efficiencies":
+        overhead = 0.0  # no kernel to launch; its dispatch overlaps the GPU's queued work
     if overhead == 0 and moved == 0 and op.flops == 0:
         bound = "free"
     elif overhead > max(compute, memory):
         bound = "overhead"
     else:
         bound = "compute" if compute >= memory else "memory"
+    time_s = max(compute, memory) + overhead
+    ideal_compute = ideal_work / peak
+    ideal_memory = moved / hardware.ideal_bandwidth_bytes_per_s
     return OpPrediction(
         index=index, op=op.op, module=op.module, phase=op.phase, category=op.category,
         compute_key=key, flops=op.flops, bytes=moved,
         intensity_flop_per_byte=op.flops / moved if moved else math.inf,
         ridge_flop_per_byte=peak / hardware.memory_bandwidth_bytes_per_s,
         compute_time_s=compute, memory_time_s=memory, overhead_s=overhead,
-        time_s=max(compute, memory) + overhead,
-        attained_flop_per_s=op.flops / (max(compute, memory) + overhead) if op.flops else 0.0,
-        bound=bound)
+        time_s=time_s,
+        attained_flop_per_s=op.flops / time_s if op.flops else 0.0,
+        bound=bound,
+        ideal_time_s=max(ideal_compute, ideal_memory),
+        ideal_bound="free" if ideal_work == 0 and moved == 0 else (
+            "compute" if ideal_compute >= ideal_memory else "memory"))
 
 
 @dataclass(frozen=True)
@@ -143,11 +181,12 @@ class TimeTotal:
     ops: int
     flops: int
     bytes: int
-    time_s: float
-    share_of_step: float  # this group's time / the step's time
+    time_s: float  # expected
+    share_of_step: float  # this group's expected time / the step's
     compute_bound_ops: int
     memory_bound_ops: int
     overhead_bound_ops: int
+    ideal_time_s: float  # the roofline bound
 
 
 @dataclass(frozen=True)
@@ -156,14 +195,18 @@ class RooflinePrediction:
     ops: tuple[OpPrediction, ...]
     flops: int
     bytes: int
-    time_s: float
+    time_s: float  # expected step time (see ``basis``)
     by_category: tuple[TimeTotal, ...]
     by_module: tuple[TimeTotal, ...]
     by_phase: tuple[TimeTotal, ...]
     tokens: int | None
     tokens_per_s: float | None
     mfu_peak_key: str  # the peak that MFU is taken against
-    mfu: float  # FLOPs / time / peak: the MFU this prediction implies
+    mfu: float  # FLOPs / expected time / peak: the MFU this prediction implies
+    ideal_time_s: float  # the roofline bound of the step: no real step is faster
+    ideal_mfu: float  # FLOPs / ideal time / peak
+    ideal_tokens_per_s: float | None
+    basis: str  # what the expected figure rests on: see ``BASES``
 
 
 def _totals(ops: Sequence[OpPrediction], key: Callable[[OpPrediction], str]
@@ -177,7 +220,8 @@ def _totals(ops: Sequence[OpPrediction], key: Callable[[OpPrediction], str]
                         share_of_step=sum(o.time_s for o in group) / step_s if step_s else 0.0,
                         compute_bound_ops=sum(o.bound == "compute" for o in group),
                         memory_bound_ops=sum(o.bound == "memory" for o in group),
-                        overhead_bound_ops=sum(o.bound == "overhead" for o in group))
+                        overhead_bound_ops=sum(o.bound == "overhead" for o in group),
+                        ideal_time_s=sum(o.ideal_time_s for o in group))
               for name, group in groups.items()]
     return tuple(sorted(totals, key=lambda t: -t.time_s))
 
@@ -199,6 +243,7 @@ def predict(records: Iterable[OpLike], hardware: Hardware, *, tokens: int | None
         key = max(matrix, key=lambda k: matrix[k]) if matrix else compute_key_for_default(
             hardware)
     peak = hardware.peak_flop_per_s(key)
+    ideal_s = sum(o.ideal_time_s for o in ops)
     return RooflinePrediction(
         hardware=hardware.id, ops=ops, flops=flops, bytes=sum(o.bytes for o in ops),
         time_s=time_s,
@@ -208,7 +253,10 @@ def predict(records: Iterable[OpLike], hardware: Hardware, *, tokens: int | None
         tokens=tokens,
         tokens_per_s=None if tokens is None or time_s == 0 else tokens / time_s,
         mfu_peak_key=key,
-        mfu=flops / time_s / peak if time_s > 0 else 0.0)
+        mfu=flops / time_s / peak if time_s > 0 else 0.0,
+        ideal_time_s=ideal_s, ideal_mfu=flops / ideal_s / peak if ideal_s > 0 else 0.0,
+        ideal_tokens_per_s=None if tokens is None or ideal_s == 0 else tokens / ideal_s,
+        basis=BASES[hardware.expected_basis])
 
 
 def ceiling(hardware: Hardware, key: str, intensities: Sequence[float]) -> tuple[float, ...]:

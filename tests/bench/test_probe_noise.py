@@ -1,0 +1,107 @@
+"""A probe that notices noise: figures re-measured, and marked when they stay spread; residual
+times never negative.  The noise comes from a fake clock, so nothing here depends on how busy
+the machine is."""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+from pathlib import Path
+
+import pytest
+
+from tensorledger.bench import probe, profile_toml
+from tensorledger.bench.harness import measure
+from tensorledger.hardware import load_hardware_file
+
+probe_module = importlib.import_module("tensorledger.bench.probe")  # the module, not probe()
+
+SMALL = {"dtypes": ("fp32",), "sizes": (16, 32), "buffer_bytes": 2**16, "budget_s": 0.01,
+         "attention_seqs": (16,), "bandwidth_sweep": False}
+
+
+class FakeClock:
+    """Advances by the next of ``steps`` (seconds) on every reading."""
+
+    def __init__(self, steps: list[float]) -> None:
+        self.now = 0.0
+        self.steps = itertools.cycle(steps)
+        self.readings = 0
+
+    def __call__(self) -> float:
+        self.now += next(self.steps)
+        self.readings += 1
+        return self.now
+
+
+def test_a_steady_clock_marks_nothing() -> None:
+    result = probe("cpu", clock=FakeClock([1e-3]), **SMALL)  # every sample exactly 1 ms
+    assert result.unreliable == ()
+    assert "unreliable" not in profile_toml(result)
+
+
+def test_a_noisy_clock_marks_every_figure_and_the_profile_says_so(tmp_path: Path) -> None:
+    # samples of 1, 2, 4 and 8 ms: the interquartile range is far above 10% of the median
+    result = probe("cpu", clock=FakeClock([1e-3, 2e-3, 4e-3, 8e-3]), **SMALL)
+    labels = [u.split(" (spread")[0] for u in result.unreliable]
+    assert labels[:3] == ["matmul fp32 16", "matmul fp32 32", "attention fp32 16"]
+    assert "per-op overhead" in labels and "one bare op" in labels
+    assert all(float(u.rsplit("spread ", 1)[1].rstrip("%)")) > 10 for u in result.unreliable)
+    path = tmp_path / "local.toml"
+    path.write_text(profile_toml(result))
+    assert load_hardware_file(path).unreliable == result.unreliable
+
+
+def test_a_wide_figure_is_measured_again_and_the_tightest_kept(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    spreads = iter([0.5, 0.05])  # wide, then within 10%: accepted on the retry
+    calls = []
+
+    def fake_measure(fn, **options):  # type: ignore[no-untyped-def]
+        calls.append(options["name"])
+        spread = next(spreads)
+        m = measure(lambda: None, budget_s=0, min_repeats=1, warmup=0)
+        return m.__class__(**{**m.__dict__, "spread": spread})
+
+    monkeypatch.setattr(probe_module, "measure", fake_measure)
+    timer = probe_module._Timer(probe_module.torch.device("cpu"), lambda: 0.0, 0.10, 2)
+    assert timer(lambda: None, "matmul fp32 64").spread == 0.05
+    assert calls == ["matmul fp32 64"] * 2 and timer.unreliable == []
+    spreads = iter([0.5, 0.3, 0.4])  # stays wide: three attempts, the tightest (30%) kept
+    calls.clear()
+    assert timer(lambda: None, "copy bandwidth 65536 B").spread == 0.3
+    assert len(calls) == 3 and timer.unreliable == ["copy bandwidth 65536 B (spread 30%)"]
+
+
+def test_residual_time_is_never_negative() -> None:
+    from tensorledger.bench.optiming import OpTime
+    from tensorledger.hardware import get_hardware
+    from tensorledger.roofline import predict
+    from tensorledger.roofline.compare import compare
+    from tests.roofline.test_model import Op
+
+    ops = [Op("aten.mm.default", "matmul", 2 * 64**3, 6 * 64 * 64, 2 * 64 * 64)]
+    prediction = predict(ops, get_hardware("h100"))
+    # the profiler's op took 9 ms, the whole step (a separate run) 5 ms: a busy machine
+    result = compare(prediction, [[OpTime("aten.mm.default", 9e-3)]], measured_step_s=5e-3,
+                     peak_flop_per_s=1e12)
+    assert result.unattributed_s == 0.0 and result.ops_exceed_step
+    calm = compare(prediction, [[OpTime("aten.mm.default", 3e-3)]], measured_step_s=5e-3,
+                   peak_flop_per_s=1e12)
+    assert calm.unattributed_s == pytest.approx(2e-3) and not calm.ops_exceed_step
+
+
+def test_predictions_with_an_unreliable_profile_say_so(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "noisy.toml"
+    path.write_text('name = "noisy"\nmemory = "8GB"\nmemory_bandwidth = "10GB/s"\n'
+                    'op_overhead = "5us"\nunreliable = ["matmul fp32 256 (spread 40%)"]\n'
+                    '[dense]\nfp32 = "100GFLOP/s"\n')
+    result = cli("roofline", "--model", "tiny", "--batch", "1", "--seq", "8", "--precision",
+                 "fp32", "--hardware", str(path))
+    assert result.code == 0, result.stderr
+    assert "marks 1 figure(s) unreliable" in result.stdout
+    assert "matmul fp32 256 (spread 40%)" in result.stdout
+    as_json = cli("roofline", "--model", "tiny", "--batch", "1", "--seq", "8", "--precision",
+                  "fp32", "--hardware", str(path), "--json")
+    import json
+
+    assert json.loads(as_json.stdout)["hardware_unreliable"] == ["matmul fp32 256 (spread 40%)"]
