@@ -103,15 +103,17 @@ def test_workload_step_and_reports(step: tuple[Ledger, StepTrace]) -> None:
                            batch=ledger.batch, seq=ledger.seq, device=ledger.device,
                            precision=ledger.precision, tokens=ledger.tokens_per_step,
                            uncovered={}, prediction=ledger.roofline, comparison=None,
-                           measurement_warning=None)
+                           measurement_warning=None, hardware_unreliable=())
     for text in (repr(roofline), repr(ledger)):
         assert len(text) < SHORT
         assert f"MFU {ledger.mfu:.3f}" in text
         # 21.44 ms → 0.02144 s: four significant digits of the predicted step
-        shown = re.search(r"([\d.]+) (ms|µs) per step", text)
-        assert shown is not None
-        seconds = float(shown.group(1)) * {"ms": 1e-3, "µs": 1e-6}[shown.group(2)]
-        assert seconds == pytest.approx(ledger.step_time_s, rel=5e-4)
+        for pattern, seconds in ((r"([\d.]+) (ms|µs) per step expected", ledger.step_time_s),
+                                 (r"bound ([\d.]+) (ms|µs)", ledger.roofline.ideal_time_s)):
+            shown = re.search(pattern, text)
+            assert shown is not None
+            unit = {"ms": 1e-3, "µs": 1e-6}[shown.group(2)]
+            assert float(shown.group(1)) * unit == pytest.approx(seconds, rel=5e-4)
     assert _number(repr(ledger), r"([\d.e]+) FLOPs") == pytest.approx(ledger.trace.flops,
                                                                         rel=5e-4)
 

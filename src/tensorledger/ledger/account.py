@@ -85,8 +85,9 @@ class Ledger:
         return summary("Ledger", f"{self.model} {self.step}",
                        f"{show_flops(self.trace.flops)} per step",
                        f"peak {show_bytes(self.memory.peak_bytes)}",
-                       f"{show_time(self.step_time_s)} per step on {self.count} × "
-                       f"{self.hardware}", f"MFU {self.mfu:.3f}")
+                       f"{show_time(self.step_time_s)} per step expected on {self.count} × "
+                       f"{self.hardware}", f"MFU {self.mfu:.3f}",
+                       f"bound {show_time(self.roofline.ideal_time_s)}")
 
 
 def account_workload(work: Workload, hardware: Hardware, *, count: int = 1,

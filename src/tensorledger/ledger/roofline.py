@@ -40,8 +40,8 @@ class RooflineRun:
         measured = "" if self.comparison is None else (
             f"measured {show_time(self.comparison.measured_step_s)}")
         return summary("RooflineRun", f"{self.model} {self.step} on {p.hardware}",
-                       f"predicted {show_time(p.time_s)} per step", measured,
-                       f"MFU {p.mfu:.3f}")
+                       f"{show_time(p.time_s)} per step expected", measured,
+                       f"MFU {p.mfu:.3f}", f"bound {show_time(p.ideal_time_s)}")
 
     def __rich__(self) -> object:  # rich: the command's tables, from the presentation layer
         import importlib

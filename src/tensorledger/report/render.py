@@ -10,8 +10,8 @@ computes a figure.
 >>> from tensorledger.trace import trace
 >>> step = trace(lambda x: x @ x, torch.ones(4, 4, device="meta"))
 >>> view = render(predict(step.records, get_hardware("h100")))
->>> [type(part).__name__ for part in view.renderables]  # by category, phase, module; the step
-['Table', 'Table', 'Table', 'str']
+>>> [type(part).__name__ for part in view.renderables][:3]  # by category, phase, module
+['Table', 'Table', 'Table']
 """
 
 from __future__ import annotations
@@ -56,6 +56,11 @@ def roofline_run_view(run: RooflineRun) -> View:
         view += comparison_table(run.comparison)
     if run.measurement_warning:
         view.append(f"warning: {run.measurement_warning}")
+    if run.hardware_unreliable:
+        view.append(f"warning: the profile {run.prediction.hardware} marks "
+                    f"{len(run.hardware_unreliable)} figure(s) unreliable (their probe was "
+                    f"noisy): {', '.join(run.hardware_unreliable)}; the predictions and errors "
+                    "above rest on them")
     return view
 
 
