@@ -14,7 +14,7 @@ from tensorledger.hardware import Hardware, get_hardware
 __version__ = "0.1.0"
 
 __all__ = ["Hardware", "Meter", "TensorLedgerError", "__version__", "account", "get_hardware",
-           "trace"]
+           "render", "trace", "trace_model"]
 
 
 def account(model: Any, hardware: str | Hardware = "h100", *, count: int = 1,
@@ -52,4 +52,12 @@ def __getattr__(name: str) -> Any:
         from tensorledger.bench.meter import Meter
 
         return Meter
+    if name == "trace_model":  # a preset, config.json or factory → its traced step (torch)
+        from tensorledger.workload import trace_model
+
+        return trace_model
+    if name == "render":  # any result as the CLI's tables, for rich.print (imports rich)
+        from tensorledger.report.render import render
+
+        return render
     raise AttributeError(f"module 'tensorledger' has no attribute {name!r}")

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from tensorledger.errors import DeviceError, InputError
+from tensorledger.summary import show_time, summary
 
 __all__ = ["HIGH_SPREAD", "Measurement", "measure", "synchronize"]
 
@@ -55,6 +56,11 @@ class Measurement:
     iqr_s: float
     spread: float  # iqr / median
     warning: str | None
+
+    def __repr__(self) -> str:
+        return summary("Measurement", repr(self.name), f"median {show_time(self.median_s)}",
+                       f"IQR {show_time(self.iqr_s)}", f"{len(self.samples_s)} samples",
+                       f"on {self.device}", "spread warning" if self.warning else "")
 
 
 def _statistics(name: str, device: str, timer: str, warmup: int, number: int,

@@ -71,6 +71,8 @@ from tensorledger.bench.meter_cluster import cluster_figures, gather_rows
 from tensorledger.bench.meter_peak import Peak, StepCount, count_step, dense_peak, resolve_hardware
 from tensorledger.errors import ConfigError, InputError, TensorLedgerError
 from tensorledger.hardware import Hardware
+from tensorledger.summary import show_time
+from tensorledger.summary import summary as one_line
 from tensorledger.trace.recorder import Recorder
 from tensorledger.units import format_flop_rate
 
@@ -154,6 +156,14 @@ class MeterSummary:
     world_size: int
     cluster_tokens_per_s: float | None
     cluster_mfu: float | None
+
+    def __repr__(self) -> str:
+        median = "" if self.step_time is None else (
+            f"median {show_time(self.step_time.median_s)} per step")
+        rate = "" if self.tokens_per_s is None else f"{self.tokens_per_s:,.0f} tokens/s"
+        mfu = "" if self.mfu is None else f"MFU {self.mfu:.3f}"
+        return one_line("MeterSummary", f"{self.measured_steps:,} steps measured on "
+                       f"{self.hardware}", median, rate, mfu)
 
 
 # ---------------------------------------------------------------------------------- timers

@@ -18,6 +18,7 @@ from tensorledger.ledger.memory import memory_of
 from tensorledger.ledger.trace import step_summary
 from tensorledger.memory.ledger import MemoryLedger
 from tensorledger.roofline.model import RooflinePrediction, predict
+from tensorledger.summary import show_bytes, show_flops, show_time, summary
 from tensorledger.trace.aggregate import TraceSummary
 from tensorledger.workload import StepTrace, Workload, trace_workload
 
@@ -81,9 +82,12 @@ class Ledger:
         return view.ledger_group(self)
 
     def __repr__(self) -> str:
-        return (f"Ledger({self.model}: {self.trace.flops:.4g} FLOPs per step, peak "
-                f"{self.memory.peak_bytes / 1e9:.4g} GB, {self.step_time_s:.4g} s per step on "
-                f"{self.count} × {self.hardware}, MFU {self.mfu:.3f})")
+        return summary("Ledger", f"{self.model} {self.step}",
+                       f"{show_flops(self.trace.flops)} per step",
+                       f"peak {show_bytes(self.memory.peak_bytes)}",
+                       f"{show_time(self.step_time_s)} per step expected on {self.count} × "
+                       f"{self.hardware}", f"MFU {self.mfu:.3f}",
+                       f"bound {show_time(self.roofline.ideal_time_s)}")
 
 
 def account_workload(work: Workload, hardware: Hardware, *, count: int = 1,

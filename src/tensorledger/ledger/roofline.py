@@ -13,6 +13,7 @@ from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
 from tensorledger.roofline.compare import Comparison, compare
 from tensorledger.roofline.model import RooflinePrediction, predict
+from tensorledger.summary import show_time, summary
 from tensorledger.workload import Workload, placement, prepare, record_step, trace_workload
 
 __all__ = ["RooflineRun", "roofline_report"]
@@ -33,6 +34,19 @@ class RooflineRun:
     comparison: Comparison | None  # with --measure
     measurement_warning: str | None
     hardware_unreliable: tuple[str, ...]  # figures a probed profile marks as noisy
+
+    def __repr__(self) -> str:
+        p = self.prediction
+        measured = "" if self.comparison is None else (
+            f"measured {show_time(self.comparison.measured_step_s)}")
+        return summary("RooflineRun", f"{self.model} {self.step} on {p.hardware}",
+                       f"{show_time(p.time_s)} per step expected", measured,
+                       f"MFU {p.mfu:.3f}", f"bound {show_time(p.ideal_time_s)}")
+
+    def __rich__(self) -> object:  # rich: the command's tables, from the presentation layer
+        import importlib
+
+        return importlib.import_module("tensorledger.report.render").render(self)
 
 
 def roofline_report(work: Workload, hardware: Hardware, *, measure_step: bool = False,

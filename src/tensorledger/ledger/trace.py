@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tensorledger.summary import show_count, summary
 from tensorledger.trace.aggregate import TraceSummary, summarize
 from tensorledger.workload import StepTrace, Workload, trace_workload
 
@@ -32,6 +33,16 @@ class TraceReport:
     params: int
     tokens: int
     summary: TraceSummary
+
+    def __repr__(self) -> str:
+        return summary("TraceReport", f"{self.model} {self.step}",
+                       f"batch {self.batch} × seq {self.seq}", show_count(self.params, "params"),
+                       repr(self.summary))
+
+    def __rich__(self) -> object:  # rich: the command's tables, from the presentation layer
+        import importlib
+
+        return importlib.import_module("tensorledger.report.render").render(self)
 
     @classmethod
     def of(cls, run: StepTrace, depth: int | None) -> TraceReport:

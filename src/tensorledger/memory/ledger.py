@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
-from tensorledger.memory.timeline import MemoryTimeline, build_timeline
+from tensorledger.memory.timeline import MEMORY_CATEGORIES, MemoryTimeline, build_timeline
 from tensorledger.napkin.activations import (
     ActivationMemory,
     DeepActivations,
@@ -25,9 +25,10 @@ from tensorledger.napkin.activations import (
 )
 from tensorledger.napkin.recipes import Optimizer, Precision, RecipeBytes, recipe_bytes
 from tensorledger.napkin.transformer import TransformerConfig
+from tensorledger.summary import show_bytes, summary
 from tensorledger.trace.records import Trace
 
-__all__ = ["Fit", "MemoryLedger", "StepFacts", "memory_ledger"]
+__all__ = ["Fit", "MemoryLedger", "MemoryPart", "StepFacts", "memory_ledger"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,20 @@ class StepFacts:
     param_numels: Sequence[int]  # one entry per parameter tensor, tied ones once
     config: TransformerConfig | None  # the reference Transformer's, for the closed forms
 
+    def __repr__(self) -> str:
+        return summary("StepFacts", f"{self.model} {self.step}",
+                       f"batch {self.batch} × seq {self.seq_len}", self.precision.name,
+                       self.optimizer.name, f"{len(self.param_numels)} parameter tensors")
+
+
+@dataclass(frozen=True)
+class MemoryPart:
+    """One row of the memory breakdown: the traced figure and the closed form beside it."""
+
+    category: str  # parameter, gradient, optimizer_state or saved_activation
+    measured_bytes: int  # from the traced step (saved activations: their high point)
+    closed_form_bytes: int | None  # napkin's; None where there is none (autocast activations)
+
 
 @dataclass(frozen=True)
 class MemoryLedger:
@@ -89,6 +104,34 @@ class MemoryLedger:
     fit: Fit | None
     deep_relu: DeepActivations | None  # the checkpointing explanation, when asked
     deep_gelu: DeepActivations | None
+
+    def parts(self) -> tuple[MemoryPart, ...]:
+        """The breakdown ``tensorledger memory`` tabulates: state and saved activations,
+        measured beside the closed form (the optimizer state includes a master copy)."""
+        recipe, closed = self.recipe, self.activations_closed_form
+        return (MemoryPart("parameter", self.params_bytes, recipe.params_bytes),
+                MemoryPart("gradient", self.grads_bytes, recipe.grads_bytes),
+                MemoryPart("optimizer_state", self.optimizer_state_bytes,
+                           recipe.optimizer_bytes + recipe.master_bytes),
+                MemoryPart("saved_activation", self.saved_activation_bytes,
+                           None if closed is None else closed.total_bytes))
+
+    def by_category(self) -> dict[str, int]:
+        """Live bytes by category at the peak (parameter, gradient, optimizer_state,
+        saved_activation, temporary); they add up to :attr:`peak_bytes`."""
+        return self.timeline.peak.by_category()
+
+    def __repr__(self) -> str:
+        live = self.by_category()
+        return summary("MemoryLedger", f"{self.model} {self.step}",
+                       f"peak {show_bytes(self.peak_bytes)} after {self.peak_op} "
+                       f"({self.peak_phase})",
+                       *(f"{c} {show_bytes(live[c])}" for c in MEMORY_CATEGORIES if live[c]))
+
+    def __rich__(self) -> object:  # rich: the command's tables, from the presentation layer
+        import importlib
+
+        return importlib.import_module("tensorledger.report.render").render(self)
 
 
 def _fit(timeline: MemoryTimeline, chip: Hardware, count: int) -> Fit:

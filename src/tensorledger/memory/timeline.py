@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tensorledger.errors import InputError
+from tensorledger.summary import show_bytes, show_count, summary
 from tensorledger.trace.records import Trace
 
 __all__ = ["CUDA_BLOCK_BYTES", "MEMORY_CATEGORIES", "LiveStorage", "MemoryTimeline",
@@ -80,6 +81,11 @@ class MemoryTimeline:
     @property
     def peak_bytes(self) -> int:
         return self.peak.total_bytes
+
+    def __repr__(self) -> str:
+        return summary("MemoryTimeline", show_count(len(self.points), "points"),
+                       f"peak {show_bytes(self.peak.total_bytes)} after #{self.peak.index} "
+                       f"{self.peak.op}", show_count(self.storages, "storages"))
 
 
 @dataclass(frozen=True)

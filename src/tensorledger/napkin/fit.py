@@ -18,6 +18,8 @@ from tensorledger.napkin.arithmetic import (
     whole_devices,
 )
 from tensorledger.napkin.recipes import BytesPerParam, bytes_per_param
+from tensorledger.summary import summary
+from tensorledger.units import format_count
 
 __all__ = ["ACTIVATIONS_CAVEAT", "DevicesNeeded", "LargestModel", "devices_needed",
            "largest_model"]
@@ -35,6 +37,12 @@ class LargestModel:
     params: float
     caveat: str
     steps: tuple[Step, ...]
+
+    def __repr__(self) -> str:
+        b = self.breakdown
+        return summary("LargestModel", f"{self.count:,} × {self.hardware}",
+                       f"{b.precision} + {b.optimizer} at {b.total_bytes_per_param:g} bytes "
+                       "per parameter", f"{format_count(self.params)} params")
 
 
 def largest_model(hardware: Hardware, count: int, precision: str, optimizer: str
@@ -69,6 +77,12 @@ class DevicesNeeded:
     devices: int
     caveat: str
     steps: tuple[Step, ...]
+
+    def __repr__(self) -> str:
+        b = self.breakdown
+        return summary("DevicesNeeded", f"{format_count(self.params)} params",
+                       f"{b.precision} + {b.optimizer} at {b.total_bytes_per_param:g} bytes "
+                       "per parameter", f"{self.devices:,} × {self.hardware}")
 
 
 def devices_needed(hardware: Hardware, params: float, precision: str, optimizer: str

@@ -19,6 +19,7 @@ from tensorledger.napkin.arithmetic import (
     check_result,
     whole_devices,
 )
+from tensorledger.summary import show_flops, show_time, summary
 
 __all__ = [
     "DevicesForDuration",
@@ -72,6 +73,10 @@ class TrainingTime:
     time_days: float
     steps: tuple[Step, ...]
 
+    def __repr__(self) -> str:
+        return summary("TrainingTime", f"{show_flops(self.flops)} on {self.count:,} × "
+                       f"{self.hardware} at MFU {self.mfu:g}", f"{self.time_days:,.4g} days")
+
 
 def training_time(hardware: Hardware, count: int, mfu: float, *, flops: float | None = None,
                   params: float | None = None, tokens: float | None = None,
@@ -117,6 +122,11 @@ class DevicesForDuration:
     time_days_with_devices: float
     steps: tuple[Step, ...]
 
+    def __repr__(self) -> str:
+        return summary("DevicesForDuration", f"{show_flops(self.flops)} within "
+                       f"{show_time(self.duration_s)} at MFU {self.mfu:g}",
+                       f"{self.devices:,} × {self.hardware}")
+
 
 def devices_for_duration(hardware: Hardware, duration_s: float, mfu: float, *,
                          flops: float | None = None, params: float | None = None,
@@ -157,6 +167,11 @@ class FlopBudget:
     peak_flop_per_s: float
     flops: float
     steps: tuple[Step, ...]
+
+    def __repr__(self) -> str:
+        return summary("FlopBudget", f"{self.count:,} × {self.hardware} for "
+                       f"{show_time(self.duration_s)} at MFU {self.mfu:g}",
+                       show_flops(self.flops))
 
 
 def flop_budget(hardware: Hardware, count: int, duration_s: float, mfu: float = 1.0,

@@ -34,15 +34,12 @@ def memory_view(ledger: Any) -> View:
     table.add_column("part")
     table.add_column("measured (traced step)", justify="right")
     table.add_column("closed form (napkin)", justify="right")
-    recipe, closed = ledger.recipe, ledger.activations_closed_form
-    rows = (("parameters", ledger.params_bytes, recipe.params_bytes),
-            ("gradients", ledger.grads_bytes, recipe.grads_bytes),
-            ("optimizer state (+ master)", ledger.optimizer_state_bytes,
-             recipe.optimizer_bytes + recipe.master_bytes),
-            ("saved activations", ledger.saved_activation_bytes,
-             None if closed is None else closed.total_bytes))
-    for label, measured, predicted in rows:
-        table.add_row(label, _b(measured), "—" if predicted is None else _b(predicted))
+    closed = ledger.activations_closed_form
+    for part in ledger.parts():
+        label = _LABELS[part.category] + (" (+ master)" if part.category == "optimizer_state"
+                                          else "")
+        predicted = part.closed_form_bytes
+        table.add_row(label, _b(part.measured_bytes), "—" if predicted is None else _b(predicted))
     peak = ledger.timeline.peak
     view: View = [table]
     at = f" in {peak.module}" if peak.module else ""

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tensorledger.costs.registry import CATEGORIES
+from tensorledger.summary import show_count, show_flops, summary
 from tensorledger.trace.records import PHASES, ROOT, OpRecord, Trace
 
 __all__ = [
@@ -76,6 +77,10 @@ class ModuleNode:
                 return child.find(name)
         return None
 
+    def __repr__(self) -> str:
+        return summary("ModuleNode", repr(self.name), show_count(self.ops, "ops"),
+                       show_flops(self.flops), show_count(len(self.children), "children"))
+
 
 @dataclass(frozen=True)
 class SixND:
@@ -106,6 +111,24 @@ class TraceSummary:
     uncovered: dict[str, int]
     six_n_d: SixND | None
     hand_attention: HandAttention | None = None  # attention written as bmm + softmax
+
+    def phase_flops(self) -> dict[str, int]:
+        """FLOPs by phase (``forward``, ``backward``, ...), the phases that ran."""
+        return {p.phase: p.flops for p in self.by_phase}
+
+    def category_flops(self) -> dict[str, int]:
+        """FLOPs by op category (``matmul``, ``attention``, ...), largest first."""
+        return {c.category: c.flops for c in self.by_category}
+
+    def __repr__(self) -> str:
+        ratio = "" if self.six_n_d is None else f"{self.six_n_d.ratio:.3f} × 6·N·D"
+        return summary("TraceSummary", show_count(self.ops, "ops"), show_flops(self.flops),
+                       ratio, show_count(len(self.uncovered), "uncovered"))
+
+    def __rich__(self) -> object:  # rich: the command's tables, from the presentation layer
+        import importlib
+
+        return importlib.import_module("tensorledger.report.render").render(self)
 
 
 #: Softmax ops: a module that runs one beside batched matmuls computes attention by hand.

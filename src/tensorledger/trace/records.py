@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tensorledger.summary import show_bytes, show_count, show_flops, summary
+
 __all__ = ["ATTENTION_CONVENTIONS", "PHASES", "ROOT", "OpRecord", "Shape", "Trace"]
 
 #: The module path of ops that ran outside every module (loss, optimizer, glue code).
@@ -51,6 +53,12 @@ class OpRecord:
         """Bytes moved: read plus written."""
         return self.bytes_read + self.bytes_written
 
+    def __repr__(self) -> str:
+        where = f" in {self.module}" if self.module else ""
+        return summary("OpRecord", f"#{self.index} {self.op} ({self.phase}{where})",
+                       self.category, show_flops(self.flops), show_bytes(self.bytes),
+                       "" if self.covered else "uncovered")
+
 
 @dataclass(frozen=True)
 class Trace:
@@ -77,3 +85,8 @@ class Trace:
     def bytes(self) -> int:
         """Total bytes read and written."""
         return sum(r.bytes_read + r.bytes_written for r in self.records)
+
+    def __repr__(self) -> str:
+        return summary("Trace", show_count(len(self.records), "ops"), show_flops(self.flops),
+                       show_bytes(self.bytes) + " moved",
+                       show_count(len(self.uncovered), "uncovered"), f"on {self.device}")

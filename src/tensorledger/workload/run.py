@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from tensorledger.summary import show_count, summary
 from tensorledger.trace.recorder import Recorder
 from tensorledger.trace.records import Trace
 from tensorledger.trace.storage import storage_key
@@ -65,6 +66,10 @@ class StepTrace:
     @property
     def tokens(self) -> int:
         return self.work.tokens
+
+    def __repr__(self) -> str:
+        return summary("StepTrace", repr(self.work), show_count(self.params, "params"),
+                       repr(self.trace))
 
 
 def parts_of(step: PreparedStep) -> tuple[tuple[str, int], ...]:

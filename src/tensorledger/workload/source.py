@@ -44,6 +44,9 @@ class ModelSource:
     path: Path | None = None  # the config.json or the factory file
     function: str | None = None  # the factory's name
 
+    def __repr__(self) -> str:
+        return f"ModelSource({self.label!r}, {self.kind}, built by {self.builder})"
+
     @property
     def built_by(self) -> str:
         """One phrase for the output: which path built the model."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from tensorledger.errors import InputError, UnknownNameError
 from tensorledger.napkin.recipes import Optimizer, Precision, resolve_optimizer, resolve_precision
+from tensorledger.summary import summary
 from tensorledger.workload.source import ModelSource, resolve_source
 
 __all__ = ["DEFAULTS", "DEVICES", "MAX_BATCH", "MAX_SEQ", "STEPS", "Step", "Workload",
@@ -101,6 +102,12 @@ class Workload:
     def autocast(self) -> bool:
         """True when the forward runs under bf16 autocast (``mixed-bf16``)."""
         return self.precision.name == "mixed-bf16"
+
+    def __repr__(self) -> str:
+        return summary("Workload", f"{self.model}: {self.step.name}",
+                       f"batch {self.batch} × seq {self.seq}", self.precision.name,
+                       self.optimizer.name if self.step.optimizer else "",
+                       "checkpointed" if self.checkpoint else "", f"on {self.device}")
 
 
 def _whole(name: str, value: int, largest: int) -> int:
