@@ -173,3 +173,20 @@ def test_meter_summary() -> None:
     assert repr(meter.close()) == (
         "MeterSummary(4 steps measured on test-cpu, median 25 ms per step, 600 tokens/s, "
         "MFU 0.000)")
+
+
+def test_prediction_hardware_and_comparison_reprs(step: tuple[Ledger, StepTrace]) -> None:
+    from tensorledger.roofline.compare import compare
+
+    ledger, _ = step
+    prediction = ledger.roofline
+    text = repr(prediction)
+    assert len(text) < SHORT and text.startswith("RooflinePrediction(")
+    assert _number(text, r"\b([0-9,]+) ops") == len(prediction.ops)
+    assert _number(text, r"MFU ([0-9.]+)") == round(prediction.mfu, 3)
+    op = repr(prediction.ops[0])
+    assert len(op) < SHORT and f"#0 {prediction.ops[0].op}" in op
+    chip = repr(get_hardware("h100"))
+    assert len(chip) < SHORT and "'h100-sxm'" in chip and "7 dense peaks" in chip  # 7 listed
+    result = compare(prediction, [], measured_step_s=2 * prediction.time_s, peak_flop_per_s=1.0)
+    assert repr(result).endswith("error -50.0%)")  # predicted / (2 × predicted) − 1

@@ -34,6 +34,7 @@ import torch
 from tensorledger.bench.harness import Measurement, measure
 from tensorledger.devices import resolve_device
 from tensorledger.dtypes import resolve_dtype
+from tensorledger.summary import show_bytes, show_time, summary
 
 __all__ = ["BandwidthPoint", "MatmulPoint", "ProbeResult", "probe", "profile_toml"]
 
@@ -78,6 +79,13 @@ class ProbeResult:
     # figures whose samples stayed too spread after the retries, with their spread
     unreliable: tuple[str, ...] = field(default=())
     max_spread: float = 0.0  # the spread allowed
+
+    def __repr__(self) -> str:
+        return summary("ProbeResult", self.name, f"{len(self.matmul)} matmul / "
+                       f"{len(self.attention)} attention / {len(self.bandwidth)} bandwidth points",
+                       f"{show_bytes(self.memory_bandwidth_bytes_per_s)}/s",
+                       f"overhead {show_time(self.op_overhead_s)}",
+                       f"{len(self.unreliable)} unreliable" if self.unreliable else "")
 
 
 @dataclass

@@ -16,6 +16,7 @@ from typing import Any
 from tensorledger.dtypes import resolve_dtype
 from tensorledger.errors import ConfigError, InputError, TensorLedgerError, UnknownNameError
 from tensorledger.files import parse_toml_text, read_text_file
+from tensorledger.summary import show_bytes, summary
 from tensorledger.units import parse_bandwidth, parse_bytes, parse_duration, parse_flop_rate
 
 __all__ = [
@@ -224,6 +225,11 @@ class Hardware:
     inter_node_kind: str | None = None  # e.g. "InfiniBand NDR 400 Gb/s, one per GPU"
     intra_node_latency_s: float | None = None  # per ring hop inside a node
     inter_node_latency_s: float | None = None  # per ring hop between nodes
+
+    def __repr__(self) -> str:
+        return summary("Hardware", repr(self.id), self.name, show_bytes(self.memory_bytes),
+                       f"{show_bytes(self.memory_bandwidth_bytes_per_s)}/s",
+                       f"{len(self.dense_flop_per_s)} dense peaks", self.origin)
 
     def compute_key(self, dtype: str) -> str:
         """The peak-table key for a dtype name: ``bfloat16`` → ``bf16``, ``e4m3`` → ``fp8``."""

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from tensorledger.costs import lookup
 from tensorledger.roofline.model import RooflinePrediction
+from tensorledger.summary import show_time, summary
 
 __all__ = ["CategoryComparison", "Comparison", "TimedOp", "compare"]
 
@@ -55,6 +56,10 @@ class Comparison:
     peak_flop_per_s: float
     predicted_mfu: float
     measured_mfu: float  # counted FLOPs / measured step time / peak
+
+    def __repr__(self) -> str:
+        return summary("Comparison", self.hardware, f"predicted {show_time(self.predicted_step_s)}",
+                       f"measured {show_time(self.measured_step_s)}", f"error {self.error:+.1%}")
 
 
 def _median_times(runs: Sequence[Sequence[TimedOp]]) -> tuple[list[str], list[float]] | None:

@@ -32,6 +32,7 @@ from typing import Protocol
 
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
+from tensorledger.summary import show_bytes, show_count, show_flops, show_time, summary
 
 __all__ = [
     "BASES",
@@ -127,6 +128,12 @@ class OpPrediction:
     ideal_bound: str  # "compute", "memory" or "free" at the roofline bound: the lecture's split
     between_ops_s: float = 0.0  # of overhead_s, the framework's time before the op (calibrated)
 
+    def __repr__(self) -> str:
+        return summary("OpPrediction", f"#{self.index} {self.op}", f"{self.bound}-bound",
+                       f"{show_time(self.time_s)} expected",
+                       f"bound {show_time(self.ideal_time_s)}", show_flops(self.flops),
+                       show_bytes(self.bytes))
+
 
 def predict_op(index: int, op: OpLike, hardware: Hardware) -> OpPrediction:
     key = compute_key_for(op, hardware)
@@ -216,6 +223,13 @@ class RooflinePrediction:
     ideal_mfu: float  # FLOPs / ideal time / peak
     ideal_tokens_per_s: float | None
     basis: str  # what the expected figure rests on: see ``BASES``
+
+    def __repr__(self) -> str:
+        return summary("RooflinePrediction",
+                       f"{show_count(len(self.ops), 'ops')} on {self.hardware}",
+                       f"{show_time(self.time_s)} per step expected",
+                       f"bound {show_time(self.ideal_time_s)}", show_flops(self.flops),
+                       f"MFU {self.mfu:.3f} ({self.mfu_peak_key})")
 
 
 def _totals(ops: Sequence[OpPrediction], key: Callable[[OpPrediction], str]
