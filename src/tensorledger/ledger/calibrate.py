@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from tensorledger.hardware import Calibration, Hardware
 from tensorledger.napkin.transformer import TransformerConfig
 
-__all__ = ["CALIBRATION_MODELS", "calibrate", "calibration_toml"]
+__all__ = ["CALIBRATION_MODELS", "StepSample", "calibrate", "calibration_toml", "fit"]
 
 #: The calibration models: one Llama-like (RMSNorm, RoPE, SwiGLU, GQA), one GPT-2-like
 #: (LayerNorm, learned positions, GELU), each at a shape no benchmark workload uses.
@@ -75,16 +76,49 @@ def _run(config: TransformerConfig, batch: int, seq: int, step: str, hardware: H
     return categories, outside, len(prediction.ops) - optimizer, optimizer
 
 
+@dataclass(frozen=True)
+class StepSample:
+    """One calibration model measured in its forward-backward and its train step."""
+
+    categories: Mapping[str, tuple[int, float, float]]  # train step: (ops, kernel s, own s)
+    outside_fb_s: float  # forward-backward step time outside the ops' own times
+    ops_fb: int  # ops of the forward-backward step
+    outside_train_s: float  # train step time outside the ops' own times
+    ops_other: int  # ops of the train step outside the optimizer
+    ops_optimizer: int
+
+
+def fit(samples: Sequence[StepSample], source: str = "") -> Calibration:
+    """The calibration that reproduces ``samples`` as ratios of sums (see the module)."""
+    ops: dict[str, int] = defaultdict(int)
+    kernel: dict[str, float] = defaultdict(float)
+    measured: dict[str, float] = defaultdict(float)
+    for sample in samples:
+        for name, (count, kernel_s, measured_s) in sample.categories.items():
+            ops[name] += count
+            kernel[name] += kernel_s
+            measured[name] += measured_s
+    fb_outside = sum(max(0.0, s.outside_fb_s) for s in samples)
+    fb_ops = sum(s.ops_fb for s in samples)
+    per_op = fb_outside / fb_ops if fb_ops else 0.0
+    opt_outside = sum(max(0.0, s.outside_train_s - per_op * s.ops_other) for s in samples)
+    opt_ops = sum(s.ops_optimizer for s in samples)
+    op_cost = measured["view"] / ops["view"] if ops.get("view") else 0.0
+    low, high = SCALE_RANGE
+    scale = {name: min(high, max(low, (measured[name] - ops[name] * op_cost) / kernel[name]))
+             for name in kernel if kernel[name] > 0 and name != "view"}
+    return Calibration(scale=scale, op_cost_s=op_cost,
+                       between_ops_s={"forward-backward": per_op,
+                                      "optimizer": opt_outside / opt_ops if opt_ops else 0.0},
+                       source=source)
+
+
 def calibrate(hardware: Hardware, *, budget_s: float = 1.0, repeats: int = 3,
               progress: Callable[[str], None] | None = None) -> Calibration:
     """Fit ``hardware``'s (a probed profile's) calibration on this CPU; see the module."""
     say = progress or (lambda _: None)
     bare = dataclasses.replace(hardware, calibration=None)
-    ops: dict[str, int] = defaultdict(int)
-    kernel: dict[str, float] = defaultdict(float)
-    measured: dict[str, float] = defaultdict(float)
-    fb_outside = fb_ops = 0.0
-    opt_outside = opt_ops = 0.0
+    samples = []
     for config, batch, seq in CALIBRATION_MODELS:
         say(f"calibration: {config.name}, forward-backward step")
         _, outside_fb, n_fb, _ = _run(config, batch, seq, "forward-backward", bare, budget_s,
@@ -92,25 +126,9 @@ def calibrate(hardware: Hardware, *, budget_s: float = 1.0, repeats: int = 3,
         say(f"calibration: {config.name}, train step")
         categories, outside, n_other, n_opt = _run(config, batch, seq, "train", bare,
                                                    budget_s, repeats)
-        for name, (count, kernel_s, measured_s) in categories.items():
-            ops[name] += count
-            kernel[name] += kernel_s
-            measured[name] += measured_s
-        fb_outside += max(0.0, outside_fb)
-        fb_ops += n_fb
-        per_op = max(0.0, outside_fb) / n_fb if n_fb else 0.0
-        opt_outside += max(0.0, outside - per_op * n_other)
-        opt_ops += n_opt
-    op_cost = measured["view"] / ops["view"] if ops.get("view") else 0.0
-    low, high = SCALE_RANGE
-    scale = {name: min(high, max(low, (measured[name] - ops[name] * op_cost) / kernel[name]))
-             for name in kernel if kernel[name] > 0 and name != "view"}
-    return Calibration(
-        scale=scale, op_cost_s=op_cost,
-        between_ops_s={"forward-backward": fb_outside / fb_ops if fb_ops else 0.0,
-                       "optimizer": opt_outside / opt_ops if opt_ops else 0.0},
-        source="fitted by tensorledger probe on " + ", ".join(
-            f"{c.name} (batch {b} × seq {s})" for c, b, s in CALIBRATION_MODELS) +
+        samples.append(StepSample(categories, outside_fb, n_fb, outside, n_other, n_opt))
+    return fit(samples, source="fitted by tensorledger probe on " + ", ".join(
+        f"{c.name} (batch {b} × seq {s})" for c, b, s in CALIBRATION_MODELS) +
         ": forward-backward and train steps in fp32, the profiler's own time per op, the "
         "harness's step time")
 

@@ -1,0 +1,98 @@
+"""The calibration of a probed profile: the fit by hand, its file form, and its use."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tensorledger.hardware import Calibration, Hardware
+from tensorledger.hardware.catalog import parse_hardware_toml
+from tensorledger.ledger.calibrate import StepSample, calibration_toml, fit
+from tensorledger.roofline import predict, predict_op
+from tensorledger.roofline.compare import compare
+from tests.roofline.test_model import Op
+
+# two calibration models: per category (ops, predicted kernel s, measured own s)
+A = StepSample({"matmul": (10, 2e-3, 5e-3), "view": (20, 0.0, 2e-4),
+                "elementwise": (30, 1e-3, 1.6e-3)},
+               outside_fb_s=4e-3, ops_fb=50, outside_train_s=10e-3, ops_other=50,
+               ops_optimizer=20)
+B = StepSample({"matmul": (10, 4e-3, 9e-3), "view": (20, 0.0, 2e-4),
+                "elementwise": (10, 1e-3, 1.2e-3)},
+               outside_fb_s=2e-3, ops_fb=30, outside_train_s=5e-3, ops_other=30,
+               ops_optimizer=10)
+
+
+def test_fit_by_hand() -> None:
+    cal = fit([A, B])
+    # op cost: views run no kernel: (0.2 + 0.2 ms) / 40 views = 10 µs
+    assert cal.op_cost_s == pytest.approx(4e-4 / 40)
+    # matmul: (5 + 9 ms − 20 ops × 10 µs) / (2 + 4 ms) = 13.8 / 6 = 2.3
+    assert cal.scale["matmul"] == pytest.approx(13.8 / 6)
+    # elementwise: (1.6 + 1.2 ms − 40 × 10 µs) / 2 ms = 2.4 / 2 = 1.2
+    assert cal.scale["elementwise"] == pytest.approx(1.2)
+    assert "view" not in cal.scale
+    # between ops, forward and backward: (4 + 2 ms) / (50 + 30 ops) = 75 µs
+    assert cal.between_ops_s["forward-backward"] == pytest.approx(6e-3 / 80)
+    # optimizer: (10 − 50 × 75 µs) + (5 − 30 × 75 µs) = 6.25 + 2.75 = 9 ms over 30 ops = 300 µs
+    assert cal.between_ops_s["optimizer"] == pytest.approx(9e-3 / 30)
+
+
+def test_the_fit_reproduces_its_samples() -> None:
+    cal = fit([A, B])
+    for name in ("matmul", "elementwise"):
+        predicted = sum(s.categories[name][1] * cal.scale[name] + s.categories[name][0] *
+                        cal.op_cost_s for s in (A, B))
+        assert predicted == pytest.approx(sum(s.categories[name][2] for s in (A, B)))
+    outside = sum(s.ops_other * cal.between("forward") + s.ops_optimizer *
+                  cal.between("optimizer") for s in (A, B))
+    assert outside == pytest.approx(A.outside_train_s + B.outside_train_s)
+
+
+def test_the_profile_table_round_trips() -> None:
+    cal = fit([A, B], source="two models")
+    text = ('name = "cpu"\nmemory = "8GB"\nmemory_bandwidth = "10GB/s"\n[dense]\n'
+            'fp32 = "100GFLOP/s"\n') + calibration_toml(cal)
+    chip = parse_hardware_toml(text, "test", "local")
+    assert chip.calibration is not None
+    assert chip.calibration.scale == pytest.approx(cal.scale)
+    assert chip.calibration.op_cost_s == pytest.approx(cal.op_cost_s)
+    assert chip.calibration.between_ops_s == pytest.approx(cal.between_ops_s)
+    assert chip.calibration.source == "two models"
+
+
+CHIP = Hardware(id="cpu", name="cpu", memory_bytes=8e9, memory_bandwidth_bytes_per_s=1e10,
+                dense_flop_per_s={"fp32": 1e11, "bf16": 1e11}, origin="test")
+CAL = Calibration(scale={"matmul": 2.0}, op_cost_s=1e-6,
+                  between_ops_s={"forward-backward": 5e-6, "optimizer": 20e-6})
+
+
+def test_a_calibrated_op_by_hand() -> None:
+    chip = dataclasses.replace(CHIP, calibration=CAL)
+    mm = Op("aten.mm.default", "matmul", 2 * 10**8, 10**6, 0, ("fp32",), ("fp32",),
+            phase="backward")
+    p = predict_op(0, mm, chip)
+    # 2e8 FLOPs at 1e11 FLOP/s = 2 ms, × 2 = 4 ms; + 1 µs entering + 5 µs between ops
+    assert p.time_s == pytest.approx(4e-3 + 1e-6 + 5e-6)
+    assert p.between_ops_s == pytest.approx(5e-6)
+    add = Op("aten.add_.Tensor", "elementwise", 10, 80, 40, ("fp32",), ("fp32",),
+             phase="optimizer")
+    q = predict_op(0, add, chip)  # no scale for elementwise: 120 B at 1e10 B/s = 12 ns
+    assert q.time_s == pytest.approx(120 / 1e10 + 1e-6 + 20e-6)
+    assert q.ideal_time_s == pytest.approx(120 / 1e10) and q.ideal_time_s <= q.time_s
+
+
+def test_between_ops_is_set_beside_the_measured_residual() -> None:
+    from tensorledger.bench.optiming import OpTime
+
+    chip = dataclasses.replace(CHIP, calibration=CAL)
+    ops = [Op("aten.mm.default", "matmul", 2 * 10**8, 10**6, 0, ("fp32",), ("fp32",))]
+    prediction = predict(ops, chip)
+    result = compare(prediction, [[OpTime("aten.mm.default", 4e-3)]], measured_step_s=4.010e-3,
+                     peak_flop_per_s=1e11)
+    (matmul,) = result.categories
+    assert matmul.predicted_s == pytest.approx(4e-3 + 1e-6)  # without the 5 µs between ops
+    assert result.predicted_between_s == pytest.approx(5e-6)
+    assert result.unattributed_s == pytest.approx(10e-6)  # 4.010 − 4 ms
+    assert result.between_error == pytest.approx(5e-6 / 10e-6 - 1)  # −50%
