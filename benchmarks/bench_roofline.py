@@ -59,7 +59,7 @@ def _profile(path: str | None) -> Hardware:
     def say(step: str) -> None:
         print(f"  {step}", file=sys.stderr)
 
-    result = probe("cpu", progress=say)
+    result = probe("cpu", dtypes=("fp32",), progress=say)  # the workloads run in fp32
     text = profile_toml(result)
     fitted = calibrate(parse_hardware_toml(text, "probe", "local"), progress=say)
     text = profile_toml(result, calibration=calibration_toml(fitted))

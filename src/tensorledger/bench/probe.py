@@ -15,8 +15,9 @@ The profile is TOML in the catalog's own format, so ``load_hardware_file`` reads
 
 Noise: every figure is timed as repeated samples; when their spread (interquartile range over
 the median) is wider than ``max_spread``, the figure is measured again, up to ``retries``
-times, and the tightest attempt kept.  A figure that stays wide is named in the profile's
-``unreliable`` list, and every prediction made against the profile says so.
+times (not a figure slower than ``slow_call_s`` per call), and the tightest attempt kept.  A
+figure that stays wide is named in the profile's ``unreliable`` list, and every prediction made
+against the profile says so.
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ class _Timer:
     clock: Callable[[], float]
     max_spread: float
     retries: int
+    slow_call_s: float = 1.0  # a figure this slow per call is not measured again
     unreliable: list[str] = field(default_factory=list)
 
     def __call__(self, fn: Callable[[], Any], label: str, **options: Any) -> Measurement:
@@ -105,7 +107,7 @@ class _Timer:
             result = measure(fn, device=self.device, clock=self.clock, name=label, **options)
             if best is None or result.spread < best.spread:
                 best = result
-            if result.spread <= self.max_spread:
+            if result.spread <= self.max_spread or result.median_s > self.slow_call_s:
                 break
         assert best is not None
         if best.spread > self.max_spread:
@@ -258,7 +260,7 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
     test passes a fake one).
     """
     dev = resolve_device(device, ("cpu", "cuda"))
-    timer = _Timer(dev, clock, max_spread, retries)
+    timer = _Timer(dev, clock, max_spread, retries, slow_call_s)
     say = progress or (lambda _: None)
     name, memory = _device_name(dev)
     if sizes is None:
