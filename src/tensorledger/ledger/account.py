@@ -10,6 +10,7 @@ runs the step on its own batch, so the cluster takes ``count`` steps' tokens per
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tensorledger.errors import InputError
@@ -92,8 +93,8 @@ class Ledger:
 
 def account_workload(work: Workload, hardware: Hardware, *, count: int = 1,
                      run_tokens: float | None = None,
-                     usd_per_device_hour: float | None = None, depth: int | None = 2
-                     ) -> Ledger:
+                     usd_per_device_hour: float | None = None, depth: int | None = 2,
+                     progress: Callable[[str], None] | None = None) -> Ledger:
     """Trace ``work`` once and account it on ``count`` devices of ``hardware``.
 
     >>> from tensorledger.hardware import get_hardware
@@ -103,12 +104,14 @@ def account_workload(work: Workload, hardware: Hardware, *, count: int = 1,
     True
     """
     return account_run(work, hardware, count=count, run_tokens=run_tokens,
-                       usd_per_device_hour=usd_per_device_hour, depth=depth)[0]
+                       usd_per_device_hour=usd_per_device_hour, depth=depth,
+                       progress=progress)[0]
 
 
 def account_run(work: Workload, hardware: Hardware, *, count: int = 1,
                 run_tokens: float | None = None, usd_per_device_hour: float | None = None,
-                depth: int | None = 2) -> tuple[Ledger, StepTrace]:
+                depth: int | None = 2, progress: Callable[[str], None] | None = None
+                ) -> tuple[Ledger, StepTrace]:
     """:func:`account_workload`, and the traced step it was computed from (for exports)."""
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise InputError(f"--count must be a whole number >= 1, got {count!r}")
@@ -116,7 +119,9 @@ def account_run(work: Workload, hardware: Hardware, *, count: int = 1,
                                                    usd_per_device_hour)):
         if value is not None and not (math.isfinite(value) and value > 0):
             raise InputError(f"{name} must be a positive number, got {value!r}")
-    run = trace_workload(work, first_step=True)
+    say = progress or (lambda _: None)
+    run = trace_workload(work, first_step=True, progress=progress)
+    say("accounting memory and time")
     summary = step_summary(run, depth)
     memory = memory_of(run, hardware, count)
     prediction = predict(run.trace.records, hardware, tokens=work.tokens)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tensorledger.hardware import Hardware
 from tensorledger.memory.ledger import MemoryLedger, StepFacts, memory_ledger
 from tensorledger.workload import StepTrace, Workload, trace_workload
@@ -18,8 +20,8 @@ def step_facts(run: StepTrace) -> StepFacts:
                      config=work.source.config)
 
 
-def memory_report(work: Workload, hardware: Hardware | None = None, count: int = 1
-                  ) -> MemoryLedger:
+def memory_report(work: Workload, hardware: Hardware | None = None, count: int = 1,
+                  progress: Callable[[str], None] | None = None) -> MemoryLedger:
     """Trace ``work``'s first and steady-state steps and account the memory of the latter.
 
     >>> from tensorledger.workload import resolve_workload
@@ -28,7 +30,7 @@ def memory_report(work: Workload, hardware: Hardware | None = None, count: int =
     ...     ledger.recipe.total_bytes)
     True
     """
-    return memory_of(trace_workload(work, first_step=True), hardware, count)
+    return memory_of(trace_workload(work, first_step=True, progress=progress), hardware, count)
 
 
 def memory_of(run: StepTrace, hardware: Hardware | None = None, count: int = 1

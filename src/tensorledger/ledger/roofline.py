@@ -7,6 +7,7 @@ between ops).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tensorledger.errors import InputError
@@ -50,7 +51,8 @@ class RooflineRun:
 
 
 def roofline_report(work: Workload, hardware: Hardware, *, measure_step: bool = False,
-                    budget_s: float = 2.0, timing_runs: int = 5) -> RooflineRun:
+                    budget_s: float = 2.0, timing_runs: int = 5,
+                    progress: Callable[[str], None] | None = None) -> RooflineRun:
     """Predict (and with ``measure_step``, measure) one step of ``work`` on ``hardware``.
 
     With a measurement the step is built on the workload's device (cpu or cuda), run once to
@@ -69,18 +71,23 @@ def roofline_report(work: Workload, hardware: Hardware, *, measure_step: bool = 
                          f"{work.device})")
     comparison = None
     warning = None
+    say = progress or (lambda _: None)
     if not measure_step:
-        traced = trace_workload(work).trace
+        traced = trace_workload(work, progress=progress).trace
         prediction = predict(traced.records, hardware, tokens=work.tokens)
     else:
         with placement(work.device) as target:
+            say(f"building {work.model} on {work.device}")
             step = prepare(work, target)
+            say("running the first step")
             step.run()  # steady state: the first step creates optimizer state, warms caches
             traced, _ = record_step(step)
             prediction = predict(traced.records, hardware, tokens=work.tokens)
+            say("timing the whole step")
             whole = measure(step.run, device=work.device, budget_s=budget_s, warmup=2,
                             name=f"{work.model} {work.step.name}")
             warning = whole.warning
+            say("timing each op (profiler)")
             per_op = profile_ops(step.run, work.device, repeats=timing_runs)
         comparison = compare(prediction, [per_op], whole.median_s,
                              hardware.peak_flop_per_s(prediction.mfu_peak_key))

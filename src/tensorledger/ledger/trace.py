@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tensorledger.summary import show_count, summary
@@ -55,6 +56,8 @@ class TraceReport:
                    params=run.params, tokens=run.tokens, summary=summary)
 
 
-def trace_report(work: Workload, depth: int | None = 2) -> TraceReport:
-    """Trace ``work``'s step and summarise it to ``depth`` levels of modules."""
-    return TraceReport.of(trace_workload(work), depth)
+def trace_report(work: Workload, depth: int | None = 2,
+                 progress: Callable[[str], None] | None = None) -> TraceReport:
+    """Trace ``work``'s step and summarise it to ``depth`` levels of modules; ``progress`` is
+    told each stage as it starts."""
+    return TraceReport.of(trace_workload(work, progress=progress), depth)

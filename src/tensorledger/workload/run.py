@@ -9,7 +9,7 @@ state (the master copy of ``bf16-master`` included), saved activations (through 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -128,21 +128,26 @@ def record_step(step: PreparedStep) -> tuple[Trace, dict[int, str]]:
     return recorder.trace, recorder.tags
 
 
-def trace_workload(work: Workload, first_step: bool = False) -> StepTrace:
+def trace_workload(work: Workload, first_step: bool = False,
+                   progress: Callable[[str], None] | None = None) -> StepTrace:
     """Build the workload's module on its device and trace its steady-state step.
 
-    With ``first_step`` the warm-up step is traced as well (its peak is shown beside).
+    With ``first_step`` the warm-up step is traced as well (its peak is shown beside);
+    ``progress`` is told each stage as it starts (the core never prints).
 
     >>> from tensorledger.workload.spec import resolve_workload
     >>> run = trace_workload(resolve_workload("tiny", batch=1, seq=8, step="forward"))
     >>> dict(run.trace.uncovered), run.tokens
     ({}, 8)
     """
+    say = progress or (lambda _: None)
     with placement(work.device) as target:
+        say(f"building {work.model} on {work.device}")
         step = prepare(work, target)
         first: Trace | None = None
         first_tags: dict[int, str] = {}
         if work.step.optimizer:
+            say("running the first step (optimizer state)")
             if first_step:
                 first, first_tags = record_step(step)
             else:
@@ -151,6 +156,7 @@ def trace_workload(work: Workload, first_step: bool = False) -> StepTrace:
         if on_cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
+        say(f"tracing the {work.step.name} step")
         trace, tags = record_step(step)
         measured = None
         if on_cuda:
