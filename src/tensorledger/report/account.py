@@ -11,7 +11,7 @@ from rich.table import Table
 
 from tensorledger.report.memory import memory_view
 from tensorledger.report.roofline import totals_table
-from tensorledger.report.trace import flops_notes, flops_table
+from tensorledger.report.trace import flops_notes, flops_table, module_table
 from tensorledger.units import format_bytes, format_count, format_duration, format_sci
 
 if TYPE_CHECKING:
@@ -48,18 +48,20 @@ def account_view(ledger: Ledger) -> View:
     view.append(f"FLOPs per step {format_sci(s.flops)} ({format_sci(s.flops_causal_halved)} "
                 "with causal attention halved)")
     view += flops_notes(s)
+    view.append(module_table(s.modules))
     view += memory_view(ledger.memory)
     view.append(totals_table(f"Predicted time by category on {ledger.hardware}",
                              ledger.roofline.by_category))
     view.append(f"predicted step {format_duration(ledger.step_time_s)} (roofline bound); "
                 f"{ledger.cluster_tokens_per_s:,.0f} tokens/s on {ledger.count} device(s); "
-                f"MFU {ledger.mfu:.3f} against the dense {ledger.roofline.mfu_peak_key} peak")
+                f"MFU {format_sci(ledger.mfu, 3)} against the dense "
+                f"{ledger.roofline.mfu_peak_key} peak")
     if ledger.run is not None:
         r = ledger.run
         cost = f", ${r.cost_usd:,.0f} at ${r.usd_per_device_hour:g} per device-hour" if (
             r.cost_usd is not None and r.usd_per_device_hour is not None) else ""
         view.append(f"the whole run: {format_sci(r.tokens)} tokens in {r.steps:,.0f} steps, "
-                    f"{format_duration(r.time_s)} ({r.days:,.2f} days), "
+                    f"{format_duration(r.time_s)}, "
                     f"{r.device_hours:,.0f} device-hours{cost}")
     view.append(f"peak memory per device {format_bytes(ledger.memory.peak_bytes, 'auto')}")
     return view

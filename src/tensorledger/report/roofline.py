@@ -13,6 +13,7 @@ from tensorledger.hardware import Hardware
 from tensorledger.report.plots import new_figure, save_figure
 from tensorledger.roofline import RooflinePrediction, TimeTotal, ceiling
 from tensorledger.roofline.compare import Comparison
+from tensorledger.roofline.modules import ModuleTime
 from tensorledger.units import format_bytes, format_duration, format_flop_rate, format_sci
 
 __all__ = ["comparison_table", "plot_roofline", "prediction_view", "totals_table"]
@@ -25,12 +26,18 @@ CATEGORY_COLOURS = {"matmul": "tab:blue", "attention": "tab:purple", "elementwis
                     "other": "tab:olive", "view": "tab:cyan"}
 
 
-def totals_table(title: str, totals: Sequence[TimeTotal], limit: int = 12) -> Table:
+def _name(total: TimeTotal | ModuleTime) -> str:
+    count = getattr(total, "count", 1)
+    return (total.name or "(root)") + (f" ×{count}" if count > 1 else "")
+
+
+def totals_table(title: str, totals: Sequence[TimeTotal] | Sequence[ModuleTime],
+                 limit: int = 12) -> Table:
     table = Table(title=title, title_justify="left", header_style="bold")
     for column in ("name", "ops", "FLOPs", "bytes", "predicted", "share", "bound c/m/o"):
         table.add_column(column, justify="left" if column == "name" else "right")
     for total in totals[:limit]:
-        table.add_row(total.name or "(root)", str(total.ops), format_sci(total.flops),
+        table.add_row(_name(total), str(total.ops), format_sci(total.flops),
                       format_bytes(total.bytes), format_duration(total.time_s),
                       f"{total.share_of_step:.1%}",
                       f"{total.compute_bound_ops}/{total.memory_bound_ops}/"
@@ -40,11 +47,15 @@ def totals_table(title: str, totals: Sequence[TimeTotal], limit: int = 12) -> Ta
     return table
 
 
-def prediction_view(prediction: RooflinePrediction) -> View:
+def prediction_view(prediction: RooflinePrediction,
+                    modules: Sequence[ModuleTime] | None = None) -> View:
+    """The tables and the step line; ``modules``: the by-module rows, repeated modules grouped
+    (``module_times``), else the prediction's own."""
     lines: View = [
         totals_table("Predicted time by category", prediction.by_category),
         totals_table("by phase", prediction.by_phase),
-        totals_table("by module (slowest first)", prediction.by_module, 8),
+        totals_table("by module (slowest first; ×N: N repeated modules summed)",
+                     prediction.by_module if modules is None else modules, 8),
         f"predicted step: {format_duration(prediction.time_s)} for {format_sci(prediction.flops)}"
         f" FLOPs and {format_bytes(prediction.bytes)} moved on {prediction.hardware}; implied "
         f"MFU {prediction.mfu:.3f} against the dense {prediction.mfu_peak_key} peak",
