@@ -51,7 +51,16 @@ def _module_label(node: ModuleNode, level: int) -> str:
     return name + (f" ×{node.count}" if node.count > 1 else "")
 
 
+def _same(a: ModuleNode, b: ModuleNode) -> bool:
+    return (a.ops, a.flops, a.bytes_read, a.bytes_written) == (
+        b.ops, b.flops, b.bytes_read, b.bytes_written)
+
+
 def _module_rows(node: ModuleNode, table: Table, level: int) -> None:
+    if level > 1 and len(node.children) == 1 and _same(node, node.children[0]):
+        # a container that only holds its group (``blocks`` → ``blocks.{0..11}``): one row
+        _module_rows(node.children[0], table, level)
+        return
     label = _module_label(node, level)
     table.add_row("  " * level + label, _flops(node.flops_forward), _flops(node.flops_backward),
                   _flops(node.flops_optimizer + node.flops_other), _flops(node.flops),
