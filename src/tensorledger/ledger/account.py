@@ -86,7 +86,7 @@ class Ledger:
 
 def account_workload(work: Workload, hardware: Hardware, *, count: int = 1,
                      run_tokens: float | None = None,
-                     usd_per_device_hour: float | None = None, depth: int | None = 2
+                     usd_per_device_hour: float | None = None, depth: int | None = 3
                      ) -> Ledger:
     """Trace ``work`` once and account it on ``count`` devices of ``hardware``.
 
@@ -102,7 +102,7 @@ def account_workload(work: Workload, hardware: Hardware, *, count: int = 1,
 
 def account_run(work: Workload, hardware: Hardware, *, count: int = 1,
                 run_tokens: float | None = None, usd_per_device_hour: float | None = None,
-                depth: int | None = 2) -> tuple[Ledger, StepTrace]:
+                depth: int | None = 3) -> tuple[Ledger, StepTrace]:
     """:func:`account_workload`, and the traced step it was computed from (for exports)."""
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise InputError(f"--count must be a whole number >= 1, got {count!r}")

@@ -44,6 +44,6 @@ class TraceReport:
                    params=run.params, tokens=run.tokens, summary=summary)
 
 
-def trace_report(work: Workload, depth: int | None = 2) -> TraceReport:
+def trace_report(work: Workload, depth: int | None = 4) -> TraceReport:
     """Trace ``work``'s step and summarise it to ``depth`` levels of modules."""
     return TraceReport.of(trace_workload(work), depth)
