@@ -8,20 +8,32 @@ import pytest
 
 from tensorledger.hardware import Calibration, Hardware
 from tensorledger.hardware.catalog import parse_hardware_toml
-from tensorledger.ledger.calibrate import StepSample, calibration_toml, fit
+from tensorledger.ledger.calibrate import Run, StepSample, calibration_toml, fit
 from tensorledger.roofline import predict, predict_op
 from tensorledger.roofline.compare import compare
 from tests.roofline.test_model import Op
 
-# two calibration models: per category (ops, predicted kernel s, measured own s)
-A = StepSample({"matmul": (10, 2e-3, 5e-3), "view": (20, 0.0, 2e-4),
-                "elementwise": (30, 1e-3, 1.6e-3)},
-               outside_fb_s=4e-3, ops_fb=50, outside_train_s=10e-3, ops_other=50,
-               ops_optimizer=20)
-B = StepSample({"matmul": (10, 4e-3, 9e-3), "view": (20, 0.0, 2e-4),
-                "elementwise": (10, 1e-3, 1.2e-3)},
-               outside_fb_s=2e-3, ops_fb=30, outside_train_s=5e-3, ops_other=30,
-               ops_optimizer=10)
+# two calibration models: per category (ops, predicted kernel s, the profiler's own s)
+A = StepSample(
+    forward_backward=Run(step_s=20e-3, categories={},
+                         kernel_by_phase={("forward-backward", "matmul"): 2e-3,
+                                          ("forward-backward", "elementwise"): 1e-3},
+                         ops_by_phase={"forward-backward": 50}),
+    train=Run(step_s=40e-3, categories={"matmul": (10, 2e-3, 5e-3), "view": (20, 0.0, 2e-4),
+                                        "elementwise": (30, 1.5e-3, 2.2e-3)},
+              kernel_by_phase={("forward-backward", "matmul"): 2e-3,
+                               ("forward-backward", "elementwise"): 1e-3,
+                               ("optimizer", "elementwise"): 0.5e-3},
+              ops_by_phase={"forward-backward": 50, "optimizer": 20}))
+B = StepSample(
+    forward_backward=Run(step_s=30e-3, categories={},
+                         kernel_by_phase={("forward-backward", "matmul"): 4e-3},
+                         ops_by_phase={"forward-backward": 30}),
+    train=Run(step_s=45e-3, categories={"matmul": (10, 4e-3, 9e-3), "view": (20, 0.0, 2e-4),
+                                        "elementwise": (10, 0.5e-3, 0.6e-3)},
+              kernel_by_phase={("forward-backward", "matmul"): 4e-3,
+                               ("optimizer", "elementwise"): 0.5e-3},
+              ops_by_phase={"forward-backward": 30, "optimizer": 10}))
 
 
 def test_fit_by_hand() -> None:
@@ -30,24 +42,29 @@ def test_fit_by_hand() -> None:
     assert cal.op_cost_s == pytest.approx(4e-4 / 40)
     # matmul: (5 + 9 ms − 20 ops × 10 µs) / (2 + 4 ms) = 13.8 / 6 = 2.3
     assert cal.scale["matmul"] == pytest.approx(13.8 / 6)
-    # elementwise: (1.6 + 1.2 ms − 40 × 10 µs) / 2 ms = 2.4 / 2 = 1.2
+    # elementwise: (2.2 + 0.6 ms − 40 × 10 µs) / 2 ms = 2.4 / 2 = 1.2
     assert cal.scale["elementwise"] == pytest.approx(1.2)
     assert "view" not in cal.scale
-    # between ops, forward and backward: (4 + 2 ms) / (50 + 30 ops) = 75 µs
-    assert cal.between_ops_s["forward-backward"] == pytest.approx(6e-3 / 80)
-    # optimizer: (10 − 50 × 75 µs) + (5 − 30 × 75 µs) = 6.25 + 2.75 = 9 ms over 30 ops = 300 µs
-    assert cal.between_ops_s["optimizer"] == pytest.approx(9e-3 / 30)
+    # forward-backward, per op: (20 − 2·2.3 − 1·1.2) + (30 − 4·2.3) ms = 14.2 + 20.8 = 35 ms
+    # over 80 ops = 437.5 µs, less the 10 µs of entering an op
+    assert cal.between_ops_s["forward-backward"] == pytest.approx(35e-3 / 80 - 10e-6)
+    # optimizer: (40 − 20 − 0.5·1.2) + (45 − 30 − 0.5·1.2) = 19.4 + 14.4 = 33.8 ms over 30 ops
+    assert cal.between_ops_s["optimizer"] == pytest.approx(33.8e-3 / 30 - 10e-6)
 
 
 def test_the_fit_reproduces_its_samples() -> None:
     cal = fit([A, B])
     for name in ("matmul", "elementwise"):
-        predicted = sum(s.categories[name][1] * cal.scale[name] + s.categories[name][0] *
-                        cal.op_cost_s for s in (A, B))
-        assert predicted == pytest.approx(sum(s.categories[name][2] for s in (A, B)))
-    outside = sum(s.ops_other * cal.between("forward") + s.ops_optimizer *
-                  cal.between("optimizer") for s in (A, B))
-    assert outside == pytest.approx(A.outside_train_s + B.outside_train_s)
+        predicted = sum(s.train.categories[name][1] * cal.scale[name] +
+                        s.train.categories[name][0] * cal.op_cost_s for s in (A, B))
+        assert predicted == pytest.approx(sum(s.train.categories[name][2] for s in (A, B)))
+    # whole train steps, summed over both models: scaled kernels plus the per-op costs
+    per_op = {g: cal.op_cost_s + cal.between(g) for g in ("forward", "optimizer")}
+    predicted_steps = sum(
+        sum(cal.scale[c] * k for (_, c), k in s.train.kernel_by_phase.items()) +
+        s.train.ops_by_phase["forward-backward"] * per_op["forward"] +
+        s.train.ops_by_phase["optimizer"] * per_op["optimizer"] for s in (A, B))
+    assert predicted_steps == pytest.approx(A.train.step_s + B.train.step_s)
 
 
 def test_the_profile_table_round_trips() -> None:

@@ -13,7 +13,8 @@ from tensorledger.errors import DeviceError, InputError
 from tensorledger.hardware import Hardware
 from tensorledger.hostmemory import check_fits_in_memory
 
-__all__ = ["MAX_BUDGET_S", "MAX_MATMUL_N", "MatmulBenchmark", "bench_matmul", "matmul_bytes"]
+__all__ = ["MAX_BUDGET_S", "MAX_MATMUL_N", "MatmulBenchmark", "bench_matmul", "matmul_bytes",
+           "spec_matches"]
 
 #: The largest matrix size accepted (a 2^20² fp32 operand is 4 TiB); what fits in memory is
 #: checked against the memory available, with both figures in the refusal.
@@ -35,6 +36,26 @@ class MatmulBenchmark:
     mfu_spec: float | None
     probed_peak_flop_per_s: float | None
     mfu_probed: float | None
+    device_name: str = ""  # what the measured device calls itself ("cpu" on the host)
+    spec_is_device: bool | None = None  # the spec chip is the device measured (None: no spec)
+
+
+def spec_matches(hardware: Hardware, device_type: str, device_name: str) -> bool:
+    """True when the spec chip can be the device measured: never on the host CPU (the
+    catalog holds accelerators); on an accelerator when the chip's model token (the first
+    word of its name with a digit: ``H100``, ``MI300X``) is in the device's own name.
+
+    >>> from tensorledger.hardware import get_hardware
+    >>> h100 = get_hardware("h100")
+    >>> spec_matches(h100, "cpu", "cpu"), spec_matches(h100, "cuda", "NVIDIA H100 80GB HBM3")
+    (False, True)
+    >>> spec_matches(h100, "cuda", "NVIDIA H200")
+    False
+    """
+    if device_type == "cpu":
+        return hardware.origin != "catalog"  # a user's or a probed profile may describe it
+    token = next((w for w in hardware.name.split() if any(c.isdigit() for c in w)), None)
+    return token is not None and token.lower() in device_name.lower().split()
 
 
 def matmul_bytes(n: int, element_bytes: int) -> int:
@@ -68,6 +89,7 @@ def bench_matmul(n: int, dtype: str = "bf16", device: str = "cpu", *,
         raise DeviceError(f"{dev.type} cannot multiply {resolved.name}: "
                           f"{str(error).splitlines()[0]}") from None
     flops = 2 * n**3
+    device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else dev.type
     achieved = flops / result.median_s
     spec_peak = hardware.peak_flop_per_s(resolved.name) if hardware is not None else None
     probed_peak = None
@@ -80,4 +102,7 @@ def bench_matmul(n: int, dtype: str = "bf16", device: str = "cpu", *,
         spec_peak_flop_per_s=spec_peak,
         mfu_spec=None if spec_peak is None else achieved / spec_peak,
         probed_peak_flop_per_s=probed_peak,
-        mfu_probed=None if probed_peak is None else achieved / probed_peak)
+        mfu_probed=None if probed_peak is None else achieved / probed_peak,
+        device_name=device_name,
+        spec_is_device=None if hardware is None else spec_matches(hardware, dev.type,
+                                                                  device_name))

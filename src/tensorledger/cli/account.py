@@ -11,12 +11,14 @@ from tensorledger.cli.common import JSON_HELP, emit
 from tensorledger.cli.workload import (
     Batch,
     Checkpoint,
+    Depth,
     Device,
     Model,
     Optimizer,
     Precision,
     Seq,
     Step,
+    check_depth,
     workload,
 )
 from tensorledger.workload.spec import DEFAULTS
@@ -42,6 +44,7 @@ def account_command(
     optimizer: Optimizer = DEFAULTS.optimizer,
     device: Device = DEFAULTS.device,
     checkpoint: Checkpoint = DEFAULTS.checkpoint,
+    depth: Depth = 3,
     html_report: Annotated[str | None, typer.Option("--html", help=(
         "Write one self-contained HTML report (tables and interactive plots; opens offline)."
     ))] = None,
@@ -59,6 +62,7 @@ def account_command(
     from tensorledger.hardware import get_hardware
     from tensorledger.units import parse_count
 
+    check_depth(depth)
     work = workload(model, batch, seq, step, precision, optimizer, device, checkpoint)
     chip = get_hardware(hardware)
     run_tokens = parse_count(tokens) if tokens is not None else None
@@ -74,7 +78,7 @@ def account_command(
     from tensorledger.report.exports import chrome_trace_json, memory_snapshot_pickle
 
     ledger, traced = account_run(work, chip, count=count, run_tokens=run_tokens,
-                                 usd_per_device_hour=usd_per_device_hour)
+                                 usd_per_device_hour=usd_per_device_hour, depth=depth)
     notes = []
     if html_report is not None:
         from tensorledger.report.html import ledger_report_html

@@ -13,12 +13,14 @@ from tensorledger.cli.common import JSON_HELP, emit
 from tensorledger.cli.workload import (
     Batch,
     Checkpoint,
+    Depth,
     Device,
     Model,
     Optimizer,
     Precision,
     Seq,
     Step,
+    check_depth,
     workload,
 )
 from tensorledger.hardware import get_hardware
@@ -39,6 +41,7 @@ def roofline_command(
     optimizer: Optimizer = DEFAULTS.optimizer,
     device: Device = DEFAULTS.device,
     checkpoint: Checkpoint = DEFAULTS.checkpoint,
+    depth: Depth = None,
     measure: Annotated[bool, typer.Option("--measure", help=(
         "Run the step for real on --device (cpu or cuda) and show predicted against "
         "measured."))] = False,
@@ -52,6 +55,7 @@ def roofline_command(
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Roofline of one step: each op compute- or memory-bound, predicted time and MFU."""
+    check_depth(depth)
     if measure and device == DEFAULTS.device:
         device = "cpu"  # a measurement runs on real tensors: here, unless told otherwise
     work = workload(model, batch, seq, step, precision, optimizer, device, checkpoint)
@@ -62,11 +66,12 @@ def roofline_command(
     from tensorledger.ledger.roofline import roofline_report
     from tensorledger.report.roofline import comparison_table, plot_roofline, prediction_view
 
-    run = roofline_report(work, chip, measure_step=measure, budget_s=budget)
+    run = roofline_report(work, chip, measure_step=measure, budget_s=budget,
+                           depth=depth)
     lines = [f"{run.model} (built by {run.built_by}), {run.step}, batch {run.batch} × seq "
              f"{run.seq} ({run.tokens} tokens), {run.precision}, traced on {run.device}; "
              f"hardware {chip.id}",
-             *prediction_view(run.prediction)]
+             *prediction_view(run.prediction, run.modules)]
     if run.uncovered:
         lines.append("ops with no cost rule (counted as 0 FLOPs, 0 bytes): " + ", ".join(
             f"{op} ×{calls}" for op, calls in run.uncovered.items()))

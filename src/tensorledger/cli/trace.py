@@ -38,8 +38,8 @@ def trace_command(
     device: Device = DEFAULTS.device,
     checkpoint: Checkpoint = DEFAULTS.checkpoint,
     depth: Annotated[int, typer.Option(help=(
-        "Module tree depth shown: 0 the whole step only, 1 its top modules, ... (default 2)."))
-                     ] = 2,
+        "Module tree depth shown: 0 the whole step only, 1 the model, 2 its top modules, ... "
+        "Repeated modules are summed into one row: blocks.{0..11}.mlp ×12."))] = 4,
     as_json: JsonOpt = False,
 ) -> None:
     """Record every aten op of one step: FLOPs and bytes by category, phase and module."""

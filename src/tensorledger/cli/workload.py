@@ -7,18 +7,21 @@ from typing import Annotated
 
 import typer
 
+from tensorledger.errors import InputError
 from tensorledger.workload.spec import Workload, resolve_workload
 
 __all__ = [
     "WORKLOAD_OPTIONS",
     "Batch",
     "Checkpoint",
+    "Depth",
     "Device",
     "Model",
     "Optimizer",
     "Precision",
     "Seq",
     "Step",
+    "check_depth",
     "workload",
 ]
 
@@ -40,6 +43,17 @@ Device = Annotated[str, typer.Option("--device", help=(
     "memory), fake (FakeTensorMode: no memory, runs any model), cpu or cuda (real tensors)."))]
 Checkpoint = Annotated[bool, typer.Option("--checkpoint", help=(
     "Recompute every block of a reference model in backward (activation checkpointing)."))]
+
+Depth = Annotated[int | None, typer.Option("--depth", help=(
+    "Module rows cut to this many path components (1: the model itself, 2: its top modules, "
+    "...); repeated modules are summed into one row either way: blocks.{0..11}.mlp ×12."))]
+
+
+def check_depth(depth: int | None) -> None:
+    """Refuse a negative ``--depth``."""
+    if depth is not None and depth < 0:
+        raise InputError(f"--depth must be 0 or more, got {depth}")
+
 
 #: The options above, by parameter name, with their shared defaults (tests compare commands).
 WORKLOAD_OPTIONS = ("model", "batch", "seq", "step", "precision", "optimizer", "device",

@@ -93,7 +93,7 @@ class Ledger:
 
 def account_workload(work: Workload, hardware: Hardware, *, count: int = 1,
                      run_tokens: float | None = None,
-                     usd_per_device_hour: float | None = None, depth: int | None = 2,
+                     usd_per_device_hour: float | None = None, depth: int | None = 3,
                      progress: Callable[[str], None] | None = None) -> Ledger:
     """Trace ``work`` once and account it on ``count`` devices of ``hardware``.
 
@@ -110,7 +110,7 @@ def account_workload(work: Workload, hardware: Hardware, *, count: int = 1,
 
 def account_run(work: Workload, hardware: Hardware, *, count: int = 1,
                 run_tokens: float | None = None, usd_per_device_hour: float | None = None,
-                depth: int | None = 2, progress: Callable[[str], None] | None = None
+                depth: int | None = 3, progress: Callable[[str], None] | None = None
                 ) -> tuple[Ledger, StepTrace]:
     """:func:`account_workload`, and the traced step it was computed from (for exports)."""
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:

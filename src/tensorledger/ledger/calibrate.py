@@ -9,8 +9,9 @@ and the whole step with the harness, and fits, as ratios of sums over both model
 - ``op_cost_s``: a view's own time (it runs no kernel, so its time is entering an op);
 - ``scale[category]``: (measured time of the category − ops × op cost) / its predicted kernel
   time at the probed rates;
-- ``between_ops_s``: the step's time outside the ops, per op — one figure for forward and
-  backward (a forward-backward step), one for the optimizer (a train step minus that).
+- ``between_ops_s``: from whole step times (no profiler), the time per op beyond the scaled
+  kernels and the cost of entering an op — one figure for forward and backward (a
+  forward-backward step), one for the optimizer (a train step minus that).
 
 The result is a :class:`~tensorledger.hardware.Calibration` that ``profile_toml`` writes into
 the profile; ``roofline --hardware local`` then predicts with it.
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from tensorledger.hardware import Calibration, Hardware
 from tensorledger.napkin.transformer import TransformerConfig
 
-__all__ = ["CALIBRATION_MODELS", "StepSample", "calibrate", "calibration_toml", "fit"]
+__all__ = ["CALIBRATION_MODELS", "Run", "StepSample", "calibrate", "calibration_toml", "fit"]
 
 #: The calibration models: one Llama-like (RMSNorm, RoPE, SwiGLU, GQA), one GPT-2-like
 #: (LayerNorm, learned positions, GELU), each at a shape no benchmark workload uses.
@@ -42,11 +43,22 @@ CALIBRATION_MODELS = (
 SCALE_RANGE = (0.05, 50.0)
 
 
+@dataclass(frozen=True)
+class Run:
+    """One step of a calibration model, run for real."""
+
+    step_s: float  # the harness's median time of the whole step (no profiler)
+    categories: Mapping[str, tuple[int, float, float]]  # (ops, kernel s, the profiler's own s)
+    kernel_by_phase: Mapping[tuple[str, str], float]  # (phase group, category) → kernel s
+    ops_by_phase: Mapping[str, int]  # "forward-backward" / "optimizer" → ops
+
+
+def _group(phase: str) -> str:
+    return "optimizer" if phase == "optimizer" else "forward-backward"
+
+
 def _run(config: TransformerConfig, batch: int, seq: int, step: str, hardware: Hardware,
-         budget_s: float, repeats: int) -> tuple[dict[str, tuple[int, float, float]], float,
-                                                 int, int]:
-    """One real step: per category (ops, predicted kernel s, measured own s), the step's time
-    outside the traced categories, and the op counts outside / inside the optimizer."""
+         budget_s: float, repeats: int) -> Run:
     from tensorledger.bench.harness import measure
     from tensorledger.bench.optiming import profile_ops
     from tensorledger.roofline import predict
@@ -67,49 +79,64 @@ def _run(config: TransformerConfig, batch: int, seq: int, step: str, hardware: H
         per_op = profile_ops(prepared.run, "cpu", repeats=repeats)
     result = compare(prediction, [per_op], whole.median_s, 1.0)
     kernel: dict[str, float] = defaultdict(float)
+    by_phase: dict[tuple[str, str], float] = defaultdict(float)
+    ops: dict[str, int] = defaultdict(int)
     for op in prediction.ops:
         kernel[op.category] += op.time_s - op.overhead_s
-    categories = {c.category: (c.ops, kernel[c.category], c.measured_s)
-                  for c in result.categories if c.ops}
-    outside = whole.median_s - sum(m for _, _, m in categories.values())
-    optimizer = sum(op.phase == "optimizer" for op in prediction.ops)
-    return categories, outside, len(prediction.ops) - optimizer, optimizer
+        by_phase[_group(op.phase), op.category] += op.time_s - op.overhead_s
+        ops[_group(op.phase)] += 1
+    return Run(step_s=whole.median_s,
+               categories={c.category: (c.ops, kernel[c.category], c.measured_s)
+                           for c in result.categories if c.ops},
+               kernel_by_phase=dict(by_phase), ops_by_phase=dict(ops))
 
 
 @dataclass(frozen=True)
 class StepSample:
-    """One calibration model measured in its forward-backward and its train step."""
+    """One calibration model: its forward-backward step and its train step."""
 
-    categories: Mapping[str, tuple[int, float, float]]  # train step: (ops, kernel s, own s)
-    outside_fb_s: float  # forward-backward step time outside the ops' own times
-    ops_fb: int  # ops of the forward-backward step
-    outside_train_s: float  # train step time outside the ops' own times
-    ops_other: int  # ops of the train step outside the optimizer
-    ops_optimizer: int
+    forward_backward: Run
+    train: Run
 
 
 def fit(samples: Sequence[StepSample], source: str = "") -> Calibration:
-    """The calibration that reproduces ``samples`` as ratios of sums (see the module)."""
+    """The calibration that reproduces ``samples`` as ratios of sums.
+
+    Category scales and the cost of entering an op come from the profiler's own times of the
+    train steps' ops (those carry the profiler's cost per op, as a view's time does, so the
+    scale of a category is free of it).  The framework's time per op comes from whole step
+    times, which carry no profiler: a forward-backward step's time less its scaled kernels,
+    per op; a train step's time less the forward-backward step's and the optimizer's scaled
+    kernels, per optimizer op.  What is left after the cost of entering an op is the time
+    between ops.
+    """
     ops: dict[str, int] = defaultdict(int)
     kernel: dict[str, float] = defaultdict(float)
     measured: dict[str, float] = defaultdict(float)
     for sample in samples:
-        for name, (count, kernel_s, measured_s) in sample.categories.items():
+        for name, (count, kernel_s, measured_s) in sample.train.categories.items():
             ops[name] += count
             kernel[name] += kernel_s
             measured[name] += measured_s
-    fb_outside = sum(max(0.0, s.outside_fb_s) for s in samples)
-    fb_ops = sum(s.ops_fb for s in samples)
-    per_op = fb_outside / fb_ops if fb_ops else 0.0
-    opt_outside = sum(max(0.0, s.outside_train_s - per_op * s.ops_other) for s in samples)
-    opt_ops = sum(s.ops_optimizer for s in samples)
     op_cost = measured["view"] / ops["view"] if ops.get("view") else 0.0
     low, high = SCALE_RANGE
     scale = {name: min(high, max(low, (measured[name] - ops[name] * op_cost) / kernel[name]))
              for name in kernel if kernel[name] > 0 and name != "view"}
+
+    def scaled(run: Run, group: str) -> float:
+        return sum(scale.get(category, 1.0) * seconds for (g, category), seconds in
+                   run.kernel_by_phase.items() if g == group)
+
+    fb_rest = sum(s.forward_backward.step_s - scaled(s.forward_backward, "forward-backward")
+                  for s in samples)
+    fb_ops = sum(s.forward_backward.ops_by_phase.get("forward-backward", 0) for s in samples)
+    opt_rest = sum(s.train.step_s - s.forward_backward.step_s - scaled(s.train, "optimizer")
+                   for s in samples)
+    opt_ops = sum(s.train.ops_by_phase.get("optimizer", 0) for s in samples)
+    per_op = {"forward-backward": fb_rest / fb_ops if fb_ops else 0.0,
+              "optimizer": opt_rest / opt_ops if opt_ops else 0.0}
     return Calibration(scale=scale, op_cost_s=op_cost,
-                       between_ops_s={"forward-backward": per_op,
-                                      "optimizer": opt_outside / opt_ops if opt_ops else 0.0},
+                       between_ops_s={k: max(0.0, v - op_cost) for k, v in per_op.items()},
                        source=source)
 
 
@@ -120,17 +147,15 @@ def calibrate(hardware: Hardware, *, budget_s: float = 1.0, repeats: int = 3,
     bare = dataclasses.replace(hardware, calibration=None)
     samples = []
     for config, batch, seq in CALIBRATION_MODELS:
-        say(f"calibration: {config.name}, forward-backward step")
-        _, outside_fb, n_fb, _ = _run(config, batch, seq, "forward-backward", bare, budget_s,
-                                      repeats)
-        say(f"calibration: {config.name}, train step")
-        categories, outside, n_other, n_opt = _run(config, batch, seq, "train", bare,
-                                                   budget_s, repeats)
-        samples.append(StepSample(categories, outside_fb, n_fb, outside, n_other, n_opt))
+        runs = []
+        for step in ("forward-backward", "train"):
+            say(f"calibration: {config.name}, {step} step")
+            runs.append(_run(config, batch, seq, step, bare, budget_s, repeats))
+        samples.append(StepSample(*runs))
     return fit(samples, source="fitted by tensorledger probe on " + ", ".join(
         f"{c.name} (batch {b} × seq {s})" for c, b, s in CALIBRATION_MODELS) +
-        ": forward-backward and train steps in fp32, the profiler's own time per op, the "
-        "harness's step time")
+        ": forward-backward and train steps in fp32; category scales from the profiler's own "
+        "time per op, the time between ops from the harness's whole-step times")
 
 
 def calibration_toml(calibration: Calibration) -> str:

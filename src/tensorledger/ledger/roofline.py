@@ -14,6 +14,7 @@ from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
 from tensorledger.roofline.compare import Comparison, compare
 from tensorledger.roofline.model import RooflinePrediction, predict
+from tensorledger.roofline.modules import ModuleTime, module_times
 from tensorledger.summary import show_time, summary
 from tensorledger.workload import Workload, placement, prepare, record_step, trace_workload
 
@@ -35,6 +36,7 @@ class RooflineRun:
     comparison: Comparison | None  # with --measure
     measurement_warning: str | None
     hardware_unreliable: tuple[str, ...]  # figures a probed profile marks as noisy
+    modules: tuple[ModuleTime, ...] = ()  # by module, cut to a depth, repeats grouped
 
     def __repr__(self) -> str:
         p = self.prediction
@@ -52,12 +54,14 @@ class RooflineRun:
 
 def roofline_report(work: Workload, hardware: Hardware, *, measure_step: bool = False,
                     budget_s: float = 2.0, timing_runs: int = 5,
+                    depth: int | None = None,
                     progress: Callable[[str], None] | None = None) -> RooflineRun:
     """Predict (and with ``measure_step``, measure) one step of ``work`` on ``hardware``.
 
     With a measurement the step is built on the workload's device (cpu or cuda), run once to
     warm up (optimizer state, allocator, caches), then traced, timed as a whole (``measure``)
-    and op by op (the profiler's own time of each op).
+    and op by op (the profiler's own time of each op).  ``depth`` cuts the module names of
+    the by-module rows to that many components (``None``: the innermost module).
     """
     from tensorledger.bench.harness import measure
     from tensorledger.bench.optiming import profile_ops
@@ -96,4 +100,5 @@ def roofline_report(work: Workload, hardware: Hardware, *, measure_step: bool = 
                        precision=work.precision.name, tokens=work.tokens,
                        uncovered=dict(traced.uncovered), prediction=prediction,
                        comparison=comparison, measurement_warning=warning,
-                       hardware_unreliable=hardware.unreliable)
+                       hardware_unreliable=hardware.unreliable,
+                       modules=module_times(prediction.by_module, depth))

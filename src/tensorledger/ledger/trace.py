@@ -56,7 +56,7 @@ class TraceReport:
                    params=run.params, tokens=run.tokens, summary=summary)
 
 
-def trace_report(work: Workload, depth: int | None = 2,
+def trace_report(work: Workload, depth: int | None = 4,
                  progress: Callable[[str], None] | None = None) -> TraceReport:
     """Trace ``work``'s step and summarise it to ``depth`` levels of modules; ``progress`` is
     told each stage as it starts."""

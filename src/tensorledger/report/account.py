@@ -11,7 +11,7 @@ from rich.table import Table
 
 from tensorledger.report.memory import memory_view
 from tensorledger.report.roofline import step_lines, totals_table
-from tensorledger.report.trace import flops_notes, flops_table
+from tensorledger.report.trace import flops_notes, flops_table, module_table
 from tensorledger.units import format_bytes, format_count, format_duration, format_sci
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ def account_view(ledger: Ledger) -> View:
     view.append(f"FLOPs per step {format_sci(s.flops)} ({format_sci(s.flops_causal_halved)} "
                 "with causal attention halved)")
     view += flops_notes(s)
+    view.append(module_table(s.modules))
     view += memory_view(ledger.memory)
     view.append(totals_table(f"Predicted time by category on {ledger.hardware}",
                              ledger.roofline.by_category))

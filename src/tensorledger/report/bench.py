@@ -8,7 +8,13 @@ from rich.table import Table
 from tensorledger.bench.harness import Measurement
 from tensorledger.bench.matmul import MatmulBenchmark
 from tensorledger.bench.probe import ProbeResult
-from tensorledger.units import format_bandwidth, format_bytes, format_duration, format_flop_rate
+from tensorledger.units import (
+    format_bandwidth,
+    format_bytes,
+    format_duration,
+    format_flop_rate,
+    format_sci,
+)
 
 __all__ = ["matmul_view", "measurement_line", "probe_view"]
 
@@ -59,14 +65,16 @@ def matmul_view(result: MatmulBenchmark) -> View:
                   f"{result.device}", title_justify="left", header_style="bold")
     table.add_column("quantity")
     table.add_column("value", justify="right")
-    table.add_row("FLOPs (2·n³)", f"{result.flops:.4g}")
+    table.add_row("FLOPs (2·n³)", format_sci(result.flops))
     table.add_row("time (median)", format_duration(result.measurement.median_s))
     table.add_row("achieved", format_flop_rate(result.achieved_flop_per_s))
     if result.spec_peak_flop_per_s is not None and result.mfu_spec is not None:
-        table.add_row(f"MFU vs {result.spec_hardware} dense spec "
-                      f"({format_flop_rate(result.spec_peak_flop_per_s)})",
-                      f"{result.mfu_spec:.3f}")
+        other = ("" if result.spec_is_device is not False else
+                 f"; not the device measured: {result.device_name or result.device}")
+        table.add_row(f"MFU against {result.spec_hardware}'s dense {result.dtype} peak "
+                      f"({format_flop_rate(result.spec_peak_flop_per_s)}{other})",
+                      format_sci(result.mfu_spec, 3))
     if result.probed_peak_flop_per_s is not None and result.mfu_probed is not None:
         table.add_row(f"vs probed peak ({format_flop_rate(result.probed_peak_flop_per_s)})",
-                      f"{result.mfu_probed:.3f}")
+                      format_sci(result.mfu_probed, 3))
     return [table, measurement_line(result.measurement)]

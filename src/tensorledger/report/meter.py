@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tensorledger.units import format_bytes, format_count, format_duration, format_flop_rate
+from tensorledger.units import (
+    format_bytes,
+    format_count,
+    format_duration,
+    format_flop_rate,
+    format_sci,
+)
 
 if TYPE_CHECKING:
     from tensorledger.bench.meter import MeterInterval, MeterSummary
@@ -67,8 +73,8 @@ def summary_text(summary: MeterSummary) -> str:
                      f"attention counted {summary.attention}")
     if summary.flops_per_step is not None:
         per_token = ("" if summary.flops_per_token is None
-                     else f", {summary.flops_per_token:.4g} per token")
-        lines.append(f"  FLOPs per step {summary.flops_per_step:.4g}{per_token}")
+                     else f", {format_sci(summary.flops_per_token)} per token")
+        lines.append(f"  FLOPs per step {format_sci(summary.flops_per_step)}{per_token}")
     if summary.uncounted_steps:
         lines.append(f"  {summary.uncounted_steps} steps had shapes never recorded: timed, "
                      "not in MFU")

@@ -15,8 +15,8 @@ from tensorledger.napkin import (
     ZeroSummary,
 )
 from tensorledger.napkin.recipes import BytesPerParam
-from tensorledger.report.terminal import steps_table
-from tensorledger.units import format_bytes, format_count, format_sci
+from tensorledger.report.terminal import format_value, steps_table
+from tensorledger.units import format_bytes, format_count, format_duration, format_sci
 
 __all__ = [
     "breakdown_table",
@@ -35,7 +35,7 @@ View = list[RenderableType | str]
 def training_time_view(result: TrainingTime) -> View:
     return [
         steps_table(result.steps, "Training time"),
-        f"≈ {result.time_days:.1f} days ({format_sci(result.flops)} FLOPs on {result.count} × "
+        f"≈ {format_duration(result.time_s)} ({format_sci(result.flops)} FLOPs on {result.count} × "
         f"{result.hardware} at MFU {result.mfu:g}, dense {result.dtype} peak)",
     ]
 
@@ -44,7 +44,7 @@ def devices_for_duration_view(result: DevicesForDuration) -> View:
     return [
         steps_table(result.steps, "Devices for a deadline"),
         f"≈ {result.devices:,} × {result.hardware} finish {format_sci(result.flops)} FLOPs in "
-        f"{result.time_days_with_devices:.1f} days at MFU {result.mfu:g} "
+        f"{format_value(result.time_days_with_devices, 'days')} at MFU {result.mfu:g} "
         f"({result.devices_exact:,.1f} exactly)",
     ]
 

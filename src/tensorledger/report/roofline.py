@@ -15,6 +15,7 @@ from tensorledger.hardware import Hardware
 from tensorledger.report.plots import new_figure, save_figure
 from tensorledger.roofline import OpPrediction, RooflinePrediction, TimeTotal
 from tensorledger.roofline.compare import Comparison
+from tensorledger.roofline.modules import ModuleTime
 from tensorledger.units import format_bytes, format_duration, format_flop_rate, format_sci
 
 __all__ = ["CATEGORY_COLOURS", "Roof", "comparison_table", "op_spots", "plot_roofline",
@@ -31,13 +32,19 @@ CATEGORY_COLOURS = {"matmul": "#1f77b4", "attention": "#9467bd", "elementwise": 
                     "view": "#17becf"}
 
 
-def totals_table(title: str, totals: Sequence[TimeTotal], limit: int = 12) -> Table:
+def _name(total: TimeTotal | ModuleTime) -> str:
+    count = getattr(total, "count", 1)
+    return (total.name or "(root)") + (f" ×{count}" if count > 1 else "")
+
+
+def totals_table(title: str, totals: Sequence[TimeTotal] | Sequence[ModuleTime],
+                 limit: int = 12) -> Table:
     table = Table(title=title, title_justify="left", header_style="bold")
     for column in ("name", "ops", "FLOPs", "bytes", "expected", "share", "roofline bound",
                    "bound c/m/o"):
         table.add_column(column, justify="left" if column == "name" else "right")
     for total in totals[:limit]:
-        table.add_row(total.name or "(root)", str(total.ops), format_sci(total.flops),
+        table.add_row(_name(total), str(total.ops), format_sci(total.flops),
                       format_bytes(total.bytes), format_duration(total.time_s),
                       f"{total.share_of_step:.1%}", format_duration(total.ideal_time_s),
                       f"{total.compute_bound_ops}/{total.memory_bound_ops}/"
@@ -47,11 +54,15 @@ def totals_table(title: str, totals: Sequence[TimeTotal], limit: int = 12) -> Ta
     return table
 
 
-def prediction_view(prediction: RooflinePrediction) -> View:
+def prediction_view(prediction: RooflinePrediction,
+                    modules: Sequence[ModuleTime] | None = None) -> View:
+    """The tables and the step line; ``modules``: the by-module rows, repeated modules grouped
+    (``module_times``), else the prediction's own."""
     lines: View = [
         totals_table("Predicted time by category", prediction.by_category),
         totals_table("by phase", prediction.by_phase),
-        totals_table("by module (slowest first)", prediction.by_module, 8),
+        totals_table("by module (slowest first; ×N: N repeated modules summed)",
+                     prediction.by_module if modules is None else modules, 8),
         f"{format_sci(prediction.flops)} FLOPs and {format_bytes(prediction.bytes)} moved per "
         f"step on {prediction.hardware}",
         *step_lines(prediction),
@@ -67,11 +78,12 @@ def step_lines(prediction: RooflinePrediction, count: int = 1) -> list[str]:
 
     peak = f"the dense {prediction.mfu_peak_key} peak"
     return [
-        f"expected step {format_duration(prediction.time_s)}: MFU {prediction.mfu:.3f} against "
-        f"{peak}{rate(prediction.tokens_per_s)} — from {prediction.basis}",
+        f"expected step {format_duration(prediction.time_s)}: MFU "
+        f"{format_sci(prediction.mfu, 3)} against {peak}{rate(prediction.tokens_per_s)} — from "
+        f"{prediction.basis}",
         f"roofline bound {format_duration(prediction.ideal_time_s)}: MFU "
-        f"{prediction.ideal_mfu:.3f}{rate(prediction.ideal_tokens_per_s)} — peak FLOP/s and "
-        "datasheet bandwidth, no overhead; no real step is faster",
+        f"{format_sci(prediction.ideal_mfu, 3)}{rate(prediction.ideal_tokens_per_s)} — peak "
+        "FLOP/s and datasheet bandwidth, no overhead; no real step is faster",
     ]
 
 
@@ -99,7 +111,8 @@ def comparison_table(result: Comparison) -> View:
              f"{format_duration(result.measured_step_s)}): the two runs disagree, so the machine "
              "was busy; measure again"] if result.ops_exceed_step else []
     return [table, *notes,
-            f"MFU: predicted {result.predicted_mfu:.3f}, measured {result.measured_mfu:.3f} "
+            f"MFU: predicted {format_sci(result.predicted_mfu, 3)}, measured "
+            f"{format_sci(result.measured_mfu, 3)} "
             f"(counted FLOPs / step time / {format_flop_rate(result.peak_flop_per_s)}); per-op "
             f"times matched by {result.matched_by}"]
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # the trace package loads torch; `tensorledger einsum` must n
     from tensorledger.ledger.trace import TraceReport
     from tensorledger.trace.aggregate import CategoryTotal, ModuleNode, PhaseTotal, TraceSummary
 
-__all__ = ["einsum_view", "flops_notes", "flops_table", "trace_view"]
+__all__ = ["einsum_view", "flops_notes", "flops_table", "module_table", "trace_view"]
 
 View = list[RenderableType | str]
 ROOT_LABEL = "(whole step)"
@@ -41,8 +41,27 @@ def flops_table(title: str, key: str, rows: tuple[CategoryTotal, ...] | tuple[Ph
     return table
 
 
+def _module_label(node: ModuleNode, level: int) -> str:
+    if level == 0:
+        return ROOT_LABEL
+    name = node.name
+    if level > 1:  # the last component; a group "{0..11}" (dots inside) with its parent's
+        end = name.rfind(".", 0, name.rfind("{")) if name.endswith("}") else len(name)
+        name = name[name.rfind(".", 0, end) + 1:]
+    return name + (f" ×{node.count}" if node.count > 1 else "")
+
+
+def _same(a: ModuleNode, b: ModuleNode) -> bool:
+    return (a.ops, a.flops, a.bytes_read, a.bytes_written) == (
+        b.ops, b.flops, b.bytes_read, b.bytes_written)
+
+
 def _module_rows(node: ModuleNode, table: Table, level: int) -> None:
-    label = ROOT_LABEL if level == 0 else node.name.rsplit(".", 1)[-1] if level > 1 else node.name
+    if level > 1 and len(node.children) == 1 and _same(node, node.children[0]):
+        # a container that only holds its group (``blocks`` → ``blocks.{0..11}``): one row
+        _module_rows(node.children[0], table, level)
+        return
+    label = _module_label(node, level)
     table.add_row("  " * level + label, _flops(node.flops_forward), _flops(node.flops_backward),
                   _flops(node.flops_optimizer + node.flops_other), _flops(node.flops),
                   _bytes(node.bytes_read + node.bytes_written))
@@ -51,7 +70,8 @@ def _module_rows(node: ModuleNode, table: Table, level: int) -> None:
 
 
 def module_table(root: ModuleNode) -> Table:
-    table = Table(title="By module (each row includes the modules under it)",
+    table = Table(title="By module (each row includes the modules under it; ×N: N repeated "
+                  "modules summed)",
                   title_justify="left", header_style="bold")
     for column in ("module", "forward FLOPs", "backward FLOPs", "optimizer+other FLOPs",
                    "total FLOPs", "bytes"):
@@ -73,6 +93,17 @@ def flops_notes(s: TraceSummary) -> View:
         notes.append(f"attention written as bmm + softmax in {len(h.modules)} module(s): its "
                      f"{h.ops:,} batched matmuls ({_flops(h.flops)} FLOPs) are counted in full; "
                      "the causal-halved figure does not halve them")
+    if s.unhalved_attention is not None:
+        u = s.unhalved_attention
+        notes.append(f"attention without a causal flag (no mask, or a mask tensor whose values "
+                     f"are not read) in {len(u.modules)} module(s): its {u.ops:,} ops "
+                     f"({_flops(u.flops)} FLOPs) are counted in full; the causal-halved figure "
+                     "does not halve them")
+    if s.norms is not None:
+        n = s.norms
+        kinds = ", ".join(f"{name} ×{count}" for name, count in n.classes)
+        notes.append(f"normalization: {n.modules:,} norm modules ({kinds}) ran {n.ops:,} "
+                     f"normalization ops, {_flops(n.flops)} FLOPs")
     if s.uncovered:
         listed = ", ".join(f"{op} ×{calls}" for op, calls in s.uncovered.items())
         notes.append(f"uncovered ops (no cost rule, counted as 0 FLOPs): {listed}")

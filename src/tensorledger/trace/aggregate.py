@@ -8,26 +8,32 @@ the records (a test holds it).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 from tensorledger.costs.registry import CATEGORIES
 from tensorledger.summary import show_count, show_flops, summary
-from tensorledger.trace.records import PHASES, ROOT, OpRecord, Trace
+from tensorledger.trace.modules import group_repeats
+from tensorledger.trace.records import PHASES, ROOT, OpRecord, Trace, is_norm_class
 
 __all__ = [
     "CategoryTotal",
     "HandAttention",
     "ModuleNode",
+    "Norms",
     "PhaseTotal",
     "SixND",
     "TraceSummary",
+    "UnhalvedAttention",
     "backward_forward_ratio",
     "by_category",
     "by_module",
     "by_phase",
+    "group_modules",
     "hand_attention",
+    "norms",
     "summarize",
+    "unhalved_attention",
     "versus_6nd",
 ]
 
@@ -67,6 +73,7 @@ class ModuleNode:
     bytes_read: int
     bytes_written: int
     children: tuple[ModuleNode, ...]
+    count: int = 1  # modules summed here: 12 for ``blocks.{0..11}`` (see group_modules)
 
     def find(self, name: str) -> ModuleNode | None:
         """The node of a module path under this one, or None."""
@@ -111,6 +118,36 @@ class TraceSummary:
     uncovered: dict[str, int]
     six_n_d: SixND | None
     hand_attention: HandAttention | None = None  # attention written as bmm + softmax
+    norms: Norms | None = None  # norm modules that ran, and their ops
+    unhalved_attention: UnhalvedAttention | None = None  # fused, without a causal flag
+
+
+@dataclass(frozen=True)
+class Norms:
+    """The norm modules a step ran (by class name: ``LayerNorm``, ``LlamaRMSNorm``, ...) and
+    the ops inside them, fused (``native_layer_norm``) or written out (pow, mean, rsqrt, mul:
+    the recorder files those under ``normalization`` too)."""
+
+    modules: int
+    classes: tuple[tuple[str, int], ...]  # (class name, modules), most first
+    ops: int  # their normalization ops (not the casts and views beside them)
+    flops: int
+
+
+def norms(trace: Trace) -> Norms | None:
+    """The norm modules that ran at least one op, or ``None`` when there are none."""
+    ran = {r.module for r in trace.records if r.module != ROOT
+           and is_norm_class(trace.module_classes.get(r.module, ""))}
+    if not ran:
+        return None
+    inside = [r for r in trace.records if r.module in ran and r.category == "normalization"]
+    classes: dict[str, int] = {}
+    for module in ran:
+        name = trace.module_classes[module]
+        classes[name] = classes.get(name, 0) + 1
+    return Norms(modules=len(ran), classes=tuple(sorted(classes.items(),
+                                                        key=lambda c: (-c[1], c[0]))),
+                 ops=len(inside), flops=sum(r.flops for r in inside))
 
     def phase_flops(self) -> dict[str, int]:
         """FLOPs by phase (``forward``, ``backward``, ...), the phases that ran."""
@@ -157,6 +194,28 @@ def hand_attention(trace: Trace) -> HandAttention | None:
         return None
     return HandAttention(modules=tuple(sorted(modules)), ops=len(products),
                          flops=sum(r.flops for r in products))
+
+
+@dataclass(frozen=True)
+class UnhalvedAttention:
+    """Fused attention ops that ran without a causal flag: no mask, or an explicit mask
+    tensor (``nn.MultiheadAttention`` and ``nn.TransformerEncoderLayer`` given ``mask=`` and no
+    ``is_causal=True``).  A mask's values are not read, so even a causal one is counted in full
+    in both conventions."""
+
+    modules: tuple[str, ...]
+    ops: int
+    flops: int  # counted in full in both conventions
+
+
+def unhalved_attention(trace: Trace) -> UnhalvedAttention | None:
+    """The attention ops the causal-halved figure does not halve, or ``None``."""
+    ops = [r for r in trace.records if r.category == "attention" and r.flops > 0
+           and r.flops_causal_halved == r.flops]
+    if not ops:
+        return None
+    return UnhalvedAttention(modules=tuple(sorted({r.module for r in ops})), ops=len(ops),
+                             flops=sum(r.flops for r in ops))
 
 
 def _sums(records: Iterable[OpRecord]) -> tuple[int, int, int, int, int]:
@@ -241,6 +300,62 @@ def by_module(trace: Trace, depth: int | None = None) -> ModuleNode:
     return root.freeze()
 
 
+def _signature(node: ModuleNode) -> Hashable:
+    """A node's FLOPs by phase and the same of its children, named relative to it.  Op
+    counts and bytes may differ between equal blocks (the first block's input is a leaf:
+    autograd accumulates into it) and are summed, not compared."""
+    prefix = len(node.name) + 1
+    return (node.flops_forward, node.flops_backward, node.flops_optimizer, node.flops_other,
+            tuple(sorted((c.name[prefix:], _signature(c)) for c in node.children)))
+
+
+def _merge(label: str, nodes: Sequence[ModuleNode]) -> ModuleNode:
+    """One node for ``nodes`` (equal signatures): figures summed, children merged by their
+    relative names, then grouped in turn."""
+    first = nodes[0]
+    children = []
+    for child in first.children:
+        relative = child.name[len(first.name) + 1:]
+        same = [next(c for c in n.children if c.name[len(n.name) + 1:] == relative)
+                for n in nodes]
+        children.append(_merge(f"{label}.{relative}", same))
+    return ModuleNode(
+        name=label,
+        ops=sum(n.ops for n in nodes),
+        flops=sum(n.flops for n in nodes),
+        flops_forward=sum(n.flops_forward for n in nodes),
+        flops_backward=sum(n.flops_backward for n in nodes),
+        flops_optimizer=sum(n.flops_optimizer for n in nodes),
+        flops_other=sum(n.flops_other for n in nodes),
+        bytes_read=sum(n.bytes_read for n in nodes),
+        bytes_written=sum(n.bytes_written for n in nodes),
+        children=_grouped_children(children),
+        count=sum(n.count for n in nodes),
+    )
+
+
+def _grouped_children(children: Sequence[ModuleNode]) -> tuple[ModuleNode, ...]:
+    grouped = group_repeats([c.name for c in children], [_signature(c) for c in children])
+    out = [_merge(label, [children[i] for i in members]) if len(members) > 1
+           else _regroup(children[members[0]]) for label, members in grouped]
+    return tuple(sorted(out, key=lambda n: (-n.flops, n.name)))
+
+
+def _regroup(node: ModuleNode) -> ModuleNode:
+    return ModuleNode(node.name, node.ops, node.flops, node.flops_forward, node.flops_backward,
+                      node.flops_optimizer, node.flops_other, node.bytes_read,
+                      node.bytes_written, _grouped_children(node.children), node.count)
+
+
+def group_modules(root: ModuleNode) -> ModuleNode:
+    """The module tree with repeated siblings folded: ``blocks.0`` … ``blocks.11`` with equal
+    FLOPs (by phase, theirs and their children's) become one node ``blocks.{0..11}``
+    (``count`` 12) holding their sums, its children ``blocks.{0..11}.attn``, … merged the
+    same way.  Every node still includes the modules
+    under it, so the root is unchanged."""
+    return _regroup(root)
+
+
 def versus_6nd(trace: Trace, params: int, tokens: int) -> SixND:
     """Counted FLOPs against 6·N·D for N parameters and D tokens."""
     six_n_d = 6 * params * tokens
@@ -263,8 +378,10 @@ def summarize(trace: Trace, depth: int | None = None, params: int | None = None,
         backward_forward_ratio=backward_forward_ratio(trace),
         by_category=by_category(trace),
         by_phase=by_phase(trace),
-        modules=by_module(trace, depth),
+        modules=group_modules(by_module(trace, depth)),
         uncovered=dict(trace.uncovered),
         six_n_d=versus_6nd(trace, params, tokens) if params and tokens else None,
         hand_attention=hand_attention(trace),
+        norms=norms(trace),
+        unhalved_attention=unhalved_attention(trace),
     )

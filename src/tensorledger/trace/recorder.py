@@ -43,7 +43,7 @@ from torch.utils._pytree import tree_leaves
 from tensorledger.costs.registry import Rule, lookup
 from tensorledger.dtypes import resolve_dtype
 from tensorledger.errors import TensorLedgerError, TraceError, UnknownNameError
-from tensorledger.trace.records import ROOT, OpRecord, Trace
+from tensorledger.trace.records import ROOT, OpRecord, Trace, is_norm_class
 
 __all__ = ["Recorder", "trace"]
 
@@ -164,6 +164,11 @@ def _fused_attention_on_meta(query: torch.Tensor, key: torch.Tensor, value: torc
     return out
 
 
+#: Categories of the pieces of a normalisation run op by op (HF ``LlamaRMSNorm``, a hand-written
+#: RMSNorm): inside a norm module they count as ``normalization``.
+_NORM_PARTS = ("elementwise", "reduction")
+
+
 class _Attention(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Sequence[Any] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
@@ -195,6 +200,7 @@ class Recorder:
         self._next_storage = 0
         self._stack: list[str] = []
         self._names: dict[torch.nn.Module, str] = {}
+        self._classes: dict[str, str] = {}  # module path → class name
         self._root_names: set[str] = set()
         self._node_module: dict[Any, str] = {}
         self._optimizer_depth = 0
@@ -236,6 +242,7 @@ class Recorder:
             device=self._device or "none",
             storages_preexisting=tuple(self._preexisting),
             storages_freed_at_end=freed_at_end,
+            module_classes=dict(self._classes),
         )
         self._node_module.clear()
         self._names.clear()
@@ -264,7 +271,8 @@ class Recorder:
                 base = f"{type(module).__name__}#{suffix}"
             self._root_names.add(base)
         for path, child in module.named_modules():
-            self._names.setdefault(child, f"{base}.{path}" if path else base)
+            named = self._names.setdefault(child, f"{base}.{path}" if path else base)
+            self._classes.setdefault(named, type(child).__name__)
         return self._names[module]
 
     def _enter_module(self, module: torch.nn.Module, args: Any) -> None:
@@ -405,12 +413,15 @@ class Recorder:
             bytes_read = sum(read.values())
 
         phase = self._phase()
+        module = self._module(phase)
+        if category in _NORM_PARTS and is_norm_class(self._classes.get(module, "")):
+            category = "normalization"  # a norm written out: pow, mean, rsqrt, mul
         freed = tuple(self._pending_frees)
         self._pending_frees.clear()
         self.records.append(OpRecord(
             index=len(self.records),
             op=info.name,
-            module=self._module(phase),
+            module=module,
             phase=phase,
             category=category,
             input_shapes=tuple(tuple(t.shape) for t in inputs),

@@ -9,12 +9,14 @@ trace started are listed in :attr:`Trace.storages_preexisting` when first seen.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tensorledger.summary import show_bytes, show_count, show_flops, summary
 
-__all__ = ["ATTENTION_CONVENTIONS", "PHASES", "ROOT", "OpRecord", "Shape", "Trace"]
+__all__ = ["ATTENTION_CONVENTIONS", "PHASES", "ROOT", "OpRecord", "Shape", "Trace",
+           "is_norm_class"]
 
 #: The module path of ops that ran outside every module (loss, optimizer, glue code).
 ROOT = ""
@@ -25,6 +27,19 @@ PHASES = ("forward", "backward", "optimizer", "other")
 ATTENTION_CONVENTIONS = ("full", "causal-halved")
 
 Shape = tuple[int, ...]
+
+
+def is_norm_class(name: str) -> bool:
+    """A module class that normalises: ``LayerNorm``, ``RMSNorm``, ``LlamaRMSNorm``,
+    ``GroupNorm``, ``BatchNorm1d``, ...
+
+    >>> is_norm_class("LlamaRMSNorm"), is_norm_class("Linear")
+    (True, False)
+    """
+    return _NORM_CLASS.search(name) is not None
+
+
+_NORM_CLASS = re.compile(r"Norm(\d+d)?$")  # not "PreNormBlock": a block is no norm
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +85,7 @@ class Trace:
     attention_convention: str = "full"  # what OpRecord.flops uses; see ATTENTION_CONVENTIONS
     storages_preexisting: tuple[tuple[int, int], ...] = ()  # (id, nbytes) alive before
     storages_freed_at_end: tuple[int, ...] = ()  # freed after the last op, before the end
+    module_classes: Mapping[str, str] = field(default_factory=dict)  # module path → class
 
     @property
     def flops(self) -> int:
