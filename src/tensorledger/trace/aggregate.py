@@ -121,6 +121,24 @@ class TraceSummary:
     norms: Norms | None = None  # norm modules that ran, and their ops
     unhalved_attention: UnhalvedAttention | None = None  # fused, without a causal flag
 
+    def phase_flops(self) -> dict[str, int]:
+        """FLOPs by phase (``forward``, ``backward``, ...), the phases that ran."""
+        return {p.phase: p.flops for p in self.by_phase}
+
+    def category_flops(self) -> dict[str, int]:
+        """FLOPs by op category (``matmul``, ``attention``, ...), largest first."""
+        return {c.category: c.flops for c in self.by_category}
+
+    def __repr__(self) -> str:
+        ratio = "" if self.six_n_d is None else f"{self.six_n_d.ratio:.3f} × 6·N·D"
+        return summary("TraceSummary", show_count(self.ops, "ops"), show_flops(self.flops),
+                       ratio, show_count(len(self.uncovered), "uncovered"))
+
+    def __rich__(self) -> object:  # rich: the command's tables, from the presentation layer
+        import importlib
+
+        return importlib.import_module("tensorledger.report.render").render(self)
+
 
 @dataclass(frozen=True)
 class Norms:
@@ -148,24 +166,6 @@ def norms(trace: Trace) -> Norms | None:
     return Norms(modules=len(ran), classes=tuple(sorted(classes.items(),
                                                         key=lambda c: (-c[1], c[0]))),
                  ops=len(inside), flops=sum(r.flops for r in inside))
-
-    def phase_flops(self) -> dict[str, int]:
-        """FLOPs by phase (``forward``, ``backward``, ...), the phases that ran."""
-        return {p.phase: p.flops for p in self.by_phase}
-
-    def category_flops(self) -> dict[str, int]:
-        """FLOPs by op category (``matmul``, ``attention``, ...), largest first."""
-        return {c.category: c.flops for c in self.by_category}
-
-    def __repr__(self) -> str:
-        ratio = "" if self.six_n_d is None else f"{self.six_n_d.ratio:.3f} × 6·N·D"
-        return summary("TraceSummary", show_count(self.ops, "ops"), show_flops(self.flops),
-                       ratio, show_count(len(self.uncovered), "uncovered"))
-
-    def __rich__(self) -> object:  # rich: the command's tables, from the presentation layer
-        import importlib
-
-        return importlib.import_module("tensorledger.report.render").render(self)
 
 
 #: Softmax ops: a module that runs one beside batched matmuls computes attention by hand.
