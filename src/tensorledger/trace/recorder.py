@@ -43,7 +43,8 @@ from torch.utils._pytree import tree_leaves
 from tensorledger.costs.registry import Rule, lookup
 from tensorledger.dtypes import resolve_dtype
 from tensorledger.errors import TensorLedgerError, TraceError, UnknownNameError
-from tensorledger.trace.records import ROOT, OpRecord, Trace
+from tensorledger.trace.collectives import collective_info
+from tensorledger.trace.records import ROOT, CollectiveInfo, OpRecord, Trace
 
 __all__ = ["Recorder", "trace"]
 
@@ -131,6 +132,10 @@ def _storage(tensor: torch.Tensor) -> torch.UntypedStorage | None:
         return None  # sparse, nested or wrapper tensors: no plain storage
 
 
+def _is_dtensor(kind: type) -> bool:
+    return kind.__name__ == "DTensor" and kind.__module__.startswith("torch.distributed.tensor")
+
+
 class _Dispatch(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def __init__(self, recorder: Recorder) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
@@ -140,6 +145,10 @@ class _Dispatch(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def __torch_dispatch__(self, func: Any, types: Any, args: Sequence[Any] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
+        if any(_is_dtensor(t) for t in types):
+            # DTensor turns the op into ops on the local shards (and collectives): those are
+            # what this rank runs, recorded when DTensor dispatches them
+            return NotImplemented
         out = func(*args, **kwargs)
         info = self.infos.get(func)
         if info is None:
@@ -385,13 +394,16 @@ class Recorder:
         covered = rule is not None or view
         flops = halved = 0
         category = "view" if view else "other"
+        collective: CollectiveInfo | None = None
         if rule is not None:
             category = rule.category
             try:
                 flops = halved = int(rule.flops(args, kwargs, out))
                 if rule.causal is not None and rule.causal(args, kwargs):
                     halved = flops // 2
-            except (IndexError, KeyError, TypeError, ValueError, AttributeError):
+                if rule.collective is not None:
+                    collective = collective_info(rule.collective, args, kwargs, out)
+            except (IndexError, KeyError, TypeError, ValueError, AttributeError, RuntimeError):
                 covered = False  # an argument layout the rule does not know: listed, not zero
                 flops = halved = 0
         moves = "none" if view else (rule.moves if rule is not None else "io")
@@ -424,6 +436,7 @@ class Recorder:
             flops_causal_halved=halved,
             storages_created=tuple(created),
             storages_freed=freed,
+            collective=collective,
         ))
 
     def _read(self, tensor: torch.Tensor, read: dict[int, int]) -> None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["ATTENTION_CONVENTIONS", "PHASES", "ROOT", "OpRecord", "Shape", "Trace"]
+__all__ = ["ATTENTION_CONVENTIONS", "PHASES", "ROOT", "CollectiveInfo", "OpRecord", "Shape",
+           "Trace"]
 
 #: The module path of ops that ran outside every module (loss, optimizer, glue code).
 ROOT = ""
@@ -23,6 +24,23 @@ PHASES = ("forward", "backward", "optimizer", "other")
 ATTENTION_CONVENTIONS = ("full", "causal-halved")
 
 Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveInfo:
+    """What one collective moved between ranks, as this rank saw it.
+
+    ``size_bytes`` is S in the nccl-tests convention (the all-reduced buffer, the whole gathered
+    or reduce-scattered array, one rank's all-to-all send buffer); ``bytes_sent`` and
+    ``bytes_received`` are this rank's share in the ring convention of
+    :mod:`tensorledger.costs.collectives` (all-gather: S·(N−1)/N; all-reduce: 2·S·(N−1)/N).
+    """
+
+    kind: str  # "all-reduce", "all-gather", ...: tensorledger.costs.collectives.COLLECTIVE_KINDS
+    group_size: int  # N, ranks in the process group
+    size_bytes: int  # S
+    bytes_sent: int
+    bytes_received: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +63,7 @@ class OpRecord:
     flops_causal_halved: int  # equal to flops except for causal attention (half)
     storages_created: tuple[tuple[int, int], ...]  # (storage id, nbytes)
     storages_freed: tuple[int, ...]  # storage ids freed since the previous record
+    collective: CollectiveInfo | None = None  # set for collectives, None for every other op
 
     @property
     def bytes(self) -> int:
