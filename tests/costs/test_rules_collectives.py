@@ -59,14 +59,16 @@ COLLECTIVES: dict[str, tuple[str, str, tuple[Any, ...], int]] = {
     "c10d.recv_any_source_": ("send-recv", "recv", ([A], G), 60),
 }
 
-#: op → (category, destination written and not read): covered ops that move nothing between ranks
-OTHERS: dict[str, tuple[str, bool]] = {
-    f"{F}.wait_tensor": ("communication", False),
-    "c10d.barrier": ("communication", False),
-    "fsdp.all_gather_copy_in": ("copy", False),
-    "fsdp.split_with_sizes_copy": ("copy", False),
-    "fsdp.chunk_cat": ("copy", False),
-    "fsdp.copy_": ("copy", True),
+#: op → (category, moves, destination written and not read): covered ops that move nothing
+#: between ranks
+OTHERS: dict[str, tuple[str, str, bool]] = {
+    f"{F}.wait_tensor": ("communication", "io", False),
+    f"{F}._wrap_tensor_autograd": ("communication", "none", False),
+    "c10d.barrier": ("communication", "io", False),
+    "fsdp.all_gather_copy_in": ("copy", "io", False),
+    "fsdp.split_with_sizes_copy": ("copy", "io", False),
+    "fsdp.chunk_cat": ("copy", "io", False),
+    "fsdp.copy_": ("copy", "io", True),
 }
 
 
@@ -84,8 +86,8 @@ def test_rule_collective_table(op: str) -> None:
 @pytest.mark.parametrize("op", sorted(OTHERS))
 def test_rule_sync_and_copy_table(op: str) -> None:
     found = rule(op)
-    assert (found.category, found.write_only_self) == OTHERS[op]
-    assert found.collective is None and found.moves == "io"
+    assert (found.category, found.moves, found.write_only_self) == OTHERS[op]
+    assert found.collective is None
     assert direct(op, (A,)) == 0
 
 

@@ -157,8 +157,10 @@ _collective("c10d.send", kind="send-recv", group=1, size=_whole(0), direction="s
 _collective("c10d.recv_", "c10d.recv_any_source_", kind="send-recv", group=1, size=_whole(0),
             direction="recv")
 
-# synchronisation: covered, nothing sent between ranks
+# synchronisation: covered, nothing sent between ranks; an asynchronous result wrapped for
+# autograd (real process groups) moves nothing at all
 register(f"{F}.wait_tensor", "c10d.barrier", category="communication")(_zero)
+register(f"{F}._wrap_tensor_autograd", category="communication", moves="none")(_zero)
 
 # FSDP2's copies around its collectives: packing the all-gather input, unpacking its output,
 # and packing the reduce-scatter input
