@@ -143,11 +143,12 @@ class _Mlp(nn.Module):
         return self.down(torch.relu(self.up(self.pre(x))))
 
 
-def test_tensor_parallel_mlp_by_hand() -> None:
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_tensor_parallel_mlp_by_hand(tp: int) -> None:
     def inputs() -> torch.Tensor:
         return torch.ones(3, 5, 24)
 
-    step = trace_parallel_step(_Mlp, inputs, Strategy.TP, 4,
+    step = trace_parallel_step(_Mlp, inputs, Strategy.TP, tp,
                                {"up": TpStyle.COLWISE, "down": TpStyle.ROWWISE})
     result = step.trace
     assert result.uncovered == {}
@@ -156,14 +157,17 @@ def test_tensor_parallel_mlp_by_hand() -> None:
     assert kinds == {("forward", "all-reduce"): 1, ("backward", "all-reduce"): 1}
     for record in _collectives(result, "all-reduce"):
         assert record.collective is not None
+        assert record.collective.group_size == tp
         assert record.collective.size_bytes == 3 * 5 * 24 * F32 == 1440
-        assert record.collective.bytes_sent == 2 * 1440 * 3 // 4 == 2160
+        assert record.collective.bytes_sent == 2 * 1440 * (tp - 1) // tp  # 2160 for tp = 4
     # pre: 2·15·24·24 = 17280 forward, the same for its weight gradient (no input gradient);
-    # up and down: 2·15·24·40 / 4 = 7200 each forward, twice that in backward
-    assert _matmul_flops(result) == 2 * 17280 + 3 * 7200 + 3 * 7200 == 77760
+    # up and down: 2·15·24·40 = 28800 each forward on one device, twice that in backward,
+    # a tp-th of it on each rank
+    assert _matmul_flops(result) == 2 * 17280 + 6 * 28800 // tp
     whole = _single_device_flops(_Mlp, inputs)
-    assert whole == 2 * 17280 + 6 * 4 * 7200
-    assert _matmul_flops(result) == 2 * 17280 + (whole - 2 * 17280) // 4
-    # pre replicated (576), up's rows split (960 + 40) / 4, down's columns split (960 / 4)
-    # and its bias replicated (24)
-    assert step.params_per_rank == 576 + 1000 // 4 + 960 // 4 + 24 == 1090
+    assert whole == 2 * 17280 + 6 * 28800
+    assert _matmul_flops(result) == 2 * 17280 + (whole - 2 * 17280) // tp
+    # pre replicated (576), up's rows split (960 weights + 40 bias), down's columns split (960)
+    # and its bias replicated (24): 1090 values on each of 4 ranks
+    assert step.params_per_rank == 576 + 1000 // tp + 960 // tp + 24
+    assert step.param_bytes_per_rank == F32 * step.params_per_rank

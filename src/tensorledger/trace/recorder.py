@@ -17,6 +17,13 @@ Attention: on the meta device PyTorch has no fused attention kernel and decompos
 fake tensors run a fused kernel.  So that the same shapes give the same counts everywhere, a
 TorchFunctionMode sends meta calls to the CPU fused kernel's meta function, which exists for
 every shape the math path accepts with 4-d inputs.
+
+DTensor: an op on DTensors is left to DTensor, which runs it as ops on this rank's local
+shards and the collectives its redistributions need; those are recorded (FLOPs per rank).
+DTensor's sharding cache, on a miss, runs an op once more on global shapes to learn the
+output's metadata, and the recorder sees that too: record a step once the cache is warm (a
+second step), as :mod:`tensorledger.workload.parallel` does.  Collectives carry a
+:class:`~tensorledger.trace.records.CollectiveInfo` (:mod:`tensorledger.trace.collectives`).
 """
 
 from __future__ import annotations
