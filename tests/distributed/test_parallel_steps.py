@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from tensorledger.models import build_model, get_preset
-from tensorledger.napkin.parallel import ddp_comm_volume, fsdp_comm_volume
+from tensorledger.napkin.parallel import ddp_comm_volume, fsdp_comm_volume, zero_comm_volume
 from tensorledger.napkin.transformer import parameter_count
 from tensorledger.trace import trace
 from tensorledger.trace.records import OpRecord, Trace
@@ -99,6 +99,22 @@ def test_fsdp_rank_holds_an_eighth_and_computes_the_whole_batch(fsdp8: ParallelS
     assert fsdp8.params_per_rank * 8 == params
     assert fsdp8.param_bytes_per_rank == F32 * params // 8
     assert _matmul_flops(fsdp8.trace) == _single_device_flops(_tiny, _tokens)
+
+
+def test_fsdp_zero2_gathers_once_and_moves_zero2_bytes() -> None:
+    step = trace_parallel_step(_tiny, _tokens, Strategy.FSDP_ZERO2, 4)
+    params = parameter_count(TINY).total_params
+    result = step.trace
+    assert not _collectives(result, "all-gather", "backward")  # kept from forward to backward
+    gathered = _collectives(result, "all-gather", "forward")
+    scattered = _collectives(result, "reduce-scatter", "backward")
+    assert (len(gathered), len(scattered)) == (3, 3)
+    assert _size(gathered) == _size(scattered) == F32 * params
+    # ZeRO-2 (ZeRO §7) moves the same bytes, the all-gather placed after the optimizer step:
+    # 2 * 3/4 of the parameter bytes per rank
+    assert _received(gathered + scattered) == zero_comm_volume(
+        params, 4, 2, "fp32").sent_bytes_per_rank == 2 * F32 * params * 3 // 4
+    assert step.param_bytes_per_rank == F32 * params // 4
 
 
 def _mlp() -> nn.Module:

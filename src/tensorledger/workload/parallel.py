@@ -57,6 +57,7 @@ class Strategy(Enum):
 
     DDP = "ddp"  # replicated; gradients all-reduced
     FSDP = "fsdp"  # FSDP2 fully_shard per unit, then the root (ZeRO-3)
+    FSDP_ZERO2 = "fsdp-zero2"  # the same, unsharded from forward to backward: gathered once
     TP = "tp"  # DTensor tensor parallelism with a column / row-wise plan
 
 
@@ -121,12 +122,14 @@ def shard_units(model: nn.Module) -> list[nn.Module]:
 def _wrap(model: nn.Module, strategy: Strategy, mesh: Any, world_size: int,
           tp_plan: Mapping[str, TpStyle]) -> nn.Module:
     dist = _distributed()
-    if strategy is Strategy.FSDP:
+    if strategy in (Strategy.FSDP, Strategy.FSDP_ZERO2):
         from torch.distributed.fsdp import fully_shard
 
+        # None: FSDP2's default, resharding every unit but the root after forward
+        reshard = False if strategy is Strategy.FSDP_ZERO2 else None
         for unit in shard_units(model):
-            fully_shard(unit, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+            fully_shard(unit, mesh=mesh, reshard_after_forward=reshard)
+        fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
         return model
     if strategy is Strategy.DDP:
         from torch.nn.parallel import DistributedDataParallel
