@@ -8,6 +8,7 @@ from types import ModuleType
 from tensorledger.costs import rules
 from tests.costs import (
     test_rules_attention,
+    test_rules_collectives,
     test_rules_elementwise,
     test_rules_matmul,
     test_rules_memory_ops,
@@ -16,7 +17,8 @@ from tests.costs import (
 )
 from tests.costs.rules_support import rule_test_name
 
-MODULES: tuple[ModuleType, ...] = (test_rules_attention, test_rules_elementwise,
+MODULES: tuple[ModuleType, ...] = (test_rules_attention, test_rules_collectives,
+                                   test_rules_elementwise,
                                    test_rules_matmul, test_rules_memory_ops,
                                    test_rules_normalization, test_rules_optimizer)
 
@@ -26,6 +28,8 @@ TABLES: dict[str, dict[str, object]] = {
     "test_rule_foreach_table": dict(test_rules_elementwise.FOREACH),
     "test_rule_reduction_table": dict(test_rules_elementwise.REDUCTIONS),
     "test_rule_memory_table": dict(test_rules_memory_ops.MOVES),
+    "test_rule_collective_table": dict(test_rules_collectives.COLLECTIVES),
+    "test_rule_sync_and_copy_table": dict(test_rules_collectives.OTHERS),
 }
 
 
@@ -45,7 +49,8 @@ def covering_test(op: str) -> str | None:
 
 
 #: the namespaces of real ops; the registry's doctest registers an ``example.`` op of its own
-NAMESPACES = ("aten", "c10d", "_c10d_functional")
+NAMESPACES = ("aten", "c10d", "_c10d_functional", "_c10d_functional_autograd", "_dtensor",
+              "fsdp")
 
 
 def registered_ops() -> list[str]:

@@ -1,11 +1,11 @@
 """Ops that move or allocate memory without arithmetic: views, copies and casts, fills,
-allocations, embedding lookups and collective communication.
+allocations and embedding lookups.
 
 Views and metadata ops move no bytes.  A copy or a cast costs no FLOP and moves its input and
 output.  An allocation (``empty``) writes nothing; a fill writes its output.  An embedding
 lookup reads only the rows it gathers (plus the indices), not the whole table; its backward
-adds each gradient row into the table (one add per element).  Collectives are counted as
-data movement with no FLOPs (a reduction's adds happen at the speed of the link).
+adds each gradient row into the table (one add per element).  Collectives are in
+:mod:`tensorledger.costs.collectives`.
 
 >>> lookup("aten.view").category, lookup("aten.view").moves
 ('view', 'none')
@@ -81,14 +81,3 @@ def _scatter_add(args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> int:
 
 register("aten.scatter_add", "aten.index_add", "aten.index_put_with_accumulate",
          category="elementwise")(_scatter_add)
-
-
-for _name in ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor",
-              "all_to_all_single", "broadcast", "wait_tensor", "all_reduce_coalesced",
-              "all_gather_into_tensor_coalesced", "reduce_scatter_tensor_coalesced"):
-    register(f"_c10d_functional.{_name}", category="communication")(_zero)
-for _name in ("allreduce_", "allgather_", "_allgather_base_", "reduce_scatter_",
-              "_reduce_scatter_base_", "broadcast_", "alltoall_", "send", "recv_", "barrier"):
-    register(f"c10d.{_name}", category="communication")(_zero)
-
-

@@ -24,7 +24,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from tensorledger.costs.collectives import CollectiveRule
 
 __all__ = [
     "CATEGORIES",
@@ -64,6 +67,7 @@ class Rule:
     bytes_read: ReadRule | None = None
     causal: Callable[[Sequence[Any], dict[str, Any]], bool] | None = None  # attention only
     write_only_self: bool = False  # copy_, fill_: the first argument is written, not read
+    collective: CollectiveRule | None = None  # collectives: kind, group, bytes between ranks
 
 
 _RULES: dict[str, Rule] = {}
@@ -71,7 +75,8 @@ _RULES: dict[str, Rule] = {}
 
 def register(*ops: str, category: str, moves: Moves = "io", bytes_read: ReadRule | None = None,
              causal: Callable[[Sequence[Any], dict[str, Any]], bool] | None = None,
-             write_only_self: bool = False) -> Callable[[FlopRule], FlopRule]:
+             write_only_self: bool = False, collective: CollectiveRule | None = None
+             ) -> Callable[[FlopRule], FlopRule]:
     """Register one FLOP rule for op packets such as ``"aten.mm"``; a second rule for the
     same op raises ``ValueError``."""
     if category not in CATEGORIES:
@@ -82,7 +87,8 @@ def register(*ops: str, category: str, moves: Moves = "io", bytes_read: ReadRule
             if op in _RULES:
                 raise ValueError(f"a cost rule for {op!r} is already registered")
         for op in ops:
-            _RULES[op] = Rule(op, flops, category, moves, bytes_read, causal, write_only_self)
+            _RULES[op] = Rule(op, flops, category, moves, bytes_read, causal, write_only_self,
+                             collective)
         return flops
 
     return decorate
@@ -124,6 +130,7 @@ def _load_rules() -> None:
         _LOADED = True
         from tensorledger.costs import (  # noqa: F401
             attention,
+            collectives,
             elementwise,
             matmul,
             memory_ops,

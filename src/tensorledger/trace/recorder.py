@@ -17,6 +17,13 @@ Attention: on the meta device PyTorch has no fused attention kernel and decompos
 fake tensors run a fused kernel.  So that the same shapes give the same counts everywhere, a
 TorchFunctionMode sends meta calls to the CPU fused kernel's meta function, which exists for
 every shape the math path accepts with 4-d inputs.
+
+DTensor: an op on DTensors is left to DTensor, which runs it as ops on this rank's local
+shards and the collectives its redistributions need; those are recorded (FLOPs per rank).
+DTensor's sharding cache, on a miss, runs an op once more on global shapes to learn the
+output's metadata, and the recorder sees that too: record a step once the cache is warm (a
+second step), as :mod:`tensorledger.workload.parallel` does.  Collectives carry a
+:class:`~tensorledger.trace.records.CollectiveInfo` (:mod:`tensorledger.trace.collectives`).
 """
 
 from __future__ import annotations
@@ -43,7 +50,8 @@ from torch.utils._pytree import tree_leaves
 from tensorledger.costs.registry import Rule, lookup
 from tensorledger.dtypes import resolve_dtype
 from tensorledger.errors import TensorLedgerError, TraceError, UnknownNameError
-from tensorledger.trace.records import ROOT, OpRecord, Trace, is_norm_class
+from tensorledger.trace.collectives import collective_info
+from tensorledger.trace.records import ROOT, CollectiveInfo, OpRecord, Trace, is_norm_class
 
 __all__ = ["Recorder", "trace"]
 
@@ -131,6 +139,10 @@ def _storage(tensor: torch.Tensor) -> torch.UntypedStorage | None:
         return None  # sparse, nested or wrapper tensors: no plain storage
 
 
+def _is_dtensor(kind: type) -> bool:
+    return kind.__name__ == "DTensor" and kind.__module__.startswith("torch.distributed.tensor")
+
+
 class _Dispatch(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def __init__(self, recorder: Recorder) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
@@ -140,6 +152,10 @@ class _Dispatch(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def __torch_dispatch__(self, func: Any, types: Any, args: Sequence[Any] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
+        if any(_is_dtensor(t) for t in types):
+            # DTensor turns the op into ops on the local shards (and collectives): those are
+            # what this rank runs, recorded when DTensor dispatches them
+            return NotImplemented
         out = func(*args, **kwargs)
         info = self.infos.get(func)
         if info is None:
@@ -393,13 +409,16 @@ class Recorder:
         covered = rule is not None or view
         flops = halved = 0
         category = "view" if view else "other"
+        collective: CollectiveInfo | None = None
         if rule is not None:
             category = rule.category
             try:
                 flops = halved = int(rule.flops(args, kwargs, out))
                 if rule.causal is not None and rule.causal(args, kwargs):
                     halved = flops // 2
-            except (IndexError, KeyError, TypeError, ValueError, AttributeError):
+                if rule.collective is not None:
+                    collective = collective_info(rule.collective, args, kwargs, out)
+            except (IndexError, KeyError, TypeError, ValueError, AttributeError, RuntimeError):
                 covered = False  # an argument layout the rule does not know: listed, not zero
                 flops = halved = 0
         moves = "none" if view else (rule.moves if rule is not None else "io")
@@ -435,6 +454,7 @@ class Recorder:
             flops_causal_halved=halved,
             storages_created=tuple(created),
             storages_freed=freed,
+            collective=collective,
         ))
 
     def _read(self, tensor: torch.Tensor, read: dict[int, int]) -> None:

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from tensorledger.summary import show_bytes, show_count, show_flops, summary
 
-__all__ = ["ATTENTION_CONVENTIONS", "PHASES", "ROOT", "OpRecord", "Shape", "Trace",
-           "is_norm_class"]
+__all__ = ["ATTENTION_CONVENTIONS", "PHASES", "ROOT", "CollectiveInfo", "OpRecord", "Shape",
+           "Trace", "is_norm_class"]
 
 #: The module path of ops that ran outside every module (loss, optimizer, glue code).
 ROOT = ""
@@ -43,6 +43,23 @@ _NORM_CLASS = re.compile(r"Norm(\d+d)?$")  # not "PreNormBlock": a block is no n
 
 
 @dataclass(frozen=True, slots=True)
+class CollectiveInfo:
+    """What one collective moved between ranks, as this rank saw it.
+
+    ``size_bytes`` is S in the nccl-tests convention (the all-reduced buffer, the whole gathered
+    or reduce-scattered array, one rank's all-to-all send buffer); ``bytes_sent`` and
+    ``bytes_received`` are this rank's share in the ring convention of
+    :mod:`tensorledger.costs.collectives` (all-gather: S·(N−1)/N; all-reduce: 2·S·(N−1)/N).
+    """
+
+    kind: str  # "all-reduce", "all-gather", ...: tensorledger.costs.collectives.COLLECTIVE_KINDS
+    group_size: int  # N, ranks in the process group
+    size_bytes: int  # S
+    bytes_sent: int
+    bytes_received: int
+
+
+@dataclass(frozen=True, slots=True)
 class OpRecord:
     """One aten op as it ran: where, on what, and at what cost."""
 
@@ -62,6 +79,7 @@ class OpRecord:
     flops_causal_halved: int  # equal to flops except for causal attention (half)
     storages_created: tuple[tuple[int, int], ...]  # (storage id, nbytes)
     storages_freed: tuple[int, ...]  # storage ids freed since the previous record
+    collective: CollectiveInfo | None = None  # set for collectives, None for every other op
 
     @property
     def bytes(self) -> int:
