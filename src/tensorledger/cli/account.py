@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from tensorledger.cli.common import JSON_HELP, emit
+from tensorledger.cli.common import JSON_HELP, Quiet, emit, progress
 from tensorledger.cli.workload import (
     Batch,
     Checkpoint,
@@ -55,16 +55,22 @@ def account_command(
     memory_snapshot: Annotated[str | None, typer.Option("--memory-snapshot", help=(
         "Write the step's allocations as a torch.cuda.memory._dump_snapshot pickle (.pickle), "
         "for PyTorch's memory visualiser."))] = None,
+    measure: Annotated[bool, typer.Option("--measure", help=(
+        "Also run the step for real on this machine (--device cpu or cuda; else the CPU) and "
+        "set it beside the prediction for this machine's probed profile (`tensorledger "
+        "probe`); the step must fit in this machine's memory."))] = False,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
+    quiet: Quiet = False,
 ) -> None:
     """The whole ledger of one workload from one trace: parameters, FLOPs against 6·N·D,
     memory and whether it fits, time by category, step time, tokens/s, MFU, and the run."""
-    from tensorledger.hardware import get_hardware
+    from tensorledger.hardware import LOCAL, get_hardware
     from tensorledger.units import parse_count
 
     check_depth(depth)
     work = workload(model, batch, seq, step, precision, optimizer, device, checkpoint)
     chip = get_hardware(hardware)
+    local = get_hardware(LOCAL) if measure else None  # no profile: refused before the work
     run_tokens = parse_count(tokens) if tokens is not None else None
     from tensorledger.report.files import check_output_path, write_atomic
 
@@ -77,8 +83,10 @@ def account_command(
     from tensorledger.report.account import account_view
     from tensorledger.report.exports import chrome_trace_json, memory_snapshot_pickle
 
-    ledger, traced = account_run(work, chip, count=count, run_tokens=run_tokens,
-                                 usd_per_device_hour=usd_per_device_hour, depth=depth)
+    with progress(quiet, as_json) as say:
+        ledger, traced = account_run(work, chip, count=count, run_tokens=run_tokens,
+                                     usd_per_device_hour=usd_per_device_hour, depth=depth,
+                                     progress=say, measure_on=local)
     notes = []
     if html_report is not None:
         from tensorledger.report.html import ledger_report_html
@@ -95,10 +103,13 @@ def account_command(
             traced.trace, traced.tags, ledger.step_time_s * 1e6))
         notes.append(f"memory snapshot written to {written} (open it in PyTorch's memory "
                      "visualiser, pytorch.org/memory_viz)")
+    measured = ledger.measured
     shown = ledger if per_op else dataclasses.replace(
         ledger, roofline=dataclasses.replace(ledger.roofline, ops=()),
         memory=dataclasses.replace(ledger.memory, timeline=dataclasses.replace(
-            ledger.memory.timeline, points=())))
+            ledger.memory.timeline, points=())),
+        measured=None if measured is None else dataclasses.replace(
+            measured, prediction=dataclasses.replace(measured.prediction, ops=())))
     emit("account", shown, as_json, *account_view(ledger), *notes)
 
 

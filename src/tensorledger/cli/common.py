@@ -13,12 +13,14 @@ infinite, naming the option, before the command sees it.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
+import threading
 import typing
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console, RenderableType
@@ -27,11 +29,56 @@ from tensorledger.errors import UnitError
 from tensorledger.report.json import to_json
 from tensorledger.units import MAX_INT64, NUMBER_RULES, parse_integer, parse_real
 
-__all__ = ["JSON_HELP", "NUMBER_HELP", "console", "emit", "harden_numbers", "integer_parser",
-           "quiet_stdout", "real_parser"]
+__all__ = ["JSON_HELP", "NUMBER_HELP", "Quiet", "console", "emit", "harden_numbers",
+           "integer_parser", "progress", "quiet_stdout", "real_parser"]
 
 JSON_HELP = "Print one JSON document on stdout instead of tables (keys carry their units)."
 NUMBER_HELP = f"Numbers: {NUMBER_RULES}; NaN and infinities are refused."
+
+
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help=(
+    "No progress on stderr (it shows only for work over a second, on a terminal, never with "
+    "--json)."))]
+
+
+@contextlib.contextmanager
+def progress(quiet: bool = False, as_json: bool = False, *, delay_s: float = 1.0,
+             stream: typing.TextIO | None = None) -> Iterator[Callable[[str], None]]:
+    """A progress callback for the core's stages: a spinner on stderr naming the current
+    stage, shown once the work has run ``delay_s``, and only when stderr is a terminal and
+    neither ``--quiet`` nor ``--json`` was given (then the callback does nothing)."""
+    target = stream or sys.stderr
+    if quiet or as_json or not target.isatty():
+        yield lambda _: None
+        return
+    status = Console(file=target).status("working ...", spinner="dots")
+    lock = threading.Lock()
+    state = {"stage": "working", "shown": False, "done": False}
+
+    def show() -> None:
+        with lock:
+            if not state["done"]:
+                status.update(f"{state['stage']} ...")
+                status.start()
+                state["shown"] = True
+
+    def say(stage: str) -> None:
+        with lock:
+            state["stage"] = stage
+            if state["shown"]:
+                status.update(f"{stage} ...")
+
+    timer = threading.Timer(delay_s, show)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield say
+    finally:
+        timer.cancel()
+        with lock:
+            state["done"] = True
+            if state["shown"]:
+                status.stop()
 
 
 def integer_parser(minimum: int = -MAX_INT64 - 1, maximum: int = MAX_INT64

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from tensorledger.cli.common import JSON_HELP, emit
+from tensorledger.cli.common import JSON_HELP, Quiet, emit, progress
 from tensorledger.cli.workload import (
     Batch,
     Checkpoint,
@@ -40,6 +40,7 @@ def memory_command(
         "--plot", help="Write memory over the step's ops, stacked by category (PNG/SVG).")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
+    quiet: Quiet = False,
 ) -> None:
     """Trace the steady-state training step and account its memory: parameters, gradients,
     optimizer state, saved activations, the peak (first step's beside it), and whether it
@@ -56,7 +57,8 @@ def memory_command(
     from tensorledger.ledger.memory import memory_report
     from tensorledger.report.memory import memory_view, write_memory_plot
 
-    ledger = memory_report(work, chip, count)
+    with progress(quiet, as_json) as say:
+        ledger = memory_report(work, chip, count, progress=say)
     views = memory_view(ledger)
     if plot is not None:
         views.append(f"plot written to {write_memory_plot(ledger, plot)}")

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from tensorledger.cli.common import JSON_HELP, emit
+from tensorledger.cli.common import JSON_HELP, Quiet, emit, progress
 from tensorledger.cli.workload import (
     Batch,
     Checkpoint,
@@ -53,6 +53,7 @@ def roofline_command(
     per_op: Annotated[bool, typer.Option("--per-op", help="Include every op in --json.")
                       ] = False,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
+    quiet: Quiet = False,
 ) -> None:
     """Roofline of one step: each op compute- or memory-bound, predicted time and MFU."""
     check_depth(depth)
@@ -66,8 +67,9 @@ def roofline_command(
     from tensorledger.ledger.roofline import roofline_report
     from tensorledger.report.roofline import comparison_table, plot_roofline, prediction_view
 
-    run = roofline_report(work, chip, measure_step=measure, budget_s=budget,
-                           depth=depth)
+    with progress(quiet, as_json) as say:
+        run = roofline_report(work, chip, measure_step=measure, budget_s=budget,
+                              depth=depth, progress=say)
     lines = [f"{run.model} (built by {run.built_by}), {run.step}, batch {run.batch} × seq "
              f"{run.seq} ({run.tokens} tokens), {run.precision}, traced on {run.device}; "
              f"hardware {chip.id}",

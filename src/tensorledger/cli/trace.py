@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from tensorledger.cli.common import JSON_HELP, emit
+from tensorledger.cli.common import JSON_HELP, Quiet, emit, progress
 from tensorledger.cli.workload import (
     Batch,
     Checkpoint,
@@ -41,6 +41,7 @@ def trace_command(
         "Module tree depth shown: 0 the whole step only, 1 the model, 2 its top modules, ... "
         "Repeated modules are summed into one row: blocks.{0..11}.mlp ×12."))] = 4,
     as_json: JsonOpt = False,
+    quiet: Quiet = False,
 ) -> None:
     """Record every aten op of one step: FLOPs and bytes by category, phase and module."""
     if depth < 0:
@@ -49,7 +50,8 @@ def trace_command(
     from tensorledger.ledger.trace import trace_report
     from tensorledger.report.trace import trace_view
 
-    report = trace_report(work, depth)
+    with progress(quiet, as_json) as say:
+        report = trace_report(work, depth, progress=say)
     emit("trace", report, as_json, *trace_view(report))
 
 

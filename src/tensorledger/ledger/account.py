@@ -9,6 +9,7 @@ runs the step on its own batch, so the cluster takes ``count`` steps' tokens per
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
 from tensorledger.ledger.memory import memory_of
+from tensorledger.ledger.roofline import RooflineRun, roofline_report
 from tensorledger.ledger.trace import step_summary
 from tensorledger.memory.ledger import MemoryLedger
 from tensorledger.roofline.model import RooflinePrediction, predict
@@ -69,6 +71,9 @@ class Ledger:
     peak_flop_per_s: float  # that dense peak
     memory_bandwidth_bytes_per_s: float
     run: RunCost | None  # with run tokens
+    # with a measurement: the same step run for real on this machine, predicted for its
+    # probed profile and measured beside it
+    measured: RooflineRun | None = None
 
     def _repr_html_(self) -> str:  # Jupyter: the presentation layer renders it
         import importlib
@@ -94,7 +99,8 @@ class Ledger:
 def account_workload(work: Workload, hardware: Hardware, *, count: int = 1,
                      run_tokens: float | None = None,
                      usd_per_device_hour: float | None = None, depth: int | None = 3,
-                     progress: Callable[[str], None] | None = None) -> Ledger:
+                     progress: Callable[[str], None] | None = None,
+                     measure_on: Hardware | None = None) -> Ledger:
     """Trace ``work`` once and account it on ``count`` devices of ``hardware``.
 
     >>> from tensorledger.hardware import get_hardware
@@ -105,14 +111,20 @@ def account_workload(work: Workload, hardware: Hardware, *, count: int = 1,
     """
     return account_run(work, hardware, count=count, run_tokens=run_tokens,
                        usd_per_device_hour=usd_per_device_hour, depth=depth,
-                       progress=progress)[0]
+                       progress=progress, measure_on=measure_on)[0]
 
 
 def account_run(work: Workload, hardware: Hardware, *, count: int = 1,
                 run_tokens: float | None = None, usd_per_device_hour: float | None = None,
-                depth: int | None = 3, progress: Callable[[str], None] | None = None
-                ) -> tuple[Ledger, StepTrace]:
-    """:func:`account_workload`, and the traced step it was computed from (for exports)."""
+                depth: int | None = 3, progress: Callable[[str], None] | None = None,
+                measure_on: Hardware | None = None) -> tuple[Ledger, StepTrace]:
+    """:func:`account_workload`, and the traced step it was computed from (for exports).
+
+    ``measure_on``: a probed profile of this machine; the step is then also run for real here
+    (on the workload's device when it is cpu or cuda, else the CPU), predicted for that
+    profile and measured beside it (``Ledger.measured``).  It must fit in this machine's
+    memory; a refusal says so.
+    """
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise InputError(f"--count must be a whole number >= 1, got {count!r}")
     for name, value in (("--tokens", run_tokens), ("--usd-per-device-hour",
@@ -147,4 +159,10 @@ def account_run(work: Workload, hardware: Hardware, *, count: int = 1,
                     peak_flop_per_s=hardware.peak_flop_per_s(prediction.mfu_peak_key),
                     memory_bandwidth_bytes_per_s=hardware.memory_bandwidth_bytes_per_s,
                     run=cost)
+    if measure_on is not None:
+        say("measuring the step on this machine")
+        local = work if work.device in ("cpu", "cuda") else dataclasses.replace(work,
+                                                                                 device="cpu")
+        ledger = dataclasses.replace(ledger, measured=roofline_report(
+            local, measure_on, measure_step=True, progress=progress))
     return ledger, run
