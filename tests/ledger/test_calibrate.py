@@ -113,3 +113,31 @@ def test_between_ops_is_set_beside_the_measured_residual() -> None:
     assert result.predicted_between_s == pytest.approx(5e-6)
     assert result.unattributed_s == pytest.approx(10e-6)  # 4.010 − 4 ms
     assert result.between_error == pytest.approx(5e-6 / 10e-6 - 1)  # −50%
+
+
+def _sized(size: float, kernel_s: float, measured_s: float) -> StepSample:
+    run = Run(step_s=1.0, categories={"elementwise": (10, kernel_s, measured_s),
+                                      "view": (10, 0.0, 0.0)},
+              kernel_by_phase={}, ops_by_phase={}, bytes_by_category={"elementwise": size})
+    return StepSample(forward_backward=run, train=run)
+
+
+def test_scales_by_size_by_hand() -> None:
+    # scale 1 at 1 KB ops, 4 at 1 MB ops (no op cost: the views took no time)
+    cal = fit([_sized(1e3, 1e-3, 1e-3), _sized(1e6, 1e-3, 4e-3)])
+    (small, large) = cal.scale_by_size["elementwise"]
+    assert small == pytest.approx((1e3, 1.0)) and large == pytest.approx((1e6, 4.0))
+    # log-log between the ends: at 31.6 KB (halfway in log) the factor is √4 = 2
+    assert cal.factor("elementwise", 10**4.5) == pytest.approx(2.0)
+    assert cal.factor("elementwise", 1e9) == pytest.approx(4.0)  # flat beyond the ends
+    assert cal.factor("matmul", 1e6) == 1.0  # a category the fit never saw
+    # three models on a line in log-log: the least-squares line passes through them
+    three = fit([_sized(1e3, 1e-3, 1e-3), _sized(1e6, 1e-3, 4e-3), _sized(10**4.5, 1e-3, 2e-3)])
+    assert three.factor("elementwise", 10**4.5) == pytest.approx(2.0)
+    text = ('name = "cpu"\nmemory = "8GB"\nmemory_bandwidth = "10GB/s"\n[dense]\n'
+            'fp32 = "100GFLOP/s"\n') + calibration_toml(cal)
+    chip = parse_hardware_toml(text, "test", "local")
+    assert chip.calibration is not None
+    read = chip.calibration.scale_by_size["elementwise"]
+    assert [p for point in read for p in point] == pytest.approx(
+        [p for point in cal.scale_by_size["elementwise"] for p in point])

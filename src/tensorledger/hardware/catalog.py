@@ -136,6 +136,16 @@ class Calibration:
     op_cost_s: float
     between_ops_s: Mapping[str, float]  # "forward-backward" and "optimizer"
     source: str = ""
+    # where calibration models of several sizes disagree: category → ((bytes an op moves,
+    # factor), ...), sizes increasing; it replaces ``scale`` for that category
+    scale_by_size: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+
+    def factor(self, category: str, moved: float) -> float:
+        """The factor on the kernel time of a ``category`` op that moves ``moved`` bytes."""
+        curve = self.scale_by_size.get(category)
+        if curve:
+            return interpolate(curve, moved) if moved > 0 else curve[0][1]
+        return self.scale.get(category, 1.0)
 
     def between(self, phase: str) -> float:
         key = "optimizer" if phase == "optimizer" else "forward-backward"
@@ -461,9 +471,10 @@ def _chip(chip: str, raw: Any, where: str, origin: str) -> Hardware:
 def _calibration(chip: str, raw: Any, where: str) -> Calibration:
     """``[calibration]`` of a probed profile: ``scale`` (category → factor), ``op_cost`` and
     ``between_ops`` (``forward-backward``, ``optimizer`` → duration)."""
-    if not isinstance(raw, dict) or set(raw) - {"scale", "op_cost", "between_ops", "source"}:
-        raise ConfigError(f"{where}: [{chip}.calibration] takes scale, op_cost, between_ops "
-                          "and source")
+    if not isinstance(raw, dict) or set(raw) - {"scale", "op_cost", "between_ops", "source",
+                                                "scale_by_size"}:
+        raise ConfigError(f"{where}: [{chip}.calibration] takes scale, scale_by_size, op_cost, "
+                          "between_ops and source")
     scales = raw.get("scale", {})
     if not isinstance(scales, dict) or not all(
             isinstance(v, int | float) and not isinstance(v, bool) and 0.01 <= v <= 100
@@ -477,6 +488,7 @@ def _calibration(chip: str, raw: Any, where: str) -> Calibration:
                           '{ optimizer = "4us" }')
     return Calibration(
         scale={str(k): float(v) for k, v in scales.items()},
+        scale_by_size=_scale_curves(chip, raw.get("scale_by_size", {}), where),
         op_cost_s=0.0 if "op_cost" not in raw else _number(
             chip, "calibration.op_cost", raw["op_cost"], parse_duration, where, low=0.0,
             high=MAX_OP_OVERHEAD_S, example='"2us"'),
@@ -484,6 +496,29 @@ def _calibration(chip: str, raw: Any, where: str) -> Calibration:
                                   where, low=0.0, high=MAX_OP_OVERHEAD_S, example='"3us"')
                        for k, v in between.items()},
         source=_text(chip, "calibration.source", raw.get("source", ""), where))
+
+
+def _scale_curves(chip: str, raw: Any, where: str
+                  ) -> dict[str, tuple[tuple[float, float], ...]]:
+    """``scale_by_size``: category → [[bytes, factor], ...], bytes increasing, factors from
+    0.01 to 100."""
+    def factor(value: Any) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool) and (
+            0.01 <= value <= 100)
+
+    curves = {}
+    items: list[tuple[Any, Any]] = list(raw.items()) if isinstance(raw, dict) else [("", None)]
+    for name, points in items:
+        ok = isinstance(points, list) and len(points) >= 1 and all(
+            isinstance(p, list) and len(p) == 2 and _point_value(p[0]) and factor(p[1])
+            for p in points)
+        sizes: list[float] = [float(p[0]) for p in points] if ok else []
+        if not ok or sizes != sorted(set(sizes)):
+            raise ConfigError(f"{where}: [{chip}.calibration] scale_by_size must be a table of "
+                              "[[bytes, factor], ...] with bytes increasing and factors from "
+                              "0.01 to 100")
+        curves[str(name)] = tuple((float(x), float(y)) for x, y in points)
+    return curves
 
 
 def _unreliable(chip: str, raw: Any, where: str) -> tuple[str, ...]:

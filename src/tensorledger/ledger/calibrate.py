@@ -20,6 +20,7 @@ the profile; ``roofline --hardware local`` then predicts with it.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,8 +30,9 @@ from tensorledger.napkin.transformer import TransformerConfig
 
 __all__ = ["CALIBRATION_MODELS", "Run", "StepSample", "calibrate", "calibration_toml", "fit"]
 
-#: The calibration models: one Llama-like (RMSNorm, RoPE, SwiGLU, GQA), one GPT-2-like
-#: (LayerNorm, learned positions, GELU), each at a shape no benchmark workload uses.
+#: The calibration models: Llama-like (RMSNorm, RoPE, SwiGLU) and GPT-2-like (LayerNorm,
+#: learned positions, GELU), each small (activations in cache) and larger (beyond it), at
+#: shapes no benchmark workload uses.
 CALIBRATION_MODELS = (
     (TransformerConfig(name="calibration-llama", vocab_size=3000, context_length=96,
                        d_model=160, n_layers=3, n_heads=5, n_kv_heads=5, d_ff=432,
@@ -39,6 +41,13 @@ CALIBRATION_MODELS = (
     (TransformerConfig(name="calibration-gpt", vocab_size=2500, context_length=80, d_model=192,
                        n_layers=2, n_heads=6, mlp="gelu", norm="layernorm",
                        positions="learned", tied_embeddings=True, bias=True), 6, 80),
+    (TransformerConfig(name="calibration-llama-large", vocab_size=5000, context_length=160,
+                       d_model=320, n_layers=2, n_heads=5, n_kv_heads=5, d_ff=864,
+                       mlp="swiglu", norm="rmsnorm", positions="rope", tied_embeddings=False,
+                       bias=False), 8, 160),
+    (TransformerConfig(name="calibration-gpt-large", vocab_size=6000, context_length=192,
+                       d_model=384, n_layers=2, n_heads=6, mlp="gelu", norm="layernorm",
+                       positions="learned", tied_embeddings=True, bias=True), 6, 192),
 )
 SCALE_RANGE = (0.05, 50.0)
 
@@ -51,6 +60,8 @@ class Run:
     categories: Mapping[str, tuple[int, float, float]]  # (ops, kernel s, the profiler's own s)
     kernel_by_phase: Mapping[tuple[str, str], float]  # (phase group, category) → kernel s
     ops_by_phase: Mapping[str, int]  # "forward-backward" / "optimizer" → ops
+    # category → bytes an op moves, averaged with the ops' kernel times as weights
+    bytes_by_category: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
 
 def _group(phase: str) -> str:
@@ -81,14 +92,17 @@ def _run(config: TransformerConfig, batch: int, seq: int, step: str, hardware: H
     kernel: dict[str, float] = defaultdict(float)
     by_phase: dict[tuple[str, str], float] = defaultdict(float)
     ops: dict[str, int] = defaultdict(int)
+    weighted: dict[str, float] = defaultdict(float)
     for op in prediction.ops:
+        weighted[op.category] += (op.time_s - op.overhead_s) * op.bytes
         kernel[op.category] += op.time_s - op.overhead_s
         by_phase[_group(op.phase), op.category] += op.time_s - op.overhead_s
         ops[_group(op.phase)] += 1
     return Run(step_s=whole.median_s,
                categories={c.category: (c.ops, kernel[c.category], c.measured_s)
                            for c in result.categories if c.ops},
-               kernel_by_phase=dict(by_phase), ops_by_phase=dict(ops))
+               kernel_by_phase=dict(by_phase), ops_by_phase=dict(ops),
+               bytes_by_category={c: weighted[c] / k for c, k in kernel.items() if k > 0})
 
 
 @dataclass(frozen=True)
@@ -137,7 +151,35 @@ def fit(samples: Sequence[StepSample], source: str = "") -> Calibration:
               "optimizer": opt_rest / opt_ops if opt_ops else 0.0}
     return Calibration(scale=scale, op_cost_s=op_cost,
                        between_ops_s={k: max(0.0, v - op_cost) for k, v in per_op.items()},
-                       source=source)
+                       source=source, scale_by_size=_by_size(samples, op_cost))
+
+
+def _by_size(samples: Sequence[StepSample], op_cost: float
+             ) -> dict[str, tuple[tuple[float, float], ...]]:
+    """Per category, each model's own scale at its typical op size, and the least-squares
+    line through them in log-log, kept as its two ends (flat beyond them)."""
+    points: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for sample in samples:
+        run = sample.train
+        for name, (count, kernel_s, measured_s) in run.categories.items():
+            size = run.bytes_by_category.get(name, 0.0)
+            value = (measured_s - count * op_cost) / kernel_s if kernel_s > 0 else 0.0
+            if name != "view" and size > 0 and value > 0:
+                points[name].append((size, value))
+    low, high = SCALE_RANGE
+    curves = {}
+    for name, found in points.items():
+        xs = [math.log(x) for x, _ in found]
+        if len(found) < 2 or max(xs) - min(xs) < math.log(2):  # no spread of sizes to fit
+            continue
+        ys = [math.log(y) for _, y in found]
+        mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sum(
+            (x - mean_x) ** 2 for x in xs)
+        ends = (min(xs), max(xs))
+        curves[name] = tuple((math.exp(x), min(high, max(low, math.exp(
+            mean_y + slope * (x - mean_x))))) for x in ends)
+    return curves
 
 
 def calibrate(hardware: Hardware, *, budget_s: float = 1.0, repeats: int = 3,
@@ -164,10 +206,13 @@ def calibration_toml(calibration: Calibration) -> str:
         calibration.scale.items()))
     between = ", ".join(f'"{k}" = "{v * 1e9!r}ns"' for k, v in
                         calibration.between_ops_s.items())
+    by_size = ", ".join(f"{name} = [{', '.join(f'[{x!r}, {y!r}]' for x, y in points)}]"
+                        for name, points in sorted(calibration.scale_by_size.items()))
     return "\n".join([
         "[calibration]  # whole eager steps: see tensorledger.ledger.calibrate",
         f'source = "{calibration.source}"',
         f'op_cost = "{calibration.op_cost_s * 1e9!r}ns"',
         f"scale = {{ {scales} }}",
         f"between_ops = {{ {between} }}",
+        *([f"scale_by_size = {{ {by_size} }}"] if by_size else []),
     ]) + "\n"

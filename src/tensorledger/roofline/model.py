@@ -161,7 +161,7 @@ def predict_op(index: int, op: OpLike, hardware: Hardware) -> OpPrediction:
         overhead = 0.0  # no kernel to launch; its dispatch overlaps the GPU's queued work
     calibration = hardware.calibration
     if calibration is not None:  # a probed machine's fit of whole steps (Calibration)
-        factor = calibration.scale.get(op.category, 1.0)
+        factor = calibration.factor(op.category, moved)
         compute, memory = compute * factor, memory * factor
         between = calibration.between(op.phase)
         overhead = calibration.op_cost_s + between
