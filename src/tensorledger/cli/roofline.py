@@ -65,27 +65,12 @@ def roofline_command(
     if plot is not None:
         check_figure_path(plot)  # refuse a bad path before the work, not after
     from tensorledger.ledger.roofline import roofline_report
-    from tensorledger.report.roofline import comparison_table, plot_roofline, prediction_view
+    from tensorledger.report.roofline import plot_roofline, roofline_run_view
 
     with progress(quiet, as_json) as say:
         run = roofline_report(work, chip, measure_step=measure, budget_s=budget,
                               depth=depth, progress=say)
-    lines = [f"{run.model} (built by {run.built_by}), {run.step}, batch {run.batch} × seq "
-             f"{run.seq} ({run.tokens} tokens), {run.precision}, traced on {run.device}; "
-             f"hardware {chip.id}",
-             *prediction_view(run.prediction, run.modules)]
-    if run.uncovered:
-        lines.append("ops with no cost rule (counted as 0 FLOPs, 0 bytes): " + ", ".join(
-            f"{op} ×{calls}" for op, calls in run.uncovered.items()))
-    if run.comparison is not None:
-        lines += comparison_table(run.comparison)
-    if run.measurement_warning:
-        lines.append(f"warning: {run.measurement_warning}")
-    if run.hardware_unreliable:
-        lines.append(f"warning: the profile {chip.id} marks {len(run.hardware_unreliable)} "
-                     f"figure(s) unreliable (their probe was noisy): "
-                     f"{', '.join(run.hardware_unreliable)}; the "
-                     "predictions and errors above rest on them")
+    lines = roofline_run_view(run)
     if plot is not None:
         written = plot_roofline(run.prediction, chip, plot, overlay=second)
         lines.append(f"roofline plot written to {written}")

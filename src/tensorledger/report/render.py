@@ -26,12 +26,12 @@ from tensorledger.ledger.trace import TraceReport
 from tensorledger.memory.ledger import MemoryLedger
 from tensorledger.report.account import account_view
 from tensorledger.report.memory import memory_view
-from tensorledger.report.roofline import comparison_table, prediction_view
+from tensorledger.report.roofline import prediction_view, roofline_run_view
 from tensorledger.report.trace import flops_notes, flops_table, module_table, trace_view
 from tensorledger.roofline.model import RooflinePrediction
 from tensorledger.trace.aggregate import TraceSummary
 
-__all__ = ["render", "roofline_run_view", "summary_view"]
+__all__ = ["render", "summary_view"]
 
 View = list[RenderableType | str]
 
@@ -41,27 +41,6 @@ def summary_view(s: TraceSummary) -> View:
     return [flops_table("By category", "category", s.by_category),
             flops_table("By phase", "phase", s.by_phase), module_table(s.modules),
             *flops_notes(s)]
-
-
-def roofline_run_view(run: RooflineRun) -> View:
-    """What ``tensorledger roofline`` prints, the plot left out."""
-    view: View = [f"{run.model} (built by {run.built_by}), {run.step}, batch {run.batch} × seq "
-                  f"{run.seq} ({run.tokens} tokens), {run.precision}, traced on {run.device}; "
-                  f"hardware {run.prediction.hardware}",
-                  *prediction_view(run.prediction)]
-    if run.uncovered:
-        view.append("ops with no cost rule (counted as 0 FLOPs, 0 bytes): " + ", ".join(
-            f"{op} ×{calls}" for op, calls in run.uncovered.items()))
-    if run.comparison is not None:
-        view += comparison_table(run.comparison)
-    if run.measurement_warning:
-        view.append(f"warning: {run.measurement_warning}")
-    if run.hardware_unreliable:
-        view.append(f"warning: the profile {run.prediction.hardware} marks "
-                    f"{len(run.hardware_unreliable)} figure(s) unreliable (their probe was "
-                    f"noisy): {', '.join(run.hardware_unreliable)}; the predictions and errors "
-                    "above rest on them")
-    return view
 
 
 def render(result: Any) -> Group:

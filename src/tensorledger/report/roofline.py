@@ -12,6 +12,7 @@ from rich.console import RenderableType
 from rich.table import Table
 
 from tensorledger.hardware import Hardware
+from tensorledger.ledger.roofline import RooflineRun
 from tensorledger.report.plots import new_figure, save_figure
 from tensorledger.roofline import OpPrediction, RooflinePrediction, TimeTotal
 from tensorledger.roofline.compare import Comparison
@@ -19,8 +20,8 @@ from tensorledger.roofline.modules import ModuleTime
 from tensorledger.units import format_bytes, format_duration, format_flop_rate, format_sci
 
 __all__ = ["CATEGORY_COLOURS", "Roof", "comparison_table", "op_spots", "plot_roofline",
-           "point_area_pt2", "prediction_view", "roofline_figure", "roofs", "step_lines",
-           "totals_table"]
+           "point_area_pt2", "prediction_view", "roofline_figure", "roofline_run_view", "roofs",
+           "step_lines", "totals_table"]
 
 View = list[RenderableType | str]
 
@@ -254,3 +255,24 @@ def plot_roofline(prediction: RooflinePrediction, hardware: Hardware, path: str 
                   overlay: Hardware | None = None) -> Path:
     """Write :func:`roofline_figure` to ``path`` (.png, .svg or .pdf), whole or not at all."""
     return save_figure(roofline_figure(prediction, hardware, overlay), path)
+
+
+def roofline_run_view(run: RooflineRun) -> View:
+    """What ``tensorledger roofline`` prints, the plot left out."""
+    view: View = [f"{run.model} (built by {run.built_by}), {run.step}, batch {run.batch} × seq "
+                  f"{run.seq} ({run.tokens} tokens), {run.precision}, traced on {run.device}; "
+                  f"hardware {run.prediction.hardware}",
+                  *prediction_view(run.prediction, run.modules)]
+    if run.uncovered:
+        view.append("ops with no cost rule (counted as 0 FLOPs, 0 bytes): " + ", ".join(
+            f"{op} ×{calls}" for op, calls in run.uncovered.items()))
+    if run.comparison is not None:
+        view += comparison_table(run.comparison)
+    if run.measurement_warning:
+        view.append(f"warning: {run.measurement_warning}")
+    if run.hardware_unreliable:
+        view.append(f"warning: the profile {run.prediction.hardware} marks "
+                    f"{len(run.hardware_unreliable)} figure(s) unreliable (their probe was "
+                    f"noisy): {', '.join(run.hardware_unreliable)}; the predictions and errors "
+                    "above rest on them")
+    return view
