@@ -141,3 +141,13 @@ def test_scales_by_size_by_hand() -> None:
     read = chip.calibration.scale_by_size["elementwise"]
     assert [p for point in read for p in point] == pytest.approx(
         [p for point in cal.scale_by_size["elementwise"] for p in point])
+
+
+def test_a_factor_below_one_stops_at_the_bound() -> None:
+    fast = Calibration(scale={"elementwise": 0.1}, op_cost_s=0.0, between_ops_s={})
+    chip = dataclasses.replace(CHIP, calibration=fast)
+    add = Op("aten.add.Tensor", "elementwise", 10**6, 8 * 10**6, 4 * 10**6, ("fp32",),
+             ("fp32",))
+    p = predict_op(0, add, chip)
+    # 12 MB at 10 GB/s = 1.2 ms is the bound; 0.1 × 1.2 ms would beat it
+    assert p.ideal_time_s == pytest.approx(1.2e-3) and p.time_s == pytest.approx(1.2e-3)

@@ -171,9 +171,10 @@ def predict_op(index: int, op: OpLike, hardware: Hardware) -> OpPrediction:
         bound = "overhead"
     else:
         bound = "compute" if compute >= memory else "memory"
-    time_s = max(compute, memory) + overhead
     ideal_compute = ideal_work / peak
     ideal_memory = moved / hardware.ideal_bandwidth_bytes_per_s
+    # a calibration factor below 1 never takes an op below its roofline bound
+    time_s = max(compute, memory, ideal_compute, ideal_memory) + overhead
     return OpPrediction(
         index=index, op=op.op, module=op.module, phase=op.phase, category=op.category,
         compute_key=key, flops=op.flops, bytes=moved,
