@@ -56,7 +56,7 @@ def __getattr__(name: str) -> Any:
         from tensorledger.workload import trace_model
 
         return trace_model
-    if name == "render":  # any result as the CLI's tables, for rich.print (imports rich)
+    if name == "render":  # any result as the CLI's tables, for rich.print (imports rich and torch)
         from tensorledger.report.render import render
 
         return render

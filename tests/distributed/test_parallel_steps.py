@@ -187,3 +187,53 @@ def test_tensor_parallel_mlp_by_hand(tp: int) -> None:
     # and its bias replicated (24): 1090 values on each of 4 ranks
     assert step.params_per_rank == 576 + 1000 // tp + 960 // tp + 24
     assert step.param_bytes_per_rank == F32 * step.params_per_rank
+
+
+def test_nested_module_lists_are_wrapped_inner_first() -> None:
+    from tensorledger.workload.parallel import shard_units
+
+    class Expert(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Linear(8, 8, bias=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.w(x)
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.experts = nn.ModuleList([Expert(), Expert()])
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return sum((e(x) for e in self.experts), torch.zeros_like(x))
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = nn.ModuleList([Block(), Block()])
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for block in self.blocks:
+                x = block(x)
+            return x
+
+    model = Model()
+    units = shard_units(model)
+    # the experts (inner lists) come before the blocks that hold them
+    assert units.index(model.blocks[0].experts[0]) < units.index(model.blocks[0])
+    step = trace_parallel_step(Model, lambda: torch.randn(4, 8), Strategy.FSDP, 2)
+    gathers = [r for r in step.trace.records if r.collective is not None
+               and r.collective.kind == "all-gather" and r.phase == "forward"]
+    assert gathers  # it traced
+
+
+def test_a_plan_naming_no_module_and_an_unknown_strategy_are_refused() -> None:
+    from tensorledger.errors import InputError
+
+    with pytest.raises(InputError, match="'nope', which is no module"):
+        trace_parallel_step(lambda: nn.Sequential(nn.Linear(8, 8)), lambda: torch.randn(2, 8),
+                            Strategy.TP, 2, tp_plan={"nope": TpStyle.COLWISE})
+    with pytest.raises(InputError, match="unknown parallel strategy 'zero9'"):
+        trace_parallel_step(lambda: nn.Linear(8, 8), lambda: torch.randn(2, 8),
+                            "zero9", 2)  # type: ignore[arg-type]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
@@ -51,11 +52,14 @@ def spec_matches(hardware: Hardware, device_type: str, device_name: str) -> bool
     (False, True)
     >>> spec_matches(h100, "cuda", "NVIDIA H200")
     False
+    >>> spec_matches(get_hardware("a100"), "cuda", "NVIDIA A100-SXM4-80GB")
+    True
     """
     if device_type == "cpu":
         return hardware.origin != "catalog"  # a user's or a probed profile may describe it
     token = next((w for w in hardware.name.split() if any(c.isdigit() for c in w)), None)
-    return token is not None and token.lower() in device_name.lower().split()
+    # "NVIDIA A100-SXM4-80GB" names its model between dashes
+    return token is not None and token.lower() in re.split(r"[\s_-]+", device_name.lower())
 
 
 def matmul_bytes(n: int, element_bytes: int) -> int:

@@ -47,7 +47,7 @@ COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", 
 #: ``both``: a collective every rank sends and receives in; ``send`` / ``recv``: one direction.
 Direction = Literal["both", "send", "recv"]
 
-#: ``(args, kwargs, out) -> group``: the group argument (an int size, a name, a ProcessGroup).
+#: ``(args, kwargs) -> group``: the group argument (an int size, a name, a ProcessGroup).
 GroupRule = Callable[[Sequence[Any], dict[str, Any]], Any]
 #: ``(args, kwargs, out, ranks) -> S``: the collective's size in bytes, nccl-tests convention.
 SizeRule = Callable[[Sequence[Any], dict[str, Any], Any, int], int]
@@ -71,12 +71,14 @@ def per_rank_bytes(kind: str, size_bytes: int, ranks: int, direction: Direction 
         raise ValueError(f"unknown collective kind {kind!r}; known: {', '.join(COLLECTIVE_KINDS)}")
     if ranks < 1 or size_bytes < 0:
         raise ValueError(f"a collective needs ranks >= 1 and bytes >= 0, got {ranks}, {size_bytes}")
+    if kind == "send-recv" and direction == "both":
+        raise ValueError("a send-recv moves one way: give direction send or recv")
+    if ranks == 1:
+        return 0, 0
     if direction == "send":
         return size_bytes, 0
     if direction == "recv":
         return 0, size_bytes
-    if ranks == 1:
-        return 0, 0
     if kind == "all-reduce":
         moved = 2 * size_bytes * (ranks - 1) // ranks
     elif kind in ("all-gather", "reduce-scatter", "all-to-all"):
@@ -159,7 +161,7 @@ _collective("c10d.recv_", "c10d.recv_any_source_", kind="send-recv", group=1, si
 
 # synchronisation: covered, nothing sent between ranks; an asynchronous result wrapped for
 # autograd (real process groups) moves nothing at all
-register(f"{F}.wait_tensor", "c10d.barrier", category="communication")(_zero)
+register(f"{F}.wait_tensor", "c10d.barrier", category="communication", moves="none")(_zero)
 register(f"{F}._wrap_tensor_autograd", category="communication", moves="none")(_zero)
 
 # FSDP2's copies around its collectives: packing the all-gather input, unpacking its output,

@@ -182,6 +182,16 @@ class Hardware:
     unreliable: tuple[str, ...] = ()
     # A probed profile's fit of whole steps (category scales, time between ops by phase).
     calibration: Calibration | None = None
+    # Node topology, for pricing collectives (roofline.collectives).  Bandwidths are per device
+    # and per direction (what nccl-tests' bus bandwidth is compared with): NVLink 4's "900 GB/s"
+    # is 450 here.  ``interconnect_bytes_per_s`` above is the datasheet figure as displayed.
+    devices_per_node: int | None = None
+    node_kind: str | None = None  # e.g. "DGX H100: NVLink 4 through four NVSwitch chips"
+    intra_node_bytes_per_s: float | None = None  # NVLink / NVSwitch / PCIe, per direction
+    inter_node_bytes_per_s: float | None = None  # the NIC share of one device, per direction
+    inter_node_kind: str | None = None  # e.g. "InfiniBand NDR 400 Gb/s, one per GPU"
+    intra_node_latency_s: float | None = None  # per ring hop inside a node
+    inter_node_latency_s: float | None = None  # per ring hop between nodes
 
     @property
     def expected_basis(self) -> str:
@@ -225,16 +235,6 @@ class Hardware:
         if self.op_overhead_s > 0 or self.efficiency is None:
             return self.op_overhead_s
         return self.efficiency.op_overhead_s
-    # Node topology, for pricing collectives (roofline.collectives).  Bandwidths are per device
-    # and per direction (what nccl-tests' bus bandwidth is compared with): NVLink 4's "900 GB/s"
-    # is 450 here.  ``interconnect_bytes_per_s`` above is the datasheet figure as displayed.
-    devices_per_node: int | None = None
-    node_kind: str | None = None  # e.g. "DGX H100: NVLink 4 through four NVSwitch chips"
-    intra_node_bytes_per_s: float | None = None  # NVLink / NVSwitch / PCIe, per direction
-    inter_node_bytes_per_s: float | None = None  # the NIC share of one device, per direction
-    inter_node_kind: str | None = None  # e.g. "InfiniBand NDR 400 Gb/s, one per GPU"
-    intra_node_latency_s: float | None = None  # per ring hop inside a node
-    inter_node_latency_s: float | None = None  # per ring hop between nodes
 
     def __repr__(self) -> str:
         return summary("Hardware", repr(self.id), self.name, show_bytes(self.memory_bytes),

@@ -71,6 +71,7 @@ class Ledger:
     peak_flop_per_s: float  # that dense peak
     memory_bandwidth_bytes_per_s: float
     run: RunCost | None  # with run tokens
+    cluster_bound_tokens_per_s: float = 0.0  # at the roofline bound
     # with a measurement: the same step run for real on this machine, predicted for its
     # probed profile and measured beside it
     measured: RooflineRun | None = None
@@ -155,7 +156,9 @@ def account_run(work: Workload, hardware: Hardware, *, count: int = 1,
                     device=work.device, hardware=hardware.id, count=count, params=run.params,
                     params_by_part=dict(run.param_parts), trace=summary, memory=memory,
                     roofline=prediction, step_time_s=step_s,
-                    cluster_tokens_per_s=cluster_tokens_per_s, mfu=prediction.mfu,
+                    cluster_tokens_per_s=cluster_tokens_per_s,
+                    cluster_bound_tokens_per_s=count * work.tokens / prediction.ideal_time_s
+                    if prediction.ideal_time_s > 0 else 0.0, mfu=prediction.mfu,
                     peak_flop_per_s=hardware.peak_flop_per_s(prediction.mfu_peak_key),
                     memory_bandwidth_bytes_per_s=hardware.memory_bandwidth_bytes_per_s,
                     run=cost)

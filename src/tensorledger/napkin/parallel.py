@@ -367,7 +367,7 @@ class PipelineBubble:
 
 
 def pipeline_bubble(stages: int, microbatches: int, chunks: int = 1) -> PipelineBubble:
-    """The bubble: (p−1)/(m+p−1) of the step (divided by v chunks when interleaved).
+    """The bubble: (p−1)/(m+p−1) of the step, (p−1)/(v·m+p−1) with v interleaved chunks.
 
     >>> pipeline_bubble(4, 8).bubble_fraction         # 3 / 11
     0.2727272727272727

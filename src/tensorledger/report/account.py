@@ -53,7 +53,8 @@ def account_view(ledger: Ledger) -> View:
     view.append(totals_table(f"Predicted time by category on {ledger.hardware}",
                              ledger.roofline.by_category))
     view.append(f"on {ledger.count} device(s), stepping together:")
-    view += step_lines(ledger.roofline, ledger.count)
+    view += step_lines(ledger.roofline, (ledger.cluster_tokens_per_s,
+                                         ledger.cluster_bound_tokens_per_s))
     if ledger.run is not None:
         r = ledger.run
         cost = f", ${r.cost_usd:,.0f} at ${r.usd_per_device_hour:g} per device-hour" if (

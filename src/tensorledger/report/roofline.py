@@ -71,20 +71,24 @@ def prediction_view(prediction: RooflinePrediction,
     return lines
 
 
-def step_lines(prediction: RooflinePrediction, count: int = 1) -> list[str]:
+def step_lines(prediction: RooflinePrediction,
+               tokens_per_s: tuple[float | None, float | None] | None = None) -> list[str]:
     """The step's two figures, each with its MFU and tokens/s: the expected time (and what it
-    rests on) and the roofline bound."""
-    def rate(tokens_per_s: float | None) -> str:
-        return "" if tokens_per_s is None else f", {count * tokens_per_s:,.0f} tokens/s"
+    rests on) and the roofline bound; ``tokens_per_s`` (expected, bound) replaces the
+    prediction's own (a cluster's)."""
+    expected, bound = tokens_per_s or (prediction.tokens_per_s, prediction.ideal_tokens_per_s)
+
+    def rate(value: float | None) -> str:
+        return "" if value is None else f", {value:,.0f} tokens/s"
 
     peak = f"the dense {prediction.mfu_peak_key} peak"
     return [
         f"expected step {format_duration(prediction.time_s)}: MFU "
-        f"{format_sci(prediction.mfu, 3)} against {peak}{rate(prediction.tokens_per_s)} — from "
+        f"{format_sci(prediction.mfu, 3)} against {peak}{rate(expected)} — from "
         f"{prediction.basis}",
         f"roofline bound {format_duration(prediction.ideal_time_s)}: MFU "
-        f"{format_sci(prediction.ideal_mfu, 3)}{rate(prediction.ideal_tokens_per_s)} — peak "
-        "FLOP/s and datasheet bandwidth, no overhead; no real step is faster",
+        f"{format_sci(prediction.ideal_mfu, 3)}{rate(bound)} — peak FLOP/s and "
+        f"{prediction.bound_bandwidth}, no overhead; no real step is faster",
     ]
 
 

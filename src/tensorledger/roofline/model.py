@@ -224,6 +224,7 @@ class RooflinePrediction:
     ideal_mfu: float  # FLOPs / ideal time / peak
     ideal_tokens_per_s: float | None
     basis: str  # what the expected figure rests on: see ``BASES``
+    bound_bandwidth: str = "datasheet bandwidth"  # the bandwidth the bound streams at
 
     def __repr__(self) -> str:
         return summary("RooflinePrediction",
@@ -280,7 +281,9 @@ def predict(records: Iterable[OpLike], hardware: Hardware, *, tokens: int | None
         mfu=flops / time_s / peak if time_s > 0 else 0.0,
         ideal_time_s=ideal_s, ideal_mfu=flops / ideal_s / peak if ideal_s > 0 else 0.0,
         ideal_tokens_per_s=None if tokens is None or ideal_s == 0 else tokens / ideal_s,
-        basis=BASES[hardware.expected_basis])
+        basis=BASES[hardware.expected_basis],
+        bound_bandwidth="the fastest bandwidth measured (from cache where a buffer fits)"
+        if hardware.curves.get("bandwidth") else "datasheet bandwidth")
 
 
 def ceiling(hardware: Hardware, key: str, intensities: Sequence[float]) -> tuple[float, ...]:

@@ -60,8 +60,9 @@ def _label(parts: Sequence[str | tuple[int, ...]]) -> str:
 def group_repeats(names: Sequence[str], signatures: Sequence[Hashable]
                   ) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """Group names that differ only in integer path components and share a signature (the
-    figures the caller holds equal: ops, FLOPs, bytes, ...).  Returns ``(label, member
-    positions)`` in the order of each group's first member; a name alone keeps its own label.
+    figures the caller holds equal: its choice; ``aggregate`` uses FLOPs by phase).  Returns
+    ``(label, member positions)`` in the order of each group's first member; a name alone
+    keeps its own label.
 
     Components are folded left to right (the outer index first), so
     ``layers.{0..3}.experts.{0..7}.w1`` is one group of 32.

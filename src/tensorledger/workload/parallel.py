@@ -111,9 +111,10 @@ def fake_process_group(world_size: int) -> Iterator[Any]:
 
 def shard_units(model: nn.Module) -> list[nn.Module]:
     """The modules FSDP wraps one by one before the root: the entries of every ModuleList
-    (a transformer's blocks), else the direct children that hold parameters."""
-    units = [block for module in model.modules() if isinstance(module, nn.ModuleList)
-             for block in module]
+    (a transformer's blocks), innermost first (FSDP wraps a child before its parent), else
+    the direct children that hold parameters."""
+    lists = [module for module in model.modules() if isinstance(module, nn.ModuleList)]
+    units = [block for module in reversed(lists) for block in module]
     if units:
         return units
     return [child for child in model.children() if any(True for _ in child.parameters())]
@@ -158,6 +159,11 @@ def _wrap(model: nn.Module, strategy: Strategy, mesh: Any, world_size: int,
 
     if not tp_plan:
         raise InputError("tensor parallelism needs a plan: module path → colwise or rowwise")
+    known = dict(model.named_modules())
+    missing = [path for path in tp_plan if path not in known]
+    if missing:
+        raise InputError(f"the tensor-parallel plan names {missing[0]!r}, which is no module of "
+                         f"the model; known: {', '.join(p for p in known if p) or '(none)'}")
     styles: dict[str, ParallelStyle] = {
         path: ColwiseParallel() if style is TpStyle.COLWISE else RowwiseParallel()
         for path, style in tp_plan.items()}
@@ -182,6 +188,11 @@ def trace_parallel_step(build: Callable[[], nn.Module], make_inputs: Callable[[]
     scalar (default: the mean of its squares).  The model and inputs are the global ones:
     each rank of DDP and FSDP gets the same batch here, as each real rank gets its own.
     """
+    try:
+        strategy = Strategy(strategy)
+    except ValueError:
+        raise InputError(f"unknown parallel strategy {strategy!r}; known: "
+                         f"{', '.join(s.value for s in Strategy)}") from None
     dist = _distributed()
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed.device_mesh import init_device_mesh
