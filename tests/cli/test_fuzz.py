@@ -11,7 +11,7 @@ For each vector the CLI runs in-process and must either
 - exit 2 with exactly one line on stderr, nothing on stdout and no file left behind.
 
 Hypothesis runs derandomized (the same cases in every run) without shrinking, so the time is
-bounded; ``probe`` runs with a stand-in for the minutes of measuring.
+bounded; ``probe`` runs with a stand-in for the minutes of measuring (and calibrating).
 """
 
 from __future__ import annotations
@@ -227,6 +227,12 @@ def _fake_probe(*args: object, **kwargs: object) -> Any:
                        op_overhead_s=1e-6, bare_op_overhead_s=1e-6)
 
 
+def _fake_calibrate(*args: object, **kwargs: object) -> Any:
+    from tensorledger.hardware import Calibration
+
+    return Calibration(scale={"matmul": 1.0}, op_cost_s=1e-6, between_ops_s={})
+
+
 def run_case(argv: list[str], place: Place) -> Outcome:
     before = _listing(place.out)
     stdout, stderr = io.StringIO(), io.StringIO()
@@ -270,8 +276,10 @@ def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     import torch
 
     import tensorledger.bench as bench
+    import tensorledger.ledger.calibrate as calibration
 
     monkeypatch.setattr(bench, "probe", _fake_probe)
+    monkeypatch.setattr(calibration, "calibrate", _fake_calibrate)
     monkeypatch.setenv("TENSORLEDGER_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("COLUMNS", "100")
     before = torch.get_num_threads()

@@ -29,12 +29,12 @@ def probe_command(
     output: Annotated[Path | None, typer.Option(
         "--output", help="Profile file to write (default: the local profile that "
         "`--hardware local` reads).")] = None,
-    quick: Annotated[bool, typer.Option("--quick", help="Small sweep, short budget, no "
-                                        "calibration.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="Small sweep, short budget.")] = False,
     calibrate: Annotated[bool, typer.Option(
-        "--calibrate/--no-calibrate", help="On a CPU, fit the profile on whole eager steps of "
-        "two calibration models (kernels in a step, time between ops); off with --quick."
-    )] = True,
+        "--calibrate", help="On a CPU, also fit the profile on whole eager steps of four "
+        "calibration models (kernels in a step, time between ops: a minute or two more); not "
+        "with --quick."
+    )] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Measure this device's matmul FLOP/s per dtype, memory bandwidth and per-op overhead."""
@@ -48,13 +48,16 @@ def probe_command(
         home = os.environ.get("TENSORLEDGER_HOME")
         check_output_path(local_profile_path(), (".toml",), make_folder=True,
                           what=f"TENSORLEDGER_HOME={home}: " if home else "")
+    if calibrate and (quick or device.strip().lower() != "cpu"):
+        raise InputError("--calibrate runs whole steps on the CPU: use it with --device cpu "
+                         "and without --quick")
     status = Console(stderr=True)
     result = probe(device, sizes=(64, 128, 256, 512) if quick else None,
                    attention_seqs=(64, 128) if quick else None, budget_s=0.1 if quick else 0.5,
                    progress=lambda step: status.print(f"probing {step} ...", style="dim"))
     target = output or local_profile_path()
     text = profile_toml(result)
-    if calibrate and not quick and result.device == "cpu":
+    if calibrate:
         from tensorledger.hardware.catalog import parse_hardware_toml
         from tensorledger.ledger.calibrate import calibrate as fit
         from tensorledger.ledger.calibrate import calibration_toml
