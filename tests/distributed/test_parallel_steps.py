@@ -17,6 +17,7 @@ from tensorledger.napkin.transformer import parameter_count
 from tensorledger.trace import trace
 from tensorledger.trace.records import OpRecord, Trace
 from tensorledger.workload.parallel import ParallelStep, Strategy, TpStyle, trace_parallel_step
+from tests.distributed.parallel_torchrun import Mlp
 
 TINY = get_preset("tiny")  # d 64, 2 layers, vocab 128, d_ff 128: every dim-0 divides by 8
 F32 = 4
@@ -146,25 +147,12 @@ def test_ddp_all_reduces_every_gradient_byte() -> None:
     assert _matmul_flops(step.trace) == _single_device_flops(_tiny, _tokens)
 
 
-class _Mlp(nn.Module):
-    """A replicated projection, then a Megatron MLP (column- then row-parallel)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.pre = nn.Linear(24, 24, bias=False)
-        self.up = nn.Linear(24, 40)
-        self.down = nn.Linear(40, 24)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(torch.relu(self.up(self.pre(x))))
-
-
 @pytest.mark.parametrize("tp", [2, 4, 8])
 def test_tensor_parallel_mlp_by_hand(tp: int) -> None:
     def inputs() -> torch.Tensor:
         return torch.ones(3, 5, 24)
 
-    step = trace_parallel_step(_Mlp, inputs, Strategy.TP, tp,
+    step = trace_parallel_step(Mlp, inputs, Strategy.TP, tp,
                                {"up": TpStyle.COLWISE, "down": TpStyle.ROWWISE})
     result = step.trace
     assert result.uncovered == {}
@@ -180,7 +168,7 @@ def test_tensor_parallel_mlp_by_hand(tp: int) -> None:
     # up and down: 2·15·24·40 = 28800 each forward on one device, twice that in backward,
     # a tp-th of it on each rank
     assert _matmul_flops(result) == 2 * 17280 + 6 * 28800 // tp
-    whole = _single_device_flops(_Mlp, inputs)
+    whole = _single_device_flops(Mlp, inputs)
     assert whole == 2 * 17280 + 6 * 28800
     assert _matmul_flops(result) == 2 * 17280 + (whole - 2 * 17280) // tp
     # pre replicated (576), up's rows split (960 weights + 40 bias), down's columns split (960)

@@ -10,7 +10,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 
 from tensorledger.report.memory import memory_view
-from tensorledger.report.roofline import comparison_table, step_lines, totals_table
+from tensorledger.report.roofline import measurement_view, step_lines, totals_table
 from tensorledger.report.trace import flops_notes, flops_table, module_table
 from tensorledger.units import format_bytes, format_count, format_duration, format_sci
 
@@ -66,10 +66,7 @@ def account_view(ledger: Ledger) -> View:
     if ledger.measured is not None and ledger.measured.comparison is not None:
         view.append(f"Measured on this machine ({ledger.measured.device}), predicted for its "
                     f"profile {ledger.measured.prediction.hardware}:")
-        view += comparison_table(ledger.measured.comparison)
-        if ledger.measured.hardware_unreliable:
-            view.append("warning: the profile marks figures unreliable (its probe was noisy): "
-                        + ", ".join(ledger.measured.hardware_unreliable))
+        view += measurement_view(ledger.measured)
     view.append(f"peak memory per device {format_bytes(ledger.memory.peak_bytes, 'auto')}")
     return view
 

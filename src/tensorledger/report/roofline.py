@@ -19,9 +19,9 @@ from tensorledger.roofline.compare import Comparison
 from tensorledger.roofline.modules import ModuleTime
 from tensorledger.units import format_bytes, format_duration, format_flop_rate, format_sci
 
-__all__ = ["CATEGORY_COLOURS", "Roof", "comparison_table", "op_spots", "plot_roofline",
-           "point_area_pt2", "prediction_view", "roofline_figure", "roofline_run_view", "roofs",
-           "step_lines", "totals_table"]
+__all__ = ["CATEGORY_COLOURS", "Roof", "comparison_table", "measurement_view", "op_spots",
+           "plot_roofline", "point_area_pt2", "prediction_view", "roofline_figure",
+           "roofline_run_view", "roofs", "step_lines", "totals_table"]
 
 View = list[RenderableType | str]
 
@@ -270,8 +270,13 @@ def roofline_run_view(run: RooflineRun) -> View:
     if run.uncovered:
         view.append("ops with no cost rule (counted as 0 FLOPs, 0 bytes): " + ", ".join(
             f"{op} ×{calls}" for op, calls in run.uncovered.items()))
-    if run.comparison is not None:
-        view += comparison_table(run.comparison)
+    return view + measurement_view(run)
+
+
+def measurement_view(run: RooflineRun) -> View:
+    """The measurement beside the prediction (when there is one) and the warnings on it: the
+    harness's spread, the figures the profile marks unreliable."""
+    view: View = [] if run.comparison is None else comparison_table(run.comparison)
     if run.measurement_warning:
         view.append(f"warning: {run.measurement_warning}")
     if run.hardware_unreliable:
