@@ -1,0 +1,175 @@
+"""How a step is spread over devices: a :class:`Layout` of data, sharded-data and tensor
+parallelism, checked against the model once, before anything is built.
+
+Torch-free, like :mod:`.spec`: a command refuses a layout that does not divide the model in
+one line saying which dimension, before torch is imported.
+
+The degrees multiply: ``--dp 2 --fsdp 4 --tp 8`` is 64 devices, a mesh of 2 replicas (HSDP's
+replicate dimension when ``--fsdp`` is given too, else DDP) × 4 shards (FSDP2, ZeRO stage
+``--zero``) × 8 tensor-parallel ranks (DTensor, ``--sp`` for sequence parallelism).  Every
+rank of a layout runs the same step, so one traced rank stands for all of them.
+
+>>> layout = resolve_layout(fsdp=8, tp=8)
+>>> layout.count, layout.zero, layout.mesh_dims
+(64, 3, (('fsdp', 8), ('tp', 8)))
+>>> layout
+Layout(FSDP ZeRO-3 × 8 · TP × 8, 64 ranks)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tensorledger.errors import InputError
+from tensorledger.napkin.transformer import TransformerConfig
+from tensorledger.summary import summary
+
+__all__ = ["LARGEST_DEGREE", "SINGLE", "ZERO_STAGES", "Layout", "check_layout", "resolve_layout"]
+
+#: The largest degree of any one dimension: far past any cluster, small enough to stay exact.
+LARGEST_DEGREE = 1 << 20
+
+#: ZeRO stages and what each shards over the data-parallel ranks.
+ZERO_STAGES = {1: "optimizer state", 2: "optimizer state and gradients",
+               3: "optimizer state, gradients and parameters"}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Degrees of parallelism of one step; all 1 is a single device.
+
+    ``dp`` replicas (DDP, or HSDP's replicate dimension beside ``fsdp``), ``fsdp`` shards of
+    the ZeRO stage ``zero`` (1: ``ZeroRedundancyOptimizer`` under DDP; 2: FSDP2 keeping the
+    parameters gathered from forward to backward; 3: FSDP2 resharding after forward), ``tp``
+    tensor-parallel ranks, with ``sp`` sequence parallelism for the norms between them.
+    """
+
+    dp: int = 1
+    fsdp: int = 1
+    zero: int = 3
+    tp: int = 1
+    sp: bool = False
+
+    @property
+    def count(self) -> int:
+        """Devices in all: the product of the degrees."""
+        return self.dp * self.fsdp * self.tp
+
+    @property
+    def single(self) -> bool:
+        return self.count == 1
+
+    @property
+    def data_parallel(self) -> int:
+        """Ranks that each run their own batch (replicas × shards)."""
+        return self.dp * self.fsdp
+
+    @property
+    def mesh_dims(self) -> tuple[tuple[str, int], ...]:
+        """The device mesh's named dimensions, outermost first (those of degree > 1)."""
+        dims = (("dp", self.dp), ("fsdp", self.fsdp), ("tp", self.tp))
+        return tuple((name, size) for name, size in dims if size > 1)
+
+    @property
+    def strategy(self) -> str:
+        """A short name of the data-parallel part: ``ddp``, ``zero1``, ``fsdp``, ``hsdp``."""
+        if self.fsdp > 1:
+            if self.zero == 1:
+                return "zero1"
+            return "hsdp" if self.dp > 1 else "fsdp"
+        return "ddp" if self.dp > 1 else ""
+
+    def describe(self) -> str:
+        """``FSDP ZeRO-3 × 8 · TP × 8`` (empty on a single device)."""
+        parts = []
+        if self.fsdp > 1:
+            name = "DDP + ZeRO-1" if self.zero == 1 else "FSDP"
+            if self.zero != 1:
+                name += f" ZeRO-{self.zero}"
+            parts.append(f"{name} × {self.fsdp}")
+        if self.dp > 1:
+            parts.append(f"{'replicas' if self.fsdp > 1 and self.zero != 1 else 'DDP'} × "
+                         f"{self.dp}")
+        if self.tp > 1:
+            parts.append(f"TP{' + SP' if self.sp else ''} × {self.tp}")
+        return " · ".join(parts)
+
+    def __repr__(self) -> str:
+        if self.single:
+            return "Layout(single device)"
+        return summary("Layout", self.describe(), f"{self.count} ranks")
+
+
+SINGLE = Layout()
+
+
+def _degree(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"--{name} must be a whole number of ranks, got {value!r}")
+    if not 1 <= value <= LARGEST_DEGREE:
+        raise InputError(f"--{name} must be between 1 and {LARGEST_DEGREE:,}, got {value:,}")
+    return value
+
+
+def resolve_layout(*, dp: int = 1, fsdp: int = 1, zero: int | None = None, tp: int = 1,
+                   sp: bool = False, count: int | None = None) -> Layout:
+    """Check the degrees against each other (not yet against a model: :func:`check_layout`).
+
+    ``zero`` defaults to 3 and needs ``fsdp`` > 1; ``sp`` needs ``tp`` > 1; ``count``, when
+    given beside any degree, must equal their product.
+
+    >>> resolve_layout(fsdp=4, zero=1).strategy
+    'zero1'
+    >>> resolve_layout(dp=2, tp=2, count=8)
+    Traceback (most recent call last):
+    tensorledger.errors.InputError: --count 8 is not the layout's 2 (dp) × 2 (tp) = 4 devices; drop --count or make the degrees multiply to it
+    """
+    layout = Layout(dp=_degree("dp", dp), fsdp=_degree("fsdp", fsdp), tp=_degree("tp", tp),
+                    zero=3 if zero is None else zero, sp=bool(sp))
+    if zero is not None:
+        if isinstance(zero, bool) or zero not in ZERO_STAGES:
+            raise InputError(f"--zero is a ZeRO stage, 1, 2 or 3, got {zero!r}")
+        if layout.fsdp == 1:
+            raise InputError(f"--zero {zero} shards {ZERO_STAGES[zero]} over the ranks of "
+                             "--fsdp; give --fsdp N (N > 1) with it")
+        if zero == 1 and layout.dp > 1:
+            raise InputError("--zero 1 shards the optimizer over every data-parallel rank; "
+                             "give them all as --fsdp N, without --dp")
+    if sp and layout.tp == 1:
+        raise InputError("--sp splits the sequence over the tensor-parallel ranks; give --tp N "
+                         "(N > 1) with it")
+    if count is not None and not layout.single and count != layout.count:
+        dims = " × ".join(f"{size} ({name})" for name, size in layout.mesh_dims)
+        raise InputError(f"--count {count} is not the layout's {dims} = {layout.count} devices; "
+                         "drop --count or make the degrees multiply to it")
+    return layout
+
+
+def check_layout(layout: Layout, config: TransformerConfig | None, *, batch: int,
+                 seq: int) -> None:
+    """Refuse, in one line naming the dimension, a layout the model does not divide into.
+
+    Tensor parallelism splits the attention heads (query and key/value), the MLP's hidden
+    width and the vocabulary (embedding rows and head outputs) over ``tp``; sequence
+    parallelism splits the sequence too.  FSDP pads a shard that does not divide, so it asks
+    nothing of the model.  ``config`` is None for a model whose shape is not known in advance
+    (a factory): then torch's own checks speak when the step runs.
+
+    >>> from tensorledger.models import get_preset
+    >>> check_layout(resolve_layout(tp=3), get_preset("tiny"), batch=1, seq=16)
+    Traceback (most recent call last):
+    tensorledger.errors.InputError: --tp 3 does not divide tiny's 4 attention heads; use a --tp that divides 4
+    """
+    tp = layout.tp
+    if tp > 1 and layout.sp and seq % tp:
+        raise InputError(f"--sp splits the sequence over --tp {tp} ranks; --seq {seq} does not "
+                         f"divide by {tp}")
+    if tp == 1 or config is None:
+        return
+    kv_heads = config.n_kv_heads or config.n_heads
+    d_ff = config.d_ff or 4 * config.d_model
+    for what, size in (("attention heads", config.n_heads), ("key/value heads", kv_heads),
+                       ("MLP hidden width", d_ff), ("vocabulary", config.vocab_size)):
+        if size % tp:
+            raise InputError(f"--tp {tp} does not divide {config.name}'s {size:,} {what}; use a "
+                             f"--tp that divides {size:,}")
