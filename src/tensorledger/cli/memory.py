@@ -11,11 +11,17 @@ from tensorledger.cli.workload import (
     Batch,
     Checkpoint,
     Device,
+    Dp,
+    Fsdp,
     Model,
     Optimizer,
     Precision,
     Seq,
+    Sp,
     Step,
+    Tp,
+    Zero,
+    layout,
     workload,
 )
 from tensorledger.report.plots import check_figure_path
@@ -33,9 +39,16 @@ def memory_command(
     optimizer: Optimizer = DEFAULTS.optimizer,
     device: Device = DEFAULTS.device,
     checkpoint: Checkpoint = DEFAULTS.checkpoint,
+    dp: Dp = 1,
+    fsdp: Fsdp = 1,
+    zero: Zero = None,
+    tp: Tp = 1,
+    sp: Sp = False,
     hardware: Annotated[str | None, typer.Option(
         "--hardware", "-H", help="Say whether the step fits on this device.")] = None,
-    count: Annotated[int, typer.Option("--count", "-n", help="Number of devices.")] = 1,
+    count: Annotated[int | None, typer.Option("--count", "-n", help=(
+        "Number of devices: alone, the traced step's state divided over them in closed form "
+        "(ZeRO-3); with a layout, its product (checked)."))] = None,
     plot: Annotated[str | None, typer.Option(
         "--plot", help="Write memory over the step's ops, stacked by category (PNG/SVG).")
     ] = None,
@@ -48,9 +61,11 @@ def memory_command(
     from tensorledger.errors import InputError
     from tensorledger.hardware import get_hardware
 
-    work = workload(model, batch, seq, step, precision, optimizer, device, checkpoint)
-    if isinstance(count, bool) or count < 1:
+    if count is not None and (isinstance(count, bool) or count < 1):
         raise InputError(f"--count must be a whole number >= 1, got {count}")
+    laid_out = layout(dp, fsdp, zero, tp, sp, count)
+    work = workload(model, batch, seq, step, precision, optimizer, device, checkpoint, laid_out)
+    count = count if count is not None and laid_out.single else 1
     chip = get_hardware(hardware) if hardware is not None else None
     if plot is not None:
         check_figure_path(plot)  # refuse a bad path before the work, not after

@@ -12,11 +12,17 @@ from tensorledger.cli.workload import (
     Batch,
     Checkpoint,
     Device,
+    Dp,
+    Fsdp,
     Model,
     Optimizer,
     Precision,
     Seq,
+    Sp,
     Step,
+    Tp,
+    Zero,
+    layout,
     workload,
 )
 from tensorledger.errors import EinsumError, InputError
@@ -37,16 +43,23 @@ def trace_command(
     optimizer: Optimizer = DEFAULTS.optimizer,
     device: Device = DEFAULTS.device,
     checkpoint: Checkpoint = DEFAULTS.checkpoint,
+    dp: Dp = 1,
+    fsdp: Fsdp = 1,
+    zero: Zero = None,
+    tp: Tp = 1,
+    sp: Sp = False,
     depth: Annotated[int, typer.Option(help=(
         "Module tree depth shown: 0 the whole step only, 1 the model, 2 its top modules, ... "
         "Repeated modules are summed into one row: blocks.{0..11}.mlp ×12."))] = 4,
     as_json: JsonOpt = False,
     quiet: Quiet = False,
 ) -> None:
-    """Record every aten op of one step: FLOPs and bytes by category, phase and module."""
+    """Record every aten op of one step: FLOPs and bytes by category, phase and module; under a
+    layout (--dp, --fsdp, --tp), one rank's step with every collective it issues."""
     if depth < 0:
         raise InputError(f"--depth must be 0 or more, got {depth}")
-    work = workload(model, batch, seq, step, precision, optimizer, device, checkpoint)
+    work = workload(model, batch, seq, step, precision, optimizer, device, checkpoint,
+                    layout(dp, fsdp, zero, tp, sp))
     from tensorledger.ledger.trace import trace_report
     from tensorledger.report.trace import trace_view
 

@@ -8,20 +8,28 @@ from typing import Annotated
 import typer
 
 from tensorledger.errors import InputError
+from tensorledger.workload.layout import Layout, resolve_layout
 from tensorledger.workload.spec import Workload, resolve_workload
 
 __all__ = [
+    "LAYOUT_OPTIONS",
     "WORKLOAD_OPTIONS",
     "Batch",
     "Checkpoint",
     "Depth",
     "Device",
+    "Dp",
+    "Fsdp",
     "Model",
     "Optimizer",
     "Precision",
     "Seq",
+    "Sp",
     "Step",
+    "Tp",
+    "Zero",
     "check_depth",
+    "layout",
     "workload",
 ]
 
@@ -48,6 +56,27 @@ Depth = Annotated[int | None, typer.Option("--depth", help=(
     "Module rows cut to this many path components (1: the model itself, 2: its top modules, "
     "...); repeated modules are summed into one row either way: blocks.{0..11}.mlp ×12."))]
 
+Dp = Annotated[int, typer.Option("--dp", help=(
+    "Data-parallel replicas: DDP, or HSDP's replicate dimension beside --fsdp."))]
+Fsdp = Annotated[int, typer.Option("--fsdp", help=(
+    "Ranks the model is sharded over (FSDP2, ZeRO stage --zero); the step is traced as one of "
+    "them on a fake process group."))]
+Zero = Annotated[int | None, typer.Option("--zero", help=(
+    "ZeRO stage over the --fsdp ranks: 1 optimizer state (DDP + ZeroRedundancyOptimizer), 2 "
+    "and gradients (parameters kept gathered from forward to backward), 3 and parameters "
+    "(default)."))]
+Tp = Annotated[int, typer.Option("--tp", help=(
+    "Tensor-parallel ranks (DTensor, Megatron plan): heads, MLP width and vocabulary split."))]
+Sp = Annotated[bool, typer.Option("--sp", help=(
+    "Sequence parallelism beside --tp: norms and dropout on a slice of the sequence."))]
+
+
+def layout(dp: int, fsdp: int, zero: int | None, tp: int, sp: bool, count: int | None = None
+           ) -> Layout:
+    """The layout the options describe, ``--count`` (if given) checked to be its product; the
+    model's dimensions are checked by :func:`workload`."""
+    return resolve_layout(dp=dp, fsdp=fsdp, zero=zero, tp=tp, sp=sp, count=count)
+
 
 def check_depth(depth: int | None) -> None:
     """Refuse a negative ``--depth``."""
@@ -60,8 +89,13 @@ WORKLOAD_OPTIONS = ("model", "batch", "seq", "step", "precision", "optimizer", "
                     "checkpoint")
 
 
+#: The layout options of ``trace`` and ``memory``, by parameter name.
+LAYOUT_OPTIONS = ("dp", "fsdp", "zero", "tp", "sp")
+
+
 def workload(model: str, batch: int, seq: int, step: str, precision: str, optimizer: str,
-             device: str, checkpoint: bool) -> Workload:
+             device: str, checkpoint: bool, laid_out: Layout | None = None) -> Workload:
     """Resolve the options once; every name becomes an object here."""
     return resolve_workload(model, batch=batch, seq=seq, step=step, precision=precision,
-                            optimizer=optimizer, device=device, checkpoint=checkpoint)
+                            optimizer=optimizer, device=device, checkpoint=checkpoint,
+                            **({} if laid_out is None else {"layout": laid_out}))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
 from tensorledger.memory.ledger import MemoryLedger, StepFacts, memory_ledger
 from tensorledger.workload import StepTrace, Workload, trace_workload
@@ -17,7 +18,8 @@ def step_facts(run: StepTrace) -> StepFacts:
     return StepFacts(model=work.model, step=work.step.name, batch=work.batch, seq_len=work.seq,
                      precision=work.precision, optimizer=work.optimizer, device=work.device,
                      checkpointed=work.checkpoint, param_numels=run.param_numels,
-                     config=work.source.config)
+                     config=work.source.config, ranks=work.layout.count,
+                     layout=work.layout.describe())
 
 
 def memory_report(work: Workload, hardware: Hardware | None = None, count: int = 1,
@@ -35,7 +37,14 @@ def memory_report(work: Workload, hardware: Hardware | None = None, count: int =
 
 def memory_of(run: StepTrace, hardware: Hardware | None = None, count: int = 1
               ) -> MemoryLedger:
-    """The memory ledger of a traced step (its first step beside it, when traced)."""
+    """The memory ledger of a traced step (its first step beside it, when traced).  A step
+    traced as one rank of a layout is already per device: ``count`` must then be 1 or the
+    layout's."""
+    if not run.work.layout.single:
+        if count not in (1, run.work.layout.count):
+            raise InputError(f"--count {count} is not the layout's {run.work.layout.count} "
+                             "devices; drop --count")
+        count = 1
     first = (run.first_step, run.first_step_tags) if run.first_step is not None else None
     return memory_ledger(run.trace, run.tags, step_facts(run), hardware=hardware, count=count,
                          first_step=first, measured_peak_bytes=run.measured_peak_bytes)

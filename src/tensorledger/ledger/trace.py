@@ -13,9 +13,12 @@ __all__ = ["TraceReport", "step_summary", "trace_report"]
 
 
 def step_summary(run: StepTrace, depth: int | None) -> TraceSummary:
-    """The summary of a traced step; 6·N·D beside it when the step has a backward."""
-    backward = run.work.step.backward
-    return summarize(run.trace, depth, params=run.params if backward else None,
+    """The summary of a traced step; 6·N·D beside it when the step has a backward.  One rank
+    of a data-parallel layout runs the whole model on its batch: N is the whole model's; a
+    tensor-parallel rank runs a share of every matmul, which 6·N·D does not describe."""
+    backward = run.work.step.backward and run.work.layout.tp == 1
+    params = run.model_params or run.params
+    return summarize(run.trace, depth, params=params if backward else None,
                      tokens=run.tokens if backward else None)
 
 
@@ -31,9 +34,12 @@ class TraceReport:
     device: str
     precision: str
     optimizer: str | None
-    params: int
+    params: int  # the whole model's
     tokens: int
     summary: TraceSummary
+    ranks: int = 1  # the step is one rank of a layout of this many devices
+    layout: str = ""
+    params_per_rank: int = 0  # the parameters that rank holds
 
     def __repr__(self) -> str:
         return summary("TraceReport", f"{self.model} {self.step}",
@@ -53,7 +59,9 @@ class TraceReport:
                    batch=work.batch, seq=work.seq, device=work.device,
                    precision=work.precision.name,
                    optimizer=work.optimizer.name if work.step.optimizer else None,
-                   params=run.params, tokens=run.tokens, summary=summary)
+                   params=run.model_params or run.params, tokens=run.tokens, summary=summary,
+                   ranks=work.layout.count, layout=work.layout.describe(),
+                   params_per_rank=run.params)
 
 
 def trace_report(work: Workload, depth: int | None = 4,

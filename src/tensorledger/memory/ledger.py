@@ -61,6 +61,8 @@ class StepFacts:
     checkpointed: bool
     param_numels: Sequence[int]  # one entry per parameter tensor, tied ones once
     config: TransformerConfig | None  # the reference Transformer's, for the closed forms
+    ranks: int = 1  # devices of the layout the step is one rank of (its tensors are shards)
+    layout: str = ""  # that layout, in words ("FSDP ZeRO-3 × 8 · TP × 8")
 
     def __repr__(self) -> str:
         return summary("StepFacts", f"{self.model} {self.step}",
@@ -104,6 +106,8 @@ class MemoryLedger:
     fit: Fit | None
     deep_relu: DeepActivations | None  # the checkpointing explanation, when asked
     deep_gelu: DeepActivations | None
+    ranks: int = 1  # the step is one rank of a layout of this many devices: figures per rank
+    layout: str = ""
 
     def parts(self) -> tuple[MemoryPart, ...]:
         """The breakdown ``tensorledger memory`` tabulates: state and saved activations,
@@ -158,7 +162,8 @@ def memory_ledger(trace: Trace, tags: Mapping[int, str], facts: StepFacts, *,
     grads = max((p.gradient_bytes for p in timeline.points), default=0)
     recipe = recipe_bytes(facts.precision, facts.optimizer, list(facts.param_numels))
     closed = None
-    if facts.config is not None and facts.precision.name != "mixed-bf16":
+    # one rank of a layout saves what its parallel code keeps (FSDP: gathered weights too)
+    if facts.config is not None and facts.precision.name != "mixed-bf16" and facts.ranks == 1:
         width = 4 if facts.precision.param_bytes == 4 else 2
         closed = activation_memory(facts.config, facts.batch, facts.seq_len, width,
                                    facts.checkpointed)
@@ -183,4 +188,5 @@ def memory_ledger(trace: Trace, tags: Mapping[int, str], facts: StepFacts, *,
                         first_step_peak_bytes=first_peak, recipe=recipe,
                         activations_closed_form=closed, timeline=timeline,
                         fit=_fit(timeline, hardware, count) if hardware is not None else None,
-                        deep_relu=deep.get("relu"), deep_gelu=deep.get("gelu"))
+                        deep_relu=deep.get("relu"), deep_gelu=deep.get("gelu"),
+                        ranks=facts.ranks, layout=facts.layout)

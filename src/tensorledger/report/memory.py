@@ -27,9 +27,10 @@ def _b(value: float) -> str:
 
 def memory_view(ledger: Any) -> View:
     """Breakdown against the closed forms, the peak, the fit and (asked) checkpointing."""
-    table = Table(title=f"Memory of one {ledger.step} step: {ledger.model}, batch {ledger.batch}, "
-                        f"seq {ledger.seq_len}, {ledger.optimizer}, {ledger.precision}"
-                        f"{', checkpointed' if ledger.checkpointed else ''}",
+    rank = (f" on one of {ledger.ranks} ranks ({ledger.layout})" if ledger.ranks > 1 else "")
+    table = Table(title=f"Memory of one {ledger.step} step{rank}: {ledger.model}, batch "
+                        f"{ledger.batch}, seq {ledger.seq_len}, {ledger.optimizer}, "
+                        f"{ledger.precision}{', checkpointed' if ledger.checkpointed else ''}",
                   title_justify="left", header_style="bold")
     table.add_column("part")
     table.add_column("measured (traced step)", justify="right")
@@ -63,14 +64,19 @@ def memory_view(ledger: Any) -> View:
         view.append(f"in the CUDA allocator's 512-byte blocks the peak is "
                     f"{_b(timeline.allocator_peak_bytes)}: what torch.cuda.max_memory_allocated "
                     "would count for these storages (run with --device cuda to measure)")
-    if closed is None:
+    if ledger.ranks > 1:
+        view.append("every figure is one rank's: its shards of the parameters, gradients and "
+                    "optimizer state (closed form: napkin's bytes of those shards), and what its "
+                    "parallel code keeps for backward (under FSDP the gathered weights too)")
+    elif closed is None:
         view.append("saved activations under bf16 autocast have no closed form here (autocast "
                     "keeps bf16 copies of inputs and weights); the measured figure stands alone")
     if ledger.fit is not None:
         fit = ledger.fit
         verdict = "fits" if fit.fits_replicated else "does not fit"
-        view.append(f"{fit.hardware} ({_b(fit.device_memory_bytes)}): the step {verdict} on one "
-                    f"device (peak {format_bytes(fit.replica_peak_bytes, 'auto')})")
+        where = "each device" if ledger.ranks > 1 else "one device"
+        view.append(f"{fit.hardware} ({_b(fit.device_memory_bytes)}): the step {verdict} on "
+                    f"{where} (peak {format_bytes(fit.replica_peak_bytes, 'auto')})")
         if fit.count > 1:
             verdict = "fits" if fit.fits_sharded else "does not fit"
             view.append(f"× {fit.count} with parameters, gradients and optimizer state fully "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import RenderableType
 from rich.table import Table
@@ -120,6 +120,9 @@ def trace_view(report: TraceReport) -> View:
         f"{report.seq} = {report.tokens:,} tokens, {report.params:,} parameters, "
         f"{report.precision} on {report.device} (trace device: {s.device}); built by "
         f"{report.built_by}",
+        *([] if report.ranks == 1 else [
+            f"one rank of {report.ranks} ({report.layout}): it holds {report.params_per_rank:,}"
+            " parameters, runs its share of the step and issues the collectives below"]),
         flops_table("By category", "category", s.by_category),
         flops_table("By phase", "phase", s.by_phase),
         module_table(s.modules),
@@ -127,9 +130,24 @@ def trace_view(report: TraceReport) -> View:
         f"attention halved; the FLOPs columns count it in {s.attention_convention}), "
         f"{_bytes(s.bytes_read + s.bytes_written)} moved over {s.ops:,} ops",
     ]
+    if s.communication:
+        view.append(communication_table(s.communication))
     if s.backward_forward_ratio == s.backward_forward_ratio:  # not nan
         view.append(f"backward / forward FLOPs: {s.backward_forward_ratio:.3f}")
     return view + flops_notes(s)
+
+
+def communication_table(rows: Any) -> Table:
+    """The collectives one rank issued, by phase, kind and group size, with the bytes of the
+    buffers (nccl-tests' S) and the rank's share sent and received (ring convention)."""
+    table = Table(title="Communication of this rank (ring convention)", title_justify="left",
+                  header_style="bold")
+    for name in ("phase", "collective", "ranks", "calls", "buffers (S)", "sent", "received"):
+        table.add_column(name, justify="left" if name in ("phase", "collective") else "right")
+    for row in rows:
+        table.add_row(row.phase, row.kind, str(row.group_size), f"{row.calls:,}",
+                      _bytes(row.size_bytes), _bytes(row.bytes_sent), _bytes(row.bytes_received))
+    return table
 
 
 def einsum_view(cost: EinsumCost) -> View:

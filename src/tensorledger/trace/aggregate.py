@@ -18,6 +18,7 @@ from tensorledger.trace.records import PHASES, ROOT, OpRecord, Trace, is_norm_cl
 
 __all__ = [
     "CategoryTotal",
+    "CollectiveTotal",
     "HandAttention",
     "ModuleNode",
     "Norms",
@@ -29,6 +30,7 @@ __all__ = [
     "by_category",
     "by_module",
     "by_phase",
+    "communication",
     "group_modules",
     "hand_attention",
     "norms",
@@ -120,6 +122,7 @@ class TraceSummary:
     hand_attention: HandAttention | None = None  # attention written as bmm + softmax
     norms: Norms | None = None  # norm modules that ran, and their ops
     unhalved_attention: UnhalvedAttention | None = None  # fused, without a causal flag
+    communication: tuple[CollectiveTotal, ...] = ()  # the collectives this rank issued
 
     def phase_flops(self) -> dict[str, int]:
         """FLOPs by phase (``forward``, ``backward``, ...), the phases that ran."""
@@ -363,6 +366,41 @@ def versus_6nd(trace: Trace, params: int, tokens: int) -> SixND:
     return SixND(params, tokens, six_n_d, counted, counted / six_n_d if six_n_d else math.nan)
 
 
+@dataclass(frozen=True)
+class CollectiveTotal:
+    """The collectives of one kind, phase and group size that a rank issued, summed."""
+
+    phase: str
+    kind: str
+    group_size: int
+    calls: int
+    size_bytes: int  # S summed: the buffers (nccl-tests convention)
+    bytes_sent: int  # this rank's share, ring convention
+    bytes_received: int
+
+
+def communication(trace: Trace) -> tuple[CollectiveTotal, ...]:
+    """The trace's collectives summed by (phase, kind, group size), in phase order.
+
+    >>> communication(Trace(records=(), uncovered={}, device="meta"))
+    ()
+    """
+    sums: dict[tuple[str, str, int], list[int]] = {}
+    for record in trace.records:
+        c = record.collective
+        if c is None:
+            continue
+        row = sums.setdefault((record.phase, c.kind, c.group_size), [0, 0, 0, 0])
+        row[0] += 1
+        row[1] += c.size_bytes
+        row[2] += c.bytes_sent
+        row[3] += c.bytes_received
+    order = {phase: i for i, phase in enumerate(PHASES)}
+    return tuple(CollectiveTotal(phase, kind, group, *row) for (phase, kind, group), row
+                 in sorted(sums.items(), key=lambda item: (order.get(item[0][0], len(order)),
+                                                           item[0][1], item[0][2])))
+
+
 def summarize(trace: Trace, depth: int | None = None, params: int | None = None,
               tokens: int | None = None) -> TraceSummary:
     """Everything the ``trace`` command prints, from one trace."""
@@ -384,4 +422,5 @@ def summarize(trace: Trace, depth: int | None = None, params: int | None = None,
         hand_attention=hand_attention(trace),
         norms=norms(trace),
         unhalved_attention=unhalved_attention(trace),
+        communication=communication(trace),
     )

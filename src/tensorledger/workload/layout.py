@@ -120,9 +120,11 @@ def resolve_layout(*, dp: int = 1, fsdp: int = 1, zero: int | None = None, tp: i
 
     >>> resolve_layout(fsdp=4, zero=1).strategy
     'zero1'
-    >>> resolve_layout(dp=2, tp=2, count=8)
-    Traceback (most recent call last):
-    tensorledger.errors.InputError: --count 8 is not the layout's 2 (dp) × 2 (tp) = 4 devices; drop --count or make the degrees multiply to it
+    >>> try:
+    ...     resolve_layout(dp=2, tp=2, count=8)
+    ... except InputError as error:
+    ...     print(error)
+    --count 8 is not the layout's 2 (dp) × 2 (tp) = 4 devices; drop --count
     """
     layout = Layout(dp=_degree("dp", dp), fsdp=_degree("fsdp", fsdp), tp=_degree("tp", tp),
                     zero=3 if zero is None else zero, sp=bool(sp))
@@ -141,7 +143,7 @@ def resolve_layout(*, dp: int = 1, fsdp: int = 1, zero: int | None = None, tp: i
     if count is not None and not layout.single and count != layout.count:
         dims = " × ".join(f"{size} ({name})" for name, size in layout.mesh_dims)
         raise InputError(f"--count {count} is not the layout's {dims} = {layout.count} devices; "
-                         "drop --count or make the degrees multiply to it")
+                         "drop --count")
     return layout
 
 
@@ -156,9 +158,11 @@ def check_layout(layout: Layout, config: TransformerConfig | None, *, batch: int
     (a factory): then torch's own checks speak when the step runs.
 
     >>> from tensorledger.models import get_preset
-    >>> check_layout(resolve_layout(tp=3), get_preset("tiny"), batch=1, seq=16)
-    Traceback (most recent call last):
-    tensorledger.errors.InputError: --tp 3 does not divide tiny's 4 attention heads; use a --tp that divides 4
+    >>> try:
+    ...     check_layout(resolve_layout(tp=3), get_preset("tiny"), batch=1, seq=16)
+    ... except InputError as error:
+    ...     print(error)
+    --tp 3 does not divide tiny's 4 attention heads; use a --tp that divides 4
     """
     tp = layout.tp
     if tp > 1 and layout.sp and seq % tp:

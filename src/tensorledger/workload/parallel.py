@@ -47,9 +47,10 @@ from torch import nn
 from tensorledger.errors import InputError, TensorLedgerError, TraceError
 from tensorledger.trace.recorder import Recorder
 from tensorledger.trace.records import Trace
+from tensorledger.workload.layout import Layout
 
-__all__ = ["ParallelStep", "Strategy", "TpStyle", "fake_process_group", "shard_units",
-           "trace_parallel_step"]
+__all__ = ["ParallelStep", "Strategy", "TpStyle", "build_mesh", "fake_process_group",
+           "parallelize", "shard_units", "trace_parallel_step"]
 
 
 class Strategy(Enum):
@@ -235,3 +236,29 @@ def _unique(params: Iterable[torch.Tensor]) -> Iterator[torch.Tensor]:
         if id(param) not in seen:
             seen.add(id(param))
             yield param
+
+
+def build_mesh(layout: Layout, device_type: str = "cpu") -> Any:
+    """The device mesh of ``layout``, its dimensions named as :attr:`Layout.mesh_dims`; built
+    inside a process group of ``layout.count`` ranks (before FakeTensorMode is entered)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    dims = layout.mesh_dims or (("dp", 1),)
+    return init_device_mesh(device_type, tuple(size for _, size in dims),
+                            mesh_dim_names=tuple(name for name, _ in dims))
+
+
+def parallelize(model: nn.Module, layout: Layout, mesh: Any,
+                tp_plan: Mapping[str, TpStyle] | None = None) -> nn.Module:
+    """Lay ``model`` out over ``mesh`` as ``layout`` says, with torch.distributed's own code:
+    FSDP2 over the ``fsdp`` dimension (HSDP over ``dp`` × ``fsdp``), else DDP over ``dp``."""
+    if layout.tp > 1 or layout.strategy == "zero1":
+        raise InputError(f"{layout.describe()}: tensor parallelism and ZeRO-1 are not traced "
+                         "by this build; use --fsdp and --dp")
+    if layout.strategy in ("fsdp", "hsdp"):
+        strategy = Strategy.FSDP_ZERO2 if layout.zero == 2 else Strategy.FSDP
+        sub = mesh["dp", "fsdp"] if layout.strategy == "hsdp" else mesh["fsdp"]
+        return _wrap(model, strategy, sub, layout.count, {})
+    if layout.strategy == "ddp":
+        return _wrap(model, Strategy.DDP, mesh["dp"], layout.dp, {})
+    return model

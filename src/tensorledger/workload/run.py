@@ -19,10 +19,16 @@ from tensorledger.trace.recorder import Recorder
 from tensorledger.trace.records import Trace
 from tensorledger.trace.storage import storage_key
 from tensorledger.workload.spec import Workload, resolve_workload
-from tensorledger.workload.step import PreparedStep, placement, prepare
+from tensorledger.workload.step import PreparedStep, laid_out, prepare
 
 __all__ = ["StepTrace", "TaggingRecorder", "parts_of", "record_step", "trace_model",
            "trace_workload"]
+
+
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor this rank holds: a DTensor's local shard, else the tensor itself."""
+    shard = getattr(tensor, "_local_tensor", None)
+    return shard if isinstance(shard, torch.Tensor) else tensor
 
 
 class TaggingRecorder(Recorder):
@@ -36,7 +42,7 @@ class TaggingRecorder(Recorder):
         for tensor in tensors:
             if tensor is None:
                 continue
-            known = self._live.get(storage_key(tensor))
+            known = self._live.get(storage_key(local(tensor)))
             if known is not None:
                 self.tags.setdefault(known[0], category)
 
@@ -51,16 +57,18 @@ class StepTrace:
     """
 
     work: Workload
-    param_numels: tuple[int, ...]  # one per parameter tensor, tied ones once
+    param_numels: tuple[int, ...]  # one per parameter tensor, tied ones once; local shards
     trace: Trace
     param_parts: tuple[tuple[str, int], ...] = ()  # parameters by part, largest first
     tags: dict[int, str] = field(default_factory=dict)
     first_step: Trace | None = None
     first_step_tags: dict[int, str] = field(default_factory=dict)
     measured_peak_bytes: int | None = None  # torch.cuda.max_memory_allocated on cuda
+    model_params: int = 0  # the whole model's parameters (all ranks' shards together)
 
     @property
     def params(self) -> int:
+        """Parameters this rank holds (the whole model on a single device)."""
         return sum(self.param_numels)
 
     @property
@@ -97,10 +105,10 @@ def record_step(step: PreparedStep) -> tuple[Trace, dict[int, str]]:
     """Run one step under a tagging recorder."""
     recorder = TaggingRecorder()
     params = step.parameters
-    param_keys = {storage_key(p) for p in params}
+    param_keys = {storage_key(local(p)) for p in params}
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
-        if storage_key(tensor) not in param_keys:
+        if storage_key(local(tensor)) not in param_keys:
             recorder.tag([tensor], "saved_activation")
         return tensor
 
@@ -133,7 +141,11 @@ def trace_workload(work: Workload, first_step: bool = False,
     """Build the workload's module on its device and trace its steady-state step.
 
     With ``first_step`` the warm-up step is traced as well (its peak is shown beside);
-    ``progress`` is told each stage as it starts (the core never prints).
+    ``progress`` is told each stage as it starts (the core never prints).  A workload laid out
+    over several devices is traced as rank 0 of a fake process group: every rank runs the same
+    step on its shards.  Its warm-up step runs whatever the step kind (FSDP's lazy set-up and
+    DTensor's sharding cache fill there), except under plain DDP, whose second step rebuilds
+    its gradient buckets from real memory: its first step is the one traced.
 
     >>> from tensorledger.workload.spec import resolve_workload
     >>> run = trace_workload(resolve_workload("tiny", batch=1, seq=8, step="forward"))
@@ -141,13 +153,20 @@ def trace_workload(work: Workload, first_step: bool = False,
     ({}, 8)
     """
     say = progress or (lambda _: None)
-    with placement(work.device) as target:
-        say(f"building {work.model} on {work.device}")
-        step = prepare(work, target)
+    layout = work.layout
+    with laid_out(work) as (target, mesh):
+        where = work.device if layout.single else (f"rank 0 of {layout.count} fake ranks "
+                                                   f"({layout.describe()})")
+        say(f"building {work.model} on {where}")
+        step = prepare(work, target, mesh)
         first: Trace | None = None
         first_tags: dict[int, str] = {}
-        if work.step.optimizer:
-            say("running the first step (optimizer state)")
+        warm_up = work.step.optimizer or not layout.single
+        if layout.strategy == "ddp":
+            warm_up = False
+        if warm_up:
+            say("running the first step (optimizer state)" if work.step.optimizer else
+                "running a first step (sharding set-up)")
             if first_step:
                 first, first_tags = record_step(step)
             else:
@@ -162,9 +181,10 @@ def trace_workload(work: Workload, first_step: bool = False,
         if on_cuda:
             torch.cuda.synchronize()
             measured = int(torch.cuda.max_memory_allocated())
-    return StepTrace(work=work, param_numels=tuple(p.numel() for p in step.parameters),
+    return StepTrace(work=work, param_numels=tuple(local(p).numel() for p in step.parameters),
                      trace=trace, param_parts=parts_of(step), tags=tags, first_step=first,
-                     first_step_tags=first_tags, measured_peak_bytes=measured)
+                     first_step_tags=first_tags, measured_peak_bytes=measured,
+                     model_params=sum(p.numel() for p in step.parameters))
 
 
 def trace_model(model: str, **options: object) -> StepTrace:

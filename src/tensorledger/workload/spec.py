@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from tensorledger.errors import InputError, UnknownNameError
 from tensorledger.napkin.recipes import Optimizer, Precision, resolve_optimizer, resolve_precision
 from tensorledger.summary import summary
+from tensorledger.workload.layout import SINGLE, Layout, check_layout
 from tensorledger.workload.source import ModelSource, resolve_source
 
 __all__ = ["DEFAULTS", "DEVICES", "MAX_BATCH", "MAX_SEQ", "STEPS", "Step", "Workload",
@@ -88,6 +89,7 @@ class Workload:
     optimizer: Optimizer
     checkpoint: bool  # every block of a reference model recomputed in backward
     device: str  # meta, fake, cpu or cuda (``auto`` already decided)
+    layout: Layout = SINGLE  # how the step is spread over devices; traced as one rank
 
     @property
     def tokens(self) -> int:
@@ -107,7 +109,9 @@ class Workload:
         return summary("Workload", f"{self.model}: {self.step.name}",
                        f"batch {self.batch} × seq {self.seq}", self.precision.name,
                        self.optimizer.name if self.step.optimizer else "",
-                       "checkpointed" if self.checkpoint else "", f"on {self.device}")
+                       "checkpointed" if self.checkpoint else "", f"on {self.device}",
+                       "" if self.layout.single else
+                       f"one rank of {self.layout.describe()}")
 
 
 def _whole(name: str, value: int, largest: int) -> int:
@@ -121,8 +125,8 @@ def _whole(name: str, value: int, largest: int) -> int:
 def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
                      seq: int = DEFAULTS.seq, step: str = DEFAULTS.step,
                      precision: str = DEFAULTS.precision, optimizer: str = DEFAULTS.optimizer,
-                     device: str = DEFAULTS.device, checkpoint: bool = DEFAULTS.checkpoint
-                     ) -> Workload:
+                     device: str = DEFAULTS.device, checkpoint: bool = DEFAULTS.checkpoint,
+                     layout: Layout = SINGLE) -> Workload:
     """Check every option and look every name up once; nothing is built or imported.
 
     ``device="auto"`` chooses ``meta`` for the reference presets (exact, fastest) unless the
@@ -139,9 +143,13 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
     key = device.strip().lower()
     if key not in DEVICES:
         raise UnknownNameError("device", device, DEVICES)
+    if not layout.single and key not in ("auto", "fake"):
+        raise InputError(f"a layout of {layout.count} devices is traced as one rank of a fake "
+                         f"process group, on fake tensors; drop --device {key} (or use --device "
+                         "fake), and run it for real under torchrun")
     if key == "auto":
         exact_on_meta = (source.kind == "preset" and chosen_precision.name != "mixed-bf16"
-                         and not checkpoint)
+                         and not checkpoint and layout.single)
         key = "meta" if exact_on_meta else "fake"
     if key == "meta" and chosen_precision.name == "mixed-bf16":
         raise InputError("mixed-bf16 runs the forward under bf16 autocast, which PyTorch does "
@@ -155,6 +163,7 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
         raise InputError(f"--seq {seq} is longer than {source.name}'s context of "
                          f"{config.context_length} (learned positions); use --seq "
                          f"{config.context_length} or less")
+    check_layout(layout, config, batch=batch, seq=seq)
     return Workload(source=source, batch=batch, seq=seq, step=chosen_step,
                     precision=chosen_precision, optimizer=chosen_optimizer,
-                    checkpoint=checkpoint, device=key)
+                    checkpoint=checkpoint, device=key, layout=layout)

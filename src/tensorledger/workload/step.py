@@ -27,7 +27,7 @@ from tensorledger.workload.precision import RecipeOptimizer, param_dtype
 from tensorledger.workload.spec import Workload
 
 __all__ = ["CheckpointedBlock", "PreparedStep", "build_module", "check_host_memory",
-           "checkpoint_blocks", "lm_loss", "placement", "prepare"]
+           "checkpoint_blocks", "laid_out", "lm_loss", "placement", "prepare"]
 
 
 class CheckpointedBlock(nn.Module):
@@ -90,6 +90,23 @@ def placement(device: str) -> Iterator[str]:
         return
     resolve_device(device, ("cpu", "cuda", "meta"))
     yield device
+
+
+@contextmanager
+def laid_out(work: Workload) -> Iterator[tuple[str, Any]]:
+    """:func:`placement` of ``work``'s device, and the device mesh of its layout: for a layout
+    of more than one device, rank 0 of a fake process group of that many ranks, its mesh built
+    before fake tensors are entered (building it reads the rank map as numbers); else None."""
+    if work.layout.single:
+        with placement(work.device) as target:
+            yield target, None
+        return
+    from tensorledger.workload.parallel import build_mesh, fake_process_group
+
+    with fake_process_group(work.layout.count):
+        mesh = build_mesh(work.layout)
+        with placement("fake") as target:
+            yield target, mesh
 
 
 def _logits(output: Any) -> torch.Tensor:
@@ -279,12 +296,20 @@ def build_module(work: Workload, target: str) -> tuple[nn.Module, FactoryFile | 
     return _build_module(work, target, param_dtype(work.precision), factory), factory
 
 
-def prepare(work: Workload, target: str) -> PreparedStep:
+def prepare(work: Workload, target: str, mesh: Any = None) -> PreparedStep:
     """Build ``work``'s module on ``target`` (inside :func:`placement`), with its inputs, loss
-    and optimizer; on real CPU tensors only when its state fits in memory."""
+    and optimizer; on real CPU tensors only when its state fits in memory.  With a ``mesh``
+    (from :func:`laid_out`) the module is laid out over it by torch.distributed's own code
+    before its optimizer is made, so the optimizer holds this rank's shards."""
     check_host_memory(work)
     source = work.source
     module, factory = build_module(work, target)
+    if mesh is not None:
+        from tensorledger.workload.parallel import parallelize
+
+        with user_code(f"laying {source.label} out as {work.layout.describe()}",
+                       (source.path,) if source.kind == "factory" and source.path else ()):
+            module = parallelize(module, work.layout, mesh)
     parameters = list(dict.fromkeys(module.parameters()))
     if work.step.backward and not any(p.requires_grad for p in parameters):
         raise ModelError(f"{source.label} has no trainable parameters: there is nothing to "

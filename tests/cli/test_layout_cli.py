@@ -1,0 +1,68 @@
+"""``trace`` and ``memory`` with a layout: one rank's figures in the table and the JSON, and
+every refused layout one line on stderr with exit status 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from tensorledger.models import get_preset
+from tensorledger.napkin.transformer import parameter_count
+from tests.conftest import assert_one_line_error
+
+TINY_PARAMS = parameter_count(get_preset("tiny")).total_params
+
+
+def test_memory_json_is_one_ranks(cli) -> None:  # type: ignore[no-untyped-def]
+    doc = cli("memory", "--model", "tiny", "--batch", "2", "--seq", "16", "--precision", "fp32",
+              "--fsdp", "2", "--hardware", "h100", "--json").json()
+    assert doc["ranks"] == 2 and doc["layout"] == "FSDP ZeRO-3 × 2"
+    # half of the fp32 parameters on each of the 2 ranks (every first dimension divides by 2)
+    assert doc["params_bytes"] == 4 * TINY_PARAMS // 2
+    assert doc["fit"]["count"] == 1  # the traced peak is already one device's
+
+
+def test_memory_table_says_per_rank(cli) -> None:  # type: ignore[no-untyped-def]
+    result = cli("memory", "--model", "tiny", "--batch", "1", "--seq", "8", "--fsdp", "2",
+                 "--dp", "2")
+    assert result.code == 0, result.stderr
+    assert "on one of 4 ranks (FSDP ZeRO-3 × 2 · replicas × 2)" in result.stdout.replace(
+        "\n", " ")
+
+
+def test_trace_json_lists_the_communication(cli) -> None:  # type: ignore[no-untyped-def]
+    doc = cli("trace", "--model", "tiny", "--batch", "1", "--seq", "8", "--precision", "fp32",
+              "--fsdp", "2", "--depth", "1", "--json").json()
+    kinds = {(row["phase"], row["kind"]) for row in doc["summary"]["communication"]}
+    assert kinds == {("forward", "all-gather"), ("backward", "all-gather"),
+                     ("backward", "reduce-scatter")}
+    assert doc["params"] == TINY_PARAMS and doc["params_per_rank"] == TINY_PARAMS // 2
+
+
+@pytest.mark.parametrize(("argv", "fragment"), [
+    (["memory", "--fsdp", "4", "--count", "8"], "--count 8 is not the layout's 4 (fsdp)"),
+    (["memory", "--tp", "3"], "--tp 3 does not divide tiny's 4 attention heads"),
+    (["trace", "--tp", "4"], "--tp 4 does not divide tiny's 2 key/value heads"),
+    (["trace", "--zero", "2"], "give --fsdp N (N > 1) with it"),
+    (["memory", "--sp"], "--sp splits the sequence"),
+    (["trace", "--fsdp", "0"], "--fsdp must be between 1"),
+    (["memory", "--fsdp", "2", "--device", "cpu"], "drop --device cpu"),
+    (["memory", "--tp", "2", "--sp", "--seq", "9"], "--seq 9 does not divide by 2"),
+])
+def test_refused_layouts(cli, argv: list[str], fragment: str) -> None:  # type: ignore[no-untyped-def]
+    result = cli(*argv, "--model", "tiny", *(["--seq", "8"] if "--seq" not in argv else []))
+    assert_one_line_error(result, fragment)
+
+
+def test_a_factory_that_exits_under_a_layout(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    factory = tmp_path / "model.py"
+    factory.write_text("import sys, torch\n"
+                       "class M(torch.nn.Module):\n"
+                       "    def __init__(self):\n"
+                       "        super().__init__()\n"
+                       "        self.embed = torch.nn.Embedding(16, 8)\n"
+                       "    def forward(self, x):\n"
+                       "        sys.exit(3)\n"
+                       "def make():\n"
+                       "    return M()\n")
+    result = cli("memory", "--model", f"{factory}:make", "--seq", "8", "--fsdp", "2", "--json")
+    assert_one_line_error(result, "sys.exit(3)")
