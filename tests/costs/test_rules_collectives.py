@@ -23,10 +23,11 @@ F = "_c10d_functional"
 COLLECTIVES: dict[str, tuple[str, str, tuple[Any, ...], int]] = {
     f"{F}.all_reduce": ("all-reduce", "both", (A, "sum", G), 60),
     f"{F}.all_reduce_coalesced": ("all-reduce", "both", ([A, B], "sum", G), 60 + 28),
-    f"{F}.all_gather_into_tensor": ("all-gather", "both", (A, G, "g"), 4 * 60),
-    f"{F}.all_gather_into_tensor_out": ("all-gather", "both", (A, G, "g"), 4 * 60),
-    f"{F}.all_gather_into_tensor_coalesced": ("all-gather", "both", ([A, B], G, "g"), 4 * 88),
-    f"{F}_autograd.all_gather_into_tensor": ("all-gather", "both", (A, G, "g"), 4 * 60),
+    # (input, group_size, group_name): the name is the group (it also says where the ranks lie)
+    f"{F}.all_gather_into_tensor": ("all-gather", "both", (A, 4, G), 4 * 60),
+    f"{F}.all_gather_into_tensor_out": ("all-gather", "both", (A, 4, G), 4 * 60),
+    f"{F}.all_gather_into_tensor_coalesced": ("all-gather", "both", ([A, B], 4, G), 4 * 88),
+    f"{F}_autograd.all_gather_into_tensor": ("all-gather", "both", (A, 4, G), 4 * 60),
     f"{F}.reduce_scatter_tensor": ("reduce-scatter", "both", (A, "sum", G, "g"), 60),
     f"{F}.reduce_scatter_tensor_out": ("reduce-scatter", "both", (A, "sum", G, "g"), 60),
     f"{F}.reduce_scatter_tensor_coalesced": ("reduce-scatter", "both",

@@ -33,7 +33,7 @@ def test_functional_all_reduce_finds_its_group_by_name() -> None:
     assert wait.collective is None and wait.covered
 
 
-def test_functional_all_gather_takes_its_size_argument() -> None:
+def test_functional_all_gather_finds_its_group_by_name() -> None:
     with fake_process_group(8) as group:
         records = _records(lambda: torch.ops._c10d_functional.all_gather_into_tensor(
             torch.ones(2, 6, device="meta"), 8, group.group_name))
@@ -67,6 +67,22 @@ def test_group_size_of_each_form() -> None:
         assert group_size(group) == 4
         with pytest.raises(ValueError, match="not a process group: float"):
             group_size(4.0)
+
+
+def test_group_stride_says_how_a_mesh_dimension_lies() -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from tensorledger.trace.collectives import group_stride
+
+    with fake_process_group(8) as world:
+        mesh = init_device_mesh("cpu", (2, 4), mesh_dim_names=("fsdp", "tp"))
+        # rank 0's tp group is ranks 0-3 (consecutive); its fsdp group is ranks 0 and 4
+        assert group_stride(mesh.get_group("tp")) == 1
+        assert group_stride(mesh.get_group("fsdp")) == 4
+        assert group_stride(world) == 1 and group_stride(8) == 1
+        dist.all_reduce(torch.ones(2), group=mesh.get_group("fsdp"))
+        records = _records(lambda: dist.all_reduce(torch.ones(2), group=mesh.get_group("fsdp")))
+    assert records[0].collective is not None and records[0].collective.rank_stride == 4
 
 
 def test_fake_process_group_refuses_bad_sizes_and_a_second_group() -> None:

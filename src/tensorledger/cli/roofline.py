@@ -15,12 +15,18 @@ from tensorledger.cli.workload import (
     Checkpoint,
     Depth,
     Device,
+    Dp,
+    Fsdp,
     Model,
     Optimizer,
     Precision,
     Seq,
+    Sp,
     Step,
+    Tp,
+    Zero,
     check_depth,
+    layout,
     workload,
 )
 from tensorledger.hardware import get_hardware
@@ -41,6 +47,11 @@ def roofline_command(
     optimizer: Optimizer = DEFAULTS.optimizer,
     device: Device = DEFAULTS.device,
     checkpoint: Checkpoint = DEFAULTS.checkpoint,
+    dp: Dp = 1,
+    fsdp: Fsdp = 1,
+    zero: Zero = None,
+    tp: Tp = 1,
+    sp: Sp = False,
     depth: Depth = None,
     measure: Annotated[bool, typer.Option("--measure", help=(
         "Run the step for real on --device (cpu or cuda) and show predicted against "
@@ -57,9 +68,11 @@ def roofline_command(
 ) -> None:
     """Roofline of one step: each op compute- or memory-bound, predicted time and MFU."""
     check_depth(depth)
-    if measure and device == DEFAULTS.device:
+    laid_out = layout(dp, fsdp, zero, tp, sp)
+    if measure and device == DEFAULTS.device and laid_out.single:
         device = "cpu"  # a measurement runs on real tensors: here, unless told otherwise
-    work = workload(model, batch, seq, step, precision, optimizer, device, checkpoint)
+    work = workload(model, batch, seq, step, precision, optimizer, device, checkpoint,
+                    laid_out)
     chip = get_hardware(hardware)
     second = get_hardware(overlay) if overlay else None
     if plot is not None:

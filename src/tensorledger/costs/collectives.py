@@ -131,7 +131,7 @@ _collective(f"{F}.all_reduce", f"{F}.all_reduce_coalesced", kind="all-reduce", g
             size=_whole(0))
 _collective(f"{F}.all_gather_into_tensor", f"{F}.all_gather_into_tensor_out",
             f"{F}.all_gather_into_tensor_coalesced",
-            f"{F}_autograd.all_gather_into_tensor", kind="all-gather", group=1,
+            f"{F}_autograd.all_gather_into_tensor", kind="all-gather", group=2,
             size=_times_ranks(0))
 _collective(f"{F}.reduce_scatter_tensor", f"{F}.reduce_scatter_tensor_out",
             f"{F}.reduce_scatter_tensor_coalesced", f"{F}_autograd.reduce_scatter_tensor",

@@ -37,6 +37,9 @@ class RooflineRun:
     measurement_warning: str | None
     hardware_unreliable: tuple[str, ...]  # figures a probed profile marks as noisy
     modules: tuple[ModuleTime, ...] = ()  # by module, cut to a depth, repeats grouped
+    ranks: int = 1  # the step is one rank of a layout of this many devices
+    layout: str = ""
+    data_parallel: int = 1  # ranks that each run their own batch: the cluster's tokens/s
 
     def __repr__(self) -> str:
         p = self.prediction
@@ -70,6 +73,10 @@ def roofline_report(work: Workload, hardware: Hardware, *, measure_step: bool = 
         raise InputError(f"timing runs must be at least 1, got {timing_runs}")
     if not budget_s >= 0 or budget_s == float("inf"):
         raise InputError(f"--budget must be a number of seconds, 0 or more, got {budget_s:g}")
+    if measure_step and not work.layout.single:
+        raise InputError(f"--measure runs one device for real; a layout of "
+                         f"{work.layout.count} is traced on fake ranks (measure it under "
+                         "torchrun)")
     if measure_step and work.device not in ("cpu", "cuda"):
         raise InputError(f"--measure runs the step for real: use --device cpu or cuda (got "
                          f"{work.device})")
@@ -101,4 +108,6 @@ def roofline_report(work: Workload, hardware: Hardware, *, measure_step: bool = 
                        uncovered=dict(traced.uncovered), prediction=prediction,
                        comparison=comparison, measurement_warning=warning,
                        hardware_unreliable=hardware.unreliable,
-                       modules=module_times(prediction.by_module, depth))
+                       modules=module_times(prediction.by_module, depth),
+                       ranks=work.layout.count, layout=work.layout.describe(),
+                       data_parallel=work.layout.data_parallel)

@@ -266,11 +266,34 @@ def roofline_run_view(run: RooflineRun) -> View:
     view: View = [f"{run.model} (built by {run.built_by}), {run.step}, batch {run.batch} × seq "
                   f"{run.seq} ({run.tokens} tokens), {run.precision}, traced on {run.device}; "
                   f"hardware {run.prediction.hardware}",
-                  *prediction_view(run.prediction, run.modules)]
+                  *prediction_view(run.prediction, run.modules),
+                  *layout_lines(run)]
     if run.uncovered:
         view.append("ops with no cost rule (counted as 0 FLOPs, 0 bytes): " + ", ".join(
             f"{op} ×{calls}" for op, calls in run.uncovered.items()))
     return view + measurement_view(run)
+
+
+def layout_lines(run: RooflineRun) -> list[str]:
+    """One rank of a layout: its communication on the links, the step between the two overlap
+    bounds, and the cluster's tokens/s."""
+    if run.ranks == 1:
+        return []
+    p = run.prediction
+    exposed = p.time_s - p.overlapped_time_s
+    cluster = [f"{run.data_parallel * run.tokens / t:,.0f}" if t > 0 else "—"
+               for t in (p.time_s, p.overlapped_time_s)]
+    return [
+        f"one rank of {run.ranks} ({run.layout}): its collectives take "
+        f"{format_duration(p.communication_s)} on the links (ring formulas, the catalog's "
+        "link bandwidths and latencies)",
+        f"step {format_duration(p.time_s)} with communication after compute (serial), "
+        f"{format_duration(p.overlapped_time_s)} with each phase's communication hidden under "
+        f"its compute (ideal overlap); exposed communication between 0 and "
+        f"{format_duration(exposed)}",
+        f"the cluster: {run.data_parallel} × {run.tokens:,} tokens per step = {cluster[0]} "
+        f"tokens/s serial, {cluster[1]} tokens/s overlapped",
+    ]
 
 
 def measurement_view(run: RooflineRun) -> View:

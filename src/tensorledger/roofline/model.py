@@ -28,10 +28,11 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
+from tensorledger.roofline.collectives import CollectiveKind, collective_time
 from tensorledger.summary import show_bytes, show_count, show_flops, show_time, summary
 
 __all__ = [
@@ -127,6 +128,7 @@ class OpPrediction:
     ideal_time_s: float  # the roofline bound: at the peak and the datasheet bandwidth
     ideal_bound: str  # "compute", "memory" or "free" at the roofline bound: the lecture's split
     between_ops_s: float = 0.0  # of overhead_s, the framework's time before the op (calibrated)
+    link_time_s: float = 0.0  # a collective's time on the links (ring formula); 0 otherwise
 
     def __repr__(self) -> str:
         return summary("OpPrediction", f"#{self.index} {self.op}", f"{self.bound}-bound",
@@ -135,7 +137,46 @@ class OpPrediction:
                        show_bytes(self.bytes))
 
 
+#: The collective kinds priced on the links (every kind the cost rules record).
+_LINK_KINDS = frozenset(kind.value for kind in CollectiveKind)
+
+
+def ranks_per_node(group_size: int, rank_stride: int, devices_per_node: int) -> int:
+    """Ranks of a group on each node when its ranks lie ``rank_stride`` apart in a world
+    packed node by node: 8 consecutive ranks on 8-device nodes share one node; the group of
+    ranks 0, 8, 16, ... has one rank per node.
+
+    >>> ranks_per_node(8, 1, 8), ranks_per_node(8, 8, 8), ranks_per_node(16, 4, 8)
+    (8, 1, 2)
+    """
+    per = min(group_size, max(1, devices_per_node // max(rank_stride, 1)))
+    while group_size % per:
+        per -= 1
+    return per
+
+
+def _predict_collective(index: int, op: OpLike, collective: Any, hardware: Hardware
+                        ) -> OpPrediction:
+    """A collective priced on the links (:func:`collective_time`, ring), not on memory; a
+    chip without topology keys is refused there, in one line."""
+    per_node = (None if hardware.devices_per_node is None else
+                ranks_per_node(collective.group_size, collective.rank_stride,
+                               hardware.devices_per_node))
+    priced = collective_time(CollectiveKind(collective.kind), collective.size_bytes,
+                             collective.group_size, hardware, ranks_per_node=per_node)
+    bound = "link" if priced.time_s > 0 else "free"
+    return OpPrediction(
+        index=index, op=op.op, module=op.module, phase=op.phase, category=op.category,
+        compute_key="", flops=0, bytes=0, intensity_flop_per_byte=math.inf,
+        ridge_flop_per_byte=0.0, compute_time_s=0.0, memory_time_s=0.0, overhead_s=0.0,
+        time_s=priced.time_s, attained_flop_per_s=0.0, bound=bound,
+        ideal_time_s=priced.time_s, ideal_bound=bound, link_time_s=priced.time_s)
+
+
 def predict_op(index: int, op: OpLike, hardware: Hardware) -> OpPrediction:
+    collective = getattr(op, "collective", None)
+    if collective is not None and collective.kind in _LINK_KINDS:
+        return _predict_collective(index, op, collective, hardware)
     key = compute_key_for(op, hardware)
     peak = hardware.dense_flop_per_s[key]
     moved = op.bytes_read + op.bytes_written
@@ -225,6 +266,8 @@ class RooflinePrediction:
     ideal_tokens_per_s: float | None
     basis: str  # what the expected figure rests on: see ``BASES``
     bound_bandwidth: str = "datasheet bandwidth"  # the bandwidth the bound streams at
+    communication_s: float = 0.0  # of time_s, the collectives' time on the links
+    overlapped_time_s: float = 0.0  # each phase's compute and communication fully overlapped
 
     def __repr__(self) -> str:
         return summary("RooflinePrediction",
@@ -269,6 +312,7 @@ def predict(records: Iterable[OpLike], hardware: Hardware, *, tokens: int | None
             hardware)
     peak = hardware.peak_flop_per_s(key)
     ideal_s = sum(o.ideal_time_s for o in ops)
+    communication_s = sum(o.link_time_s for o in ops)
     return RooflinePrediction(
         hardware=hardware.id, ops=ops, flops=flops, bytes=sum(o.bytes for o in ops),
         time_s=time_s,
@@ -283,7 +327,29 @@ def predict(records: Iterable[OpLike], hardware: Hardware, *, tokens: int | None
         ideal_tokens_per_s=None if tokens is None or ideal_s == 0 else tokens / ideal_s,
         basis=BASES[hardware.expected_basis],
         bound_bandwidth="the fastest bandwidth measured (from cache where a buffer fits)"
-        if hardware.curves.get("bandwidth") else "datasheet bandwidth")
+        if hardware.curves.get("bandwidth") else "datasheet bandwidth",
+        communication_s=communication_s, overlapped_time_s=overlapped(ops))
+
+
+def overlapped(ops: Sequence[OpPrediction]) -> float:
+    """The step's time with each phase's communication hidden under its compute as far as
+    it can be (FSDP's prefetch, DDP's buckets, at best): the sum over phases of the larger
+    of the two.  The serial time (their sum) is the other bound; the gap is the exposed
+    communication at worst.
+
+    >>> ops = [OpPrediction(0, "mm", "", "forward", "matmul", "fp32", 1, 1, 1.0, 1.0, 3.0, 1.0,
+    ...                     0.0, 3.0, 1.0, "compute", 3.0, "compute"),
+    ...        OpPrediction(1, "ag", "", "forward", "communication", "", 0, 0, math.inf, 0.0, 0.0,
+    ...                     0.0, 0.0, 2.0, 0.0, "link", 2.0, "link", link_time_s=2.0)]
+    >>> overlapped(ops)     # max(3, 2): the gather hides under the matmul
+    3.0
+    """
+    compute: dict[str, float] = defaultdict(float)
+    link: dict[str, float] = defaultdict(float)
+    for o in ops:
+        link[o.phase] += o.link_time_s
+        compute[o.phase] += o.time_s - o.link_time_s
+    return sum(max(compute[p], link[p]) for p in compute.keys() | link.keys())
 
 
 def ceiling(hardware: Hardware, key: str, intensities: Sequence[float]) -> tuple[float, ...]:

@@ -9,6 +9,7 @@ through ``torch.distributed``'s registry of live groups), or a ``ProcessGroup``,
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,14 +18,13 @@ import torch
 from tensorledger.costs.collectives import CollectiveRule, per_rank_bytes
 from tensorledger.trace.records import CollectiveInfo
 
-__all__ = ["collective_info", "group_size"]
+__all__ = ["collective_info", "group_size", "group_stride"]
 
 
-def group_size(group: Any) -> int:
-    """The number of ranks of a process group given as a size, a name or a ProcessGroup;
-    ``ValueError`` when it is none of them."""
+def _process_group(group: Any) -> Any:
+    """The ProcessGroup of a name or a (boxed) ProcessGroup; None for a bare size."""
     if isinstance(group, int) and not isinstance(group, bool):
-        return group
+        return None
     if not torch.distributed.is_available():
         raise ValueError("torch.distributed is not available to resolve a process group")
     from torch.distributed import distributed_c10d
@@ -32,19 +32,42 @@ def group_size(group: Any) -> int:
     ProcessGroup = distributed_c10d.ProcessGroup
     if isinstance(group, str):
         resolve: Any = distributed_c10d._resolve_process_group  # type: ignore[attr-defined]
-        return int(resolve(group).size())
+        return resolve(group)
     if isinstance(group, ProcessGroup):
-        return int(group.size())
+        return group
     if isinstance(group, torch.ScriptObject):
-        return int(ProcessGroup.unbox(group).size())
+        return ProcessGroup.unbox(group)
     raise ValueError(f"not a process group: {type(group).__name__}")
+
+
+def group_size(group: Any) -> int:
+    """The number of ranks of a process group given as a size, a name or a ProcessGroup;
+    ``ValueError`` when it is none of them."""
+    found = _process_group(group)
+    return int(group) if found is None else int(found.size())
+
+
+def group_stride(group: Any) -> int:
+    """How far apart the group's ranks lie in the world: 1 for consecutive ranks (a group
+    packed on a node), 8 for the data-parallel group beside 8-way tensor parallelism; 1 where
+    it cannot be told (a bare size, ranks not evenly spaced)."""
+    found = _process_group(group)
+    if found is None:
+        return 1
+    try:
+        ranks = sorted(torch.distributed.get_process_group_ranks(found))
+    except (RuntimeError, ValueError, KeyError):  # a group the default world does not know
+        return 1
+    gaps = {b - a for a, b in itertools.pairwise(ranks)}
+    return gaps.pop() if len(gaps) == 1 else 1
 
 
 def collective_info(rule: CollectiveRule, args: Sequence[Any], kwargs: dict[str, Any],
                     out: Any) -> CollectiveInfo:
     """The record of one collective call under ``rule``."""
-    ranks = group_size(rule.group(args, kwargs))
+    group = rule.group(args, kwargs)
+    ranks = group_size(group)
     size = int(rule.size_bytes(args, kwargs, out, ranks))
     sent, received = per_rank_bytes(rule.kind, size, ranks, rule.direction)
     return CollectiveInfo(kind=rule.kind, group_size=ranks, size_bytes=size, bytes_sent=sent,
-                          bytes_received=received)
+                          bytes_received=received, rank_stride=group_stride(group))

@@ -57,6 +57,7 @@ class CollectiveInfo:
     size_bytes: int  # S
     bytes_sent: int
     bytes_received: int
+    rank_stride: int = 1  # spacing of the group's ranks in the world: where it lies on nodes
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,93 @@
+"""One rank's time under a layout: its collectives priced on the links by the ring formulas
+(written out here by hand as the second code path), the serial and overlapped bounds of the
+step, and the group placement read from where its ranks lie."""
+
+from __future__ import annotations
+
+import pytest
+
+from tensorledger.errors import InputError
+from tensorledger.hardware import get_hardware
+from tensorledger.hardware.catalog import parse_hardware_toml
+from tensorledger.ledger.roofline import roofline_report
+from tensorledger.roofline.model import predict, ranks_per_node
+from tensorledger.workload import resolve_workload
+from tensorledger.workload.layout import resolve_layout
+
+H100 = get_hardware("h100")  # 8 per node; NVLink 450 GB/s, 0.6 µs; NIC 50 GB/s, 2.7 µs
+
+
+@pytest.mark.parametrize(("group", "stride", "per_node", "expected"), [
+    (8, 1, 8, 8),  # tensor parallel inside a node
+    (8, 8, 8, 1),  # the data-parallel group beside TP 8: one rank on each node
+    (16, 4, 8, 2),  # ranks 0, 4, 8, ...: two on each 8-device node
+    (4, 1, 8, 4),  # a small group packed on one node
+    (6, 4, 8, 2),  # 2 divides 6
+    (3, 4, 8, 1),  # 2 does not divide 3: one per node
+])
+def test_ranks_per_node(group: int, stride: int, per_node: int, expected: int) -> None:
+    assert ranks_per_node(group, stride, per_node) == expected
+
+
+def _run(**layout: int):  # type: ignore[no-untyped-def]
+    work = resolve_workload("tiny", batch=2, seq=16, precision="fp32",
+                            layout=resolve_layout(**layout))
+    return roofline_report(work, H100)
+
+
+def test_fsdp_collectives_take_the_ring_time_on_nvlink() -> None:
+    run = _run(fsdp=4)
+    p = run.prediction
+    lat, bandwidth = 0.6e-6, 450e9  # the H100 catalog's NVLink figures, per direction
+    by_hand = 0.0
+    collectives = [o for o in p.ops if o.category == "communication" and o.link_time_s > 0]
+    assert {o.bound for o in collectives} == {"link"}
+    assert len(collectives) == 3 + 2 + 3  # gathers: 3 forward, 2 backward; 3 reduce-scatters
+    # the records' own S: ring all-gather and reduce-scatter, N = 4 on one node: N − 1 steps
+    # of latency and (N − 1)/N · S over the link
+    from tensorledger.ledger.trace import trace_report
+
+    traced = trace_report(resolve_workload("tiny", batch=2, seq=16, precision="fp32",
+                                           layout=resolve_layout(fsdp=4)), depth=1)
+    for row in traced.summary.communication:
+        by_hand += row.calls * 3 * lat + 3 / 4 * row.size_bytes / bandwidth
+    assert p.communication_s == pytest.approx(by_hand, rel=1e-12)
+    assert sum(o.time_s for o in collectives) == pytest.approx(by_hand, rel=1e-12)
+    # the bounds: serial ≥ overlapped ≥ each of compute and communication
+    compute = p.time_s - p.communication_s
+    assert p.overlapped_time_s <= p.time_s
+    assert p.overlapped_time_s >= max(compute, p.communication_s)
+    assert run.ranks == 4 and run.data_parallel == 4
+
+
+def test_hsdp_replicas_cross_nodes_on_the_nic() -> None:
+    run = _run(dp=2, fsdp=8)  # 16 ranks: each shard group fills one node; replicas are 8 apart
+    replicas = [o for o in run.prediction.ops if o.category == "communication"
+                and o.op.startswith("c10d.allreduce")]
+    assert replicas, "HSDP all-reduces the reduce-scattered gradients over its replicas"
+    traced = trace_report_records(dp=2, fsdp=8)
+    sizes = [r.collective.size_bytes for r in traced if r.collective is not None
+             and r.collective.kind == "all-reduce"]
+    strides = {r.collective.rank_stride for r in traced if r.collective is not None
+               and r.collective.kind == "all-reduce"}
+    assert strides == {8}
+    # 2 ranks on 2 nodes: ring all-reduce of 2·(N − 1) = 2 steps, both crossing the network
+    # (2.7 µs each), and 2·(N − 1)/N · S = S bytes through one NIC of 50 GB/s
+    by_hand = [2 * 2.7e-6 + s / 50e9 for s in sizes]
+    assert [o.time_s for o in replicas] == pytest.approx(by_hand, rel=1e-12)
+
+
+def trace_report_records(**layout: int) -> list:  # type: ignore[type-arg]
+    from tensorledger.workload import trace_workload
+
+    work = resolve_workload("tiny", batch=2, seq=16, precision="fp32",
+                            layout=resolve_layout(**layout))
+    return list(trace_workload(work).trace.records)
+
+
+def test_a_chip_without_topology_is_refused_for_a_layout() -> None:
+    chip = parse_hardware_toml('name = "bare"\nmemory = "80GB"\nmemory_bandwidth = "3TB/s"\n'
+                               '[dense]\nfp32 = "60TFLOP/s"\n', "bare.toml")
+    records = trace_report_records(fsdp=2)
+    with pytest.raises(InputError, match="lists no devices_per_node"):
+        predict(records, chip)
