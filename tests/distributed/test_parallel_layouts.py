@@ -287,3 +287,14 @@ def test_ddp_with_tensor_parallelism_is_refused() -> None:
     with fake_process_group(4), pytest.raises(InputError, match="shard the data-parallel"):
         layout = Layout(dp=2, tp=2)
         parallelize(_tiny(), layout, build_mesh(layout))
+
+
+def test_tied_embeddings_stay_tied_under_tensor_parallelism() -> None:
+    import dataclasses
+
+    tied = dataclasses.replace(TINY, tied_embeddings=True)
+    step = trace_parallel_step(lambda: build_model(tied, "cpu"), _tokens, Layout(tp=2))
+    # the head reads the embedding's table, both split by vocabulary rows: one 128·64 table
+    # fewer than untied, (90 432 − 8192 − 320) / 2 + 320 = 41 280 values on each rank
+    assert step.params_per_rank == (PARAMS - 8192 - NORMS) // 2 + NORMS == 41_280
+    assert step.trace.uncovered == {}
