@@ -43,7 +43,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -366,7 +366,8 @@ def parallelize(model: nn.Module, layout: Layout, mesh: DeviceMesh,
     the root over ``mesh["fsdp"]`` (ZeRO-3; ZeRO-2 keeps each unit gathered from forward to
     backward), over the 2-D ``mesh["dp", "fsdp"]`` for HSDP (sharded within, replicated
     across); DDP over ``mesh["dp"]``; for ZeRO-1, DDP over ``mesh["fsdp"]`` with the optimizer
-    sharded by :func:`make_optimizer`.
+    sharded by :func:`make_optimizer`.  It may run under FakeTensorMode (as
+    :func:`trace_parallel_step` runs it) or on real tensors.
 
     >>> from tensorledger.workload.layout import Layout
     >>> with fake_process_group(2):
@@ -384,14 +385,20 @@ def parallelize(model: nn.Module, layout: Layout, mesh: DeviceMesh,
         raise InputError("a tensor-parallel plan was given but the layout has no --tp; give "
                          "--tp N (N > 1) or drop the plan")
     if strategy in ("fsdp", "hsdp"):
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
         from torch.distributed.fsdp import fully_shard
 
         shard_mesh = _data_parallel_mesh(layout, mesh)
         # None: FSDP2's default, resharding every unit but the root after forward
         reshard = False if layout.zero == 2 else None
-        for unit in shard_units(model):
-            fully_shard(unit, mesh=shard_mesh, reshard_after_forward=reshard)
-        fully_shard(model, mesh=shard_mesh, reshard_after_forward=reshard)
+        # FSDP2 over tensor-parallel DTensors joins the two meshes, reading the rank map (a
+        # real tensor) as fake tensors cannot: any FakeTensorMode is lifted meanwhile, and a
+        # fake model's tensors still dispatch to their own mode.  (DDP stays inside: its
+        # buckets must be fake too.)
+        with unset_fake_temporarily():
+            for unit in shard_units(model):
+                fully_shard(unit, mesh=shard_mesh, reshard_after_forward=reshard)
+            fully_shard(model, mesh=shard_mesh, reshard_after_forward=reshard)
         return model
     if strategy in ("ddp", "zero1"):
         return _ddp(model, _data_parallel_mesh(layout, mesh))
@@ -460,20 +467,14 @@ def trace_parallel_step(build: Callable[[], nn.Module], make_inputs: Callable[[]
     if not isinstance(layout, Layout):
         raise InputError(f"a layout is a tensorledger Layout (resolve_layout(...)), got "
                          f"{type(layout).__name__}")
-    from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
+    from torch._subclasses.fake_tensor import FakeTensorMode
 
     to_scalar = loss or (lambda out: out.float().pow(2).mean())
     name = layout.describe() or "single-device"
     with fake_process_group(layout.count):
         mesh = build_mesh(layout)
         with FakeTensorMode():
-            model = build()
-            # FSDP2 over tensor-parallel DTensors joins the two meshes, reading the rank map (a
-            # real tensor) as fake tensors cannot; the model's fake tensors still dispatch to
-            # their own mode.  DDP stays inside: its buckets must be fake too.
-            sharded = layout.strategy in ("fsdp", "hsdp")
-            with unset_fake_temporarily() if sharded else nullcontext():
-                model = parallelize(model, layout, mesh, tp_plan)
+            model = parallelize(build(), layout, mesh, tp_plan)
             optimizer = make_optimizer(layout, mesh, model.parameters(),
                                        lambda params: torch.optim.AdamW(params, lr=1e-3))
             inputs = make_inputs()
