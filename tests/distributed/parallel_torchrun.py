@@ -1,23 +1,31 @@
-"""One rank of the fake-versus-real test: FSDP2, DDP and DTensor tensor parallelism over gloo
-on the CPU, each recorded for one training step; writes what the rank saw as
-``OUT_DIR/<strategy>.rank<r>.json``.
+"""One rank of the fake-versus-real test: each layout recorded for one training step over gloo
+on the CPU; writes what the rank saw as ``OUT_DIR/<name>.rank<r>.json``.
 
-FSDP and TP record their second step (as :func:`tensorledger.workload.parallel.trace_parallel_step`
-does), DDP its first; DDP runs as users run it, with its own built-in all-reduce.
+With 2 ranks: FSDP2 (ZeRO-3, and ZeRO-2), DDP and a column/row-parallel MLP, built with torch's
+APIs directly; then ZeRO-1 (DDP + ``ZeroRedundancyOptimizer``), TP and TP + SP on the tiny
+preset, laid out by the same :func:`~tensorledger.workload.parallel.build_mesh`,
+:func:`~tensorledger.workload.parallel.parallelize` and
+:func:`~tensorledger.workload.parallel.make_optimizer` the fake trace uses (on a real group they
+keep DDP's built-in all-reduce).  With 4 ranks: FSDP × TP 2 × 2 and HSDP 2 × 2.
 
-Run by ``test_parallel_torchrun.py`` as ``torchrun --standalone --nproc-per-node 2 THIS OUT_DIR``.
+Sharded layouts record their second step (as
+:func:`tensorledger.workload.parallel.trace_parallel_step` does), DDP and ZeRO-1 their first.
+
+Run by ``test_parallel_torchrun.py`` as ``torchrun --standalone --nproc-per-node N THIS OUT_DIR``.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+
+TOKENS_SHAPE = (2, 16)  # one rank's batch of the tiny preset: b 2, s 16
 
 
 class Mlp(nn.Module):
@@ -33,7 +41,7 @@ class Mlp(nn.Module):
         return self.down(torch.relu(self.up(self.pre(x))))
 
 
-def summary(records: Any, params: list[torch.Tensor], uncovered: dict[str, int]
+def summary(records: Any, params: list[torch.Tensor], uncovered: Mapping[str, int]
             ) -> dict[str, Any]:
     """What the fake and the real rank are compared on."""
     local = [p.to_local() if hasattr(p, "to_local") else p for p in params]
@@ -51,11 +59,10 @@ def summary(records: Any, params: list[torch.Tensor], uncovered: dict[str, int]
 
 
 def _run(name: str, model: nn.Module, inputs: torch.Tensor, warm_up: bool, out_dir: Path,
-         rank: int) -> None:
+         rank: int, optimizer: torch.optim.Optimizer | None = None) -> None:
     from tensorledger.trace import Recorder
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    step: Callable[[], None]
+    optimizer = optimizer or torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     def step() -> None:
         model(inputs).float().pow(2).mean().backward()
@@ -67,11 +74,23 @@ def _run(name: str, model: nn.Module, inputs: torch.Tensor, warm_up: bool, out_d
     with Recorder() as recorder:
         step()
     result = summary(recorder.trace.records, list(model.parameters()), recorder.trace.uncovered)
+    inner = getattr(optimizer, "optim", optimizer)  # ZeRO-1's own partition
+    result["optimizer_state_bytes"] = sum(
+        (v.to_local() if hasattr(v, "to_local") else v).numel() * v.element_size()
+        for state in inner.state.values() for v in state.values() if isinstance(v, torch.Tensor))
     (out_dir / f"{name}.rank{rank}.json").write_text(json.dumps(result))
 
 
-def main(out_dir: Path) -> None:
-    import torch.distributed as dist
+#: The layouts run through the library's own functions, by world size: name → Layout fields.
+LAYOUTS: dict[int, dict[str, dict[str, Any]]] = {
+    2: {"zero1": {"fsdp": 2, "zero": 1}, "tp-tiny": {"tp": 2},
+        "tp-sp": {"tp": 2, "sp": True}, "fsdp-zero2": {"fsdp": 2, "zero": 2}},
+    4: {"fsdp-tp": {"fsdp": 2, "tp": 2}, "hsdp": {"dp": 2, "fsdp": 2}},
+}
+
+
+def _torch_apis(out_dir: Path, rank: int, world: int, tokens: torch.Tensor) -> None:
+    """FSDP2, DDP and TP wrapped by torch's own calls, independent of the library's."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor.parallel import (
@@ -84,14 +103,8 @@ def main(out_dir: Path) -> None:
     from tensorledger.models import build_model, get_preset
     from tensorledger.workload.parallel import shard_units
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    mesh = init_device_mesh("cpu", (world,))
     config = get_preset("tiny")
-    torch.manual_seed(0)
-    tokens = torch.randint(0, config.vocab_size, (2, 16))
-
+    mesh = init_device_mesh("cpu", (world,))
     fsdp = build_model(config, "cpu")
     for unit in shard_units(fsdp):
         fully_shard(unit, mesh=mesh)
@@ -104,6 +117,31 @@ def main(out_dir: Path) -> None:
     tp = Mlp()
     parallelize_module(tp, mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
     _run("tp", tp, torch.ones(3, 5, 24), True, out_dir, rank)
+
+
+def main(out_dir: Path) -> None:
+    import torch.distributed as dist
+
+    from tensorledger.models import build_model, get_preset
+    from tensorledger.workload.layout import Layout
+    from tensorledger.workload.parallel import build_mesh, make_optimizer, parallelize
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    config = get_preset("tiny")
+    torch.manual_seed(0)  # every rank draws the same tokens: tensor-parallel ranks need them
+    tokens = torch.randint(0, config.vocab_size, TOKENS_SHAPE)
+    if world == 2:
+        _torch_apis(out_dir, rank, world, tokens)
+    for name, fields in LAYOUTS[world].items():
+        layout = Layout(**fields)
+        mesh = build_mesh(layout)
+        model = parallelize(build_model(config, "cpu"), layout, mesh)
+        optimizer = make_optimizer(layout, mesh, model.parameters(),
+                                   lambda params: torch.optim.AdamW(params, lr=1e-3))
+        _run(name, model, tokens, layout.strategy not in ("ddp", "zero1"), out_dir, rank,
+             optimizer)
     dist.destroy_process_group()
 
 

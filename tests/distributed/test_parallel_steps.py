@@ -16,7 +16,8 @@ from tensorledger.napkin.parallel import ddp_comm_volume, fsdp_comm_volume, zero
 from tensorledger.napkin.transformer import parameter_count
 from tensorledger.trace import trace
 from tensorledger.trace.records import OpRecord, Trace
-from tensorledger.workload.parallel import ParallelStep, Strategy, TpStyle, trace_parallel_step
+from tensorledger.workload.layout import Layout
+from tensorledger.workload.parallel import ParallelStep, TpStyle, trace_parallel_step
 from tests.distributed.parallel_torchrun import Mlp
 
 TINY = get_preset("tiny")  # d 64, 2 layers, vocab 128, d_ff 128: every dim-0 divides by 8
@@ -62,7 +63,7 @@ def _single_device_flops(build: object, make_inputs: object) -> int:
 
 @pytest.fixture(scope="module")
 def fsdp8() -> ParallelStep:
-    return trace_parallel_step(_tiny, _tokens, Strategy.FSDP, 8)
+    return trace_parallel_step(_tiny, _tokens, Layout(fsdp=8))
 
 
 def test_fsdp_zero3_communication_equals_the_closed_form(fsdp8: ParallelStep) -> None:
@@ -103,7 +104,7 @@ def test_fsdp_rank_holds_an_eighth_and_computes_the_whole_batch(fsdp8: ParallelS
 
 
 def test_fsdp_zero2_gathers_once_and_moves_zero2_bytes() -> None:
-    step = trace_parallel_step(_tiny, _tokens, Strategy.FSDP_ZERO2, 4)
+    step = trace_parallel_step(_tiny, _tokens, Layout(fsdp=4, zero=2))
     params = parameter_count(TINY).total_params
     result = step.trace
     assert not _collectives(result, "all-gather", "backward")  # kept from forward to backward
@@ -124,7 +125,7 @@ def _mlp() -> nn.Module:
 
 @pytest.mark.parametrize("ranks", [2, 4, 8])
 def test_fsdp_parameter_bytes_per_rank(ranks: int) -> None:
-    step = trace_parallel_step(_mlp, lambda: torch.ones(4, 16), Strategy.FSDP, ranks)
+    step = trace_parallel_step(_mlp, lambda: torch.ones(4, 16), Layout(fsdp=ranks))
     params = 16 * 32 + 32 + 32 * 16 + 16  # 1072
     assert step.params_per_rank == params // ranks
     assert step.param_bytes_per_rank == F32 * params // ranks
@@ -135,7 +136,7 @@ def test_fsdp_parameter_bytes_per_rank(ranks: int) -> None:
 
 
 def test_ddp_all_reduces_every_gradient_byte() -> None:
-    step = trace_parallel_step(_tiny, _tokens, Strategy.DDP, 2)
+    step = trace_parallel_step(_tiny, _tokens, Layout(dp=2))
     params = parameter_count(TINY).total_params
     reduced = _collectives(step.trace, "all-reduce", "backward")
     assert reduced and step.trace.uncovered == {}
@@ -152,7 +153,7 @@ def test_tensor_parallel_mlp_by_hand(tp: int) -> None:
     def inputs() -> torch.Tensor:
         return torch.ones(3, 5, 24)
 
-    step = trace_parallel_step(Mlp, inputs, Strategy.TP, tp,
+    step = trace_parallel_step(Mlp, inputs, Layout(tp=tp),
                                {"up": TpStyle.COLWISE, "down": TpStyle.ROWWISE})
     result = step.trace
     assert result.uncovered == {}
@@ -210,18 +211,18 @@ def test_nested_module_lists_are_wrapped_inner_first() -> None:
     units = shard_units(model)
     # the experts (inner lists) come before the blocks that hold them
     assert units.index(model.blocks[0].experts[0]) < units.index(model.blocks[0])
-    step = trace_parallel_step(Model, lambda: torch.randn(4, 8), Strategy.FSDP, 2)
+    step = trace_parallel_step(Model, lambda: torch.randn(4, 8), Layout(fsdp=2))
     gathers = [r for r in step.trace.records if r.collective is not None
                and r.collective.kind == "all-gather" and r.phase == "forward"]
     assert gathers  # it traced
 
 
-def test_a_plan_naming_no_module_and_an_unknown_strategy_are_refused() -> None:
+def test_a_plan_naming_no_module_and_a_layout_that_is_no_layout_are_refused() -> None:
     from tensorledger.errors import InputError
 
     with pytest.raises(InputError, match="'nope', which is no module"):
         trace_parallel_step(lambda: nn.Sequential(nn.Linear(8, 8)), lambda: torch.randn(2, 8),
-                            Strategy.TP, 2, tp_plan={"nope": TpStyle.COLWISE})
-    with pytest.raises(InputError, match="unknown parallel strategy 'zero9'"):
+                            Layout(tp=2), tp_plan={"nope": TpStyle.COLWISE})
+    with pytest.raises(InputError, match=r"a layout is a tensorledger Layout.*got str"):
         trace_parallel_step(lambda: nn.Linear(8, 8), lambda: torch.randn(2, 8),
-                            "zero9", 2)  # type: ignore[arg-type]
+                            "zero9")  # type: ignore[arg-type]

@@ -1,8 +1,18 @@
-"""Fake and real agree: FSDP2, DDP (with its own built-in all-reduce, where the fake step uses
-a hook doing the same) and DTensor tensor parallelism under ``torchrun --nproc-per-node 2``
-(gloo, CPU) issue, on each real rank, the same collectives — op, kind, group size, bytes, phase,
-order — hold the same parameter bytes and run the same matmul FLOPs as rank 0 of the fake
-process group predicts."""
+"""Fake and real agree: real gloo ranks under ``torchrun --nproc-per-node 2`` and ``4`` (CPU)
+issue, on each rank, the same collectives — op, kind, group size, bytes, phase, order — hold the
+same parameter bytes and run the same matmul FLOPs as rank 0 of the fake process group predicts.
+
+Two launches in all (one per world size), each running its layouts in sequence
+(``parallel_torchrun.py``): with 2 ranks FSDP2 ZeRO-3, DDP and a tensor-parallel MLP wrapped by
+torch's own calls, then ZeRO-1, TP, TP + SP and FSDP2 ZeRO-2 on the tiny preset laid out by the
+library's ``build_mesh`` / ``parallelize`` / ``make_optimizer``; with 4 ranks FSDP × TP 2 × 2
+and HSDP 2 × 2.  The real DDP (and ZeRO-1's DDP) uses its built-in all-reduce, the fake one a
+hook doing the same; every collective matched exactly, DDP's bucket included (all of tiny's
+gradients fit in DDP's first 1 MiB bucket, so there is no bucket order to differ).
+
+ZeRO-1's optimizer state differs between the ranks by construction (each holds its partition):
+rank 0's equals the fake prediction and the ranks' states add up to the whole.
+"""
 
 from __future__ import annotations
 
@@ -17,23 +27,37 @@ import pytest
 import torch
 
 from tensorledger.models import build_model, get_preset
-from tensorledger.workload.parallel import ParallelStep, Strategy, TpStyle, trace_parallel_step
-from tests.distributed.parallel_torchrun import Mlp, summary
+from tensorledger.workload.layout import Layout
+from tensorledger.workload.parallel import ParallelStep, TpStyle, trace_parallel_step
+from tests.distributed.parallel_torchrun import LAYOUTS, TOKENS_SHAPE, Mlp, summary
 
 SCRIPT = Path(__file__).with_name("parallel_torchrun.py")
 TINY = get_preset("tiny")
+F32 = 4
+
+
+def _launch(tmp_path_factory: pytest.TempPathFactory, ranks: int
+            ) -> dict[str, list[dict[str, Any]]]:
+    out = tmp_path_factory.mktemp(f"torchrun{ranks}")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+         str(ranks), str(SCRIPT), str(out)], capture_output=True, text=True, timeout=240,
+        env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    names = {path.name.split(".rank")[0] for path in out.glob("*.rank0.json")}
+    return {name: [json.loads((out / f"{name}.rank{r}.json").read_text()) for r in range(ranks)]
+            for name in names}
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
-    out = tmp_path_factory.mktemp("torchrun")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         str(SCRIPT), str(out)], capture_output=True, text=True, timeout=180, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return {name: [json.loads((out / f"{name}.rank{r}.json").read_text()) for r in (0, 1)]
-            for name in ("fsdp", "ddp", "tp")}
+def real2(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    return _launch(tmp_path_factory, 2)
+
+
+@pytest.fixture(scope="module")
+def real4(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    return _launch(tmp_path_factory, 4)
 
 
 def _tiny() -> torch.nn.Module:
@@ -41,7 +65,7 @@ def _tiny() -> torch.nn.Module:
 
 
 def _tokens() -> torch.Tensor:
-    return torch.randint(0, TINY.vocab_size, (2, 16))
+    return torch.randint(0, TINY.vocab_size, TOKENS_SHAPE)
 
 
 def _predicted(step: ParallelStep) -> dict[str, Any]:
@@ -52,18 +76,45 @@ def _predicted(step: ParallelStep) -> dict[str, Any]:
     return result
 
 
+def _compare(real: list[dict[str, Any]], predicted: dict[str, Any]) -> None:
+    assert predicted["uncovered"] == {}
+    for rank in real:
+        rank = dict(rank)
+        rank.pop("optimizer_state_bytes")
+        assert rank == predicted
+
+
 @pytest.mark.parametrize(("name", "predict", "collectives"), [
-    ("fsdp", lambda: trace_parallel_step(_tiny, _tokens, Strategy.FSDP, 2), 8),
-    ("ddp", lambda: trace_parallel_step(_tiny, _tokens, Strategy.DDP, 2), 1),
-    ("tp", lambda: trace_parallel_step(Mlp, lambda: torch.ones(3, 5, 24), Strategy.TP, 2,
+    ("fsdp", lambda: trace_parallel_step(_tiny, _tokens, Layout(fsdp=2)), 8),
+    ("ddp", lambda: trace_parallel_step(_tiny, _tokens, Layout(dp=2)), 1),
+    ("tp", lambda: trace_parallel_step(Mlp, lambda: torch.ones(3, 5, 24), Layout(tp=2),
                                        {"up": TpStyle.COLWISE, "down": TpStyle.ROWWISE}), 2),
 ])
-def test_real_ranks_match_the_fake_prediction(real: dict[str, list[dict[str, Any]]], name: str,
+def test_real_ranks_match_the_fake_prediction(real2: dict[str, list[dict[str, Any]]], name: str,
                                               predict: Any, collectives: int) -> None:
     predicted = _predicted(predict())
     # FSDP: 3 all-gathers forward, 2 backward, 3 reduce-scatters; DDP: one gradient bucket;
     # TP: the row-parallel output's all-reduce, the column-parallel input gradient's
     assert len(predicted["collectives"]) == collectives
-    assert predicted["uncovered"] == {}
-    for rank in real[name]:
-        assert rank == predicted
+    _compare(real2[name], predicted)
+
+
+@pytest.mark.parametrize(("ranks", "name"), [
+    (ranks, name) for ranks, layouts in LAYOUTS.items() for name in layouts])
+def test_library_layouts_on_real_ranks_match_the_fake_prediction(
+        request: pytest.FixtureRequest, ranks: int, name: str) -> None:
+    real = request.getfixturevalue(f"real{ranks}")[name]
+    layout = Layout(**LAYOUTS[ranks][name])
+    step = trace_parallel_step(_tiny, _tokens, layout)
+    assert step.trace.records and any(r.collective for r in step.trace.records)
+    _compare(real, _predicted(step))
+    states = [rank["optimizer_state_bytes"] for rank in real]
+    assert states[0] == step.optimizer_state_bytes_per_rank
+    if layout.strategy == "zero1":
+        # each rank's AdamW holds two fp32 moments of its own partition and a 4-byte step
+        # counter per parameter tensor: together, those of all 21 of tiny's tensors
+        params = sum(p.numel() for p in _tiny().parameters())
+        assert sum(states) == 2 * F32 * params + 21 * F32
+        assert states[0] != states[1]
+    else:
+        assert len(set(states)) == 1

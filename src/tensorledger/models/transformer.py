@@ -69,9 +69,11 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         config = self.config
-        q = rearrange(self.query(x), "b s (h d) -> b h s d", h=config.n_heads)
-        k = rearrange(self.key(x), "b s (k d) -> b k s d", k=config.n_kv_heads)
-        v = rearrange(self.value(x), "b s (k d) -> b k s d", k=config.n_kv_heads)
+        # split by the head width, not the head count: under tensor parallelism a rank's
+        # projections hold n_heads / tp of the heads, whole
+        q = rearrange(self.query(x), "b s (h d) -> b h s d", d=config.head_dim)
+        k = rearrange(self.key(x), "b s (k d) -> b k s d", d=config.head_dim)
+        v = rearrange(self.value(x), "b s (k d) -> b k s d", d=config.head_dim)
         if config.positions == "rope":
             cos, sin = rope_angles(x.shape[1], config.head_dim, config.rope_theta, x.device)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)

@@ -139,9 +139,11 @@ def make_optimizer(name: str, params: Params, lr: float = 1e-3) -> Optimizer:
 
 
 def state_tensors(optimizer: Optimizer) -> list[torch.Tensor]:
-    """Every tensor in ``optimizer.state`` (moments, step counters, quantisation scales)."""
+    """Every tensor in ``optimizer.state`` (moments, step counters, quantisation scales); of
+    a ``ZeroRedundancyOptimizer``, its rank's partition (the local optimizer it wraps)."""
     found: list[torch.Tensor] = []
-    for state in optimizer.state.values():
+    inner: Optimizer = getattr(optimizer, "optim", optimizer)
+    for state in inner.state.values():
         values: dict[str, Any] = state
         found.extend(v for v in values.values() if isinstance(v, torch.Tensor))
     return found

@@ -1,45 +1,52 @@
 """One rank of a sharded training step, traced on a fake process group under fake tensors.
 
-torch.distributed's own parallel code runs unchanged — FSDP2 ``fully_shard``, DDP, DTensor
-tensor parallelism (``parallelize_module``) — on rank 0 of a *fake* process group of world
-size N (torch's ``"fake"`` backend: every collective returns at once and moves nothing) while
-FakeTensorMode stands in for memory.  The recorder sees what that rank runs: its share of the
-arithmetic, on its shards, and every collective it issues, with the bytes it would send and
-receive (:mod:`tensorledger.costs.collectives`).  Nothing of the parallel strategies is
-re-implemented here; this module only builds the mesh, wraps the model and runs the step.
+torch.distributed's own parallel code runs unchanged — FSDP2 ``fully_shard`` (HSDP on a 2-D
+mesh), DDP, ``ZeroRedundancyOptimizer``, DTensor tensor and sequence parallelism
+(``parallelize_module``) — on rank 0 of a *fake* process group of as many ranks as the
+:class:`~tensorledger.workload.layout.Layout` has (torch's ``"fake"`` backend: every collective
+returns at once and moves nothing) while FakeTensorMode stands in for memory.  The recorder sees
+what that rank runs: its share of the arithmetic, on its shards, and every collective it issues,
+with the bytes it would send and receive (:mod:`tensorledger.costs.collectives`).  Nothing of
+the parallel strategies is re-implemented here; this module builds the mesh
+(:func:`build_mesh`), wraps the model (:func:`parallelize`, :func:`default_tp_plan`), makes the
+optimizer (:func:`make_optimizer`) and runs the step.  The same three functions lay a model out
+on a real process group.
 
-Two details of running it this way:
+Two details of running it on the fake group:
 
 - The device mesh is built before FakeTensorMode is entered: building it reads the rank map
   as Python numbers, which fake tensors cannot give.
 - DDP is built with ``init_sync=False`` (its construction-time check of parameter shapes
-  across ranks reads real memory) and with a communication hook that does what its built-in
-  one does — divide each gradient bucket by N and all-reduce it — because the fake group's
-  asynchronous work carries no value for DDP to read back.  The all-reduces are DDP's own
-  buckets, one ``c10d.allreduce_`` each.
+  across ranks reads real memory) and, on a fake group only, with a communication hook that
+  does what its built-in one does — divide each gradient bucket by N and all-reduce it —
+  because the fake group's asynchronous work carries no value for DDP to read back.  The
+  all-reduces are DDP's own buckets, one ``c10d.allreduce_`` each.
 
 The traced step is the second one: the first initialises FSDP's lazy state and the optimizer
 state, and fills DTensor's sharding cache, whose misses run each op once more on global
-shapes to learn its output's metadata (ops this rank never runs).  DDP is the exception: its
-second step opens by rebuilding its gradient buckets in the order the gradients arrived,
-which reads real memory, so its first step is traced (its buckets in their first order: the
-same gradient bytes all-reduced, perhaps cut into other buckets; the optimizer's first step
-creates its state).
+shapes to learn its output's metadata (ops this rank never runs).  DDP (and ZeRO-1, which runs
+under DDP) is the exception: its second step opens by rebuilding its gradient buckets in the
+order the gradients arrived, which reads real memory, so its first step is traced (its buckets
+in their first order: the same gradient bytes all-reduced, perhaps cut into other buckets; the
+optimizer's first step creates its state).
 
 >>> import torch
+>>> from tensorledger.workload.layout import Layout
 >>> step = trace_parallel_step(lambda: torch.nn.Linear(8, 16), lambda: torch.ones(4, 8),
-...                            Strategy.FSDP, 2)
+...                            Layout(fsdp=2))
 >>> step.param_bytes_per_rank        # (16·8 + 16) fp32 values / 2 ranks · 4 bytes
 288
 """
 
 from __future__ import annotations
 
+import re
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -49,17 +56,13 @@ from tensorledger.trace.recorder import Recorder
 from tensorledger.trace.records import Trace
 from tensorledger.workload.layout import Layout
 
-__all__ = ["ParallelStep", "Strategy", "TpStyle", "build_mesh", "fake_process_group",
-           "parallelize", "shard_units", "trace_parallel_step"]
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor.parallel import ParallelStyle
+    from torch.optim.optimizer import ParamsT
 
-
-class Strategy(Enum):
-    """How the model is spread over the ranks."""
-
-    DDP = "ddp"  # replicated; gradients all-reduced
-    FSDP = "fsdp"  # FSDP2 fully_shard per unit, then the root (ZeRO-3)
-    FSDP_ZERO2 = "fsdp-zero2"  # the same, unsharded from forward to backward: gathered once
-    TP = "tp"  # DTensor tensor parallelism with a column / row-wise plan
+__all__ = ["ParallelStep", "TpStyle", "build_mesh", "default_tp_plan", "fake_process_group",
+           "make_optimizer", "parallelize", "shard_units", "trace_parallel_step"]
 
 
 class TpStyle(Enum):
@@ -71,13 +74,18 @@ class TpStyle(Enum):
 
 @dataclass(frozen=True)
 class ParallelStep:
-    """The trace of one training step of rank 0, and what the rank holds."""
+    """The trace of one training step of rank 0, and what the rank holds after it."""
 
-    strategy: Strategy
-    world_size: int
+    layout: Layout
     trace: Trace
     params_per_rank: int  # parameter values held by this rank (its local shards)
     param_bytes_per_rank: int
+    # the optimizer state this rank holds (its local shards; AdamW's step counters included)
+    optimizer_state_bytes_per_rank: int
+
+    @property
+    def world_size(self) -> int:
+        return self.layout.count
 
 
 def _distributed() -> Any:
@@ -110,6 +118,32 @@ def fake_process_group(world_size: int) -> Iterator[Any]:
         dist.destroy_process_group()
 
 
+def build_mesh(layout: Layout, device_type: str = "cpu") -> DeviceMesh:
+    """The device mesh of ``layout`` over the process group already initialised (a fake one
+    from :func:`fake_process_group`, or a real one of ``layout.count`` ranks): one named
+    dimension per degree above 1, outermost first (``dp``, ``fsdp``, ``tp``); a single device
+    gets a 1-D mesh of one rank named ``dp``.
+
+    >>> from tensorledger.workload.layout import Layout
+    >>> with fake_process_group(8):
+    ...     mesh = build_mesh(Layout(fsdp=4, tp=2))
+    ...     mesh.mesh_dim_names, mesh["tp"].size()
+    (('fsdp', 'tp'), 2)
+    """
+    dist = _distributed()
+    if not dist.is_initialized():
+        raise TensorLedgerError("build_mesh needs a process group: run it inside "
+                                "fake_process_group(layout.count) or after init_process_group")
+    if dist.get_world_size() != layout.count:
+        raise InputError(f"the layout {layout.describe() or 'single device'} needs "
+                         f"{layout.count} ranks; the process group has {dist.get_world_size()}")
+    from torch.distributed.device_mesh import init_device_mesh
+
+    dims = layout.mesh_dims or (("dp", 1),)
+    return init_device_mesh(device_type, tuple(size for _, size in dims),
+                            mesh_dim_names=tuple(name for name, _ in dims))
+
+
 def shard_units(model: nn.Module) -> list[nn.Module]:
     """The modules FSDP wraps one by one before the root: the entries of every ModuleList
     (a transformer's blocks), innermost first (FSDP wraps a child before its parent), else
@@ -121,42 +155,130 @@ def shard_units(model: nn.Module) -> list[nn.Module]:
     return [child for child in model.children() if any(True for _ in child.parameters())]
 
 
-def _wrap(model: nn.Module, strategy: Strategy, mesh: Any, world_size: int,
-          tp_plan: Mapping[str, TpStyle]) -> nn.Module:
-    dist = _distributed()
-    if strategy in (Strategy.FSDP, Strategy.FSDP_ZERO2):
-        from torch.distributed.fsdp import fully_shard
+# ---- tensor parallelism -----------------------------------------------------------------------
 
-        # None: FSDP2's default, resharding every unit but the root after forward
-        reshard = False if strategy is Strategy.FSDP_ZERO2 else None
-        for unit in shard_units(model):
-            fully_shard(unit, mesh=mesh, reshard_after_forward=reshard)
-        fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
-        return model
-    if strategy is Strategy.DDP:
-        from torch.nn.parallel import DistributedDataParallel
+# Hugging Face plan entries (transformers' ALL_PARALLEL_STYLES names) that torch's own styles
+# express; the others (packed, MoE, local) are refused by name.
+_HF_STYLES = ("colwise", "rowwise", "colwise_rep", "colwise_gather_output", "rowwise_rep",
+              "rowwise_split_input", "embedding_rowwise", "sequence_parallel")
 
-        ddp = DistributedDataParallel(model, init_sync=False)
 
-        def all_reduce_bucket(state: object, bucket: Any) -> torch.futures.Future[torch.Tensor]:
-            buffer: torch.Tensor = bucket.buffer()
-            buffer.div_(world_size)
-            dist.all_reduce(buffer)
-            done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-            done.set_result(buffer)
-            return done
-
-        # DDP checks a hook's annotations as objects; this module's are strings
-        all_reduce_bucket.__annotations__ = {"state": object, "bucket": dist.GradBucket,
-                                             "return": torch.futures.Future[torch.Tensor]}
-        ddp.register_comm_hook(None, all_reduce_bucket)
-        return ddp
+def _hf_style(style: str) -> ParallelStyle:
+    from torch.distributed.tensor import Replicate
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
-        ParallelStyle,
         RowwiseParallel,
-        parallelize_module,
+        SequenceParallel,
     )
+
+    if style == "colwise":
+        return ColwiseParallel()
+    if style == "rowwise":
+        return RowwiseParallel()
+    if style in ("colwise_rep", "colwise_gather_output"):
+        return ColwiseParallel(output_layouts=Replicate())
+    if style in ("rowwise_rep", "rowwise_split_input"):
+        return RowwiseParallel(input_layouts=Replicate())
+    if style == "embedding_rowwise":
+        return RowwiseParallel(input_layouts=Replicate())
+    return SequenceParallel(use_local_output=True)
+
+
+def _hugging_face_plan(model: nn.Module) -> dict[str, ParallelStyle]:
+    """The model's own plan (``model.tp_plan``, else its config's ``base_model_tp_plan`` under
+    the base model's prefix), with ``*`` matched against the module paths."""
+    plan: Mapping[str, str] = dict(getattr(model, "_tp_plan", None) or {})
+    if not plan:
+        config_plan = getattr(getattr(model, "config", None), "base_model_tp_plan", None) or {}
+        base = getattr(model, "base_model", model)
+        prefix = next((f"{path}." for path, module in model.named_modules()
+                       if module is base and path), "")
+        plan = {f"{prefix}{key}": value for key, value in config_plan.items()}
+    if not plan:
+        raise InputError(f"{type(model).__name__} has no tensor-parallel plan in transformers "
+                         "(no _tp_plan nor config.base_model_tp_plan); pass tp_plan= yourself")
+    paths = [path for path, _ in model.named_modules() if path]
+    styles: dict[str, ParallelStyle] = {}
+    for pattern, style in plan.items():
+        if style not in _HF_STYLES:
+            raise InputError(f"{type(model).__name__}'s plan gives {pattern!r} the style "
+                             f"{style!r}, which torch's own styles do not express; known: "
+                             f"{', '.join(_HF_STYLES)}")
+        matcher = re.compile(re.escape(pattern).replace(r"\*", r"[^.]+") + r"\Z")
+        styles.update({path: _hf_style(style) for path in paths if matcher.match(path)})
+    return styles
+
+
+def default_tp_plan(model: nn.Module, sp: bool = False) -> dict[str, ParallelStyle]:
+    """A Megatron plan (module path → torch ``ParallelStyle``) for ``model``.
+
+    The reference :class:`~tensorledger.models.transformer.TransformerLM`: per block, the
+    query, key and value projections and the MLP's up and gate are column-parallel (each rank
+    computes its heads, its hidden features) and the attention and MLP outputs row-parallel
+    (partial sums reduced), each half taking its input as one replicated DTensor so its input
+    gradient is reduced once (Megatron's *f*), not once per projection; the embedding is split
+    by vocabulary rows (input replicated) and the head by vocabulary columns with its logits
+    gathered, so the loss sees whole logits (as torchtitan's llama does them).
+
+    With ``sp`` (sequence parallelism, Korthikanti et al. 2022) the residual stream between the
+    blocks is split on the sequence (``Shard(1)``): the norms run on their sequence shard, each
+    half all-gathers its input and reduce-scatters its output (where it would all-reduce), the
+    embedding reduce-scatters and the head gathers the final norm's shards.
+
+    A Hugging Face model brings its own plan (``model._tp_plan`` or its config's
+    ``base_model_tp_plan``); ``sp`` does not apply to it.  Any other model needs a plan passed
+    to :func:`parallelize`.
+    """
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+    )
+
+    from tensorledger.models.transformer import TransformerLM
+
+    if not isinstance(model, TransformerLM):
+        if hasattr(model, "config") and hasattr(model, "base_model"):
+            if sp:
+                raise InputError("sequence parallelism is planned for the reference models "
+                                 "only; a Hugging Face model runs tensor parallelism without it")
+            return _hugging_face_plan(model)
+        raise InputError(f"no default tensor-parallel plan for {type(model).__name__}; pass "
+                         "tp_plan= (module path → TpStyle or a torch ParallelStyle)")
+    if sp and model.position_embedding is not None:
+        raise InputError(f"sequence parallelism splits the residual stream before "
+                         f"{model.config.name}'s learned position embedding is added; use rope "
+                         "positions or no --sp")
+    stream = Shard(1) if sp else Replicate()  # the residual stream between the halves
+    plan: dict[str, ParallelStyle] = {
+        "token_embedding": RowwiseParallel(input_layouts=Replicate(), output_layouts=stream),
+        "head": ColwiseParallel(input_layouts=stream, output_layouts=Replicate()),
+    }
+    if sp:
+        plan["final_norm"] = SequenceParallel()
+    for index, module in enumerate(model.blocks):
+        block = f"blocks.{index}"
+        half_input = PrepareModuleInput(input_layouts=(stream,),
+                                        desired_input_layouts=(Replicate(),))
+        plan[f"{block}.attention"] = half_input
+        plan[f"{block}.mlp"] = half_input
+        for name in ("query", "key", "value"):
+            plan[f"{block}.attention.{name}"] = ColwiseParallel()
+        plan[f"{block}.attention.output"] = RowwiseParallel(output_layouts=stream)
+        for name in ("up", "gate") if hasattr(module.mlp, "gate") else ("up",):
+            plan[f"{block}.mlp.{name}"] = ColwiseParallel()
+        plan[f"{block}.mlp.down"] = RowwiseParallel(output_layouts=stream)
+        if sp:
+            plan[f"{block}.attention_norm"] = SequenceParallel()
+            plan[f"{block}.mlp_norm"] = SequenceParallel()
+    return plan
+
+
+def _styles(model: nn.Module, tp_plan: Mapping[str, TpStyle | ParallelStyle]
+            ) -> dict[str, ParallelStyle]:
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     if not tp_plan:
         raise InputError("tensor parallelism needs a plan: module path → colwise or rowwise")
@@ -165,45 +287,196 @@ def _wrap(model: nn.Module, strategy: Strategy, mesh: Any, world_size: int,
     if missing:
         raise InputError(f"the tensor-parallel plan names {missing[0]!r}, which is no module of "
                          f"the model; known: {', '.join(p for p in known if p) or '(none)'}")
-    styles: dict[str, ParallelStyle] = {
-        path: ColwiseParallel() if style is TpStyle.COLWISE else RowwiseParallel()
-        for path, style in tp_plan.items()}
+    return {path: (ColwiseParallel() if style is TpStyle.COLWISE else RowwiseParallel())
+            if isinstance(style, TpStyle) else style for path, style in tp_plan.items()}
+
+
+def _tied(model: nn.Module) -> list[list[tuple[nn.Module, str]]]:
+    """The parameter slots sharing one parameter (tied embeddings), each group in module order."""
+    slots: dict[int, list[tuple[nn.Module, str]]] = {}
+    for module in model.modules():
+        for name, param in module._parameters.items():
+            if param is not None:
+                slots.setdefault(id(param), []).append((module, name))
+    return [group for group in slots.values() if len(group) > 1]
+
+
+def _tensor_parallel(model: nn.Module, mesh: DeviceMesh,
+                     tp_plan: Mapping[str, TpStyle | ParallelStyle] | None, sp: bool) -> None:
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    styles = default_tp_plan(model, sp) if tp_plan is None else _styles(model, tp_plan)
+    tied = _tied(model)
     parallelize_module(model, mesh, styles)
+    # each style registers a new parameter: tie them again, if they were sharded alike
+    for group in tied:
+        (first, first_name), *others = group
+        param = first._parameters[first_name]
+        for module, name in others:
+            other = module._parameters[name]
+            if getattr(other, "placements", None) != getattr(param, "placements", None):
+                raise InputError(f"the tensor-parallel plan shards the tied parameter "
+                                 f"{type(module).__name__}.{name} unlike its twin; untie it or "
+                                 "give both modules one style")
+            module._parameters[name] = param
+
+
+# ---- data parallelism -------------------------------------------------------------------------
+
+
+def _ddp(model: nn.Module, mesh: DeviceMesh) -> nn.Module:
+    dist = _distributed()
+    from torch.nn.parallel import DistributedDataParallel
+
+    group = mesh.get_group()
+    ddp = DistributedDataParallel(model, process_group=group, init_sync=False)
+    if dist.get_backend(group) != "fake":
+        return ddp  # a real group keeps DDP's built-in all-reduce
+    ranks = mesh.size()
+
+    def all_reduce_bucket(state: object, bucket: Any) -> torch.futures.Future[torch.Tensor]:
+        buffer: torch.Tensor = bucket.buffer()
+        buffer.div_(ranks)
+        dist.all_reduce(buffer, group=group)
+        done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        done.set_result(buffer)
+        return done
+
+    # DDP checks a hook's annotations as objects; this module's are strings
+    all_reduce_bucket.__annotations__ = {"state": object, "bucket": dist.GradBucket,
+                                         "return": torch.futures.Future[torch.Tensor]}
+    ddp.register_comm_hook(None, all_reduce_bucket)
+    return ddp
+
+
+def _data_parallel_mesh(layout: Layout, mesh: DeviceMesh) -> DeviceMesh:
+    """The (sub)mesh the data-parallel part runs on: dp and fsdp together for HSDP."""
+    if layout.strategy == "hsdp":
+        return mesh["dp", "fsdp"]
+    return mesh["fsdp" if layout.fsdp > 1 else "dp"]
+
+
+def parallelize(model: nn.Module, layout: Layout, mesh: DeviceMesh,
+                tp_plan: Mapping[str, TpStyle | ParallelStyle] | None = None) -> nn.Module:
+    """Lay ``model`` out by ``layout`` on ``mesh`` (from :func:`build_mesh`) and return the
+    module to run (the same one, or DDP around it).
+
+    Tensor parallelism first, on ``mesh["tp"]`` (``tp_plan``, else :func:`default_tp_plan`);
+    then the data-parallel part: FSDP2 ``fully_shard`` on each of :func:`shard_units` and then
+    the root over ``mesh["fsdp"]`` (ZeRO-3; ZeRO-2 keeps each unit gathered from forward to
+    backward), over the 2-D ``mesh["dp", "fsdp"]`` for HSDP (sharded within, replicated
+    across); DDP over ``mesh["dp"]``; for ZeRO-1, DDP over ``mesh["fsdp"]`` with the optimizer
+    sharded by :func:`make_optimizer`.  It may run under FakeTensorMode (as
+    :func:`trace_parallel_step` runs it) or on real tensors.
+
+    >>> from tensorledger.workload.layout import Layout
+    >>> with fake_process_group(2):
+    ...     model = parallelize(torch.nn.Linear(8, 4), Layout(fsdp=2), build_mesh(Layout(fsdp=2)))
+    ...     model.weight.to_local().shape
+    torch.Size([2, 8])
+    """
+    strategy = layout.strategy
+    if strategy in ("ddp", "zero1") and layout.tp > 1:
+        raise InputError("DDP (and ZeRO-1 under it) with tensor parallelism is not laid out "
+                         "here; shard the data-parallel part with --fsdp N (ZeRO-2 or 3)")
+    if layout.tp > 1:
+        _tensor_parallel(model, mesh["tp"], tp_plan, layout.sp)
+    elif tp_plan:
+        raise InputError("a tensor-parallel plan was given but the layout has no --tp; give "
+                         "--tp N (N > 1) or drop the plan")
+    if strategy in ("fsdp", "hsdp"):
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        from torch.distributed.fsdp import fully_shard
+
+        shard_mesh = _data_parallel_mesh(layout, mesh)
+        # None: FSDP2's default, resharding every unit but the root after forward
+        reshard = False if layout.zero == 2 else None
+        # FSDP2 over tensor-parallel DTensors joins the two meshes, reading the rank map (a
+        # real tensor) as fake tensors cannot: any FakeTensorMode is lifted meanwhile, and a
+        # fake model's tensors still dispatch to their own mode.  (DDP stays inside: its
+        # buckets must be fake too.)
+        with unset_fake_temporarily():
+            for unit in shard_units(model):
+                fully_shard(unit, mesh=shard_mesh, reshard_after_forward=reshard)
+            fully_shard(model, mesh=shard_mesh, reshard_after_forward=reshard)
+        return model
+    if strategy in ("ddp", "zero1"):
+        return _ddp(model, _data_parallel_mesh(layout, mesh))
     return model
 
 
-def _local_numel(tensor: torch.Tensor) -> int:
+def make_optimizer(layout: Layout, mesh: DeviceMesh, params: Iterable[nn.Parameter],
+                   make: Callable[[ParamsT], torch.optim.Optimizer]) -> torch.optim.Optimizer:
+    """The optimizer of a step laid out by ``layout``: ``make(params)``, except for ZeRO-1,
+    where ``ZeroRedundancyOptimizer`` over ``mesh["fsdp"]`` gives each rank the parameters of
+    its partition (whole parameters, largest first, each to the rank holding fewest values so
+    far) and calls ``make`` on those alone; after its step each rank broadcasts its own.
+
+    >>> from tensorledger.workload.layout import Layout
+    >>> with fake_process_group(2):
+    ...     layout = Layout(fsdp=2, zero=1)
+    ...     opt = make_optimizer(layout, build_mesh(layout), torch.nn.Linear(8, 4).parameters(),
+    ...                          lambda params: torch.optim.AdamW(params, lr=1e-3))
+    ...     type(opt).__name__, [p.shape for g in opt.optim.param_groups for p in g["params"]]
+    ('ZeroRedundancyOptimizer', [torch.Size([4, 8])])
+    """
+    if layout.strategy != "zero1":
+        return make(list(params))
+    with warnings.catch_warnings():
+        # the package's functional optimizers are TorchScript, which warns on first import
+        warnings.filterwarnings("ignore", "`torch.jit.[a-z]+` is deprecated",
+                                DeprecationWarning)
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    def local(groups: ParamsT, **defaults: Any) -> torch.optim.Optimizer:
+        return make(groups)
+
+    return ZeroRedundancyOptimizer(list(params), optimizer_class=local,  # type: ignore[arg-type]
+                                   process_group=mesh["fsdp"].get_group())
+
+
+# ---- the traced step --------------------------------------------------------------------------
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
     local = getattr(tensor, "to_local", None)
-    return int((local() if local is not None else tensor).numel())
+    return local() if local is not None else tensor
+
+
+def _state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    # ZeroRedundancyOptimizer keeps its rank's state in the local optimizer it wraps
+    inner: torch.optim.Optimizer = getattr(optimizer, "optim", optimizer)
+    return sum(_local(value).numel() * value.element_size()
+               for state in inner.state.values() for value in state.values()
+               if isinstance(value, torch.Tensor))
 
 
 def trace_parallel_step(build: Callable[[], nn.Module], make_inputs: Callable[[], torch.Tensor],
-                        strategy: Strategy, world_size: int,
-                        tp_plan: Mapping[str, TpStyle] | None = None,
+                        layout: Layout,
+                        tp_plan: Mapping[str, TpStyle | ParallelStyle] | None = None,
                         loss: Callable[[torch.Tensor], torch.Tensor] | None = None
                         ) -> ParallelStep:
     """Trace rank 0's training step (forward, backward, AdamW step) of ``build()`` laid out by
-    ``strategy`` over ``world_size`` ranks of a fake process group, under fake tensors.
+    ``layout`` (:func:`parallelize`, :func:`make_optimizer`) on a fake process group of
+    ``layout.count`` ranks, under fake tensors.
 
     ``build`` and ``make_inputs`` run under FakeTensorMode; ``loss`` turns the output into a
-    scalar (default: the mean of its squares).  The model and inputs are the global ones:
-    each rank of DDP and FSDP gets the same batch here, as each real rank gets its own.
+    scalar (default: the mean of its squares).  ``make_inputs`` gives one rank's batch: each
+    data-parallel rank runs its own, every tensor-parallel rank the same one.
     """
-    try:
-        strategy = Strategy(strategy)
-    except ValueError:
-        raise InputError(f"unknown parallel strategy {strategy!r}; known: "
-                         f"{', '.join(s.value for s in Strategy)}") from None
-    dist = _distributed()
+    if not isinstance(layout, Layout):
+        raise InputError(f"a layout is a tensorledger Layout (resolve_layout(...)), got "
+                         f"{type(layout).__name__}")
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed.device_mesh import init_device_mesh
 
     to_scalar = loss or (lambda out: out.float().pow(2).mean())
-    with fake_process_group(world_size):
-        mesh = init_device_mesh("cpu", (world_size,))
+    name = layout.describe() or "single-device"
+    with fake_process_group(layout.count):
+        mesh = build_mesh(layout)
         with FakeTensorMode():
-            model = _wrap(build(), strategy, mesh, world_size, tp_plan or {})
-            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+            model = parallelize(build(), layout, mesh, tp_plan)
+            optimizer = make_optimizer(layout, mesh, model.parameters(),
+                                       lambda params: torch.optim.AdamW(params, lr=1e-3))
             inputs = make_inputs()
 
             def step() -> None:
@@ -212,22 +485,29 @@ def trace_parallel_step(build: Callable[[], nn.Module], make_inputs: Callable[[]
                 optimizer.zero_grad(set_to_none=True)
 
             try:
-                if strategy is not Strategy.DDP:
-                    step()  # the warm-up: lazy initialisation, optimizer state, sharding caches
-                recorder = Recorder()
-                with recorder:
-                    step()
+                with warnings.catch_warnings():
+                    if loss is None:
+                        # FSDP2 warns that the root returns a view (a gathered DTensor's local
+                        # tensor) which an in-place op would cut from its backward hook; the
+                        # default loss reads it out of place
+                        warnings.filterwarnings("ignore", "FSDP2-wrapped module .* returned a "
+                                                "view tensor", UserWarning)
+                    if layout.strategy not in ("ddp", "zero1"):
+                        step()  # the warm-up: lazy initialisation, optimizer state, caches
+                    recorder = Recorder()
+                    with recorder:
+                        step()
             except TensorLedgerError:
                 raise
             except Exception as error:
-                raise TraceError(f"the {strategy.value} step on {world_size} fake ranks raised "
+                raise TraceError(f"the {name} step on {layout.count} fake ranks raised "
                                  f"{type(error).__name__}: {error}") from error
-            params = list(_unique(model.parameters()))
-            numel = sum(_local_numel(p) for p in params)
-            nbytes = sum(_local_numel(p) * p.element_size() for p in params)
-        assert dist.get_world_size() == world_size
-    return ParallelStep(strategy=strategy, world_size=world_size, trace=recorder.trace,
-                        params_per_rank=numel, param_bytes_per_rank=nbytes)
+            params = [_local(p) for p in _unique(model.parameters())]
+            numel = sum(p.numel() for p in params)
+            nbytes = sum(p.numel() * p.element_size() for p in params)
+            state_bytes = _state_bytes(optimizer)
+    return ParallelStep(layout=layout, trace=recorder.trace, params_per_rank=numel,
+                        param_bytes_per_rank=nbytes, optimizer_state_bytes_per_rank=state_bytes)
 
 
 def _unique(params: Iterable[torch.Tensor]) -> Iterator[torch.Tensor]:
@@ -236,29 +516,3 @@ def _unique(params: Iterable[torch.Tensor]) -> Iterator[torch.Tensor]:
         if id(param) not in seen:
             seen.add(id(param))
             yield param
-
-
-def build_mesh(layout: Layout, device_type: str = "cpu") -> Any:
-    """The device mesh of ``layout``, its dimensions named as :attr:`Layout.mesh_dims`; built
-    inside a process group of ``layout.count`` ranks (before FakeTensorMode is entered)."""
-    from torch.distributed.device_mesh import init_device_mesh
-
-    dims = layout.mesh_dims or (("dp", 1),)
-    return init_device_mesh(device_type, tuple(size for _, size in dims),
-                            mesh_dim_names=tuple(name for name, _ in dims))
-
-
-def parallelize(model: nn.Module, layout: Layout, mesh: Any,
-                tp_plan: Mapping[str, TpStyle] | None = None) -> nn.Module:
-    """Lay ``model`` out over ``mesh`` as ``layout`` says, with torch.distributed's own code:
-    FSDP2 over the ``fsdp`` dimension (HSDP over ``dp`` × ``fsdp``), else DDP over ``dp``."""
-    if layout.tp > 1 or layout.strategy == "zero1":
-        raise InputError(f"{layout.describe()}: tensor parallelism and ZeRO-1 are not traced "
-                         "by this build; use --fsdp and --dp")
-    if layout.strategy in ("fsdp", "hsdp"):
-        strategy = Strategy.FSDP_ZERO2 if layout.zero == 2 else Strategy.FSDP
-        sub = mesh["dp", "fsdp"] if layout.strategy == "hsdp" else mesh["fsdp"]
-        return _wrap(model, strategy, sub, layout.count, {})
-    if layout.strategy == "ddp":
-        return _wrap(model, Strategy.DDP, mesh["dp"], layout.dp, {})
-    return model

@@ -21,7 +21,7 @@ Optimizer step counters are fp32 0-dim CPU tensors, one per parameter tensor, in
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
@@ -58,7 +58,8 @@ class RecipeOptimizer:
 
     def __init__(self, params: Iterator[nn.Parameter] | list[nn.Parameter],
                  optimizer: str | OptimizerEntry, precision: str | Precision,
-                 lr: float = 1e-3) -> None:
+                 lr: float = 1e-3,
+                 inner: Callable[[list[nn.Parameter]], Optimizer] | None = None) -> None:
         self.precision = (resolve_precision(precision) if isinstance(precision, str)
                           else precision)
         self.optimizer_name = (resolve_optimizer(optimizer) if isinstance(optimizer, str)
@@ -78,7 +79,10 @@ class RecipeOptimizer:
             # (Adagrad makes its state in the constructor).
             self._shadows = [nn.Parameter(torch.empty(0, device=p.device)) for p in self.params]
         else:
-            self._inner = [make_optimizer(optimizer, self.params, lr)]
+            # ``inner``: the optimizer over the parameters, made by the caller (a layout's
+            # sharded one); a recipe with master copies or shadows takes none
+            self._inner = [make_optimizer(optimizer, self.params, lr) if inner is None
+                           else inner(self.params)]
 
     def autocast(self, device_type: str) -> AbstractContextManager[object]:
         """The context the forward pass runs in: bf16 autocast for ``mixed-bf16`` only.

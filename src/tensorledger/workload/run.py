@@ -144,8 +144,8 @@ def trace_workload(work: Workload, first_step: bool = False,
     ``progress`` is told each stage as it starts (the core never prints).  A workload laid out
     over several devices is traced as rank 0 of a fake process group: every rank runs the same
     step on its shards.  Its warm-up step runs whatever the step kind (FSDP's lazy set-up and
-    DTensor's sharding cache fill there), except under plain DDP, whose second step rebuilds
-    its gradient buckets from real memory: its first step is the one traced.
+    DTensor's sharding cache fill there), except under DDP (ZeRO-1 included), whose second
+    step rebuilds its gradient buckets from real memory: its first step is the one traced.
 
     >>> from tensorledger.workload.spec import resolve_workload
     >>> run = trace_workload(resolve_workload("tiny", batch=1, seq=8, step="forward"))
@@ -162,7 +162,7 @@ def trace_workload(work: Workload, first_step: bool = False,
         first: Trace | None = None
         first_tags: dict[int, str] = {}
         warm_up = work.step.optimizer or not layout.single
-        if layout.strategy == "ddp":
+        if layout.strategy in ("ddp", "zero1"):  # DDP's second step reads real memory
             warm_up = False
         if warm_up:
             say("running the first step (optimizer state)" if work.step.optimizer else

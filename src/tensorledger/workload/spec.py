@@ -164,6 +164,12 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
                          f"{config.context_length} (learned positions); use --seq "
                          f"{config.context_length} or less")
     check_layout(layout, config, batch=batch, seq=seq)
+    if layout.strategy == "zero1" and chosen_precision.name in ("bf16-master",
+                                                                "bf16-fp32-states"):
+        raise InputError(f"--zero 1 shards the optimizer of the parameters themselves; "
+                         f"{chosen_precision.name} keeps fp32 copies beside them, which "
+                         "ZeroRedundancyOptimizer does not shard: use --zero 2 or 3, or "
+                         "--precision fp32, bf16 or mixed-bf16")
     return Workload(source=source, batch=batch, seq=seq, step=chosen_step,
                     precision=chosen_precision, optimizer=chosen_optimizer,
                     checkpoint=checkpoint, device=key, layout=layout)

@@ -9,6 +9,7 @@ Everything here must be entered inside :func:`placement` of the workload's devic
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -103,7 +104,12 @@ def laid_out(work: Workload) -> Iterator[tuple[str, Any]]:
         return
     from tensorledger.workload.parallel import build_mesh, fake_process_group
 
-    with fake_process_group(work.layout.count):
+    with fake_process_group(work.layout.count), warnings.catch_warnings():
+        if work.source.kind != "factory":
+            # FSDP2 warns that the root returns a view which an in-place op would cut from
+            # its backward hook; the step's own loss reads it out of place
+            warnings.filterwarnings("ignore", "FSDP2-wrapped module .* returned a view tensor",
+                                    UserWarning)
         mesh = build_mesh(work.layout)
         with placement("fake") as target:
             yield target, mesh
@@ -296,6 +302,16 @@ def build_module(work: Workload, target: str) -> tuple[nn.Module, FactoryFile | 
     return _build_module(work, target, param_dtype(work.precision), factory), factory
 
 
+def _zero1(work: Workload, mesh: Any) -> Callable[[list[nn.Parameter]], torch.optim.Optimizer]:
+    """ZeRO-1's optimizer: torch's ``ZeroRedundancyOptimizer`` over the recipe's optimizer."""
+    from tensorledger.workload.optimizers import make_optimizer
+    from tensorledger.workload.parallel import make_optimizer as laid_out_optimizer
+
+    name = work.optimizer.name
+    return lambda params: laid_out_optimizer(
+        work.layout, mesh, params, lambda group: make_optimizer(name, cast(Any, group)))
+
+
 def prepare(work: Workload, target: str, mesh: Any = None) -> PreparedStep:
     """Build ``work``'s module on ``target`` (inside :func:`placement`), with its inputs, loss
     and optimizer; on real CPU tensors only when its state fits in memory.  With a ``mesh``
@@ -315,8 +331,12 @@ def prepare(work: Workload, target: str, mesh: Any = None) -> PreparedStep:
         raise ModelError(f"{source.label} has no trainable parameters: there is nothing to "
                          "differentiate; use --step forward")
     args, kwargs, targets, user_inputs = _inputs(work, module, target, factory)
-    optimizer = (RecipeOptimizer(parameters, work.optimizer, work.precision)
-                 if work.step.optimizer else None)
+    optimizer = None
+    if work.step.optimizer:
+        inner = None
+        if mesh is not None and work.layout.strategy == "zero1":
+            inner = _zero1(work, mesh)
+        optimizer = RecipeOptimizer(parameters, work.optimizer, work.precision, inner=inner)
     return PreparedStep(work=work, module=module, parameters=parameters, optimizer=optimizer,
                         args=args, kwargs=kwargs, targets=targets,
                         user_loss=factory.loss if factory is not None else None,
