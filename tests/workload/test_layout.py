@@ -127,3 +127,32 @@ def test_fsdp_trace_reports_the_collectives_and_whole_model_six_n_d() -> None:
     # 6·N·D uses the whole model: every rank runs all of it on its own batch
     six = report.summary.six_n_d
     assert six is not None and six.params == TINY_PARAMS and six.tokens == 2 * 16
+
+
+def _fsdp_tiny(ranks: int, zero: int = 3):  # type: ignore[no-untyped-def]
+    return memory_report(resolve_workload("tiny", batch=2, seq=16, precision="fp32",
+                                          layout=resolve_layout(fsdp=ranks, zero=zero)))
+
+
+# tiny's FSDP units: the root (embedding and head, untied, 128 · 64 each, and the final norm's
+# 64) and two blocks of (90,432 − 16,448) / 2 = 36,992 parameters each
+ROOT = 2 * 128 * 64 + 64
+BLOCK = (TINY_PARAMS - ROOT) // 2
+
+
+def test_zero3_peak_holds_the_root_and_one_block_gathered() -> None:
+    ledger = _fsdp_tiny(2)
+    assert ROOT == 16_448 and BLOCK == 36_992
+    # at the peak (backward): the rank's own shards (half of everything) plus the gathered
+    # root unit (kept after forward) and the one block whose backward runs
+    assert ledger.timeline.peak.parameter_bytes == 4 * (TINY_PARAMS // 2 + ROOT + BLOCK)
+    single = memory_report(resolve_workload("tiny", batch=2, seq=16, precision="fp32"))
+    # every rank saves what one device saves for its own batch (a second code path)
+    assert ledger.saved_activation_bytes == single.saved_activation_bytes
+
+
+def test_zero2_keeps_every_unit_gathered_from_forward_to_backward() -> None:
+    ledger = _fsdp_tiny(2, zero=2)
+    # the rank's shards plus the whole model gathered: 4 · (P / 2 + P) bytes
+    assert ledger.timeline.peak.parameter_bytes == 4 * (TINY_PARAMS // 2 + TINY_PARAMS)
+    assert ledger.params_bytes == 4 * TINY_PARAMS // 2  # resharded after backward

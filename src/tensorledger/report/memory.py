@@ -66,8 +66,12 @@ def memory_view(ledger: Any) -> View:
                     "would count for these storages (run with --device cuda to measure)")
     if ledger.ranks > 1:
         view.append("every figure is one rank's: its shards of the parameters, gradients and "
-                    "optimizer state (closed form: napkin's bytes of those shards), and what its "
-                    "parallel code keeps for backward (under FSDP the gathered weights too)")
+                    "optimizer state (closed form: napkin's bytes of those shards), what it "
+                    "saves for backward, and, while a unit runs, the parameters FSDP gathered "
+                    "(counted as parameters at the peak)")
+    if closed is None and ledger.ranks > 1:
+        view.append("saved activations split by tensor parallelism: the closed form of one "
+                    "device does not apply; the traced figure stands alone")
     elif closed is None:
         view.append("saved activations under bf16 autocast have no closed form here (autocast "
                     "keeps bf16 copies of inputs and weights); the measured figure stands alone")

@@ -213,6 +213,7 @@ class Recorder:
         self._finalizers: list[weakref.finalize[Any, Any]] = []
         self._preexisting: list[tuple[int, int]] = []
         self._pending_frees: list[int] = []
+        self._pending_creates: list[tuple[int, int]] = []  # re-sized outside any op
         self._next_storage = 0
         self._stack: list[str] = []
         self._names: dict[torch.nn.Module, str] = {}
@@ -340,6 +341,19 @@ class Recorder:
         self._finalizers.append(weakref.finalize(storage, self._freed, address, number))
         return number, True
 
+    def storage_resized(self, storage: torch.UntypedStorage) -> None:
+        """Tell the recorder that ``storage`` changed size outside any op, as FSDP2 frees
+        (``resize_(0)``) and re-allocates its gathered parameters: the old size is freed and
+        the new one (if any) created, both at the next op."""
+        if not self._active:
+            return
+        address = storage._cdata
+        known = self._live.pop(address, None)
+        if known is not None:
+            self._pending_frees.append(known[0])
+        if storage.nbytes() > 0:
+            self._storage_id(storage, self._pending_creates)
+
     def _freed(self, address: int, number: int) -> None:
         known = self._live.get(address)
         if known is not None and known[0] == number:
@@ -437,6 +451,8 @@ class Recorder:
             category = "normalization"  # a norm written out: pow, mean, rsqrt, mul
         freed = tuple(self._pending_frees)
         self._pending_frees.clear()
+        resized = tuple(self._pending_creates)
+        self._pending_creates.clear()
         self.records.append(OpRecord(
             index=len(self.records),
             op=info.name,
@@ -452,7 +468,7 @@ class Recorder:
             bytes_written=written,
             covered=covered,
             flops_causal_halved=halved,
-            storages_created=tuple(created),
+            storages_created=resized + tuple(created),
             storages_freed=freed,
             collective=collective,
         ))

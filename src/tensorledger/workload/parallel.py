@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from torch.optim.optimizer import ParamsT
 
 __all__ = ["ParallelStep", "TpStyle", "build_mesh", "default_tp_plan", "fake_process_group",
+           "fsdp_storage_events",
            "make_optimizer", "parallelize", "shard_units", "trace_parallel_step"]
 
 
@@ -433,6 +434,49 @@ def make_optimizer(layout: Layout, mesh: DeviceMesh, params: Iterable[nn.Paramet
 
     return ZeroRedundancyOptimizer(list(params), optimizer_class=local,  # type: ignore[arg-type]
                                    process_group=mesh["fsdp"].get_group())
+
+
+@contextmanager
+def fsdp_storage_events(recorder: Recorder,
+                        gathered: Callable[[torch.Tensor], None] | None = None
+                        ) -> Iterator[None]:
+    """Tell ``recorder`` when FSDP2 frees and re-allocates a gathered parameter's storage.
+
+    FSDP2 keeps one storage per unsharded parameter for the whole run and changes its size
+    with ``untyped_storage().resize_`` — no aten op a dispatch mode sees — so without this a
+    trace would hold every gathered parameter live for the whole step.  FSDP2's two helpers
+    that do it (``alloc_storage``, ``free_storage``, private to torch) are wrapped for the
+    duration; ``gathered`` is told each tensor whose storage was allocated (to tag it).  A
+    torch whose FSDP2 lacks them is left alone (the trace then over-counts, as said above).
+    """
+    try:
+        from torch.distributed.fsdp._fully_shard import _fsdp_param, _fsdp_param_group
+        alloc, free = _fsdp_param.alloc_storage, _fsdp_param.free_storage
+    except (ImportError, AttributeError):
+        yield
+        return
+
+    def tracked(change: Callable[[torch.Tensor], None], allocates: bool
+                ) -> Callable[[torch.Tensor], None]:
+        def run(tensor: torch.Tensor) -> None:
+            before = tensor.untyped_storage().nbytes()
+            change(tensor)
+            if tensor.untyped_storage().nbytes() != before:
+                recorder.storage_resized(tensor.untyped_storage())
+                if allocates and gathered is not None:
+                    gathered(tensor)
+        return run
+
+    patched = {"alloc_storage": tracked(alloc, True), "free_storage": tracked(free, False)}
+    modules = [m for m in (_fsdp_param, _fsdp_param_group)]
+    saved = [(m, name, getattr(m, name)) for m in modules for name in patched if hasattr(m, name)]
+    try:
+        for module, name, _ in saved:
+            setattr(module, name, patched[name])
+        yield
+    finally:
+        for module, name, original in saved:
+            setattr(module, name, original)
 
 
 # ---- the traced step --------------------------------------------------------------------------

@@ -10,6 +10,7 @@ state (the master copy of ``bf16-master`` included), saved activations (through 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -117,7 +118,13 @@ def record_step(step: PreparedStep) -> tuple[Trace, dict[int, str]]:
             return []
         return [*step.optimizer.master_tensors(), *step.optimizer.state_tensors()]
 
-    with recorder, step.guard():
+    events: AbstractContextManager[None] = nullcontext()
+    if step.work.layout.strategy in ("fsdp", "hsdp"):
+        from tensorledger.workload.parallel import fsdp_storage_events
+
+        # a gathered parameter is a parameter while it is live (not an activation it saves)
+        events = fsdp_storage_events(recorder, lambda t: recorder.tag([t], "parameter"))
+    with recorder, events, step.guard():
         recorder.tag(params, "parameter")
         recorder.tag(state(), "optimizer_state")
         if not step.work.step.backward:
