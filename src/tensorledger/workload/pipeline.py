@@ -138,9 +138,10 @@ def split_stages(model: nn.Module, pp: int, chunks: int = 1) -> list[StageModule
     config = model.config
     layers, count = config.n_layers, pp * chunks
     if layers % count:
-        what = f"--pp {pp}" if chunks == 1 else f"--pp {pp} × {chunks} chunks = {count} stages"
-        raise InputError(f"{what} does not divide {config.name}'s {layers} layers; use stages "
-                         f"that divide {layers}")
+        what = (f"--pp {pp} does" if chunks == 1
+                else f"--pp {pp} × {chunks} chunks = {count} stages do")
+        raise InputError(f"{what} not divide {config.name}'s {layers} layers; use a stage count "
+                         f"that divides {layers}")
     if count > 1 and config.tied_embeddings:
         raise InputError(f"{config.name} ties its head to its token embedding, which pipeline "
                          "stages would split apart; untie them or use no --pp")
