@@ -21,9 +21,10 @@ import dataclasses
 import pytest
 import torch
 
-from tensorledger.errors import InputError
+from tensorledger.errors import InputError, TraceError
 from tensorledger.models import build_model, get_preset
 from tensorledger.napkin.parallel import pipeline_bubble
+from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.trace.storage import storage_key
 from tensorledger.workload.pipeline import (
     PipelineStep,
@@ -152,7 +153,8 @@ def test_each_rank_runs_the_matmuls_of_its_own_blocks(
                        and r.phase != "optimizer") == expected[stage]
 
 
-def _saved_bytes_of_one_micro_batch(micro: int) -> int:
+def _saved_bytes_of_one_micro_batch(micro: int, config: TransformerConfig = TINY,
+                                    pp: int = 2) -> int:
     """Stage 0's autograd-saved activations of one micro-batch on one device: the distinct
     storages its forward saves that are not parameters (a path apart from the recorder's).
 
@@ -161,7 +163,7 @@ def _saved_bytes_of_one_micro_batch(micro: int) -> int:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode():
-        stage = split_stages(build_model(TINY, "cpu"), 2)[0]
+        stage = split_stages(build_model(config, "cpu"), pp)[0]
         params = {storage_key(p) for p in stage.parameters()}
         saved: dict[object, int] = {}
 
@@ -214,7 +216,7 @@ def test_the_bubble_of_a_hand_written_fill_drain_order() -> None:
     assert order_bubble(order) == pytest.approx(1 / 2)
     # a backward before its own forward never becomes ready
     order[2] = order[2][2:] + order[2][:2]
-    with pytest.raises(Exception, match="do not progress"):
+    with pytest.raises(TraceError, match="do not progress"):
         order_bubble(order)
 
 
@@ -238,3 +240,15 @@ def test_interleaved_1f1b_holds_two_stages_per_rank_and_shrinks_the_bubble() -> 
 def test_schedule_names_resolve_once() -> None:
     assert resolve_schedule("GPipe") is Schedule.GPIPE
     assert resolve_schedule(Schedule.ONE_F_ONE_B) is Schedule.ONE_F_ONE_B
+
+
+def test_four_ranks_of_1f1b_keep_four_micro_batches_of_eight_in_flight() -> None:
+    four = dataclasses.replace(TINY, n_layers=4)  # one block per stage, as tiny's stage 0
+    step = trace_pipeline_step(four, 8, SEQ, 4, 8, "1f1b")
+    # 8 micro-batches of 8/8 = 1 sequence: 8 sends of 1 · 16 · 64 · 4 = 4096 bytes
+    assert (step.sends, step.sent_bytes) == (8, 8 * 4096)
+    # rank 0 of 4 runs p − 0 = 4 forwards before its first backward
+    assert step.saved_activation_peak_bytes == 4 * _saved_bytes_of_one_micro_batch(1, four, 4)
+    # (p − 1)/(m + p − 1) = 3/(8 + 3) = 3/11
+    assert step.bubble_fraction == pytest.approx(3 / 11)
+    assert pipeline_bubble(4, 8).bubble_fraction == pytest.approx(3 / 11)

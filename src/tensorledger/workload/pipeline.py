@@ -27,9 +27,7 @@ shapes into tensors and sends them, and the receiver unpickles what never came.
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, cast
@@ -316,14 +314,6 @@ def _make_schedule(schedule: Schedule, stages: list[PipelineStage], microbatches
     return kind(stages[0], microbatches, loss_fn=loss)
 
 
-@contextmanager
-def _quiet() -> Iterator[None]:
-    with warnings.catch_warnings():
-        # the schedules' first use of a device warns that no accelerator is set on the CPU
-        warnings.filterwarnings("ignore", ".*accelerator.*", UserWarning)
-        yield
-
-
 def _saved_peak(trace: Trace, saved: set[int]) -> int:
     """The high point of the live bytes of the storages in ``saved``, replayed from the trace."""
     live: dict[int, int] = {}
@@ -368,8 +358,7 @@ def run_pipeline_step(schedule: _PipelineSchedule, stages: Sequence[int], count:
     shapes)."""
     args = (tokens,) if 0 in stages else ()
     target = tokens if count - 1 in stages else None
-    with _quiet():
-        schedule.step(*args, target=target)
+    schedule.step(*args, target=target)
 
 
 def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int,
