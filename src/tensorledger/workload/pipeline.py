@@ -47,8 +47,8 @@ if TYPE_CHECKING:
 
     from tensorledger.models.transformer import TransformerLM
 
-__all__ = ["PipelineStep", "Schedule", "StageModule", "order_bubble", "resolve_schedule",
-           "split_stages", "trace_pipeline_step"]
+__all__ = ["PipelineStep", "Schedule", "StageModule", "build_pipeline_rank", "order_bubble",
+           "resolve_schedule", "run_pipeline_step", "split_stages", "trace_pipeline_step"]
 
 
 class Schedule(Enum):
