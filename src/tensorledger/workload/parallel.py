@@ -99,8 +99,9 @@ def _distributed() -> Any:
 
 
 @contextmanager
-def fake_process_group(world_size: int) -> Iterator[Any]:
-    """Rank 0 of a fake process group of ``world_size`` ranks, torn down on exit.
+def fake_process_group(world_size: int, rank: int = 0) -> Iterator[Any]:
+    """Rank ``rank`` (0 unless told) of a fake process group of ``world_size`` ranks, torn
+    down on exit.
 
     >>> with fake_process_group(4) as group:
     ...     group.size(), group.rank()
@@ -108,11 +109,14 @@ def fake_process_group(world_size: int) -> Iterator[Any]:
     """
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise InputError(f"a world size is a whole number of ranks >= 1, got {world_size!r}")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise InputError(f"a rank of a group of {world_size} is 0 to {world_size - 1}, got "
+                         f"{rank!r}")
     dist = _distributed()
     if dist.is_initialized():
         raise TensorLedgerError("a process group is already initialised in this process; "
                                 "a fake one can only be set up where there is none")
-    dist.init_process_group("fake", rank=0, world_size=world_size)
+    dist.init_process_group("fake", rank=rank, world_size=world_size)
     try:
         yield dist.group.WORLD
     finally:

@@ -1,0 +1,434 @@
+"""Pipeline parallelism: one rank of a ``torch.distributed.pipelining`` step, traced on a fake
+process group under fake tensors.
+
+The reference :class:`~tensorledger.models.transformer.TransformerLM` is cut by blocks into
+``pp × chunks`` stage modules (:func:`split_stages`: the first holds the embeddings, the last
+the final norm and the head); rank ``r`` of ``pp`` holds stages ``r, r + pp, …`` (one unless
+the schedule is interleaved).  torch's own ``PipelineStage`` and schedules (``ScheduleGPipe``,
+``Schedule1F1B``, ``ScheduleInterleaved1F1B``) run unchanged on that rank of a fake process
+group of ``pp`` ranks: the recorder sees the rank's arithmetic on its micro-batches and every
+``send`` / ``recv`` it issues (activations forward, their gradients backward).
+
+One detail of running it on the fake group.  Before its first step a schedule lets the stages
+vote, rank to rank, whether every stage was given its tensors' shapes (static) or must learn
+them from its neighbour (dynamic), and reads the vote back with ``.item()``.  On the fake group
+nothing arrives and a fake tensor has no value to read, so that one read fails.  Every stage
+here is given its shapes, so the vote's answer is known — static — and the stage used on a
+fake group supplies it (after issuing the vote's own send and receive, in the warm-up step,
+which is not recorded).  Dynamic inference could not run on a fake group at all: it pickles
+shapes into tensors and sends them, and the receiver unpickles what never came.
+
+>>> from tensorledger.models import get_preset
+>>> step = trace_pipeline_step(get_preset("tiny"), batch=2, seq=16, pp=2, microbatches=2,
+...                            schedule="gpipe")
+>>> step.sends, step.sent_bytes      # 2 micro-batches' activations, each 1 · 16 · 64 · 4 bytes
+(2, 8192)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tensorledger.errors import InputError, TensorLedgerError, TraceError
+from tensorledger.napkin.transformer import TransformerConfig
+from tensorledger.trace.records import Trace
+from tensorledger.workload.parallel import fake_process_group
+
+if TYPE_CHECKING:
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import _PipelineSchedule
+
+    from tensorledger.models.transformer import TransformerLM
+
+__all__ = ["PipelineStep", "Schedule", "StageModule", "build_pipeline_rank", "order_bubble",
+           "resolve_schedule", "run_pipeline_step", "split_stages", "trace_pipeline_step"]
+
+
+class Schedule(Enum):
+    """A pipeline schedule of ``torch.distributed.pipelining``."""
+
+    GPIPE = "gpipe"  # every micro-batch forward, then every one backward (fill, drain)
+    ONE_F_ONE_B = "1f1b"  # after warm-up, one forward and one backward in turn
+    INTERLEAVED_1F1B = "interleaved-1f1b"  # 1F1B over several stages (chunks) per rank
+
+    @property
+    def interleaved(self) -> bool:
+        return self is Schedule.INTERLEAVED_1F1B
+
+
+def resolve_schedule(name: str | Schedule) -> Schedule:
+    """The schedule of a name (``gpipe``, ``1f1b``, ``interleaved-1f1b``).
+
+    >>> resolve_schedule("1F1B")
+    <Schedule.ONE_F_ONE_B: '1f1b'>
+    """
+    if isinstance(name, Schedule):
+        return name
+    known = {schedule.value: schedule for schedule in Schedule}
+    schedule = known.get(str(name).lower())
+    if schedule is None:
+        raise InputError(f"unknown pipeline schedule {name!r}; known: {', '.join(known)}")
+    return schedule
+
+
+# ---- the stages -------------------------------------------------------------------------------
+
+
+class StageModule(nn.Module):
+    """Consecutive blocks of a reference Transformer, with the embeddings on the first stage
+    and the final norm and head on the last.  The parts are the model's own modules under
+    their own names (``blocks`` keyed by the block's index in the whole model), so a stage's
+    parameters and records read as the model's."""
+
+    def __init__(self, model: TransformerLM, blocks: range, first: bool, last: bool) -> None:
+        super().__init__()
+        self.token_embedding = model.token_embedding if first else None
+        self.position_embedding = model.position_embedding if first else None
+        self.dropout = model.dropout if first else None
+        self.blocks = nn.ModuleDict({str(index): model.blocks[index] for index in blocks})
+        self.final_norm = model.final_norm if last else None
+        self.head = model.head if last else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.token_embedding is not None:  # x is the token ids (b, s)
+            tokens = x
+            x = self.token_embedding(tokens)
+            if self.position_embedding is not None:
+                x = x + self.position_embedding(torch.arange(tokens.shape[1],
+                                                             device=tokens.device))
+            if self.dropout is not None:
+                x = self.dropout(x)
+        for block in self.blocks.values():
+            x = block(x)
+        if self.final_norm is not None and self.head is not None:
+            x = self.head(self.final_norm(x))
+        return x
+
+
+def split_stages(model: nn.Module, pp: int, chunks: int = 1) -> list[StageModule]:
+    """Cut a reference :class:`~tensorledger.models.transformer.TransformerLM` into
+    ``pp × chunks`` stages of equal block counts, in order.
+
+    The stages share the model's modules (nothing is copied).  Refused in one line: a stage
+    count that does not divide the layers, and tied embeddings across stages (the token table
+    would live on the first stage and the head on the last).
+
+    >>> from tensorledger.models import build_model, get_preset
+    >>> stages = split_stages(build_model(get_preset("tiny")), 2)
+    >>> [list(stage.blocks) for stage in stages], stages[0].head is None
+    ([['0'], ['1']], True)
+    """
+    from tensorledger.models.transformer import TransformerLM
+
+    if not isinstance(model, TransformerLM):
+        raise InputError(f"pipeline stages are cut from the reference TransformerLM; got "
+                         f"{type(model).__name__}")
+    for name, value in (("pp", pp), ("chunks", chunks)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"--{name} must be a whole number >= 1, got {value!r}")
+    config = model.config
+    layers, count = config.n_layers, pp * chunks
+    if layers % count:
+        what = (f"--pp {pp} does" if chunks == 1
+                else f"--pp {pp} × {chunks} chunks = {count} stages do")
+        raise InputError(f"{what} not divide {config.name}'s {layers} layers; use a stage count "
+                         f"that divides {layers}")
+    if count > 1 and config.tied_embeddings:
+        raise InputError(f"{config.name} ties its head to its token embedding, which pipeline "
+                         "stages would split apart; untie them or use no --pp")
+    per_stage = layers // count
+    return [StageModule(model, range(index * per_stage, (index + 1) * per_stage),
+                        first=index == 0, last=index == count - 1) for index in range(count)]
+
+
+# ---- the bubble -------------------------------------------------------------------------------
+
+
+def order_bubble(order: dict[int, list[Any]]) -> float:
+    """The idle fraction of a schedule's action lists (torch's ``pipeline_order``: rank →
+    actions in that rank's order, ``None`` for a wait), every forward and backward taking one
+    unit of time and starting as soon as its inputs are there.
+
+    A forward of stage ``s`` needs stage ``s − 1``'s forward of the same micro-batch; a
+    backward of ``s`` needs its own forward and stage ``s + 1``'s backward.  The waits torch
+    writes into the lists are dropped (they are its drawing of the same dependencies); other
+    actions (gradient reduction, communication) take no time.  The result is the time no rank
+    computes over ranks × the step's length: napkin's (p−1)/(m+p−1) for fill-drain and 1F1B
+    with forward and backward alike (:func:`tensorledger.napkin.parallel.pipeline_bubble`).
+    """
+    from torch.distributed.pipelining.schedules import _ComputationType
+
+    forward = _ComputationType.FORWARD
+    backwards = (_ComputationType.FULL_BACKWARD, _ComputationType.BACKWARD_INPUT)
+    timed = (forward, *backwards, _ComputationType.BACKWARD_WEIGHT)
+    queues: dict[int, list[tuple[int, int, Any]]] = {}  # rank → (stage, micro-batch, kind)
+    seen: dict[tuple[int, Any], int] = {}
+    for rank, actions in order.items():
+        queues[rank] = []
+        for action in actions:
+            if action is None or action.computation_type not in timed:
+                continue
+            key = (action.stage_index, action.computation_type)
+            # each stage runs its micro-batches in order, in every torch schedule: number
+            # them so (torch 2.13's Schedule1F1B lists the last rank's forwards from 1)
+            seen[key] = seen.get(key, -1) + 1
+            queues[rank].append((action.stage_index, seen[key], action.computation_type))
+    stages = 1 + max((a[0] for q in queues.values() for a in q), default=0)
+    done: dict[tuple[int, int, Any], int] = {}  # (stage, micro-batch, kind) → tick it ran
+
+    def ready(action: tuple[int, int, Any], tick: int) -> bool:
+        stage, micro, kind = action
+        if kind == forward:
+            needs = [(stage - 1, micro, forward)] if stage else []
+        elif kind in backwards:
+            needs = [(stage, micro, forward)]
+            if stage < stages - 1:
+                needs += [(stage + 1, micro, kind) for kind in backwards]
+                return (done.get(needs[0], tick) < tick
+                        and any(done.get(n, tick) < tick for n in needs[1:]))
+        else:
+            needs = [(stage, micro, _ComputationType.BACKWARD_INPUT)]
+        return all(done.get(n, tick) < tick for n in needs)
+
+    busy = sum(len(q) for q in queues.values())
+    if not busy:
+        raise InputError("the schedule's action lists hold no forward nor backward")
+    tick = 0
+    while any(queues.values()):
+        ran = [(rank, q.pop(0)) for rank, q in queues.items() if q and ready(q[0], tick)]
+        if not ran:  # nothing new will be ready at the next tick either
+            raise TraceError("the schedule's action lists do not progress: an action waits "
+                             "for one no rank runs")
+        for _, action in ran:
+            done[action] = tick
+        tick += 1
+    return 1 - busy / (len(queues) * tick)
+
+
+# ---- the traced step --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PipelineStep:
+    """The trace of one training step of one pipeline rank, and what the rank holds.
+
+    Sends and receives are the recorded step's ``send`` / ``recv`` ops: on the first rank of
+    a non-interleaved pipeline the sends are the micro-batches' activations and the receives
+    their gradients (the last rank: the other way round).
+    """
+
+    schedule: Schedule
+    pp: int  # pipeline ranks
+    chunks: int  # stages per rank (1 unless interleaved)
+    microbatches: int
+    rank: int  # the traced rank: it holds stages rank, rank + pp, …
+    stages: tuple[int, ...]
+    trace: Trace
+    params_per_rank: int
+    param_bytes_per_rank: int
+    optimizer_state_bytes_per_rank: int  # AdamW's two moments and its step counters
+    sends: int
+    sent_bytes: int
+    receives: int
+    received_bytes: int
+    # the high point of the autograd-saved tensors of the micro-batches in flight
+    saved_activation_peak_bytes: int
+    # of the schedule's own action lists (order_bubble); None where it exposes none
+    bubble_fraction: float | None
+
+
+def _vote_stage_class() -> type[PipelineStage]:
+    from torch.distributed.pipelining import PipelineStage
+
+    class FakeGroupStage(PipelineStage):
+        """A ``PipelineStage`` for a fake group: the warm-up vote's answer is supplied."""
+
+        def _warmup_backward_result(self, received_result: torch.Tensor | None = None
+                                    ) -> torch.Tensor:
+            super()._warmup_backward_result(received_result)  # its send and receive
+            # every stage was given its shapes: all voted static (1); a tensor made from a
+            # literal keeps its value under fake tensors, so the schedule can read it back
+            return torch.tensor([1], dtype=torch.int32)
+
+    return FakeGroupStage
+
+
+def _examples(config: TransformerConfig, micro: int, seq: int, first: bool, last: bool,
+              dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """A stage's input and output of one micro-batch, for torch's static shape inference."""
+    stream = torch.empty(micro, seq, config.d_model, dtype=dtype, requires_grad=True)
+    inputs = torch.zeros(micro, seq, dtype=torch.long) if first else stream
+    outputs = (torch.empty(micro, seq, config.vocab_size, dtype=dtype, requires_grad=True)
+               if last else stream.detach().clone().requires_grad_(True))
+    return inputs, outputs
+
+
+def _check(config: TransformerConfig, batch: int, seq: int, pp: int, microbatches: int,
+           schedule: Schedule, rank: int, chunks: int) -> None:
+    for name, value in (("batch", batch), ("seq", seq), ("pp", pp),
+                        ("microbatches", microbatches), ("chunks", chunks)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"--{name} must be a whole number >= 1, got {value!r}")
+    if pp < 2:
+        raise InputError(f"pipelining needs --pp 2 or more ranks, got {pp}")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < pp:
+        raise InputError(f"the traced pipeline rank is 0 to {pp - 1}, got {rank!r}")
+    if batch % microbatches:
+        raise InputError(f"--batch {batch} does not split into {microbatches} micro-batches; "
+                         f"use a batch that divides by {microbatches}")
+    if chunks > 1 and not schedule.interleaved:
+        raise InputError(f"{schedule.value} runs one stage per rank; --chunks {chunks} needs "
+                         "the interleaved-1f1b schedule")
+    if schedule is not Schedule.GPIPE and microbatches < pp:
+        raise InputError(f"{schedule.value} needs at least as many micro-batches as ranks; "
+                         f"--microbatches {microbatches} < --pp {pp}")
+    if schedule.interleaved and microbatches % pp:
+        raise InputError(f"interleaved-1f1b needs micro-batches in multiples of the ranks; "
+                         f"--microbatches {microbatches} does not divide by --pp {pp}")
+    if seq > config.context_length:
+        raise InputError(f"--seq {seq} is longer than {config.name}'s context of "
+                         f"{config.context_length}")
+
+
+def _make_schedule(schedule: Schedule, stages: list[PipelineStage], microbatches: int
+                   ) -> _PipelineSchedule:
+    from torch.distributed.pipelining import (
+        Schedule1F1B,
+        ScheduleGPipe,
+        ScheduleInterleaved1F1B,
+    )
+
+    def loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.flatten(0, 1).float(), target.flatten())
+
+    if schedule.interleaved:
+        return ScheduleInterleaved1F1B(list(stages), microbatches, loss_fn=loss)
+    kind = ScheduleGPipe if schedule is Schedule.GPIPE else Schedule1F1B
+    return kind(stages[0], microbatches, loss_fn=loss)
+
+
+def _saved_peak(trace: Trace, saved: set[int]) -> int:
+    """The high point of the live bytes of the storages in ``saved``, replayed from the trace."""
+    live: dict[int, int] = {}
+    peak = 0
+    for record in trace.records:
+        for storage in record.storages_freed:
+            live.pop(storage, None)
+        for storage, nbytes in record.storages_created:
+            if storage in saved:
+                live[storage] = nbytes
+        peak = max(peak, sum(live.values()))
+    return peak
+
+
+def build_pipeline_rank(config: TransformerConfig, pp: int, rank: int, chunks: int,
+                        schedule: Schedule, microbatches: int, micro: int, seq: int,
+                        stage_class: type[PipelineStage] | None = None
+                        ) -> tuple[list[StageModule], _PipelineSchedule]:
+    """The stage modules of ``rank`` (a fresh reference model cut by :func:`split_stages`) and
+    the schedule over them, on the process group already initialised (fake or real)."""
+    from torch.distributed.pipelining import PipelineStage
+
+    from tensorledger.models import build_model
+
+    stage_kind = stage_class or PipelineStage
+    modules = split_stages(build_model(config, "cpu"), pp, chunks)
+    count = len(modules)
+    dtype = next(modules[0].parameters()).dtype
+    held = [rank + pp * k for k in range(chunks)]
+    stages = []
+    for index in held:
+        inputs, outputs = _examples(config, micro, seq, index == 0, index == count - 1, dtype)
+        stages.append(stage_kind(modules[index], index, count, torch.device("cpu"),
+                                 input_args=inputs, output_args=outputs))
+    return [modules[i] for i in held], _make_schedule(schedule, stages, microbatches)
+
+
+def run_pipeline_step(schedule: _PipelineSchedule, stages: Sequence[int], count: int,
+                      tokens: torch.Tensor) -> None:
+    """One step of ``schedule`` on the rank holding ``stages`` of ``count``: the first stage
+    feeds the tokens, the last scores them against the same tokens (a next-token loss's
+    shapes)."""
+    args = (tokens,) if 0 in stages else ()
+    target = tokens if count - 1 in stages else None
+    schedule.step(*args, target=target)
+
+
+def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int,
+                        microbatches: int, schedule: str | Schedule, stage: int = 0,
+                        chunks: int | None = None) -> PipelineStep:
+    """Trace the training step (the schedule's forward and backward of every micro-batch with
+    a cross-entropy loss on the last stage, then AdamW) of pipeline rank ``stage`` of ``pp``,
+    on that rank of a fake process group under fake tensors.
+
+    ``batch`` is the whole batch the first stage splits into ``microbatches``; ``chunks`` is
+    the stages per rank of the interleaved schedule (default 2; 1 otherwise).  A warm-up step
+    (the vote, buffers, optimizer state) runs first; the second is recorded.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from tensorledger.trace.storage import storage_key
+    from tensorledger.workload.run import TaggingRecorder, local
+
+    kind = resolve_schedule(schedule)
+    chunks = (2 if kind.interleaved else 1) if chunks is None else chunks
+    _check(config, batch, seq, pp, microbatches, kind, stage, chunks)
+    count = pp * chunks
+    try:
+        with fake_process_group(pp, rank=stage), FakeTensorMode():
+            modules, runner = build_pipeline_rank(
+                config, pp, stage, chunks, kind, microbatches, batch // microbatches, seq,
+                _vote_stage_class())
+            held = tuple(stage + pp * k for k in range(chunks))
+            params = [p for module in modules for p in module.parameters()]
+            optimizer = torch.optim.AdamW(params, lr=1e-3)
+            tokens = torch.randint(0, config.vocab_size, (batch, seq))
+
+            def step() -> None:
+                run_pipeline_step(runner, held, count, tokens)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+
+            step()  # the warm-up: the vote, the stages' buffers, the optimizer state
+            recorder = TaggingRecorder()
+            keys = {storage_key(local(p)) for p in params}
+
+            def pack(tensor: torch.Tensor) -> torch.Tensor:
+                if storage_key(local(tensor)) not in keys:
+                    recorder.tag([tensor], "saved_activation")
+                return tensor
+
+            with recorder, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                step()
+            numel = sum(p.numel() for p in params)
+            nbytes = sum(p.numel() * p.element_size() for p in params)
+            state = sum(v.numel() * v.element_size() for s in optimizer.state.values()
+                        for v in s.values() if isinstance(v, torch.Tensor))
+    except TensorLedgerError:
+        raise
+    except Exception as error:
+        raise TraceError(f"the {kind.value} pipeline step of rank {stage} of {pp} raised "
+                         f"{type(error).__name__}: {error}") from error
+    trace = recorder.trace
+    p2p = [r.collective for r in trace.records
+           if r.collective is not None and r.collective.kind == "send-recv"]
+    sends = [c for c in p2p if c.bytes_sent]
+    receives = [c for c in p2p if c.bytes_received]
+    saved = {storage for storage, category in recorder.tags.items()
+             if category == "saved_activation"}
+    order = cast(dict[int, list[Any]] | None, getattr(runner, "pipeline_order", None))
+    return PipelineStep(
+        schedule=kind, pp=pp, chunks=chunks, microbatches=microbatches, rank=stage,
+        stages=held, trace=trace, params_per_rank=numel, param_bytes_per_rank=nbytes,
+        optimizer_state_bytes_per_rank=state, sends=len(sends),
+        sent_bytes=sum(c.bytes_sent for c in sends), receives=len(receives),
+        received_bytes=sum(c.bytes_received for c in receives),
+        saved_activation_peak_bytes=_saved_peak(trace, saved),
+        bubble_fraction=order_bubble(order) if order else None)

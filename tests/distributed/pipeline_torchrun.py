@@ -1,0 +1,76 @@
+"""One rank of the fake-versus-real pipeline test: the tiny preset cut into 2 stages, each
+schedule of :data:`RUNS` stepped twice over gloo on the CPU with torch's own ``PipelineStage``
+(the second step recorded, as :func:`tensorledger.workload.pipeline.trace_pipeline_step`
+records it); writes what the rank saw as ``OUT_DIR/<name>.rank<r>.json``.
+
+Run by ``test_pipeline_torchrun.py`` as ``torchrun --standalone --nproc-per-node 2 THIS OUT_DIR``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+BATCH, SEQ = 4, 16  # the whole batch the first stage splits into micro-batches
+#: name → (schedule, micro-batches)
+RUNS = {"gpipe-2": ("gpipe", 2), "gpipe-4": ("gpipe", 4), "1f1b-2": ("1f1b", 2),
+        "1f1b-4": ("1f1b", 4)}
+
+
+def summary(records: Any, params: list[torch.Tensor]) -> dict[str, Any]:
+    """What the fake and the real rank are compared on."""
+    return {
+        "p2p": [[r.phase, r.op, r.collective.kind, r.collective.group_size,
+                 r.collective.bytes_sent, r.collective.bytes_received]
+                for r in records if r.collective is not None],
+        "matmul_flops": sum(r.flops for r in records if r.category == "matmul"
+                            and r.phase != "optimizer"),
+        "params_per_rank": sum(p.numel() for p in params),
+        "param_bytes_per_rank": sum(p.numel() * p.element_size() for p in params),
+    }
+
+
+def main(out_dir: Path) -> None:
+    import torch.distributed as dist
+
+    from tensorledger.models import get_preset
+    from tensorledger.trace import Recorder
+    from tensorledger.workload.pipeline import (
+        build_pipeline_rank,
+        resolve_schedule,
+        run_pipeline_step,
+    )
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    config = get_preset("tiny")
+    for name, (schedule, microbatches) in RUNS.items():
+        torch.manual_seed(0)  # the first rank's inputs are the last rank's targets
+        tokens = torch.randint(0, config.vocab_size, (BATCH, SEQ))
+        modules, runner = build_pipeline_rank(config, world, rank, 1, resolve_schedule(schedule),
+                                              microbatches, BATCH // microbatches, SEQ)
+        params = [p for module in modules for p in module.parameters()]
+        optimizer = torch.optim.AdamW(params, lr=1e-3)
+
+        def step() -> None:
+            run_pipeline_step(runner, (rank,), world, tokens)  # noqa: B023
+            optimizer.step()  # noqa: B023
+            optimizer.zero_grad(set_to_none=True)  # noqa: B023
+
+        step()
+        with Recorder() as recorder:
+            step()
+        result = summary(recorder.trace.records, params)
+        result["uncovered"] = dict(recorder.trace.uncovered)
+        (out_dir / f"{name}.rank{rank}.json").write_text(json.dumps(result))
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
