@@ -194,11 +194,12 @@ def test_cli_collectives_fold_into_the_profile(cli, tmp_path: Path, monkeypatch 
     import tensorledger.bench as bench
     from tests.cli.test_fuzz import _fake_collectives, _fake_probe
 
-    seen: dict[str, object] = {}
+    calls: list[dict[str, object]] = []
 
     def fake(ranks: int, **options: object) -> CollectiveProbe:
-        seen.update(options, ranks=ranks)
-        return _fake_collectives(ranks)
+        calls.append({**options, "ranks": ranks})
+        probe: CollectiveProbe = _fake_collectives(ranks)
+        return probe
 
     monkeypatch.setattr(measured, "probe_collectives", fake)
     monkeypatch.setattr(bench, "probe", _fake_probe)
@@ -206,7 +207,7 @@ def test_cli_collectives_fold_into_the_profile(cli, tmp_path: Path, monkeypatch 
     result = cli("probe", "--quick", "--collectives", "--ranks", "3", "--output", str(out),
                  "--json")
     assert result.code == 0, result.stderr
-    assert seen["ranks"] == 3 and seen["sizes"] == measured.QUICK_SIZES
+    assert calls[0]["ranks"] == 3 and calls[0]["sizes"] == measured.QUICK_SIZES
     doc = result.json()
     assert doc["collectives"]["ranks"] == 3
     assert doc["collectives"]["fit"]["latency_s"] == 50e-6
@@ -214,7 +215,7 @@ def test_cli_collectives_fold_into_the_profile(cli, tmp_path: Path, monkeypatch 
     assert chip.devices_per_node == 3 and chip.intra_node_bytes_per_s == 1e9
     text = cli("probe", "--collectives", "--output", str(out))
     assert text.code == 0 and "fitted intra-node link" in text.stdout
-    assert seen["ranks"] == 2 and seen["sizes"] == measured.DEFAULT_SIZES
+    assert calls[1]["ranks"] == 2 and calls[1]["sizes"] == measured.DEFAULT_SIZES
 
 
 def test_torchrun_failure_is_one_line() -> None:
