@@ -156,6 +156,12 @@ def test_profile_round_trip(tmp_path: Path) -> None:
         curve = chip.curves[f"busbw.{kind}"]
         assert curve == tuple((float(p.size_bytes), p.busbw_bytes_per_s)
                               for p in probe.points if p.kind == kind)
+    assert chip.unreliable == ()  # one sample per point: no spread
+    spread = collective_point(AR, 2**16, 3, [1e-3, 2e-3, 3e-3, 4e-3, 5e-3])  # IQR 2/3 of 3 ms
+    noisy = CollectiveProbe(backend="gloo", device="cpu", ranks=3, link="intra-node",
+                            points=(*probe.points, spread), fit=fit)
+    reread = parse_hardware_toml(_profile(noisy), "n.toml", "local")
+    assert reread.unreliable == ("all-reduce 65536 B (spread 67%)",)
     # without collectives the profile has no node
     bare = ProbeResult(device="cpu", name="x", memory_bytes=2**30,
                        dense_flop_per_s={"fp32": 1e11}, memory_bandwidth_bytes_per_s=1e10,
@@ -226,3 +232,22 @@ def test_torchrun_failure_is_one_line() -> None:
                "file=sys.stderr); sys.exit(3)"]
     with pytest.raises(DeviceError, match=r"failed \(exit 3\): rank 0: boom"):
         measured._run(command, 2, 60.0, lambda _: None)
+
+
+def test_torchrun_failure_names_the_rank_error() -> None:
+    from tensorledger.errors import DeviceError
+
+    # torchrun's own report ("ChildFailedError", "traceback : To enable traceback see: ...")
+    # says nothing of the cause; the rank's line before it does
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc-per-node", "2", "-m", "tensorledger.no_such_module"]
+    with pytest.raises(DeviceError, match=r"No module named tensorledger\.no_such_module"):
+        measured._run(command, 2, 120.0, lambda _: None)
+
+
+def test_torchrun_timeout_is_one_line() -> None:
+    from tensorledger.errors import DeviceError
+
+    command = [sys.executable, "-c", "import time; time.sleep(60)"]
+    with pytest.raises(DeviceError, match=r"killed after 0.5 s"):
+        measured._run(command, 2, 0.5, lambda _: None)

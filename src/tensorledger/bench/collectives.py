@@ -201,6 +201,13 @@ class CollectiveProbe:
     points: tuple[CollectivePoint, ...]
     fit: LinkFit
     skipped: tuple[str, ...] = field(default=())  # kinds the backend does not run, with why
+    max_spread: float = 0.10  # a point more spread than this is named unreliable (as the probe)
+
+    @property
+    def unreliable(self) -> tuple[str, ...]:
+        """The points whose samples spread more than ``max_spread`` of their median."""
+        return tuple(f"{p.kind} {p.size_bytes} B (spread {p.spread:.0%})" for p in self.points
+                     if p.spread > self.max_spread)
 
     def __repr__(self) -> str:
         return summary("CollectiveProbe", self.backend, f"{self.ranks} ranks",
@@ -288,7 +295,7 @@ def _run(command: list[str], ranks: int, timeout_s: float, say: Progress) -> Non
     """Run torchrun; rank 0's marked lines go to ``say``, the rest is kept for the error."""
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
            "PYTHONUNBUFFERED": "1"}
-    tail: deque[str] = deque(maxlen=40)
+    tail: deque[str] = deque(maxlen=400)
     try:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, text=True, env=env,
@@ -327,11 +334,14 @@ def _kill(process: subprocess.Popen[str]) -> None:
 
 
 def _reason(tail: deque[str]) -> str:
-    """The line of torchrun's output that says most: the last error raised in a rank."""
+    """The line of torchrun's output that says most: a rank's own marked line, else the first
+    error a rank printed (before torchrun's report of the failure, which names no cause)."""
     for line in reversed(tail):
         if line.startswith(ERROR_MARK):
             return line[len(ERROR_MARK):].strip()[:200]
-    for line in reversed(tail):
-        if "Error" in line or "error" in line:
+    for line in tail:
+        if line[:1].isspace() or "elastic" in line or "torch.distributed" in line:
+            continue
+        if any(word in line for word in ("Error", "error", "No module named", "Killed")):
             return line.strip()[:200]
-    return (tail[-1].strip()[:200] if tail else "no output")
+    return tail[-1].strip()[:200] if tail else "no output"

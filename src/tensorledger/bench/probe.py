@@ -348,6 +348,7 @@ def profile_toml(result: ProbeResult, chip_id: str = "local", calibration: str =
         'sweep; bandwidth from copy and triad"',
     ]
     curves = dict(result.curves)
+    unreliable = list(result.unreliable)
     if collectives is not None:
         fit = collectives.fit
         lines += [
@@ -361,10 +362,12 @@ def profile_toml(result: ProbeResult, chip_id: str = "local", calibration: str =
             f'reduce-scatter points (rms error {fit.rms_relative_error:.1%})"',
         ]
         curves.update(collectives.busbw_curves())
-    if result.unreliable:
+        unreliable += collectives.unreliable
+    if unreliable:
+        spread = max(result.max_spread, collectives.max_spread if collectives else 0.0)
         lines.append("# these figures' repeated measurements stayed more spread than "
-                      f"{result.max_spread:.0%} of their median: probe again on a quiet machine")
-        lines.append("unreliable = [" + ", ".join(f'"{u}"' for u in result.unreliable) + "]")
+                     f"{spread:.0%} of their median: probe again on a quiet machine")
+        lines.append("unreliable = [" + ", ".join(f'"{u}"' for u in unreliable) + "]")
     lines.append("[dense]")
     lines += [f'{key} = "{value!r}FLOP/s"' for key, value in result.dense_flop_per_s.items()]
     if curves:
