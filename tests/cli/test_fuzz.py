@@ -11,7 +11,8 @@ For each vector the CLI runs in-process and must either
 - exit 2 with exactly one line on stderr, nothing on stdout and no file left behind.
 
 Hypothesis runs derandomized (the same cases in every run) without shrinking, so the time is
-bounded; ``probe`` runs with a stand-in for the minutes of measuring (and calibrating).
+bounded; ``probe`` runs with a stand-in for the minutes of measuring (and calibrating, and the
+torchrun of ``--collectives``).
 """
 
 from __future__ import annotations
@@ -227,6 +228,18 @@ def _fake_probe(*args: object, **kwargs: object) -> Any:
                        op_overhead_s=1e-6, bare_op_overhead_s=1e-6)
 
 
+def _fake_collectives(ranks: int = 2, *args: object, **kwargs: object) -> Any:
+    from tensorledger.bench.collectives import CollectiveProbe, LinkFit, collective_point
+    from tensorledger.roofline.collectives import CollectiveKind
+
+    points = tuple(collective_point(CollectiveKind.ALL_REDUCE, size, ranks, [time_s])
+                   for size, time_s in ((4096, 1e-4), (2**20, 2e-3)))
+    fit = LinkFit(latency_s=50e-6, bandwidth_bytes_per_s=1e9, ranks=ranks, points=2,
+                  rms_relative_error=0.0)
+    return CollectiveProbe(backend="gloo", device="cpu", ranks=ranks, link="intra-node",
+                           points=points, fit=fit)
+
+
 def _fake_calibrate(*args: object, **kwargs: object) -> Any:
     from tensorledger.hardware import Calibration
 
@@ -272,13 +285,16 @@ def _place(files: dict[str, str]) -> Iterator[Place]:
 
 @pytest.fixture
 def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    """Probe stands in for the measurement; the profile home is a fresh folder; one thread."""
+    """Probe and its collectives stand in for the measurement; the profile home is a fresh
+    folder; one thread."""
     import torch
 
     import tensorledger.bench as bench
+    import tensorledger.bench.collectives as collectives
     import tensorledger.ledger.calibrate as calibration
 
     monkeypatch.setattr(bench, "probe", _fake_probe)
+    monkeypatch.setattr(collectives, "probe_collectives", _fake_collectives)
     monkeypatch.setattr(calibration, "calibrate", _fake_calibrate)
     monkeypatch.setenv("TENSORLEDGER_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("COLUMNS", "100")

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -36,6 +36,9 @@ from tensorledger.bench.harness import Measurement, measure
 from tensorledger.devices import resolve_device
 from tensorledger.dtypes import resolve_dtype
 from tensorledger.summary import show_bytes, show_time, summary
+
+if TYPE_CHECKING:
+    from tensorledger.bench.collectives import CollectiveProbe
 
 __all__ = ["BandwidthPoint", "MatmulPoint", "ProbeResult", "probe", "profile_toml"]
 
@@ -326,9 +329,14 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
                        unreliable=tuple(timer.unreliable), max_spread=max_spread)
 
 
-def profile_toml(result: ProbeResult, chip_id: str = "local", calibration: str = "") -> str:
+def profile_toml(result: ProbeResult, chip_id: str = "local", calibration: str = "",
+                 collectives: CollectiveProbe | None = None) -> str:
     """The probe as a hardware file in the catalog's format (``load_hardware_file`` reads it);
-    ``calibration``: a ``[calibration]`` table to append (``ledger.calibrate``)."""
+    ``calibration``: a ``[calibration]`` table to append (``ledger.calibrate``);
+    ``collectives``: the measured collectives, written as this machine's node (its ranks as
+    ``devices_per_node``, the fitted link as ``intra_node_bandwidth`` and
+    ``intra_node_latency``, so ``collective_time`` prices collectives as measured) and each
+    kind's bus bandwidth by size as a ``busbw.<kind>`` curve."""
     lines = [
         f"# measured by `tensorledger probe` on {result.device}",
         f'id = "{chip_id}"',
@@ -339,15 +347,33 @@ def profile_toml(result: ProbeResult, chip_id: str = "local", calibration: str =
         f'source = "measured by tensorledger probe on {result.device}: best median of a matmul '
         'sweep; bandwidth from copy and triad"',
     ]
-    if result.unreliable:
+    curves = dict(result.curves)
+    unreliable = list(result.unreliable)
+    if collectives is not None:
+        fit = collectives.fit
+        lines += [
+            f"devices_per_node = {collectives.ranks}",
+            f'node_kind = "this machine: {collectives.ranks} ranks over {collectives.backend} '
+            f'on {collectives.device} (measured)"',
+            f'intra_node_bandwidth = "{fit.bandwidth_bytes_per_s!r}B/s"',
+            f'intra_node_latency = "{fit.latency_s * 1e9!r}ns"',
+            f'topology_source = "fitted by tensorledger probe --collectives: t = alpha * ring '
+            f'steps + bytes sent / B over {fit.points} timed all-reduce, all-gather and '
+            f'reduce-scatter points (rms error {fit.rms_relative_error:.1%})"',
+        ]
+        curves.update(collectives.busbw_curves())
+        unreliable += collectives.unreliable
+    if unreliable:
+        spread = max(result.max_spread, collectives.max_spread if collectives else 0.0)
         lines.append("# these figures' repeated measurements stayed more spread than "
-                      f"{result.max_spread:.0%} of their median: probe again on a quiet machine")
-        lines.append("unreliable = [" + ", ".join(f'"{u}"' for u in result.unreliable) + "]")
+                     f"{spread:.0%} of their median: probe again on a quiet machine")
+        lines.append("unreliable = [" + ", ".join(f'"{u}"' for u in unreliable) + "]")
     lines.append("[dense]")
     lines += [f'{key} = "{value!r}FLOP/s"' for key, value in result.dense_flop_per_s.items()]
-    if result.curves:
-        lines.append("[curves]  # [size, rate]: FLOPs and FLOP/s, or bytes moved and bytes/s")
-        for name, points in result.curves.items():
+    if curves:
+        lines.append("[curves]  # [size, rate]: FLOPs and FLOP/s, or bytes moved and bytes/s; "
+                     "busbw: S and bus bytes/s")
+        for name, points in curves.items():
             pairs = ", ".join(f"[{size!r}, {rate!r}]" for size, rate in points)
             lines.append(f'"{name}" = [{pairs}]')
     return "\n".join(lines) + "\n" + calibration

@@ -19,6 +19,7 @@ __all__ = ["register"]
 # the limits are stated in help, so they are known without importing torch
 MAX_MATMUL_N = 2**20  # tensorledger.bench.matmul.MAX_MATMUL_N
 MAX_BUDGET_S = 600.0  # tensorledger.bench.matmul.MAX_BUDGET_S
+MAX_RANKS = 64  # tensorledger.bench.collectives.MAX_RANKS
 
 JsonOpt = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu or cuda (cuda:0, ...).")]
@@ -35,11 +36,21 @@ def probe_command(
         "calibration models (kernels in a step, time between ops: a minute or two more); not "
         "with --quick."
     )] = False,
+    collectives: Annotated[bool, typer.Option(
+        "--collectives", help="Also time all-reduce, all-gather and reduce-scatter on --ranks "
+        "local ranks under torchrun (gloo on cpu, NCCL on cuda) and write the fitted latency "
+        "and bandwidth as this machine's node in the profile (with the bus bandwidth by size)."
+    )] = False,
+    ranks: Annotated[int | None, typer.Option(
+        "--ranks", parser=integer_parser(2, MAX_RANKS),
+        help=f"Ranks for --collectives, 2 to {MAX_RANKS} (on cuda at most the devices "
+        "present); default 2.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Measure this device's matmul FLOP/s per dtype, memory bandwidth and per-op overhead."""
+    """Measure this device's matmul FLOP/s per dtype, memory bandwidth and per-op overhead
+    (and with --collectives its collectives)."""
     from tensorledger.bench import probe, profile_toml
-    from tensorledger.report.bench import probe_view
+    from tensorledger.report.bench import collectives_view, probe_view
 
     # refuse where the profile goes before the minutes of probing
     if output is not None:
@@ -51,12 +62,28 @@ def probe_command(
     if calibrate and (quick or device.strip().lower() != "cpu"):
         raise InputError("--calibrate runs whole steps on the CPU: use it with --device cpu "
                          "and without --quick")
+    if ranks is not None and not collectives:
+        raise InputError("--ranks applies to --collectives; add --collectives or drop --ranks")
     status = Console(stderr=True)
+    measured = None
+    if collectives:  # first: a torchrun that fails costs seconds, not the probe's minutes
+        from tensorledger.bench.collectives import (
+            DEFAULT_SIZES,
+            QUICK_SIZES,
+            check_ranks,
+            probe_collectives,
+        )
+
+        check_ranks(ranks or 2, device)
+        measured = probe_collectives(
+            ranks or 2, device=device, sizes=QUICK_SIZES if quick else DEFAULT_SIZES,
+            budget_s=0.05 if quick else 0.2,
+            progress=lambda step: status.print(f"probing collectives: {step} ...", style="dim"))
     result = probe(device, sizes=(64, 128, 256, 512) if quick else None,
                    attention_seqs=(64, 128) if quick else None, budget_s=0.1 if quick else 0.5,
                    progress=lambda step: status.print(f"probing {step} ...", style="dim"))
     target = output or local_profile_path()
-    text = profile_toml(result)
+    text = profile_toml(result, collectives=measured)
     if calibrate:
         from tensorledger.hardware.catalog import parse_hardware_toml
         from tensorledger.ledger.calibrate import calibrate as fit
@@ -64,12 +91,16 @@ def probe_command(
 
         fitted = fit(parse_hardware_toml(text, str(target), "local"),
                      progress=lambda step: status.print(f"{step} ...", style="dim"))
-        text = profile_toml(result, calibration=calibration_toml(fitted))
+        text = profile_toml(result, calibration=calibration_toml(fitted), collectives=measured)
     if output is None:
         target.parent.mkdir(parents=True, exist_ok=True)  # the default place is ours to make
     write_atomic(target, text)
-    emit("probe", {"profile_path": str(target), "probe": result}, as_json,
-         *probe_view(result, str(target)))
+    document: dict[str, object] = {"profile_path": str(target), "probe": result}
+    views = probe_view(result, str(target))
+    if measured is not None:
+        document["collectives"] = measured
+        views[-1:-1] = collectives_view(measured)
+    emit("probe", document, as_json, *views)
 
 
 def matmul_command(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import RenderableType
 from rich.table import Table
 
+from tensorledger.bench.collectives import CollectiveProbe
 from tensorledger.bench.harness import Measurement
 from tensorledger.bench.matmul import MatmulBenchmark
 from tensorledger.bench.probe import ProbeResult
@@ -16,7 +17,7 @@ from tensorledger.units import (
     format_sci,
 )
 
-__all__ = ["matmul_view", "measurement_line", "probe_view"]
+__all__ = ["collectives_view", "matmul_view", "measurement_line", "probe_view"]
 
 View = list[RenderableType | str]
 
@@ -78,3 +79,24 @@ def matmul_view(result: MatmulBenchmark) -> View:
         table.add_row(f"vs probed peak ({format_flop_rate(result.probed_peak_flop_per_s)})",
                       format_sci(result.mfu_probed, 3))
     return [table, measurement_line(result.measurement)]
+
+
+def collectives_view(result: CollectiveProbe) -> View:
+    """The timed collectives (nccl-tests' algbw and busbw) and the link fitted to them."""
+    table = Table(title=f"Collectives: {result.ranks} ranks over {result.backend} on "
+                  f"{result.device}", title_justify="left", header_style="bold")
+    for column in ("collective", "size S", "median", "spread", "algbw", "busbw"):
+        table.add_column(column, justify="left" if column == "collective" else "right")
+    for point in result.points:
+        table.add_row(point.kind, format_bytes(point.size_bytes, "auto-binary"),
+                      format_duration(point.median_s), f"{point.spread:.0%}",
+                      format_bandwidth(point.algbw_bytes_per_s),
+                      format_bandwidth(point.busbw_bytes_per_s))
+    fit = result.fit
+    lines: View = [table, (
+        f"fitted {result.link} link: latency {format_duration(fit.latency_s)} per ring step, "
+        f"bandwidth {format_bandwidth(fit.bandwidth_bytes_per_s)} per direction (t = α·steps "
+        f"+ bytes sent / B over {fit.points} points, rms error {fit.rms_relative_error:.1%}"
+        + ("; α < 0 fitted, clamped to 0" if fit.latency_clamped else "") + ")")]
+    lines += [f"skipped {why}" for why in result.skipped]
+    return lines
