@@ -66,3 +66,41 @@ def test_a_factory_that_exits_under_a_layout(cli, tmp_path) -> None:  # type: ig
                        "    return M()\n")
     result = cli("memory", "--model", f"{factory}:make", "--seq", "8", "--fsdp", "2", "--json")
     assert_one_line_error(result, "sys.exit(3)")
+
+
+def test_pipeline_memory_is_the_first_stages(cli) -> None:  # type: ignore[no-untyped-def]
+    doc = cli("memory", "--model", "tiny", "--batch", "4", "--seq", "16", "--precision", "fp32",
+              "--pp", "2", "--microbatches", "2", "--json").json()
+    # stage 0 holds the embedding (128 · 64) and block 0 (36,992): 45,184 fp32 parameters;
+    # AdamW's two moments of each, and a 4-byte step counter for each of its 10 tensors
+    stage = 128 * 64 + 36_992
+    assert doc["params_bytes"] == doc["grads_bytes"] == 4 * stage
+    assert doc["optimizer_state_bytes"] == 8 * stage + 4 * 10
+    assert doc["ranks"] == 2 and doc["layout"] == "PP × 2 (1f1b, 2 micro-batches)"
+
+
+def test_pipeline_trace_lists_the_sends(cli) -> None:  # type: ignore[no-untyped-def]
+    doc = cli("trace", "--model", "tiny", "--batch", "4", "--seq", "16", "--precision", "fp32",
+              "--pp", "2", "--microbatches", "2", "--schedule", "gpipe", "--depth", "1",
+              "--json").json()
+    rows = doc["summary"]["communication"]
+    # stage 0 sends each micro-batch's activation (2 × 16 × 64 fp32 = 8,192 bytes) and
+    # receives its gradient: 2 of each, 16,384 bytes each way
+    assert sum(r["calls"] for r in rows) == 4
+    assert sum(r["bytes_sent"] for r in rows) == sum(r["bytes_received"] for r in rows) == 16_384
+    assert doc["summary"]["six_n_d"] is None  # a stage runs a share of the layers
+
+
+@pytest.mark.parametrize(("argv", "fragment"), [
+    (["--pp", "3"], "--pp 3 does not divide tiny's 2 layers"),
+    (["--pp", "2", "--microbatches", "3"], "does not split into 3 micro-batches"),
+    (["--microbatches", "2"], "--microbatches and --schedule run a pipeline"),
+    (["--pp", "2", "--microbatches", "2", "--schedule", "zb"], "unknown pipeline schedule"),
+    (["--pp", "2", "--microbatches", "2", "--fsdp", "2"], "--pp is traced alone for now"),
+    (["--pp", "2"], "1f1b needs at least as many micro-batches as ranks"),
+    (["--pp", "2", "--microbatches", "2", "--precision", "bf16"], "give --precision fp32"),
+])
+def test_refused_pipelines(cli, argv: list[str], fragment: str) -> None:  # type: ignore[no-untyped-def]
+    precision = [] if "--precision" in argv else ["--precision", "fp32"]
+    result = cli("trace", "--model", "tiny", "--batch", "4", "--seq", "16", *precision, *argv)
+    assert_one_line_error(result, fragment)

@@ -13,9 +13,12 @@ from tensorledger.cli.workload import (
     Device,
     Dp,
     Fsdp,
+    Microbatches,
     Model,
     Optimizer,
+    Pp,
     Precision,
+    Schedule,
     Seq,
     Sp,
     Step,
@@ -44,6 +47,9 @@ def memory_command(
     zero: Zero = None,
     tp: Tp = 1,
     sp: Sp = False,
+    pp: Pp = 1,
+    microbatches: Microbatches = None,
+    schedule: Schedule = None,
     hardware: Annotated[str | None, typer.Option(
         "--hardware", "-H", help="Say whether the step fits on this device.")] = None,
     count: Annotated[int | None, typer.Option("--count", "-n", help=(
@@ -63,7 +69,7 @@ def memory_command(
 
     if count is not None and (isinstance(count, bool) or count < 1):
         raise InputError(f"--count must be a whole number >= 1, got {count}")
-    laid_out = layout(dp, fsdp, zero, tp, sp, count)
+    laid_out = layout(dp, fsdp, zero, tp, sp, count, pp, microbatches, schedule)
     work = workload(model, batch, seq, step, precision, optimizer, device, checkpoint, laid_out)
     count = count if count is not None and laid_out.single else 1
     chip = get_hardware(hardware) if hardware is not None else None

@@ -14,9 +14,12 @@ from tensorledger.cli.workload import (
     Device,
     Dp,
     Fsdp,
+    Microbatches,
     Model,
     Optimizer,
+    Pp,
     Precision,
+    Schedule,
     Seq,
     Sp,
     Step,
@@ -48,6 +51,9 @@ def trace_command(
     zero: Zero = None,
     tp: Tp = 1,
     sp: Sp = False,
+    pp: Pp = 1,
+    microbatches: Microbatches = None,
+    schedule: Schedule = None,
     depth: Annotated[int, typer.Option(help=(
         "Module tree depth shown: 0 the whole step only, 1 the model, 2 its top modules, ... "
         "Repeated modules are summed into one row: blocks.{0..11}.mlp ×12."))] = 4,
@@ -59,7 +65,7 @@ def trace_command(
     if depth < 0:
         raise InputError(f"--depth must be 0 or more, got {depth}")
     work = workload(model, batch, seq, step, precision, optimizer, device, checkpoint,
-                    layout(dp, fsdp, zero, tp, sp))
+                    layout(dp, fsdp, zero, tp, sp, None, pp, microbatches, schedule))
     from tensorledger.ledger.trace import trace_report
     from tensorledger.report.trace import trace_view
 

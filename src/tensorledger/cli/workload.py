@@ -20,9 +20,12 @@ __all__ = [
     "Device",
     "Dp",
     "Fsdp",
+    "Microbatches",
     "Model",
     "Optimizer",
+    "Pp",
     "Precision",
+    "Schedule",
     "Seq",
     "Sp",
     "Step",
@@ -71,11 +74,22 @@ Sp = Annotated[bool, typer.Option("--sp", help=(
     "Sequence parallelism beside --tp: norms and dropout on a slice of the sequence."))]
 
 
-def layout(dp: int, fsdp: int, zero: int | None, tp: int, sp: bool, count: int | None = None
+Pp = Annotated[int, typer.Option("--pp", help=(
+    "Pipeline stages (torch.distributed.pipelining; reference models, fp32, alone): the "
+    "first stage's rank is traced."))]
+Microbatches = Annotated[int | None, typer.Option("--microbatches", help=(
+    "Micro-batches the --batch is split into for --pp (default 1)."))]
+Schedule = Annotated[str | None, typer.Option("--schedule", help=(
+    "Pipeline schedule for --pp: gpipe, 1f1b (default) or interleaved-1f1b."))]
+
+
+def layout(dp: int, fsdp: int, zero: int | None, tp: int, sp: bool, count: int | None = None,
+           pp: int = 1, microbatches: int | None = None, schedule: str | None = None
            ) -> Layout:
     """The layout the options describe, ``--count`` (if given) checked to be its product; the
     model's dimensions are checked by :func:`workload`."""
-    return resolve_layout(dp=dp, fsdp=fsdp, zero=zero, tp=tp, sp=sp, count=count)
+    return resolve_layout(dp=dp, fsdp=fsdp, zero=zero, tp=tp, sp=sp, pp=pp,
+                          microbatches=microbatches, schedule=schedule, count=count)
 
 
 def check_depth(depth: int | None) -> None:
@@ -90,7 +104,7 @@ WORKLOAD_OPTIONS = ("model", "batch", "seq", "step", "precision", "optimizer", "
 
 
 #: The layout options of ``trace`` and ``memory``, by parameter name.
-LAYOUT_OPTIONS = ("dp", "fsdp", "zero", "tp", "sp")
+LAYOUT_OPTIONS = ("dp", "fsdp", "zero", "tp", "sp", "pp", "microbatches", "schedule")
 
 
 def workload(model: str, batch: int, seq: int, step: str, precision: str, optimizer: str,

@@ -19,7 +19,8 @@ def step_facts(run: StepTrace) -> StepFacts:
                      precision=work.precision, optimizer=work.optimizer, device=work.device,
                      checkpointed=work.checkpoint, param_numels=run.param_numels,
                      config=work.source.config, ranks=work.layout.count,
-                     layout=work.layout.describe(), tensor_parallel=work.layout.tp)
+                     layout=work.layout.describe(),
+                     activation_split=work.layout.tp * work.layout.pp)
 
 
 def memory_report(work: Workload, hardware: Hardware | None = None, count: int = 1,

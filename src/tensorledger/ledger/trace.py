@@ -15,8 +15,10 @@ __all__ = ["TraceReport", "step_summary", "trace_report"]
 def step_summary(run: StepTrace, depth: int | None) -> TraceSummary:
     """The summary of a traced step; 6·N·D beside it when the step has a backward.  One rank
     of a data-parallel layout runs the whole model on its batch: N is the whole model's; a
-    tensor-parallel rank runs a share of every matmul, which 6·N·D does not describe."""
-    backward = run.work.step.backward and run.work.layout.tp == 1
+    tensor-parallel rank runs a share of every matmul, a pipeline rank a share of the layers,
+    which 6·N·D does not describe."""
+    backward = (run.work.step.backward and run.work.layout.tp == 1
+                and run.work.layout.pp == 1)
     params = run.model_params or run.params
     return summarize(run.trace, depth, params=params if backward else None,
                      tokens=run.tokens if backward else None)

@@ -63,7 +63,7 @@ class StepFacts:
     config: TransformerConfig | None  # the reference Transformer's, for the closed forms
     ranks: int = 1  # devices of the layout the step is one rank of (its tensors are shards)
     layout: str = ""  # that layout, in words ("FSDP ZeRO-3 × 8 · TP × 8")
-    tensor_parallel: int = 1  # ranks each activation is split over (data parallel: whole)
+    activation_split: int = 1  # ranks a step's activations are split over (TP × PP)
 
     def __repr__(self) -> str:
         return summary("StepFacts", f"{self.model} {self.step}",
@@ -163,10 +163,10 @@ def memory_ledger(trace: Trace, tags: Mapping[int, str], facts: StepFacts, *,
     grads = max((p.gradient_bytes for p in timeline.points), default=0)
     recipe = recipe_bytes(facts.precision, facts.optimizer, list(facts.param_numels))
     closed = None
-    # a data-parallel rank saves what one device saves for its batch; a tensor-parallel one
-    # saves its split (Korthikanti's closed form, in napkin, is not this one)
+    # a data-parallel rank saves what one device saves for its batch; a tensor- or pipeline-
+    # parallel one saves its split, which the one-device closed form does not describe
     if (facts.config is not None and facts.precision.name != "mixed-bf16"
-            and facts.tensor_parallel == 1):
+            and facts.activation_split == 1):
         width = 4 if facts.precision.param_bytes == 4 else 2
         closed = activation_memory(facts.config, facts.batch, facts.seq_len, width,
                                    facts.checkpointed)

@@ -67,11 +67,11 @@ def memory_view(ledger: Any) -> View:
     if ledger.ranks > 1:
         view.append("every figure is one rank's: its shards of the parameters, gradients and "
                     "optimizer state (closed form: napkin's bytes of those shards), what it "
-                    "saves for backward, and, while a unit runs, the parameters FSDP gathered "
-                    "(counted as parameters at the peak)")
+                    "saves for backward, and under FSDP, while a unit runs, the parameters it "
+                    "gathered (counted as parameters at the peak)")
     if closed is None and ledger.ranks > 1:
-        view.append("saved activations split by tensor parallelism: the closed form of one "
-                    "device does not apply; the traced figure stands alone")
+        view.append("saved activations split by tensor or pipeline parallelism: the closed "
+                    "form of one device does not apply; the traced figure stands alone")
     elif closed is None:
         view.append("saved activations under bf16 autocast have no closed form here (autocast "
                     "keeps bf16 copies of inputs and weights); the measured figure stands alone")

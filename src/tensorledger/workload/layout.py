@@ -24,10 +24,14 @@ from tensorledger.errors import InputError
 from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.summary import summary
 
-__all__ = ["LARGEST_DEGREE", "SINGLE", "ZERO_STAGES", "Layout", "check_layout", "resolve_layout"]
+__all__ = ["LARGEST_DEGREE", "SCHEDULES", "SINGLE", "ZERO_STAGES", "Layout", "check_layout",
+           "resolve_layout"]
 
 #: The largest degree of any one dimension: far past any cluster, small enough to stay exact.
 LARGEST_DEGREE = 1 << 20
+
+#: Pipeline schedules by name (torch.distributed.pipelining's GPipe, 1F1B, interleaved 1F1B).
+SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
 
 #: ZeRO stages and what each shards over the data-parallel ranks.
 ZERO_STAGES = {1: "optimizer state", 2: "optimizer state and gradients",
@@ -41,7 +45,9 @@ class Layout:
     ``dp`` replicas (DDP, or HSDP's replicate dimension beside ``fsdp``), ``fsdp`` shards of
     the ZeRO stage ``zero`` (1: ``ZeroRedundancyOptimizer`` under DDP; 2: FSDP2 keeping the
     parameters gathered from forward to backward; 3: FSDP2 resharding after forward), ``tp``
-    tensor-parallel ranks, with ``sp`` sequence parallelism for the norms between them.
+    tensor-parallel ranks, with ``sp`` sequence parallelism for the norms between them;
+    ``pp`` pipeline stages running ``microbatches`` micro-batches by ``schedule`` (alone, for
+    now: a pipeline is not combined with the other degrees).
     """
 
     dp: int = 1
@@ -49,11 +55,14 @@ class Layout:
     zero: int = 3
     tp: int = 1
     sp: bool = False
+    pp: int = 1
+    microbatches: int = 1
+    schedule: str = "1f1b"
 
     @property
     def count(self) -> int:
         """Devices in all: the product of the degrees."""
-        return self.dp * self.fsdp * self.tp
+        return self.dp * self.fsdp * self.tp * self.pp
 
     @property
     def single(self) -> bool:
@@ -92,6 +101,8 @@ class Layout:
                          f"{self.dp}")
         if self.tp > 1:
             parts.append(f"TP{' + SP' if self.sp else ''} × {self.tp}")
+        if self.pp > 1:
+            parts.append(f"PP × {self.pp} ({self.schedule}, {self.microbatches} micro-batches)")
         return " · ".join(parts)
 
     def __repr__(self) -> str:
@@ -112,7 +123,8 @@ def _degree(name: str, value: int) -> int:
 
 
 def resolve_layout(*, dp: int = 1, fsdp: int = 1, zero: int | None = None, tp: int = 1,
-                   sp: bool = False, count: int | None = None) -> Layout:
+                   sp: bool = False, pp: int = 1, microbatches: int | None = None,
+                   schedule: str | None = None, count: int | None = None) -> Layout:
     """Check the degrees against each other (not yet against a model: :func:`check_layout`).
 
     ``zero`` defaults to 3 and needs ``fsdp`` > 1; ``sp`` needs ``tp`` > 1; ``count``, when
@@ -127,7 +139,17 @@ def resolve_layout(*, dp: int = 1, fsdp: int = 1, zero: int | None = None, tp: i
     --count 8 is not the layout's 2 (dp) × 2 (tp) = 4 devices; drop --count
     """
     layout = Layout(dp=_degree("dp", dp), fsdp=_degree("fsdp", fsdp), tp=_degree("tp", tp),
-                    zero=3 if zero is None else zero, sp=bool(sp))
+                    zero=3 if zero is None else zero, sp=bool(sp), pp=_degree("pp", pp),
+                    microbatches=1 if microbatches is None else _degree("microbatches",
+                                                                        microbatches),
+                    schedule="1f1b" if schedule is None else schedule.strip().lower())
+    if layout.pp == 1 and (microbatches is not None or schedule is not None):
+        raise InputError("--microbatches and --schedule run a pipeline; give --pp N (N > 1)")
+    if layout.schedule not in SCHEDULES:
+        raise InputError(f"unknown pipeline schedule {schedule!r}; known: "
+                         f"{', '.join(SCHEDULES)}")
+    if layout.pp > 1 and layout.count != layout.pp:
+        raise InputError("--pp is traced alone for now, not with --dp, --fsdp or --tp")
     if zero is not None:
         if isinstance(zero, bool) or zero not in ZERO_STAGES:
             raise InputError(f"--zero is a ZeRO stage, 1, 2 or 3, got {zero!r}")
@@ -164,6 +186,12 @@ def check_layout(layout: Layout, config: TransformerConfig | None, *, batch: int
     ...     print(error)
     --tp 3 does not divide tiny's 4 attention heads; use a --tp that divides 4
     """
+    if layout.pp > 1 and config is not None and config.n_layers % layout.pp:
+        raise InputError(f"--pp {layout.pp} does not divide {config.name}'s {config.n_layers} "
+                         f"layers; use a --pp that divides {config.n_layers}")
+    if layout.pp > 1 and batch % layout.microbatches:
+        raise InputError(f"--batch {batch} does not split into {layout.microbatches} "
+                         f"micro-batches; use a batch that divides by {layout.microbatches}")
     tp = layout.tp
     if tp > 1 and layout.sp and seq % tp:
         raise InputError(f"--sp splits the sequence over --tp {tp} ranks; --seq {seq} does not "

@@ -28,7 +28,7 @@ shapes into tensors and sends them, and the receiver unpickles what never came.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, cast
 
@@ -242,6 +242,8 @@ class PipelineStep:
     saved_activation_peak_bytes: int
     # of the schedule's own action lists (order_bubble); None where it exposes none
     bubble_fraction: float | None
+    param_numels: tuple[int, ...] = ()  # one per parameter tensor the rank holds
+    tags: dict[int, str] = field(default_factory=dict)  # storage id → memory category
 
 
 def _vote_stage_class() -> type[PipelineStage]:
@@ -405,8 +407,20 @@ def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int
                     recorder.tag([tensor], "saved_activation")
                 return tensor
 
+            def held_state() -> list[torch.Tensor]:
+                return [v for s in optimizer.state.values() for v in s.values()
+                        if isinstance(v, torch.Tensor)]
+
             with recorder, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                step()
+                recorder.tag(params, "parameter")
+                recorder.tag(held_state(), "optimizer_state")
+                run_pipeline_step(runner, held, count, tokens)
+                recorder.tag(params, "parameter")  # met by the step's ops by now
+                recorder.tag((p.grad for p in params), "gradient")
+                optimizer.step()
+                recorder.tag(params, "parameter")
+                recorder.tag(held_state(), "optimizer_state")
+                optimizer.zero_grad(set_to_none=True)
             numel = sum(p.numel() for p in params)
             nbytes = sum(p.numel() * p.element_size() for p in params)
             state = sum(v.numel() * v.element_size() for s in optimizer.state.values()
@@ -431,4 +445,5 @@ def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int
         sent_bytes=sum(c.bytes_sent for c in sends), receives=len(receives),
         received_bytes=sum(c.bytes_received for c in receives),
         saved_activation_peak_bytes=_saved_peak(trace, saved),
-        bubble_fraction=order_bubble(order) if order else None)
+        bubble_fraction=order_bubble(order) if order else None,
+        param_numels=tuple(p.numel() for p in params), tags=dict(recorder.tags))

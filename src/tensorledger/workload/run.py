@@ -161,6 +161,8 @@ def trace_workload(work: Workload, first_step: bool = False,
     """
     say = progress or (lambda _: None)
     layout = work.layout
+    if layout.pp > 1:
+        return _pipeline_rank(work, say)
     with laid_out(work) as (target, mesh):
         where = work.device if layout.single else (f"rank 0 of {layout.count} fake ranks "
                                                    f"({layout.describe()})")
@@ -192,6 +194,22 @@ def trace_workload(work: Workload, first_step: bool = False,
                      trace=trace, param_parts=parts_of(step), tags=tags, first_step=first,
                      first_step_tags=first_tags, measured_peak_bytes=measured,
                      model_params=sum(p.numel() for p in step.parameters))
+
+
+def _pipeline_rank(work: Workload, say: Callable[[str], None]) -> StepTrace:
+    """The first rank of a pipeline layout (it holds the embeddings and feeds the schedule),
+    traced by :func:`tensorledger.workload.pipeline.trace_pipeline_step`."""
+    from tensorledger.napkin.transformer import parameter_count
+    from tensorledger.workload.pipeline import trace_pipeline_step
+
+    config = work.source.config
+    assert config is not None  # resolve_workload refuses a pipeline of anything else
+    layout = work.layout
+    say(f"tracing rank 0 of {layout.describe()} on fake ranks")
+    piped = trace_pipeline_step(config, work.batch, work.seq, layout.pp, layout.microbatches,
+                                layout.schedule)
+    return StepTrace(work=work, param_numels=piped.param_numels, trace=piped.trace,
+                     tags=piped.tags, model_params=parameter_count(config).total_params)
 
 
 def trace_model(model: str, **options: object) -> StepTrace:

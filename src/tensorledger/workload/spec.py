@@ -164,6 +164,14 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
                          f"{config.context_length} (learned positions); use --seq "
                          f"{config.context_length} or less")
     check_layout(layout, config, batch=batch, seq=seq)
+    if layout.pp > 1:
+        if config is None:
+            raise InputError(f"--pp cuts a reference model into stages; {source.label!r} is "
+                             "not one")
+        if (chosen_precision.name != "fp32" or not chosen_step.optimizer or checkpoint
+                or chosen_optimizer.name != "adamw"):
+            raise InputError("a pipeline is traced as a whole training step in fp32 with "
+                             "AdamW, without checkpointing, for now; give --precision fp32")
     if layout.strategy == "zero1" and chosen_precision.name in ("bf16-master",
                                                                 "bf16-fp32-states"):
         raise InputError(f"--zero 1 shards the optimizer of the parameters themselves; "
