@@ -91,3 +91,16 @@ def test_a_chip_without_topology_is_refused_for_a_layout() -> None:
     records = trace_report_records(fsdp=2)
     with pytest.raises(InputError, match="lists no devices_per_node"):
         predict(records, chip)
+
+
+def test_pipeline_rank_time_with_its_bubble_and_sends() -> None:
+    work = resolve_workload("tiny", batch=4, seq=16, precision="fp32",
+                            layout=resolve_layout(pp=2, microbatches=2))
+    run = roofline_report(work, H100)
+    # 2 stages, 2 micro-batches: (p − 1)/(m + p − 1) = 1/3 of the step idles
+    assert run.pipeline_bubble == pytest.approx(1 / 3)
+    assert run.step_s == pytest.approx(run.prediction.time_s * 3 / 2)
+    # stage 0 sends each micro-batch's activation (2 · 16 · 64 fp32 = 8,192 bytes) and
+    # receives its gradient: 4 transfers, each one hop on NVLink (0.6 µs) plus 8,192 B / 450 GB/s
+    assert run.prediction.communication_s == pytest.approx(4 * (0.6e-6 + 8_192 / 450e9),
+                                                           rel=1e-12)

@@ -17,9 +17,12 @@ from tensorledger.cli.workload import (
     Device,
     Dp,
     Fsdp,
+    Microbatches,
     Model,
     Optimizer,
+    Pp,
     Precision,
+    Schedule,
     Seq,
     Sp,
     Step,
@@ -52,6 +55,9 @@ def roofline_command(
     zero: Zero = None,
     tp: Tp = 1,
     sp: Sp = False,
+    pp: Pp = 1,
+    microbatches: Microbatches = None,
+    schedule: Schedule = None,
     depth: Depth = None,
     measure: Annotated[bool, typer.Option("--measure", help=(
         "Run the step for real on --device (cpu or cuda) and show predicted against "
@@ -68,7 +74,7 @@ def roofline_command(
 ) -> None:
     """Roofline of one step: each op compute- or memory-bound, predicted time and MFU."""
     check_depth(depth)
-    laid_out = layout(dp, fsdp, zero, tp, sp)
+    laid_out = layout(dp, fsdp, zero, tp, sp, None, pp, microbatches, schedule)
     if measure and device == DEFAULTS.device and laid_out.single:
         device = "cpu"  # a measurement runs on real tensors: here, unless told otherwise
     work = workload(model, batch, seq, step, precision, optimizer, device, checkpoint,

@@ -40,6 +40,13 @@ class RooflineRun:
     ranks: int = 1  # the step is one rank of a layout of this many devices
     layout: str = ""
     data_parallel: int = 1  # ranks that each run their own batch: the cluster's tokens/s
+    # a pipeline's idle share of the step, (p − 1)/(v·m + p − 1), every stage as this one
+    pipeline_bubble: float = 0.0
+
+    @property
+    def step_s(self) -> float:
+        """The cluster's step: this rank's expected time, stretched by the pipeline bubble."""
+        return self.prediction.time_s / (1.0 - self.pipeline_bubble)
 
     def __repr__(self) -> str:
         p = self.prediction
@@ -110,4 +117,15 @@ def roofline_report(work: Workload, hardware: Hardware, *, measure_step: bool = 
                        hardware_unreliable=hardware.unreliable,
                        modules=module_times(prediction.by_module, depth),
                        ranks=work.layout.count, layout=work.layout.describe(),
-                       data_parallel=work.layout.data_parallel)
+                       data_parallel=work.layout.data_parallel,
+                       pipeline_bubble=_bubble(work))
+
+
+def _bubble(work: Workload) -> float:
+    layout = work.layout
+    if layout.pp == 1:
+        return 0.0
+    from tensorledger.napkin.parallel import pipeline_bubble
+
+    chunks = 2 if layout.schedule == "interleaved-1f1b" else 1  # the traced pipeline's default
+    return pipeline_bubble(layout.pp, layout.microbatches, chunks).bubble_fraction

@@ -281,9 +281,14 @@ def layout_lines(run: RooflineRun) -> list[str]:
         return []
     p = run.prediction
     exposed = p.time_s - p.overlapped_time_s
-    cluster = [f"{run.data_parallel * run.tokens / t:,.0f}" if t > 0 else "—"
+    stretch = 1.0 / (1.0 - run.pipeline_bubble)
+    cluster = [f"{run.data_parallel * run.tokens / (t * stretch):,.0f}" if t > 0 else "—"
                for t in (p.time_s, p.overlapped_time_s)]
-    return [
+    bubble = [] if run.pipeline_bubble == 0 else [
+        f"pipeline bubble {run.pipeline_bubble:.1%} of the step ((p − 1)/(v·m + p − 1)): "
+        f"with every stage as busy as this one, the step takes "
+        f"{format_duration(run.step_s)}"]
+    return [*bubble,
         f"one rank of {run.ranks} ({run.layout}): its collectives take "
         f"{format_duration(p.communication_s)} on the links (ring formulas, the catalog's "
         "link bandwidths and latencies)",
@@ -292,7 +297,8 @@ def layout_lines(run: RooflineRun) -> list[str]:
         f"its compute (ideal overlap); exposed communication between 0 and "
         f"{format_duration(exposed)}",
         f"the cluster: {run.data_parallel} × {run.tokens:,} tokens per step = {cluster[0]} "
-        f"tokens/s serial, {cluster[1]} tokens/s overlapped",
+        f"tokens/s serial, {cluster[1]} tokens/s overlapped"
+        + (" (the bubble included)" if run.pipeline_bubble else ""),
     ]
 
 
