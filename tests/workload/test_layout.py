@@ -156,3 +156,14 @@ def test_zero2_keeps_every_unit_gathered_from_forward_to_backward() -> None:
     # the rank's shards plus the whole model gathered: 4 · (P / 2 + P) bytes
     assert ledger.timeline.peak.parameter_bytes == 4 * (TINY_PARAMS // 2 + TINY_PARAMS)
     assert ledger.params_bytes == 4 * TINY_PARAMS // 2  # resharded after backward
+
+
+def test_collectives_are_named_by_their_mesh_dimension() -> None:
+    layout = resolve_layout(fsdp=2, tp=2)  # ranks (fsdp, tp): tp groups 1 apart, fsdp 2 apart
+    assert layout.dim_strides == {1: "tp", 2: "fsdp"}
+    report = trace_report(resolve_workload("tiny", batch=2, seq=16, precision="fp32",
+                                           layout=layout), depth=1)
+    dims = {(row.kind, row.mesh_dim) for row in report.summary.communication}
+    # FSDP gathers and reduce-scatters over its dimension; the Megatron plan all-reduces over tp
+    assert {("all-gather", "fsdp"), ("reduce-scatter", "fsdp"), ("all-reduce", "tp")} <= dims
+    assert not any(kind == "reduce-scatter" and dim == "tp" for kind, dim in dims)

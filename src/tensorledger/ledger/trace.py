@@ -21,7 +21,8 @@ def step_summary(run: StepTrace, depth: int | None) -> TraceSummary:
                 and run.work.layout.pp == 1)
     params = run.model_params or run.params
     return summarize(run.trace, depth, params=params if backward else None,
-                     tokens=run.tokens if backward else None)
+                     tokens=run.tokens if backward else None,
+                     mesh_dims=run.work.layout.dim_strides)
 
 
 @dataclass(frozen=True)

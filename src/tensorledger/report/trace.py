@@ -142,10 +142,13 @@ def communication_table(rows: Any) -> Table:
     buffers (nccl-tests' S) and the rank's share sent and received (ring convention)."""
     table = Table(title="Communication of this rank (ring convention)", title_justify="left",
                   header_style="bold")
-    for name in ("phase", "collective", "ranks", "calls", "buffers (S)", "sent", "received"):
-        table.add_column(name, justify="left" if name in ("phase", "collective") else "right")
+    for name in ("phase", "collective", "mesh dim", "ranks", "calls", "buffers (S)", "sent",
+                 "received"):
+        table.add_column(name, justify="left" if name in ("phase", "collective", "mesh dim")
+                         else "right")
     for row in rows:
-        table.add_row(row.phase, row.kind, str(row.group_size), f"{row.calls:,}",
+        table.add_row(row.phase, row.kind, row.mesh_dim or "—", str(row.group_size),
+                      f"{row.calls:,}",
                       _bytes(row.size_bytes), _bytes(row.bytes_sent), _bytes(row.bytes_received))
     return table
 

@@ -8,7 +8,7 @@ the records (a test holds it).
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tensorledger.costs.registry import CATEGORIES
@@ -368,7 +368,7 @@ def versus_6nd(trace: Trace, params: int, tokens: int) -> SixND:
 
 @dataclass(frozen=True)
 class CollectiveTotal:
-    """The collectives of one kind, phase and group size that a rank issued, summed."""
+    """The collectives of one kind, phase and group that a rank issued, summed."""
 
     phase: str
     kind: str
@@ -377,32 +377,40 @@ class CollectiveTotal:
     size_bytes: int  # S summed: the buffers (nccl-tests convention)
     bytes_sent: int  # this rank's share, ring convention
     bytes_received: int
+    mesh_dim: str = ""  # the device-mesh dimension of the group, where known
 
 
-def communication(trace: Trace) -> tuple[CollectiveTotal, ...]:
-    """The trace's collectives summed by (phase, kind, group size), in phase order.
+def communication(trace: Trace, mesh_dims: Mapping[int, str] | None = None
+                  ) -> tuple[CollectiveTotal, ...]:
+    """The trace's collectives summed by (phase, kind, group size, mesh dimension), in phase
+    order; ``mesh_dims`` names a group by how far apart its ranks lie (rank stride → name).
 
     >>> communication(Trace(records=(), uncovered={}, device="meta"))
     ()
     """
-    sums: dict[tuple[str, str, int], list[int]] = {}
+    names = mesh_dims or {}
+    sums: dict[tuple[str, str, int, str], list[int]] = {}
     for record in trace.records:
         c = record.collective
         if c is None:
             continue
-        row = sums.setdefault((record.phase, c.kind, c.group_size), [0, 0, 0, 0])
+        key = (record.phase, c.kind, c.group_size, names.get(c.rank_stride, ""))
+        row = sums.setdefault(key, [0, 0, 0, 0])
         row[0] += 1
         row[1] += c.size_bytes
         row[2] += c.bytes_sent
         row[3] += c.bytes_received
     order = {phase: i for i, phase in enumerate(PHASES)}
-    return tuple(CollectiveTotal(phase, kind, group, *row) for (phase, kind, group), row
+    return tuple(CollectiveTotal(phase, kind, group, calls=row[0], size_bytes=row[1],
+                                 bytes_sent=row[2], bytes_received=row[3], mesh_dim=dim)
+                 for (phase, kind, group, dim), row
                  in sorted(sums.items(), key=lambda item: (order.get(item[0][0], len(order)),
-                                                           item[0][1], item[0][2])))
+                                                           item[0][1], item[0][2], item[0][3])))
 
 
 def summarize(trace: Trace, depth: int | None = None, params: int | None = None,
-              tokens: int | None = None) -> TraceSummary:
+              tokens: int | None = None, mesh_dims: Mapping[int, str] | None = None
+              ) -> TraceSummary:
     """Everything the ``trace`` command prints, from one trace."""
     ops, flops, halved, read, written = _sums(trace.records)
     return TraceSummary(
@@ -422,5 +430,5 @@ def summarize(trace: Trace, depth: int | None = None, params: int | None = None,
         hand_attention=hand_attention(trace),
         norms=norms(trace),
         unhalved_attention=unhalved_attention(trace),
-        communication=communication(trace),
+        communication=communication(trace, mesh_dims),
     )

@@ -80,6 +80,23 @@ class Layout:
         return tuple((name, size) for name, size in dims if size > 1)
 
     @property
+    def dim_strides(self) -> dict[int, str]:
+        """Each mesh dimension by how far apart its ranks lie in the world (the innermost, tp,
+        is 1 apart; fsdp, tp apart; dp, fsdp · tp apart): how a collective's group is named.
+
+        >>> Layout(dp=2, fsdp=4, tp=8).dim_strides
+        {1: 'tp', 8: 'fsdp', 32: 'dp'}
+        """
+        strides: dict[int, str] = {}
+        stride = 1
+        for name, size in reversed(self.mesh_dims):
+            strides[stride] = name
+            stride *= size
+        if self.pp > 1:
+            strides[1] = "pp"
+        return strides
+
+    @property
     def strategy(self) -> str:
         """A short name of the data-parallel part: ``ddp``, ``zero1``, ``fsdp``, ``hsdp``."""
         if self.fsdp > 1:
