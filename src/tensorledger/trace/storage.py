@@ -10,7 +10,19 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["storage_bytes", "storage_key"]
+__all__ = ["local_tensor", "storage_bytes", "storage_key"]
+
+
+def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor this rank holds: a DTensor's local shard (whose storage is the memory), else
+    the tensor itself.
+
+    >>> t = torch.zeros(2, device="meta")
+    >>> local_tensor(t) is t
+    True
+    """
+    shard = getattr(tensor, "_local_tensor", None)
+    return shard if isinstance(shard, torch.Tensor) else tensor
 
 
 def storage_key(tensor: torch.Tensor) -> int:

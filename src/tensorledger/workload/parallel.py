@@ -54,6 +54,7 @@ from torch import nn
 from tensorledger.errors import InputError, TensorLedgerError, TraceError
 from tensorledger.trace.recorder import Recorder
 from tensorledger.trace.records import Trace
+from tensorledger.trace.storage import local_tensor
 from tensorledger.workload.layout import Layout
 
 if TYPE_CHECKING:
@@ -486,15 +487,10 @@ def fsdp_storage_events(recorder: Recorder,
 # ---- the traced step --------------------------------------------------------------------------
 
 
-def _local(tensor: torch.Tensor) -> torch.Tensor:
-    local = getattr(tensor, "to_local", None)
-    return local() if local is not None else tensor
-
-
 def _state_bytes(optimizer: torch.optim.Optimizer) -> int:
     # ZeroRedundancyOptimizer keeps its rank's state in the local optimizer it wraps
     inner: torch.optim.Optimizer = getattr(optimizer, "optim", optimizer)
-    return sum(_local(value).numel() * value.element_size()
+    return sum(local_tensor(value).numel() * value.element_size()
                for state in inner.state.values() for value in state.values()
                if isinstance(value, torch.Tensor))
 
@@ -550,7 +546,7 @@ def trace_parallel_step(build: Callable[[], nn.Module], make_inputs: Callable[[]
             except Exception as error:
                 raise TraceError(f"the {name} step on {layout.count} fake ranks raised "
                                  f"{type(error).__name__}: {error}") from error
-            params = [_local(p) for p in _unique(model.parameters())]
+            params = [local_tensor(p) for p in _unique(model.parameters())]
             numel = sum(p.numel() for p in params)
             nbytes = sum(p.numel() * p.element_size() for p in params)
             state_bytes = _state_bytes(optimizer)

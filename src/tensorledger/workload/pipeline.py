@@ -376,8 +376,9 @@ def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from tensorledger.trace.storage import local_tensor as local
     from tensorledger.trace.storage import storage_key
-    from tensorledger.workload.run import TaggingRecorder, local
+    from tensorledger.workload.run import TaggingRecorder
 
     kind = resolve_schedule(schedule)
     chunks = (2 if kind.interleaved else 1) if chunks is None else chunks

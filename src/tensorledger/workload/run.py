@@ -18,18 +18,13 @@ import torch
 from tensorledger.summary import show_count, summary
 from tensorledger.trace.recorder import Recorder
 from tensorledger.trace.records import Trace
+from tensorledger.trace.storage import local_tensor as local
 from tensorledger.trace.storage import storage_key
 from tensorledger.workload.spec import Workload, resolve_workload
 from tensorledger.workload.step import PreparedStep, laid_out, prepare
 
 __all__ = ["StepTrace", "TaggingRecorder", "parts_of", "record_step", "trace_model",
            "trace_workload"]
-
-
-def local(tensor: torch.Tensor) -> torch.Tensor:
-    """The tensor this rank holds: a DTensor's local shard, else the tensor itself."""
-    shard = getattr(tensor, "_local_tensor", None)
-    return shard if isinstance(shard, torch.Tensor) else tensor
 
 
 class TaggingRecorder(Recorder):
