@@ -142,7 +142,8 @@ def trace_workload(work: Workload, first_step: bool = False,
                    progress: Callable[[str], None] | None = None) -> StepTrace:
     """Build the workload's module on its device and trace its steady-state step.
 
-    With ``first_step`` the warm-up step is traced as well (its peak is shown beside);
+    With ``first_step`` the warm-up step is traced as well (its peak is shown beside; not for
+    a rank of a layout, whose first step sets the sharding up);
     ``progress`` is told each stage as it starts (the core never prints).  A workload laid out
     over several devices is traced as rank 0 of a fake process group: every rank runs the same
     step on its shards.  Its warm-up step runs whatever the step kind (FSDP's lazy set-up and
@@ -171,7 +172,7 @@ def trace_workload(work: Workload, first_step: bool = False,
         if warm_up:
             say("running the first step (optimizer state)" if work.step.optimizer else
                 "running a first step (sharding set-up)")
-            if first_step:
+            if first_step and layout.single:  # a rank's first step is the sharding set-up
                 first, first_tags = record_step(step)
             else:
                 step.run()
