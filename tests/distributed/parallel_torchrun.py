@@ -64,8 +64,13 @@ def _run(name: str, model: nn.Module, inputs: torch.Tensor, warm_up: bool, out_d
 
     optimizer = optimizer or torch.optim.AdamW(model.parameters(), lr=1e-3)
 
+    from tensorledger.workload.parallel import grad_bytes
+
+    grads = [0]
+
     def step() -> None:
         model(inputs).float().pow(2).mean().backward()
+        grads[0] = grad_bytes(model.parameters())
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -74,6 +79,7 @@ def _run(name: str, model: nn.Module, inputs: torch.Tensor, warm_up: bool, out_d
     with Recorder() as recorder:
         step()
     result = summary(recorder.trace.records, list(model.parameters()), recorder.trace.uncovered)
+    result["grad_bytes"] = grads[0]
     inner = getattr(optimizer, "optim", optimizer)  # ZeRO-1's own partition
     result["optimizer_state_bytes"] = sum(
         (v.to_local() if hasattr(v, "to_local") else v).numel() * v.element_size()

@@ -81,6 +81,7 @@ def _compare(real: list[dict[str, Any]], predicted: dict[str, Any]) -> None:
     for rank in real:
         rank = dict(rank)
         rank.pop("optimizer_state_bytes")
+        rank.pop("grad_bytes")
         assert rank == predicted
 
 
@@ -92,11 +93,13 @@ def _compare(real: list[dict[str, Any]], predicted: dict[str, Any]) -> None:
 ])
 def test_real_ranks_match_the_fake_prediction(real2: dict[str, list[dict[str, Any]]], name: str,
                                               predict: Any, collectives: int) -> None:
-    predicted = _predicted(predict())
+    step = predict()
+    predicted = _predicted(step)
     # FSDP: 3 all-gathers forward, 2 backward, 3 reduce-scatters; DDP: one gradient bucket;
     # TP: the row-parallel output's all-reduce, the column-parallel input gradient's
     assert len(predicted["collectives"]) == collectives
     _compare(real2[name], predicted)
+    assert [rank["grad_bytes"] for rank in real2[name]] == [step.grad_bytes_per_rank] * 2
 
 
 @pytest.mark.parametrize(("ranks", "name"), [
@@ -110,6 +113,8 @@ def test_library_layouts_on_real_ranks_match_the_fake_prediction(
     _compare(real, _predicted(step))
     states = [rank["optimizer_state_bytes"] for rank in real]
     assert states[0] == step.optimizer_state_bytes_per_rank
+    # the gradients rank 0 holds after backward: the same bytes as the fake rank's
+    assert real[0]["grad_bytes"] == step.grad_bytes_per_rank > 0
     if layout.strategy == "zero1":
         # each rank's AdamW holds two fp32 moments of its own partition and a 4-byte step
         # counter per parameter tensor: together, those of all 21 of tiny's tensors

@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from torch.optim.optimizer import ParamsT
 
 __all__ = ["ParallelStep", "TpStyle", "build_mesh", "default_tp_plan", "fake_process_group",
-           "fsdp_storage_events",
+           "fsdp_storage_events", "grad_bytes",
            "make_optimizer", "parallelize", "shard_units", "trace_parallel_step"]
 
 
@@ -84,6 +84,7 @@ class ParallelStep:
     param_bytes_per_rank: int
     # the optimizer state this rank holds (its local shards; AdamW's step counters included)
     optimizer_state_bytes_per_rank: int
+    grad_bytes_per_rank: int = 0  # the gradients it holds after backward (its shards)
 
     @property
     def world_size(self) -> int:
@@ -523,8 +524,11 @@ def trace_parallel_step(build: Callable[[], nn.Module], make_inputs: Callable[[]
                                        lambda params: torch.optim.AdamW(params, lr=1e-3))
             inputs = make_inputs()
 
+            grads = [0]
+
             def step() -> None:
                 to_scalar(model(inputs)).backward()  # type: ignore[no-untyped-call]
+                grads[0] = grad_bytes(model.parameters())
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
 
@@ -551,7 +555,14 @@ def trace_parallel_step(build: Callable[[], nn.Module], make_inputs: Callable[[]
             nbytes = sum(p.numel() * p.element_size() for p in params)
             state_bytes = _state_bytes(optimizer)
     return ParallelStep(layout=layout, trace=recorder.trace, params_per_rank=numel,
-                        param_bytes_per_rank=nbytes, optimizer_state_bytes_per_rank=state_bytes)
+                        param_bytes_per_rank=nbytes, optimizer_state_bytes_per_rank=state_bytes,
+                        grad_bytes_per_rank=grads[0])
+
+
+def grad_bytes(params: Iterable[torch.Tensor]) -> int:
+    """Bytes of the gradients a rank holds for ``params`` (each tensor once; local shards)."""
+    return sum(local_tensor(p.grad).numel() * p.grad.element_size()
+               for p in _unique(params) if p.grad is not None)
 
 
 def _unique(params: Iterable[torch.Tensor]) -> Iterator[torch.Tensor]:
