@@ -56,13 +56,12 @@ def fsdp8() -> tuple[StepTrace, MemoryLedger]:
     return _traced(fsdp=8)
 
 
-@pytest.mark.parametrize("ranks", [8, 64])
-def test_fsdp_rank_holds_the_zero3_row(ranks: int,
-                                       fsdp8: tuple[StepTrace, MemoryLedger]) -> None:
-    _, ledger = fsdp8 if ranks == 8 else _traced(fsdp=ranks)
+def test_fsdp_rank_holds_the_zero3_row(fsdp8: tuple[StepTrace, MemoryLedger]) -> None:
+    _, ledger = fsdp8
     state = ledger.params_bytes + ledger.grads_bytes + ledger.optimizer_state_bytes
     # the row's bytes, and AdamW's step counters: one 4-byte tensor per parameter tensor
-    assert state == HAND[ranks][3] + 4 * TENSORS
+    # (64 ranks hold the same by the same rule; its trace is in the closing note, not in CI)
+    assert state == HAND[8][3] + 4 * TENSORS
 
 
 def test_ddp_rank_holds_the_stage_0_row() -> None:
