@@ -22,6 +22,12 @@ from typing import Any
 from tensorledger.bench.collectives import ERROR_MARK, PROGRESS_MARK, collective_point
 from tensorledger.roofline.collectives import CollectiveKind
 
+def _tell(line: str) -> None:
+    """One line to the parent process (it reads the rank's stderr for marked lines)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 #: A sample lasts at least this long, so the clock's resolution and the barrier's skew vanish.
 MIN_SAMPLE_S = 2e-3
 MAX_CALLS_PER_SAMPLE = 1000
@@ -121,8 +127,7 @@ def main(spec_path: Path, out_path: Path) -> None:
             continue
         for size in spec["sizes"]:
             if rank == 0:
-                print(f"{PROGRESS_MARK}{kind.value}, {size / 2**10:g} KiB", file=sys.stderr,
-                      flush=True)
+                _tell(f"{PROGRESS_MARK}{kind.value}, {size / 2**10:g} KiB")
             points.append(_point(kind, int(size), spec, device))
     if rank == 0:
         document = {"backend": spec["backend"], "device": spec["device"],
@@ -136,7 +141,6 @@ if __name__ == "__main__":
     try:
         main(Path(sys.argv[1]), Path(sys.argv[2]))
     except Exception as error:  # one line for the parent, which names the rank's failure
-        print(f"{ERROR_MARK}rank {os.environ.get('RANK', '?')}: {type(error).__name__}: "
-              f"{str(error).splitlines()[0][:160] if str(error) else ''}", file=sys.stderr,
-              flush=True)
+        _tell(f"{ERROR_MARK}rank {os.environ.get('RANK', '?')}: {type(error).__name__}: "
+              f"{str(error).splitlines()[0][:160] if str(error) else ''}")
         raise SystemExit(1) from None
