@@ -22,6 +22,7 @@ from typing import Any
 from tensorledger.bench.collectives import ERROR_MARK, PROGRESS_MARK, collective_point
 from tensorledger.roofline.collectives import CollectiveKind
 
+
 def _tell(line: str) -> None:
     """One line to the parent process (it reads the rank's stderr for marked lines)."""
     sys.stderr.write(line + "\n")
