@@ -136,6 +136,12 @@ def test_an_empty_step_is_its_start() -> None:
     assert ledger.peak_bytes == 1000
 
 
+def test_a_rank_of_a_layout_says_so() -> None:
+    facts = dataclasses.replace(_facts(None, "fp32"), ranks=8, layout="FSDP ZeRO-3 × 8")
+    ledger = memory_ledger(STEP, TAGS, facts)
+    assert (ledger.ranks, ledger.layout) == (8, "FSDP ZeRO-3 × 8")
+
+
 @pytest.mark.parametrize("count", [0, True])
 def test_the_device_count_is_a_whole_number(count: int) -> None:
     with pytest.raises(InputError, match=r"^count must be a whole number"):
