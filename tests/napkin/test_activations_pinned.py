@@ -1,8 +1,13 @@
-"""The lecture's deep network by default: ReLU, not checkpointed, fp32."""
+"""The lecture's deep network by default (ReLU, not checkpointed, fp32); the reference model's
+closed form names its step and refuses a bad size by name."""
 
 from __future__ import annotations
 
-from tensorledger.napkin.activations import deep_network_activations
+import pytest
+
+from tensorledger.errors import InputError
+from tensorledger.napkin.activations import activation_memory, deep_network_activations
+from tensorledger.napkin.transformer import TransformerConfig
 
 
 def test_the_default_deep_network_is_relu_uncheckpointed_in_fp32() -> None:
@@ -11,3 +16,14 @@ def test_the_default_deep_network_is_relu_uncheckpointed_in_fp32() -> None:
     default = deep_network_activations(24, 3, 5)
     assert default == deep_network_activations(24, 3, 5, "relu", False, 4)
     assert (default.activation, default.kept_values, default.kept_bytes) == ("relu", 480, 1920)
+
+
+def test_the_closed_form_names_its_step_and_refuses_by_name() -> None:
+    config = TransformerConfig(name="odd", vocab_size=11, context_length=13, d_model=24,
+                               n_layers=2, n_heads=3)
+    closed = activation_memory(config, 3, 5, 4)
+    assert (closed.model, closed.batch, closed.seq_len, closed.dtype_bytes) == ("odd", 3, 5, 4)
+    for bad, name in (({"batch": 0, "seq_len": 5}, "batch"), ({"batch": 3, "seq_len": 0},
+                                                               "seq_len")):
+        with pytest.raises(InputError, match=rf"^{name} must be a whole number >= 1, got 0$"):
+            activation_memory(config, **bad)
