@@ -31,6 +31,8 @@ def test_the_closed_form_names_its_step_and_refuses_by_name() -> None:
                                                                "seq_len")):
         with pytest.raises(InputError, match=rf"^{name} must be a whole number >= 1, got 0$"):
             activation_memory(config, **bad)
+    with pytest.raises(InputError, match=r"^batch must be a whole number >= 1, got True$"):
+        activation_memory(config, True, 5)  # a bool is not a batch
 
 
 @pytest.mark.parametrize("checkpointed", [False, True])
