@@ -65,7 +65,7 @@ class StepFacts:
     layout: str = ""  # that layout, in words ("FSDP ZeRO-3 × 8 · TP × 8")
     activation_split: int = 1  # ranks a step's activations are split over (TP × PP)
 
-    def __repr__(self) -> str:
+    def __repr__(self) -> str:  # pragma: no mutate block (presentation: the summary line)
         return summary("StepFacts", f"{self.model} {self.step}",
                        f"batch {self.batch} × seq {self.seq_len}", self.precision.name,
                        self.optimizer.name, f"{len(self.param_numels)} parameter tensors")
@@ -126,14 +126,14 @@ class MemoryLedger:
         saved_activation, temporary); they add up to :attr:`peak_bytes`."""
         return self.timeline.peak.by_category()
 
-    def __repr__(self) -> str:
+    def __repr__(self) -> str:  # pragma: no mutate block (presentation: the summary line)
         live = self.by_category()
         return summary("MemoryLedger", f"{self.model} {self.step}",
                        f"peak {show_bytes(self.peak_bytes)} after {self.peak_op} "
                        f"({self.peak_phase})",
                        *(f"{c} {show_bytes(live[c])}" for c in MEMORY_CATEGORIES if live[c]))
 
-    def __rich__(self) -> object:  # rich: the command's tables, from the presentation layer
+    def __rich__(self) -> object:  # pragma: no mutate block (presentation: rich tables)
         import importlib
 
         return importlib.import_module("tensorledger.report.render").render(self)

@@ -82,7 +82,7 @@ class MemoryTimeline:
     def peak_bytes(self) -> int:
         return self.peak.total_bytes
 
-    def __repr__(self) -> str:
+    def __repr__(self) -> str:  # pragma: no mutate block (presentation: the summary line)
         return summary("MemoryTimeline", show_count(len(self.points), "points"),
                        f"peak {show_bytes(self.peak.total_bytes)} after #{self.peak.index} "
                        f"{self.peak.op}", show_count(self.storages, "storages"))

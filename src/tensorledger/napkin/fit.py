@@ -38,7 +38,7 @@ class LargestModel:
     caveat: str
     steps: tuple[Step, ...]
 
-    def __repr__(self) -> str:
+    def __repr__(self) -> str:  # pragma: no mutate block (presentation: the summary line)
         b = self.breakdown
         return summary("LargestModel", f"{self.count:,} × {self.hardware}",
                        f"{b.precision} + {b.optimizer} at {b.total_bytes_per_param:g} bytes "
@@ -78,7 +78,7 @@ class DevicesNeeded:
     caveat: str
     steps: tuple[Step, ...]
 
-    def __repr__(self) -> str:
+    def __repr__(self) -> str:  # pragma: no mutate block (presentation: the summary line)
         b = self.breakdown
         return summary("DevicesNeeded", f"{format_count(self.params)} params",
                        f"{b.precision} + {b.optimizer} at {b.total_bytes_per_param:g} bytes "

@@ -73,7 +73,7 @@ class TrainingTime:
     time_days: float
     steps: tuple[Step, ...]
 
-    def __repr__(self) -> str:
+    def __repr__(self) -> str:  # pragma: no mutate block (presentation: the summary line)
         return summary("TrainingTime", f"{show_flops(self.flops)} on {self.count:,} × "
                        f"{self.hardware} at MFU {self.mfu:g}", f"{self.time_days:,.4g} days")
 
@@ -122,7 +122,7 @@ class DevicesForDuration:
     time_days_with_devices: float
     steps: tuple[Step, ...]
 
-    def __repr__(self) -> str:
+    def __repr__(self) -> str:  # pragma: no mutate block (presentation: the summary line)
         return summary("DevicesForDuration", f"{show_flops(self.flops)} within "
                        f"{show_time(self.duration_s)} at MFU {self.mfu:g}",
                        f"{self.devices:,} × {self.hardware}")
@@ -168,7 +168,7 @@ class FlopBudget:
     flops: float
     steps: tuple[Step, ...]
 
-    def __repr__(self) -> str:
+    def __repr__(self) -> str:  # pragma: no mutate block (presentation: the summary line)
         return summary("FlopBudget", f"{self.count:,} × {self.hardware} for "
                        f"{show_time(self.duration_s)} at MFU {self.mfu:g}",
                        show_flops(self.flops))
