@@ -17,30 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
-import time
-from pathlib import Path
 
-BIN = Path(sys.executable).parent / "tensorledger"
+from bench_account import _run  # the child runner: wall time and peak RSS from rusage
+
 LAYOUTS = {"llama-3-70b": ["--fsdp", "8", "--tp", "8"],
            "llama-3-405b": ["--fsdp", "64", "--tp", "8"]}
 RATIO_TARGET, RSS_TARGET_BYTES = 2.0, 1.5 * 2**30
-
-
-def _run(args: list[str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS (bytes) of one child process."""
-    start = time.perf_counter()
-    child = subprocess.Popen([str(BIN), *args], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(child.pid, 0)
-    wall = time.perf_counter() - start
-    if status != 0:
-        error = child.stderr.read().decode() if child.stderr else ""
-        raise SystemExit(f"{' '.join(args)} failed: {error}")
-    return wall, usage.ru_maxrss * 1024  # Linux reports KiB
 
 
 def main() -> None:

@@ -104,3 +104,16 @@ def test_pipeline_rank_time_with_its_bubble_and_sends() -> None:
     # receives its gradient: 4 transfers, each one hop on NVLink (0.6 µs) plus 8,192 B / 450 GB/s
     assert run.prediction.communication_s == pytest.approx(4 * (0.6e-6 + 8_192 / 450e9),
                                                            rel=1e-12)
+
+
+def test_cluster_tokens_per_s_by_hand() -> None:
+    run = _run(fsdp=4)
+    p = run.prediction
+    # 4 data-parallel ranks, each 2 × 16 tokens per step, over the serial and overlapped step
+    assert run.cluster_tokens_per_s == pytest.approx((4 * 32 / p.time_s,
+                                                      4 * 32 / p.overlapped_time_s))
+    assert run.exposed_communication_s == pytest.approx(p.time_s - p.overlapped_time_s)
+    piped = roofline_report(resolve_workload("tiny", batch=4, seq=16, precision="fp32",
+                                             layout=resolve_layout(pp=2, microbatches=2)), H100)
+    # one pipeline (no data parallelism), 64 tokens, the step stretched by 1 / (1 − 1/3)
+    assert piped.cluster_tokens_per_s[0] == pytest.approx(64 / (piped.prediction.time_s * 1.5))

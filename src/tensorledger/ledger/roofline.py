@@ -48,6 +48,22 @@ class RooflineRun:
         """The cluster's step: this rank's expected time, stretched by the pipeline bubble."""
         return self.prediction.time_s / (1.0 - self.pipeline_bubble)
 
+    @property
+    def exposed_communication_s(self) -> float:
+        """The most communication the step can leave exposed: serial less ideally overlapped."""
+        return self.prediction.time_s - self.prediction.overlapped_time_s
+
+    @property
+    def cluster_tokens_per_s(self) -> tuple[float, float]:
+        """The cluster's tokens/s, (serial, ideally overlapped): every data-parallel rank's
+        tokens per step over the step, the pipeline bubble included; 0 for a step of no time."""
+        tokens = self.data_parallel * self.tokens
+        stretch = 1.0 / (1.0 - self.pipeline_bubble)
+        serial, overlapped = (self.prediction.time_s * stretch,
+                              self.prediction.overlapped_time_s * stretch)
+        return (tokens / serial if serial > 0 else 0.0,
+                tokens / overlapped if overlapped > 0 else 0.0)
+
     def __repr__(self) -> str:
         p = self.prediction
         measured = "" if self.comparison is None else (

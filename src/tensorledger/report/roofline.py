@@ -280,10 +280,7 @@ def layout_lines(run: RooflineRun) -> list[str]:
     if run.ranks == 1:
         return []
     p = run.prediction
-    exposed = p.time_s - p.overlapped_time_s
-    stretch = 1.0 / (1.0 - run.pipeline_bubble)
-    cluster = [f"{run.data_parallel * run.tokens / (t * stretch):,.0f}" if t > 0 else "—"
-               for t in (p.time_s, p.overlapped_time_s)]
+    cluster = [f"{rate:,.0f}" if rate > 0 else "—" for rate in run.cluster_tokens_per_s]
     bubble = [] if run.pipeline_bubble == 0 else [
         f"pipeline bubble {run.pipeline_bubble:.1%} of the step ((p − 1)/(v·m + p − 1)): "
         f"with every stage as busy as this one, the step takes "
@@ -295,7 +292,7 @@ def layout_lines(run: RooflineRun) -> list[str]:
         f"step {format_duration(p.time_s)} with communication after compute (serial), "
         f"{format_duration(p.overlapped_time_s)} with each phase's communication hidden under "
         f"its compute (ideal overlap); exposed communication between 0 and "
-        f"{format_duration(exposed)}",
+        f"{format_duration(run.exposed_communication_s)}",
         f"the cluster: {run.data_parallel} × {run.tokens:,} tokens per step = {cluster[0]} "
         f"tokens/s serial, {cluster[1]} tokens/s overlapped"
         + (" (the bubble included)" if run.pipeline_bubble else ""),
