@@ -6,7 +6,8 @@ APIs directly; then ZeRO-1 (DDP + ``ZeroRedundancyOptimizer``), TP and TP + SP o
 preset, laid out by the same :func:`~tensorledger.workload.parallel.build_mesh`,
 :func:`~tensorledger.workload.parallel.parallelize` and
 :func:`~tensorledger.workload.parallel.make_optimizer` the fake trace uses (on a real group they
-keep DDP's built-in all-reduce).  With 4 ranks: FSDP × TP 2 × 2 and HSDP 2 × 2.
+keep DDP's built-in all-reduce), and the 2-stage pipelines of ``pipeline_torchrun.py``.  With
+4 ranks: FSDP × TP 2 × 2 and HSDP 2 × 2.
 
 Sharded layouts record their second step (as
 :func:`tensorledger.workload.parallel.trace_parallel_step` does), DDP and ZeRO-1 their first.
@@ -16,6 +17,7 @@ Run by ``test_parallel_torchrun.py`` as ``torchrun --standalone --nproc-per-node
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from collections.abc import Mapping
@@ -148,6 +150,8 @@ def main(out_dir: Path) -> None:
                                    lambda params: torch.optim.AdamW(params, lr=1e-3))
         _run(name, model, tokens, layout.strategy not in ("ddp", "zero1"), out_dir, rank,
              optimizer)
+    if world == 2:  # the pipeline test's runs, in the same launch (one start-up, not two)
+        importlib.import_module("pipeline_torchrun").run_pipelines(out_dir, rank, world)
     dist.destroy_process_group()
 
 

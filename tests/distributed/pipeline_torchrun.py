@@ -3,7 +3,8 @@ schedule of :data:`RUNS` stepped twice over gloo on the CPU with torch's own ``P
 (the second step recorded, as :func:`tensorledger.workload.pipeline.trace_pipeline_step`
 records it); writes what the rank saw as ``OUT_DIR/<name>.rank<r>.json``.
 
-Run by ``test_pipeline_torchrun.py`` as ``torchrun --standalone --nproc-per-node 2 THIS OUT_DIR``.
+Run within the two-rank launch of ``parallel_torchrun.py`` (one launch for both tests), or
+alone as ``torchrun --standalone --nproc-per-node 2 THIS OUT_DIR``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ def summary(records: Any, params: list[torch.Tensor]) -> dict[str, Any]:
     }
 
 
-def main(out_dir: Path) -> None:
+def run_pipelines(out_dir: Path, rank: int, world: int) -> None:
+    """Step and record each schedule of :data:`RUNS` on this rank of an initialised group."""
     import torch.distributed as dist
 
     from tensorledger.models import get_preset
@@ -45,9 +47,6 @@ def main(out_dir: Path) -> None:
         run_pipeline_step,
     )
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
     config = get_preset("tiny")
     for name, (schedule, microbatches) in RUNS.items():
         torch.manual_seed(0)  # the first rank's inputs are the last rank's targets
@@ -69,6 +68,14 @@ def main(out_dir: Path) -> None:
         result["uncovered"] = dict(recorder.trace.uncovered)
         (out_dir / f"{name}.rank{rank}.json").write_text(json.dumps(result))
         dist.barrier()
+
+
+def main(out_dir: Path) -> None:
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    run_pipelines(out_dir, dist.get_rank(), dist.get_world_size())
     dist.destroy_process_group()
 
 

@@ -16,11 +16,6 @@ rank 0's equals the fake prediction and the ranks' states add up to the whole.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,33 +26,8 @@ from tensorledger.workload.layout import Layout
 from tensorledger.workload.parallel import ParallelStep, TpStyle, trace_parallel_step
 from tests.distributed.parallel_torchrun import LAYOUTS, TOKENS_SHAPE, Mlp, summary
 
-SCRIPT = Path(__file__).with_name("parallel_torchrun.py")
 TINY = get_preset("tiny")
 F32 = 4
-
-
-def _launch(tmp_path_factory: pytest.TempPathFactory, ranks: int
-            ) -> dict[str, list[dict[str, Any]]]:
-    out = tmp_path_factory.mktemp(f"torchrun{ranks}")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-         str(ranks), str(SCRIPT), str(out)], capture_output=True, text=True, timeout=240,
-        env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    names = {path.name.split(".rank")[0] for path in out.glob("*.rank0.json")}
-    return {name: [json.loads((out / f"{name}.rank{r}.json").read_text()) for r in range(ranks)]
-            for name in names}
-
-
-@pytest.fixture(scope="module")
-def real2(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
-    return _launch(tmp_path_factory, 2)
-
-
-@pytest.fixture(scope="module")
-def real4(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
-    return _launch(tmp_path_factory, 4)
 
 
 def _tiny() -> torch.nn.Module:

@@ -1,8 +1,9 @@
 """Fake and real pipelines agree: two gloo ranks under ``torchrun --nproc-per-node 2`` (CPU),
 each stepping its stage of the tiny preset through GPipe and 1F1B with 2 and 4 micro-batches
-(one launch, ``pipeline_torchrun.py``), issue on each rank the same send/recv — op, direction,
-bytes, phase, order — run the same matmul FLOPs and hold the same parameter bytes as that rank
-of the fake process group predicts (:func:`trace_pipeline_step` with ``stage`` = the rank).
+(within the 2-rank launch of ``parallel_torchrun.py``: see conftest.py), issue on each rank
+the same send/recv — op, direction, bytes, phase, order — run the same matmul FLOPs and hold
+the same parameter bytes as that rank of the fake process group predicts
+(:func:`trace_pipeline_step` with ``stage`` = the rank).
 
 The real ranks run torch's own ``PipelineStage``, whose warm-up vote is really exchanged; the
 fake rank's stage supplies the vote's answer (see :mod:`tensorledger.workload.pipeline`).
@@ -10,11 +11,6 @@ fake rank's stage supplies the vote's answer (see :mod:`tensorledger.workload.pi
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,26 +19,13 @@ from tensorledger.models import get_preset
 from tensorledger.workload.pipeline import trace_pipeline_step
 from tests.distributed.pipeline_torchrun import BATCH, RUNS, SEQ, summary
 
-SCRIPT = Path(__file__).with_name("pipeline_torchrun.py")
 TINY = get_preset("tiny")
 F32 = 4
 
 
-@pytest.fixture(scope="module")
-def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
-    out = tmp_path_factory.mktemp("pipeline")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         str(SCRIPT), str(out)], capture_output=True, text=True, timeout=240, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return {name: [json.loads((out / f"{name}.rank{r}.json").read_text()) for r in range(2)]
-            for name in RUNS}
-
-
 @pytest.mark.parametrize("name", list(RUNS))
 @pytest.mark.parametrize("rank", [0, 1])
-def test_each_real_rank_matches_its_fake_prediction(real: dict[str, list[dict[str, Any]]],
+def test_each_real_rank_matches_its_fake_prediction(real2: dict[str, list[dict[str, Any]]],
                                                     name: str, rank: int) -> None:
     schedule, microbatches = RUNS[name]
     step = trace_pipeline_step(TINY, BATCH, SEQ, 2, microbatches, schedule, stage=rank)
@@ -50,7 +33,7 @@ def test_each_real_rank_matches_its_fake_prediction(real: dict[str, list[dict[st
     predicted["params_per_rank"] = step.params_per_rank
     predicted["param_bytes_per_rank"] = step.param_bytes_per_rank
     predicted["uncovered"] = dict(step.trace.uncovered)
-    assert real[name][rank] == predicted
+    assert real2[name][rank] == predicted
     # by hand: m messages each way, each b/m · s · d · 4 bytes (m 2: 8192, m 4: 4096)
     message = BATCH // microbatches * SEQ * 64 * F32
     sent = [p2p[4] for p2p in predicted["p2p"] if p2p[4]]

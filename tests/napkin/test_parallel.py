@@ -180,3 +180,51 @@ def test_pipeline_bubble(stages: int, micro: int, chunks: int, fraction: float,
 def test_refusals(call, fragment: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(InputError, match=fragment):
         call()
+
+
+# ------------------------------------------------------------- ZeRO as torch implements it
+
+def test_torch_zero_chunks_rows_with_padding_and_keeps_the_gathered_model() -> None:
+    from tensorledger.napkin.parallel import torch_zero_bytes
+
+    shapes = [(10, 3), (5,), ()]  # 30 + 5 + 1 = 36 values
+    # 4 ranks: rank 0 gets ⌈10/4⌉ = 3 rows of 3, ⌈5/4⌉ = 2, and the scalar: 9 + 2 + 1 = 12
+    z3 = torch_zero_bytes(shapes, 4, 3, "fp32", "adamw")  # 4 + 4 + 8 bytes per value
+    assert (z3.params, z3.shard_params) == (36, 12)
+    assert (z3.params_bytes, z3.grads_bytes, z3.master_bytes, z3.optimizer_bytes) == (
+        48, 48, 0, 96)
+    assert z3.total_bytes == 192 and z3.state_tensors == 3 and z3.partition == "torch"
+    z2 = torch_zero_bytes(shapes, 4, 2, "fp32", "adamw")
+    assert z2.params_bytes == 4 * (36 + 12)  # the whole gathered model beside the chunk
+    assert (z2.grads_bytes, z2.optimizer_bytes) == (48, 96)
+    z0 = torch_zero_bytes(shapes, 4, 0, "fp32", "adamw")
+    assert z0.total_bytes == 16 * 36 == z0.unsharded_bytes
+    assert z0.total_bytes == zero_bytes(36, 4, 0, "fp32", "adamw").total_bytes
+
+
+def test_torch_zero1_deals_whole_tensors_largest_first_to_the_least_loaded() -> None:
+    from tensorledger.napkin.parallel import torch_zero_bytes
+
+    # sizes 8, 5, 4, 3, 1 on 2 ranks: 8 → r0; 5 → r1; 4 → r1 (9); 3 → r0 (11); 1 → r1 (10)
+    shapes = [(3,), (8,), (1,), (5,), (4,)]
+    z = torch_zero_bytes(shapes, 2, 1, "fp32", "adamw")
+    assert (z.shard_params, z.state_tensors) == (11, 2)
+    assert (z.params_bytes, z.grads_bytes) == (4 * 21, 4 * 21)  # nothing else sharded
+    assert z.optimizer_bytes == 8 * 11
+    # a tie goes to the lowest rank: two 4s on 2 ranks, one each; rank 0 has the first
+    tie = torch_zero_bytes([(4,), (4,)], 2, 1, "fp32", "adamw")
+    assert (tie.shard_params, tie.state_tensors) == (4, 1)
+    # bf16-master keeps its fp32 master with the state: 4 B of master per value held
+    master = torch_zero_bytes(shapes, 2, 1, "bf16-master", "adamw")
+    assert master.master_bytes == 4 * 11
+
+
+def test_torch_zero_refuses_no_shapes_and_bad_stages() -> None:
+    from tensorledger.napkin.parallel import torch_zero_bytes
+
+    with pytest.raises(InputError, match="shapes"):
+        torch_zero_bytes([], 2, 1, "fp32", "adamw")
+    with pytest.raises(InputError, match="stage"):
+        torch_zero_bytes([(2,)], 2, 4, "fp32", "adamw")
+    with pytest.raises(InputError, match="dimension"):
+        torch_zero_bytes([(2, -1)], 2, 3, "fp32", "adamw")

@@ -9,9 +9,11 @@ import pytest
 from tensorledger.errors import InputError
 from tensorledger.hardware import get_hardware
 from tensorledger.hardware.catalog import parse_hardware_toml
-from tensorledger.ledger.roofline import roofline_report
+from tensorledger.ledger.roofline import RooflineRun, roofline_report
 from tensorledger.roofline.model import predict, ranks_per_node
-from tensorledger.workload import resolve_workload
+from tensorledger.trace import Trace
+from tensorledger.trace.aggregate import communication
+from tensorledger.workload import Workload, resolve_workload, trace_workload
 from tensorledger.workload.layout import resolve_layout
 
 H100 = get_hardware("h100")  # 8 per node; NVLink 450 GB/s, 0.6 µs; NIC 50 GB/s, 2.7 µs
@@ -29,14 +31,31 @@ def test_ranks_per_node(group: int, stride: int, per_node: int, expected: int) -
     assert ranks_per_node(group, stride, per_node) == expected
 
 
-def _run(**layout: int):  # type: ignore[no-untyped-def]
-    work = resolve_workload("tiny", batch=2, seq=16, precision="fp32",
+def _work(**layout: int) -> Workload:
+    return resolve_workload("tiny", batch=2, seq=16, precision="fp32",
                             layout=resolve_layout(**layout))
-    return roofline_report(work, H100)
 
 
-def test_fsdp_collectives_take_the_ring_time_on_nvlink() -> None:
-    run = _run(fsdp=4)
+# each layout traced once for the module
+@pytest.fixture(scope="module")
+def fsdp4() -> RooflineRun:
+    return roofline_report(_work(fsdp=4), H100)
+
+
+@pytest.fixture(scope="module")
+def fsdp4_trace() -> Trace:
+    return trace_workload(_work(fsdp=4)).trace
+
+
+@pytest.fixture(scope="module")
+def piped() -> RooflineRun:
+    return roofline_report(resolve_workload("tiny", batch=4, seq=16, precision="fp32",
+                                            layout=resolve_layout(pp=2, microbatches=2)), H100)
+
+
+def test_fsdp_collectives_take_the_ring_time_on_nvlink(fsdp4: RooflineRun,
+                                                        fsdp4_trace: Trace) -> None:
+    run = fsdp4
     p = run.prediction
     lat, bandwidth = 0.6e-6, 450e9  # the H100 catalog's NVLink figures, per direction
     by_hand = 0.0
@@ -45,11 +64,7 @@ def test_fsdp_collectives_take_the_ring_time_on_nvlink() -> None:
     assert len(collectives) == 3 + 2 + 3  # gathers: 3 forward, 2 backward; 3 reduce-scatters
     # the records' own S: ring all-gather and reduce-scatter, N = 4 on one node: N − 1 steps
     # of latency and (N − 1)/N · S over the link
-    from tensorledger.ledger.trace import trace_report
-
-    traced = trace_report(resolve_workload("tiny", batch=2, seq=16, precision="fp32",
-                                           layout=resolve_layout(fsdp=4)), depth=1)
-    for row in traced.summary.communication:
+    for row in communication(fsdp4_trace):
         by_hand += row.calls * 3 * lat + 3 / 4 * row.size_bytes / bandwidth
     assert p.communication_s == pytest.approx(by_hand, rel=1e-12)
     assert sum(o.time_s for o in collectives) == pytest.approx(by_hand, rel=1e-12)
@@ -61,11 +76,11 @@ def test_fsdp_collectives_take_the_ring_time_on_nvlink() -> None:
 
 
 def test_hsdp_replicas_cross_nodes_on_the_nic() -> None:
-    run = _run(dp=2, fsdp=8)  # 16 ranks: each shard group fills one node; replicas are 8 apart
-    replicas = [o for o in run.prediction.ops if o.category == "communication"
+    # 16 ranks: each shard group fills one node; replicas are 8 apart
+    traced = list(trace_workload(_work(dp=2, fsdp=8)).trace.records)
+    replicas = [o for o in predict(traced, H100).ops if o.category == "communication"
                 and o.op.startswith("c10d.allreduce")]
     assert replicas, "HSDP all-reduces the reduce-scattered gradients over its replicas"
-    traced = trace_report_records(dp=2, fsdp=8)
     sizes = [r.collective.size_bytes for r in traced if r.collective is not None
              and r.collective.kind == "all-reduce"]
     strides = {r.collective.rank_stride for r in traced if r.collective is not None
@@ -77,26 +92,16 @@ def test_hsdp_replicas_cross_nodes_on_the_nic() -> None:
     assert [o.time_s for o in replicas] == pytest.approx(by_hand, rel=1e-12)
 
 
-def trace_report_records(**layout: int) -> list:  # type: ignore[type-arg]
-    from tensorledger.workload import trace_workload
-
-    work = resolve_workload("tiny", batch=2, seq=16, precision="fp32",
-                            layout=resolve_layout(**layout))
-    return list(trace_workload(work).trace.records)
-
-
-def test_a_chip_without_topology_is_refused_for_a_layout() -> None:
+def test_a_chip_without_topology_is_refused_for_a_layout(fsdp4_trace: Trace
+                                                          ) -> None:
     chip = parse_hardware_toml('name = "bare"\nmemory = "80GB"\nmemory_bandwidth = "3TB/s"\n'
                                '[dense]\nfp32 = "60TFLOP/s"\n', "bare.toml")
-    records = trace_report_records(fsdp=2)
     with pytest.raises(InputError, match="lists no devices_per_node"):
-        predict(records, chip)
+        predict(fsdp4_trace.records, chip)
 
 
-def test_pipeline_rank_time_with_its_bubble_and_sends() -> None:
-    work = resolve_workload("tiny", batch=4, seq=16, precision="fp32",
-                            layout=resolve_layout(pp=2, microbatches=2))
-    run = roofline_report(work, H100)
+def test_pipeline_rank_time_with_its_bubble_and_sends(piped: RooflineRun) -> None:
+    run = piped
     # 2 stages, 2 micro-batches: (p − 1)/(m + p − 1) = 1/3 of the step idles
     assert run.pipeline_bubble == pytest.approx(1 / 3)
     assert run.step_s == pytest.approx(run.prediction.time_s * 3 / 2)
@@ -106,14 +111,12 @@ def test_pipeline_rank_time_with_its_bubble_and_sends() -> None:
                                                            rel=1e-12)
 
 
-def test_cluster_tokens_per_s_by_hand() -> None:
-    run = _run(fsdp=4)
+def test_cluster_tokens_per_s_by_hand(fsdp4: RooflineRun, piped: RooflineRun) -> None:
+    run = fsdp4
     p = run.prediction
     # 4 data-parallel ranks, each 2 × 16 tokens per step, over the serial and overlapped step
     assert run.cluster_tokens_per_s == pytest.approx((4 * 32 / p.time_s,
                                                       4 * 32 / p.overlapped_time_s))
     assert run.exposed_communication_s == pytest.approx(p.time_s - p.overlapped_time_s)
-    piped = roofline_report(resolve_workload("tiny", batch=4, seq=16, precision="fp32",
-                                             layout=resolve_layout(pp=2, microbatches=2)), H100)
     # one pipeline (no data parallelism), 64 tokens, the step stretched by 1 / (1 − 1/3)
     assert piped.cluster_tokens_per_s[0] == pytest.approx(64 / (piped.prediction.time_s * 1.5))

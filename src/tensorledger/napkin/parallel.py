@@ -36,6 +36,7 @@ schedule idles (p−1) micro-batch slots of the m + p − 1 the step takes, a fr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tensorledger.errors import InputError
@@ -59,6 +60,7 @@ __all__ = [
     "ddp_comm_volume",
     "fsdp_comm_volume",
     "pipeline_bubble",
+    "torch_zero_bytes",
     "tp_activation_bytes",
     "tp_comm_volume",
     "zero_bytes",
@@ -111,6 +113,10 @@ class ZeroBytes:
     total_bytes: int
     unsharded_bytes: int  # the same four terms on one rank with nothing sharded
     steps: tuple[Step, ...]
+    #: "paper" (the even partition) or "torch" (what torch.distributed puts on rank 0)
+    partition: str = "paper"
+    #: tensors whose optimizer state the rank holds (its step counters); torch form only
+    state_tensors: int | None = None
 
 
 def zero_bytes(params: int, ranks: int, stage: int, precision: str | Precision,
@@ -156,6 +162,103 @@ def zero_bytes(params: int, ranks: int, stage: int, precision: str | Precision,
                      params_bytes=params_b, grads_bytes=grads_b, master_bytes=master_b,
                      optimizer_bytes=optimizer_b, total_bytes=total, unsharded_bytes=unsharded,
                      steps=steps)
+
+
+def _chunk_rows(rows: int, ranks: int) -> int:
+    """Rows of dimension 0 that FSDP2 gives rank 0: ``torch.chunk``'s ⌈rows / ranks⌉ (the
+    other ranks' shards are padded to the same size)."""
+    return -(-rows // ranks)
+
+
+def _greedy_rank0(numels: Sequence[int], ranks: int) -> list[int]:
+    """The tensors (their sizes) that ``ZeroRedundancyOptimizer`` gives rank 0: whole tensors,
+    largest first, each to the rank holding the fewest elements so far (the lowest rank on a
+    tie)."""
+    held = [0] * ranks
+    mine: list[int] = []
+    for n in sorted(numels, reverse=True):
+        rank = held.index(min(held))
+        held[rank] += n
+        if rank == 0:
+            mine.append(n)
+    return mine
+
+
+def torch_zero_bytes(shapes: Sequence[Sequence[int]], ranks: int, stage: int,
+                     precision: str | Precision, optimizer: str | Optimizer) -> ZeroBytes:
+    """Rank 0's bytes under ZeRO ``stage`` as torch.distributed implements it, from the
+    parameter tensors' ``shapes`` (where :func:`zero_bytes` takes the paper's even split):
+
+    - stage 0, DDP: nothing sharded (the same as the paper);
+    - stage 1, DDP with ``ZeroRedundancyOptimizer``: optimizer state (and master) for *whole
+      tensors*, given out largest first to the least-loaded rank, so a rank can hold more than
+      1/N (llama-3-8b on 64 ranks: rank 0 holds the 525M-parameter embedding, 4.2× the mean);
+    - stage 2, FSDP2 keeping the gathered parameters from forward to backward
+      (``reshard_after_forward=False``): every tensor's dimension-0 chunk at rest, like stage
+      3, *and* the whole gathered model held through the step (the paper's stage 2 keeps only
+      the whole copy; FSDP2 keeps its shard beside it);
+    - stage 3, FSDP2: each tensor's dimension-0 chunk, ⌈rows / N⌉ rows (``torch.chunk``).
+
+    >>> z = torch_zero_bytes([(8, 4), (3,)], 2, 3, "fp32", "sgd")   # chunks (4, 4) and (2,)
+    >>> z.shard_params, z.params_bytes, z.grads_bytes                # 18 params, 4 B each
+    (18, 72, 72)
+    >>> torch_zero_bytes([(8, 4), (3,)], 2, 2, "fp32", "sgd").params_bytes  # 4·(35 + 18)
+    212
+    >>> torch_zero_bytes([(8, 4), (3,), (2,)], 2, 1, "fp32", "adam").optimizer_bytes  # 8·32
+    256
+    """
+    check_count("ranks", ranks)
+    _stage(stage)
+    if not shapes:
+        raise InputError("torch_zero_bytes needs the parameter tensors' shapes, got none")
+    dims = [tuple(_whole("a dimension", d) for d in shape) for shape in shapes]
+    numels = [_numel(d) for d in dims]
+    params = sum(numels)
+    b = bytes_per_param(precision, optimizer)
+    if stage == 1:
+        mine = _greedy_rank0(numels, ranks)
+        shard, tensors = sum(mine), len(mine)
+        rule = "whole tensors, largest first to the least-loaded rank"
+    else:
+        shard = sum(_chunk_rows(d[0], ranks) * _numel(d[1:]) if d else 1
+                    for d in dims) if stage >= 2 else params
+        tensors = len(dims)
+        rule = "each tensor's ⌈rows / N⌉ rows" if stage >= 2 else "nothing sharded"
+    if stage == 0:
+        shard = -(-params // ranks)
+    gathered = params if stage == 2 else 0
+    params_b = round(b.params_bytes_per_param * ((shard if stage >= 2 else params) + gathered))
+    grads_b = round(b.grads_bytes_per_param * (shard if stage >= 2 else params))
+    master_b = round(b.master_bytes_per_param * (shard if stage >= 1 else params))
+    optimizer_b = round(b.optimizer_bytes_per_param * (shard if stage >= 1 else params))
+    total = params_b + grads_b + master_b + optimizer_b
+    unsharded = zero_bytes(params, 1, 0, b.precision, b.optimizer).total_bytes
+    steps = (
+        Step("parameters", "sum of the tensors' sizes", params, "params"),
+        Step("rank 0's share", rule, shard, "params"),
+        Step("parameters", f"{b.params_bytes_per_param:g} B × "
+             + {0: "params", 1: "params", 2: "(share + gathered params)", 3: "share"}[stage],
+             params_b, "bytes"),
+        Step("gradients", f"{b.grads_bytes_per_param:g} B × "
+             + ("share" if stage >= 2 else "params"), grads_b, "bytes"),
+        Step("master copy", f"{b.master_bytes_per_param:g} B × "
+             + ("share" if stage >= 1 else "params"), master_b, "bytes"),
+        Step("optimizer state", f"{b.optimizer_bytes_per_param:g} B × "
+             + ("share" if stage >= 1 else "params"), optimizer_b, "bytes"),
+        Step(f"rank 0, ZeRO-{stage} as torch implements it", "sum", total, "bytes"),
+    )
+    return ZeroBytes(stage=stage, ranks=ranks, params=params, precision=b.precision,
+                     optimizer=b.optimizer, breakdown=b, shard_params=shard,
+                     params_bytes=params_b, grads_bytes=grads_b, master_bytes=master_b,
+                     optimizer_bytes=optimizer_b, total_bytes=total, unsharded_bytes=unsharded,
+                     steps=steps, partition="torch", state_tensors=tensors)
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def zero_table(params: int, ranks: int, precision: str | Precision,
