@@ -20,7 +20,8 @@ def step_facts(run: StepTrace) -> StepFacts:
                      checkpointed=work.checkpoint, param_numels=run.param_numels,
                      config=work.source.config, ranks=work.layout.count,
                      layout=work.layout.describe(),
-                     activation_split=work.layout.tp * work.layout.pp)
+                     tensor_parallel=work.layout.tp,
+                     sequence_parallel=work.layout.sp, pipeline_stages=work.layout.pp)
 
 
 def memory_report(work: Workload, hardware: Hardware | None = None, count: int = 1,

@@ -63,7 +63,9 @@ class StepFacts:
     config: TransformerConfig | None  # the reference Transformer's, for the closed forms
     ranks: int = 1  # devices of the layout the step is one rank of (its tensors are shards)
     layout: str = ""  # that layout, in words ("FSDP ZeRO-3 × 8 · TP × 8")
-    activation_split: int = 1  # ranks a step's activations are split over (TP × PP)
+    tensor_parallel: int = 1  # a tensor-parallel rank saves its split of the activations
+    sequence_parallel: bool = False  # ... and its share of the sequence around the norms
+    pipeline_stages: int = 1  # a pipeline rank saves its stage's, for its micro-batches
 
     def __repr__(self) -> str:  # pragma: no mutate block (presentation: the summary line)
         return summary("StepFacts", f"{self.model} {self.step}",
@@ -163,13 +165,14 @@ def memory_ledger(trace: Trace, tags: Mapping[int, str], facts: StepFacts, *,
     grads = max((p.gradient_bytes for p in timeline.points), default=0)
     recipe = recipe_bytes(facts.precision, facts.optimizer, list(facts.param_numels))
     closed = None
-    # a data-parallel rank saves what one device saves for its batch; a tensor- or pipeline-
-    # parallel one saves its split, which the one-device closed form does not describe
+    # a data-parallel rank saves what one device saves for its batch, a tensor-parallel one
+    # its split (the closed form follows it); a pipeline stage's is not described
     if (facts.config is not None and facts.precision.name != "mixed-bf16"
-            and facts.activation_split == 1):
+            and facts.pipeline_stages == 1):
         width = 4 if facts.precision.param_bytes == 4 else 2
         closed = activation_memory(facts.config, facts.batch, facts.seq_len, width,
-                                   facts.checkpointed)
+                                   facts.checkpointed, tp=facts.tensor_parallel,
+                                   sequence_parallel=facts.sequence_parallel)
     first_peak = None
     if first_step is not None:
         first_peak = build_timeline(*first_step).peak.total_bytes

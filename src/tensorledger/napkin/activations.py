@@ -84,11 +84,13 @@ class ActivationMemory:
     korthikanti_layer_bytes: int  # the paper's per-layer figure at the same shape, for contrast
 
 
-def _norm_bytes(config: TransformerConfig, tokens: int, a: int) -> int:
-    d = config.d_model
+def _norm_bytes(config: TransformerConfig, tokens: int, a: int, shards: int = 1) -> int:
+    """A norm's saved bytes over ``tokens``; with sequence parallelism (``shards`` > 1) the norm
+    runs on its 1/t of the tokens and the next projections save the all-gathered output."""
+    d, mine = config.d_model, tokens // shards
     if config.norm == "rmsnorm":
-        return 4 * tokens * d + _STAT_BYTES * tokens + 4 * tokens * d + tokens * d * a
-    return tokens * d * a + 2 * _STAT_BYTES * tokens + tokens * d * a
+        return 4 * mine * d + _STAT_BYTES * mine + 4 * mine * d + tokens * d * a
+    return mine * d * a + 2 * _STAT_BYTES * mine + tokens * d * a
 
 
 def korthikanti_layer_bytes(config: TransformerConfig, batch: int, seq_len: int) -> int:
@@ -98,22 +100,50 @@ def korthikanti_layer_bytes(config: TransformerConfig, batch: int, seq_len: int)
 
 
 def activation_memory(config: TransformerConfig, batch: int, seq_len: int,
-                      dtype_bytes: int = 2, checkpointed: bool = False) -> ActivationMemory:
-    """Bytes the reference Transformer saves for backward in one training forward pass."""
-    _positive(batch=batch, seq_len=seq_len)
+                      dtype_bytes: int = 2, checkpointed: bool = False, tp: int = 1,
+                      sequence_parallel: bool = False) -> ActivationMemory:
+    """Bytes the reference Transformer saves for backward in one training forward pass; with
+    ``tp`` > 1, what one tensor-parallel rank saves under the Megatron plan of
+    :func:`tensorledger.workload.parallel.default_tp_plan` (rederived from traced ranks):
+
+    - q, k, v, the attention output, the MLP's insides and the log-sum-exp are split by heads
+      or columns: 1/t of each; RoPE's cos and sin tables are not;
+    - the norms, their inputs and the loss's log-softmax (the logits are gathered) are whole
+      on every rank;
+    - with ``sequence_parallel`` the norms run on 1/t of the tokens; the projections after
+      each save its all-gathered output, n·d·a, whole (torch saves the gathered input of a
+      linear layer: Korthikanti et al. re-gather it in backward instead).
+
+    >>> from tensorledger.napkin.transformer import get_preset
+    >>> tiny = get_preset("tiny")
+    >>> activation_memory(tiny, 2, 16, 4, tp=2).attention_bytes_per_layer  # (16384+8192+512)/2+2048
+    14592
+    >>> activation_memory(tiny, 2, 16, 4, tp=2, sequence_parallel=True).norms_bytes_per_layer
+    32896
+    """
+    _positive(batch=batch, seq_len=seq_len, tp=tp)
     if dtype_bytes not in (2, 4):
         raise InputError(f"dtype_bytes must be 2 (bf16/fp16) or 4 (fp32), got {dtype_bytes!r}")
+    for what, size in (("heads", config.n_heads), ("key/value heads", config.n_kv_heads),
+                       ("MLP width", config.d_ff)):
+        if size % tp:
+            raise InputError(f"tensor parallelism of {tp} does not divide the {size} {what} "
+                             f"of {config.name}")
+    if sequence_parallel and seq_len % tp:
+        raise InputError(f"sequence parallelism of {tp} does not divide the sequence of "
+                         f"{seq_len}")
     a, n, s = dtype_bytes, batch * seq_len, seq_len
-    norm = _norm_bytes(config, n, a)
+    shards = tp if sequence_parallel else 1
+    norm = _norm_bytes(config, n, a, shards)
     norms = 2 * norm
-    attention = (n * (config.q_dim + 2 * config.kv_dim) * a + n * config.q_dim * a
-                 + _STAT_BYTES * batch * config.n_heads * s)
+    attention = ((n * (config.q_dim + 2 * config.kv_dim) * a + n * config.q_dim * a) // tp
+                 + _STAT_BYTES * batch * (config.n_heads // tp) * s)
     if config.positions == "rope":
         tables = 2 if a == 4 else 4  # cos and sin; cast apart for q and k when 16-bit
         attention += tables * s * config.head_dim * a
-    mlp = (4 if config.mlp == "swiglu" else 2) * n * config.d_ff * a
+    mlp = (4 if config.mlp == "swiglu" else 2) * n * (config.d_ff // tp) * a
     per_layer = norms + attention + mlp
-    kept_per_layer = n * config.d_model * a if checkpointed else per_layer
+    kept_per_layer = n // shards * config.d_model * a if checkpointed else per_layer
     layers = config.n_layers * kept_per_layer
     embeddings = _INDEX_BYTES * n + (_INDEX_BYTES * s if config.positions == "learned" else 0)
     final_norm = norm

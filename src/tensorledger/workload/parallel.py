@@ -364,7 +364,8 @@ def _data_parallel_mesh(layout: Layout, mesh: DeviceMesh) -> DeviceMesh:
 
 
 def parallelize(model: nn.Module, layout: Layout, mesh: DeviceMesh,
-                tp_plan: Mapping[str, TpStyle | ParallelStyle] | None = None) -> nn.Module:
+                tp_plan: Mapping[str, TpStyle | ParallelStyle] | None = None,
+                between: Callable[[nn.Module], nn.Module] | None = None) -> nn.Module:
     """Lay ``model`` out by ``layout`` on ``mesh`` (from :func:`build_mesh`) and return the
     module to run (the same one, or DDP around it).
 
@@ -373,7 +374,9 @@ def parallelize(model: nn.Module, layout: Layout, mesh: DeviceMesh,
     the root over ``mesh["fsdp"]`` (ZeRO-3; ZeRO-2 keeps each unit gathered from forward to
     backward), over the 2-D ``mesh["dp", "fsdp"]`` for HSDP (sharded within, replicated
     across); DDP over ``mesh["dp"]``; for ZeRO-1, DDP over ``mesh["fsdp"]`` with the optimizer
-    sharded by :func:`make_optimizer`.  It may run under FakeTensorMode (as
+    sharded by :func:`make_optimizer`.  ``between`` (activation checkpointing, say) is applied
+    after tensor parallelism and before the data-parallel wrapping, the order torchtitan uses,
+    so FSDP's units are the checkpointed blocks.  It may run under FakeTensorMode (as
     :func:`trace_parallel_step` runs it) or on real tensors.
 
     >>> from tensorledger.workload.layout import Layout
@@ -391,6 +394,8 @@ def parallelize(model: nn.Module, layout: Layout, mesh: DeviceMesh,
     elif tp_plan:
         raise InputError("a tensor-parallel plan was given but the layout has no --tp; give "
                          "--tp N (N > 1) or drop the plan")
+    if between is not None:
+        model = between(model)
     if strategy in ("fsdp", "hsdp"):
         from torch._subclasses.fake_tensor import unset_fake_temporarily
         from torch.distributed.fsdp import fully_shard

@@ -245,7 +245,8 @@ def _build_module(work: Workload, target: str, dtype: torch.dtype,
     if source.builder == "reference":
         assert source.config is not None
         model: nn.Module = build_model(source.config, target, dtype)
-        return checkpoint_blocks(model) if work.checkpoint else model
+        # a laid-out model is checkpointed by :func:`prepare`, after tensor parallelism
+        return checkpoint_blocks(model) if work.checkpoint and work.layout.single else model
     if source.builder == "transformers":
         with torch.device(target), user_code(f"building {source.label} with transformers"):
             return _hf_model(work, dtype)
@@ -325,7 +326,9 @@ def prepare(work: Workload, target: str, mesh: Any = None) -> PreparedStep:
 
         with user_code(f"laying {source.label} out as {work.layout.describe()}",
                        (source.path,) if source.kind == "factory" and source.path else ()):
-            module = parallelize(module, work.layout, mesh)
+            checkpointed = work.checkpoint and source.builder == "reference"
+            module = parallelize(module, work.layout, mesh,
+                                 between=checkpoint_blocks if checkpointed else None)
     parameters = list(dict.fromkeys(module.parameters()))
     if work.step.backward and not any(p.requires_grad for p in parameters):
         raise ModelError(f"{source.label} has no trainable parameters: there is nothing to "
