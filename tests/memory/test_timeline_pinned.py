@@ -174,5 +174,8 @@ def test_the_closed_form_uses_the_parameter_width(precision: str, width: int) ->
     assert closed is not None and closed.dtype_bytes == width
 
 
-def test_autocast_has_no_closed_form() -> None:
-    assert memory_ledger("sgd", "mixed-bf16").activations_closed_form is None
+def test_autocast_has_its_own_closed_form() -> None:
+    closed = memory_ledger("sgd", "mixed-bf16").activations_closed_form
+    # bf16 compute over fp32 weights: 2-byte activations, and the weights' bf16 copies
+    assert closed is not None and closed.autocast and closed.dtype_bytes == 2
+    assert closed.weight_copies_bytes > 0

@@ -91,3 +91,35 @@ def test_tp_must_divide_the_heads_and_sp_the_sequence() -> None:
         activation_memory(TINY, B, S, 4, tp=4)
     with pytest.raises(InputError, match="sequence"):
         activation_memory(TINY, B, 15, 4, tp=2, sequence_parallel=True)
+
+
+def test_tiny_under_autocast_by_hand() -> None:
+    # mixed-bf16: fp32 weights and stream, bf16 compute; n = 32, d 64, a = 2
+    # per layer: two RMSNorms of fp32 input + statistics + normalised input, no output:
+    #   2 × (4·n·d + 4·n + 4·n·d) = 2 × 16,512 = 33,024
+    # attention: q, k, v cast their input apart (3·n·d·2 = 12,288); SDPA keeps q, k, v and its
+    #   output (n·(64 + 32 + 32 + 64)·2 = 12,288), log-sum-exp 4·b·4·s = 512, RoPE's four
+    #   16-bit tables 4·16·16·2 = 2,048: 27,136
+    # MLP: gate's and up's casts 2·n·d·2 = 8,192, SwiGLU's four n·d_ff tensors 4·n·128·2 =
+    #   32,768: 40,960
+    # the bf16 copies of the layer's matrices: 2 × (2·64·64 + 2·64·32 + 3·64·128) = 73,728
+    per_layer = 33_024 + 27_136 + 40_960 + 73_728
+    # outside: token ids 256, final norm 16,512, the head's input cast n·d·2 = 4,096 and weight
+    # copy 128·64·2 = 16,384, the fp32 log-softmax n·V·4 = 16,384, targets 256, the scalar 4
+    total = 2 * per_layer + 256 + 16_512 + 4_096 + 16_384 + 16_384 + 256 + 4
+    assert total == 403_588
+    saved, closed = _saved(TINY, "mixed-bf16")
+    assert closed == total and saved == total - 8 * N
+
+
+@pytest.mark.parametrize(("config", "layout", "checkpoint"), [
+    (TINY, {"tp": 2, "sp": True}, False),
+    (TINY, {"tp": 2}, True),
+    (GPT_LIKE, {"tp": 2, "sp": True}, False),
+    (GPT_LIKE, {}, True),
+])
+def test_autocast_is_exact_under_tp_sp_and_checkpointing(config: TransformerConfig,
+                                                         layout: dict[str, int],
+                                                         checkpoint: bool) -> None:
+    saved, closed = _saved(config, "mixed-bf16", checkpoint, **layout)
+    assert closed is not None and saved == closed - 8 * N

@@ -32,8 +32,8 @@ rederived; with n = b·s tokens, a = bytes per activation (the parameter dtype),
 Outside the layers: the token ids (8·n), a learned position index (8·s), the final norm, the
 log-softmax of the loss (n·V·a, the largest single tensor at small d), the targets (8·n) and
 one fp32 scalar.  The logits themselves are not kept.  With per-layer checkpointing a layer
-keeps only its input, n·d·a.  Under bf16 autocast the picture changes again (bf16 copies of
-inputs and weights are saved); this closed form covers a model run in its parameter dtype.
+keeps only its input, n·d·a.  Under bf16 autocast (``autocast=True``) the linear layers save
+bf16 copies of their inputs and weights and the stream stays fp32: see :func:`activation_memory`.
 
 >>> from tensorledger.napkin.transformer import get_preset
 >>> m = activation_memory(get_preset("gpt2"), batch=1, seq_len=1024, dtype_bytes=4)
@@ -82,6 +82,9 @@ class ActivationMemory:
     loss_bytes: int  # log-softmax output, targets, total weight
     total_bytes: int
     korthikanti_layer_bytes: int  # the paper's per-layer figure at the same shape, for contrast
+    weight_copies_bytes: int = 0  # under autocast: the bf16 weight casts saved (in the layers
+    #                                and the loss's head), included in the totals above
+    autocast: bool = False
 
 
 def _norm_bytes(config: TransformerConfig, tokens: int, a: int, shards: int = 1) -> int:
@@ -101,7 +104,8 @@ def korthikanti_layer_bytes(config: TransformerConfig, batch: int, seq_len: int)
 
 def activation_memory(config: TransformerConfig, batch: int, seq_len: int,
                       dtype_bytes: int = 2, checkpointed: bool = False, tp: int = 1,
-                      sequence_parallel: bool = False) -> ActivationMemory:
+                      sequence_parallel: bool = False, autocast: bool = False
+                      ) -> ActivationMemory:
     """Bytes the reference Transformer saves for backward in one training forward pass; with
     ``tp`` > 1, what one tensor-parallel rank saves under the Megatron plan of
     :func:`tensorledger.workload.parallel.default_tp_plan` (rederived from traced ranks):
@@ -114,16 +118,32 @@ def activation_memory(config: TransformerConfig, batch: int, seq_len: int,
       each save its all-gathered output, n·d·a, whole (torch saves the gathered input of a
       linear layer: Korthikanti et al. re-gather it in backward instead).
 
+    With ``autocast`` (the ``mixed-bf16`` recipe: fp32 parameters, bf16 autocast) the
+    residual stream, the norms and the log-softmax stay fp32 and each linear layer saves its
+    *own* bf16 cast of its input and of its weight (autocast caches a weight's cast; the
+    weights' copies are freed in backward):
+
+    - a norm saves its fp32 input and statistics (RMSNorm also its fp32 normalised input)
+      but not its output: the linear layers after it save their casts, n·d·2 each (q, k and
+      v three, SwiGLU's gate and up two, GELU's one, the head one);
+    - every matrix's bf16 copy, 2 bytes per (local) weight, biases not (their gradient needs
+      no saved tensor);
+    - the log-softmax output in fp32, n·V·4.
+
     >>> from tensorledger.napkin.transformer import get_preset
     >>> tiny = get_preset("tiny")
     >>> activation_memory(tiny, 2, 16, 4, tp=2).attention_bytes_per_layer  # (16384+8192+512)/2+2048
     14592
     >>> activation_memory(tiny, 2, 16, 4, tp=2, sequence_parallel=True).norms_bytes_per_layer
     32896
+    >>> activation_memory(tiny, 2, 16, 2, autocast=True).weight_copies_bytes  # 2·(2·36864+8192)
+    163840
     """
     _positive(batch=batch, seq_len=seq_len, tp=tp)
     if dtype_bytes not in (2, 4):
         raise InputError(f"dtype_bytes must be 2 (bf16/fp16) or 4 (fp32), got {dtype_bytes!r}")
+    if autocast and dtype_bytes != 2:
+        raise InputError("autocast computes in 16 bits: give dtype_bytes=2 with autocast")
     for what, size in (("heads", config.n_heads), ("key/value heads", config.n_kv_heads),
                        ("MLP width", config.d_ff)):
         if size % tp:
@@ -132,23 +152,37 @@ def activation_memory(config: TransformerConfig, batch: int, seq_len: int,
     if sequence_parallel and seq_len % tp:
         raise InputError(f"sequence parallelism of {tp} does not divide the sequence of "
                          f"{seq_len}")
-    a, n, s = dtype_bytes, batch * seq_len, seq_len
+    a, n, s, d = dtype_bytes, batch * seq_len, seq_len, config.d_model
     shards = tp if sequence_parallel else 1
-    norm = _norm_bytes(config, n, a, shards)
+    swiglu = config.mlp == "swiglu"
+    norm = _autocast_norm_bytes(config, n // shards) if autocast else _norm_bytes(
+        config, n, a, shards)
     norms = 2 * norm
     attention = ((n * (config.q_dim + 2 * config.kv_dim) * a + n * config.q_dim * a) // tp
                  + _STAT_BYTES * batch * (config.n_heads // tp) * s)
     if config.positions == "rope":
         tables = 2 if a == 4 else 4  # cos and sin; cast apart for q and k when 16-bit
         attention += tables * s * config.head_dim * a
-    mlp = (4 if config.mlp == "swiglu" else 2) * n * (config.d_ff // tp) * a
-    per_layer = norms + attention + mlp
-    kept_per_layer = n // shards * config.d_model * a if checkpointed else per_layer
+    mlp = (4 if swiglu else 2) * n * (config.d_ff // tp) * a
+    copies = 0
+    if autocast:  # each linear's cast input, whole on a TP rank (and gathered under SP)
+        attention += 3 * n * d * a
+        mlp += (2 if swiglu else 1) * n * d * a
+        matrices = (2 * d * config.q_dim + 2 * d * config.kv_dim
+                    + (3 if swiglu else 2) * d * config.d_ff)
+        copies = a * matrices // tp
+    per_layer = norms + attention + mlp + copies
+    # a checkpointed layer keeps its input: the residual stream, fp32 under autocast
+    stream = 4 if autocast else a
+    kept_per_layer = n // shards * d * stream if checkpointed else per_layer
     layers = config.n_layers * kept_per_layer
     embeddings = _INDEX_BYTES * n + (_INDEX_BYTES * s if config.positions == "learned" else 0)
     final_norm = norm
-    loss = n * config.vocab_size * a + _INDEX_BYTES * n + _STAT_BYTES
+    head_copy = a * config.vocab_size * d // tp if autocast else 0
+    loss = (n * config.vocab_size * (4 if autocast else a) + _INDEX_BYTES * n + _STAT_BYTES
+            + (n * d * a + head_copy if autocast else 0))
     total = layers + embeddings + final_norm + loss
+    weight_copies = (0 if checkpointed else config.n_layers * copies) + head_copy
     return ActivationMemory(model=config.name, batch=batch, seq_len=seq_len, dtype_bytes=a,
                             checkpointed=checkpointed, norms_bytes_per_layer=norms,
                             attention_bytes_per_layer=attention, mlp_bytes_per_layer=mlp,
@@ -156,7 +190,17 @@ def activation_memory(config: TransformerConfig, batch: int, seq_len: int,
                             embeddings_bytes=embeddings, final_norm_bytes=final_norm,
                             loss_bytes=loss, total_bytes=total,
                             korthikanti_layer_bytes=korthikanti_layer_bytes(config, batch,
-                                                                            seq_len))
+                                                                            seq_len),
+                            weight_copies_bytes=weight_copies, autocast=autocast)
+
+
+def _autocast_norm_bytes(config: TransformerConfig, tokens: int) -> int:
+    """A norm under autocast: fp32 input and statistics (and RMSNorm's normalised input);
+    its output is saved only as the next layers' bf16 casts, counted with them."""
+    d = config.d_model
+    if config.norm == "rmsnorm":
+        return 4 * tokens * d + _STAT_BYTES * tokens + 4 * tokens * d
+    return 4 * tokens * d + 2 * _STAT_BYTES * tokens
 
 
 @dataclass(frozen=True)
