@@ -19,8 +19,8 @@ from tensorledger.units import parse_bytes, parse_count
 
 __all__ = ["global_batch_seqs", "register"]
 
-#: The largest global batch taken, in sequences (2^40).
-LARGEST_BATCH_SEQS = 1 << 40
+#: The largest global batch taken, in sequences (2^32).
+LARGEST_BATCH_SEQS = 1 << 32
 _SEQUENCES = re.compile(r"^\s*(.+?)\s*(seqs|seq|sequences)\s*$")
 
 

@@ -30,6 +30,8 @@ per micro-batch size): reasons are ``divisibility``, ``global batch`` and ``memo
 
 from __future__ import annotations
 
+import functools
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -113,6 +115,7 @@ class LayoutPlan:
         return self.ranked[0]
 
 
+@functools.lru_cache(maxsize=4096)
 def divisors(n: int) -> tuple[int, ...]:
     """The divisors of ``n`` in increasing order.
 
@@ -219,7 +222,7 @@ def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, s
     """
     _check("count", count, LARGEST_COUNT)
     _check("seq_len", seq_len, config.context_length)
-    _check("global batch (sequences)", global_batch_seqs, 1 << 40)
+    _check("global batch (sequences)", global_batch_seqs, 1 << 32)
     _check("top", top, 10_000)
     budget = hardware.memory_bytes if budget_bytes is None else budget_bytes
     if not 0 < budget <= hardware.memory_bytes:
@@ -244,29 +247,35 @@ def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, s
             closest_batch = dp if closest_batch is None else min(closest_batch, dp)
             continue
         per_rank = global_batch_seqs // dp
+        micros = divisors(per_rank)
         for zero, shard in _shardings(dp):
-            for micro in divisors(per_rank):
-                m = per_rank // micro
-                for schedule, v in _SCHEDULES if pp > 1 else (("none", 1),):
-                    choice = LayoutChoice(dp=dp, tp=tp, pp=pp, zero=zero, shard=shard, sp=sp,
-                                          micro_batch=micro, accumulation=m,
-                                          schedule=schedule, chunks=v)
-                    if v > 1 and (m % pp or config.n_layers < pp * v):
-                        tally.reject(choice, "divisibility",
-                                     f"interleaved: {m} micro-batch(es), not a multiple of pp "
-                                     f"{pp}" if m % pp else f"interleaved × {v}: fewer layers "
-                                     "than chunks")
-                        continue
-                    for checkpoint in _checkpoints(attention):
+            for schedule, v in _SCHEDULES if pp > 1 else (("none", 1),):
+                for checkpoint in _checkpoints(attention):
+                    # memory grows with the micro-batch (b · min(p, m) = min(p·b, B) in
+                    # flight): past the first that does not fit, none does
+                    past = None
+                    for micro in micros:
+                        m = per_rank // micro
                         point = LayoutChoice(dp=dp, tp=tp, pp=pp, zero=zero, shard=shard,
                                              sp=sp, micro_batch=micro, accumulation=m,
                                              schedule=schedule, chunks=v,
                                              checkpoint=checkpoint)
+                        if v > 1 and (m % pp or config.n_layers < pp * v):
+                            tally.reject(point, "divisibility", (
+                                f"interleaved: {m} micro-batch(es), not a multiple of pp {pp}"
+                                if m % pp else
+                                f"interleaved × {v}: fewer layers than chunks"))
+                            continue
+                        if past is not None:
+                            tally.reject(point, "memory per rank", f"more than {past}",
+                                         math.inf)
+                            continue
                         memory = rank_memory(setup, point)
                         if memory.total_bytes > budget:
                             tally.reject(point, "memory per rank",
                                          f"{memory.total_bytes / 1e9:.1f} GB > "
                                          f"{budget / 1e9:g} GB", memory.total_bytes)
+                            past = f"{memory.total_bytes / 1e9:.1f} GB (micro-batch {micro})"
                             continue
                         tally.searched += 1
                         time = step_time(setup, point, memory)
