@@ -78,3 +78,16 @@ def test_fit_with_activations(cli) -> None:  # type: ignore[no-untyped-def]
     assert_one_line_error(cli("fit", "--batch", "8"), "--batch and --seq go together")
     assert_one_line_error(cli("fit", "--batch", "8", "--seq", "8", "--checkpoint", "some"),
                           "unknown checkpoint")
+
+
+def test_plan_does_not_import_torch() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from tensorledger.cli import main; "
+            "main(['plan', '-m', 'llama-3-8b', '-g', '64seq', '--json']); "
+            "main(['fit', '--batch', '8', '--seq', '4096', '--json']); "
+            "sys.stderr.write(str(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stderr.strip() == "[]"

@@ -244,3 +244,24 @@ def test_tp_rule_shared_with_the_traced_layout() -> None:
     assert tp_indivisible(config, 3) == ("attention heads", 64)
     with pytest.raises(InputError, match="does not divide llama-3-70b's 8 key/value heads"):
         check_layout(resolve_layout(tp=16), config, batch=1, seq=16)
+
+
+def test_zero_comm_by_hand() -> None:
+    setup = _setup("llama-3-8b", 8, 4096, 16)
+    P = 8_030_261_248
+    # one ring over 8 ranks of a node: (7/8)·S / 450 GB/s + 7 hops · 0.6 µs, S = 2P (bf16)
+    half = 7 / 8 * 2 * P / 450e9 + 7 * 0.6e-6
+    zero3 = LayoutChoice(dp=8, tp=1, pp=1, zero=3, shard=8, micro_batch=1, accumulation=2)
+    # every micro-batch: reduce-scatter the gradients, all-gather the weights twice
+    assert step_time(setup, zero3, rank_memory(setup, zero3)).dp_comm_s == pytest.approx(
+        2 * 3 * half)
+    zero2 = dataclasses.replace(zero3, zero=2)
+    assert step_time(setup, zero2, rank_memory(setup, zero2)).dp_comm_s == pytest.approx(
+        2 * half + half)  # reduce-scatter per micro-batch, one all-gather
+    # ZeRO-1 over 4 with 2 replicas: reduce-scatter + all-gather over 4, then the replicas
+    # all-reduce a quarter of the gradients: 2·(1/2)·(2P/4) / 450 GB/s + 2 hops · 0.6 µs
+    zero1 = LayoutChoice(dp=8, tp=1, pp=1, zero=1, shard=4, micro_batch=1, accumulation=2)
+    quarter = 3 / 4 * 2 * P / 450e9 + 3 * 0.6e-6
+    replicas = 2 * P / 4 / 450e9 + 2 * 0.6e-6
+    assert step_time(setup, zero1, rank_memory(setup, zero1)).dp_comm_s == pytest.approx(
+        2 * quarter + replicas)
