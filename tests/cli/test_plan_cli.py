@@ -91,3 +91,21 @@ def test_plan_does_not_import_torch() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stderr.strip() == "[]"
+
+
+def test_accumulate(cli) -> None:  # type: ignore[no-untyped-def]
+    doc = cli("accumulate", "-m", "llama-3-8b", "-n", "8", "--zero", "3", "-g", "64seq",
+              "--seq", "8192", "--json").json()
+    assert doc["command"] == "accumulate"
+    assert [(o["micro_batch"], o["accumulation"]) for o in doc["options"]] == [
+        (1, 8), (2, 4), (4, 2), (8, 1)]
+    # one sequence: 40,709,914,624 bytes of activations (tests/plan/test_accumulate.py)
+    assert doc["chosen"]["micro_batch"] == 1
+    assert doc["chosen"]["activation_bytes"] == 40_709_914_624
+    table = cli("accumulate", "-m", "llama-3-8b", "-n", "8", "--zero", "3", "-g", "64seq",
+                "--seq", "8192").stdout
+    assert "chosen: micro-batch 1 × 8 accumulation steps" in " ".join(table.split())
+    assert_one_line_error(cli("accumulate", "-m", "llama-3-8b", "-n", "8", "-g", "4seq"),
+                          "does not split over 8")
+    assert_one_line_error(cli("accumulate", "-m", "llama-3-70b", "-n", "8", "-g", "8seq",
+                              "--seq", "8192"), "memory per rank binds")

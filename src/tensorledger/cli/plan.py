@@ -1,4 +1,5 @@
-"""``tensorledger plan``: search the layouts of a cluster in closed form.  No torch."""
+"""``tensorledger plan`` (search the layouts of a cluster) and ``tensorledger accumulate``
+(split a global batch into micro-batches), in closed form.  No torch."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from tensorledger.cli.common import JSON_HELP, emit, integer_parser, real_parser
 from tensorledger.errors import InputError
 from tensorledger.hardware import get_hardware
 from tensorledger.napkin.transformer import get_preset
-from tensorledger.plan import ATTENTIONS, plan_layouts
+from tensorledger.plan import ATTENTIONS, plan_accumulation, plan_layouts
 from tensorledger.plan.layouts import LARGEST_COUNT
-from tensorledger.report.plan import layout_plan_view
+from tensorledger.report.plan import accumulation_view, layout_plan_view
 from tensorledger.units import parse_bytes, parse_count
 
 __all__ = ["global_batch_seqs", "register"]
@@ -108,5 +109,51 @@ def plan_command(
     emit("plan", result, as_json, *layout_plan_view(result))
 
 
+def accumulate_command(
+    model: Annotated[str, typer.Option("--model", "-m", help="A preset (llama-3-8b, ...).")],
+    global_batch: Annotated[str, typer.Option("--global-batch", "-g", help=(
+        "Tokens per optimizer step (1M; rounded to whole sequences) or sequences (64seq)."))],
+    hardware: Annotated[str, typer.Option("--hardware", "-H", help=(
+        "Catalog chip (h100, a100, ...) or a TOML file."))] = "h100",
+    count: Annotated[int, typer.Option("--count", "-n", parser=integer_parser(
+        1, LARGEST_COUNT), help="Data-parallel ranks.")] = 1,
+    seq: Annotated[int, typer.Option("--seq", "-s", parser=integer_parser(1, 1 << 24), help=(
+        "Sequence length (at most the model's context)."))] = 4096,
+    zero: Annotated[int, typer.Option("--zero", parser=integer_parser(0, 3), help=(
+        "ZeRO stage over the ranks: 0 (DDP) to 3 (FSDP)."))] = 0,
+    checkpoint: Annotated[str, typer.Option(help="none, selective or full.")] = "none",
+    budget: Annotated[str | None, typer.Option(help=(
+        "Memory one rank may use (70GB), at most the device's."))] = None,
+    precision: Annotated[str, typer.Option("--precision", "-p", help=(
+        "bf16-master, mixed-bf16, bf16, fp32, lecture."))] = "bf16-master",
+    optimizer: Annotated[str, typer.Option("--optimizer", "-o", help="adamw, sgd, ...")]
+    = "adamw",
+    attention: Annotated[str, typer.Option(help="flash or eager.")] = "flash",
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
+) -> None:
+    """Split a global batch into micro-batch × accumulation steps on COUNT data-parallel ranks:
+    activations, memory, arithmetic intensity and step time of every split; the fastest that
+    fits is chosen."""
+    config = get_preset(model)
+    chip = get_hardware(hardware)
+    if attention.strip().lower() not in ATTENTIONS:
+        raise InputError(f"unknown --attention {attention!r}; known: {', '.join(ATTENTIONS)}")
+    if seq > config.context_length:
+        raise InputError(f"--seq {seq:,} is longer than {config.name}'s context of "
+                         f"{config.context_length:,} tokens")
+    seqs, note = global_batch_seqs(global_batch, seq)
+    budget_bytes = None if budget is None else parse_bytes(budget)
+    if budget_bytes is not None and not 0 < budget_bytes <= chip.memory_bytes:
+        raise InputError(f"--budget must be above 0 and at most {chip.id}'s "
+                         f"{chip.memory_bytes / 1e9:g} GB, got {budget!r}")
+    result = plan_accumulation(config, chip, seq_len=seq, global_batch_seqs=seqs, count=count,
+                               zero=zero, checkpoint=checkpoint.strip().lower(),
+                               precision=precision, optimizer=optimizer,
+                               budget_bytes=budget_bytes, attention=attention.strip().lower())
+    emit("accumulate", result, as_json, *accumulation_view(result),
+         *([f"note: {note}"] if note else []))
+
+
 def register(app: typer.Typer) -> None:
     app.command("plan")(plan_command)
+    app.command("accumulate")(accumulate_command)

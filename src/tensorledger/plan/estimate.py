@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
@@ -114,6 +115,8 @@ class PlanSetup:
                              f"{', '.join(ATTENTIONS)}")
         if not 0.0 < self.efficiency <= 1.0:
             raise InputError(f"efficiency must be in (0, 1], got {self.efficiency!r}")
+        # counts and FLOPs of the model, and the priced collectives, worked out once per search
+        object.__setattr__(self, "_model", _Model(self))
 
     @property
     def tokens_per_step(self) -> int:
@@ -271,6 +274,7 @@ class _Model:
         self.attention_forward_per_token = (forward.attention_scores_flops
                                             + forward.attention_values_flops)
         self.states: dict[tuple[int, int, int], float] = {}
+        self.collectives: dict[tuple[CollectiveKind, float, int, int], float] = {}
 
     def states_bytes(self, setup: PlanSetup, params: int, shard: int, zero: int) -> float:
         """:func:`zero_bytes` total, remembered: a search asks for few distinct ones."""
@@ -283,18 +287,8 @@ class _Model:
         return held
 
 
-_MODELS: dict[int, tuple[PlanSetup, _Model]] = {}
-
-
 def _model(setup: PlanSetup) -> _Model:
-    key = id(setup)
-    held = _MODELS.get(key)
-    if held is None or held[0] is not setup:
-        if len(_MODELS) > 64:
-            _MODELS.clear()
-        held = (setup, _Model(setup))
-        _MODELS[key] = held
-    return held[1]
+    return cast(_Model, setup.__dict__["_model"])
 
 
 def _layers_per_stage(config: TransformerConfig, pp: int) -> int:
@@ -347,22 +341,18 @@ def _per_node(setup: PlanSetup, ranks: int, stride: int) -> int:
     return math.gcd(ranks, max(1, per_node // stride))
 
 
-_COLLECTIVES: dict[tuple[str, CollectiveKind, float, int, int], float] = {}
-
-
 def _collective_s(setup: PlanSetup, kind: CollectiveKind, size_bytes: float, ranks: int,
                   stride: int) -> float:
     if ranks == 1:
         return 0.0
     per_node = _per_node(setup, ranks, stride)
-    key = (setup.hardware.id, kind, size_bytes, ranks, per_node)
-    time_s = _COLLECTIVES.get(key)
+    key = (kind, size_bytes, ranks, per_node)
+    cache = _model(setup).collectives
+    time_s = cache.get(key)
     if time_s is None:
-        if len(_COLLECTIVES) > 100_000:
-            _COLLECTIVES.clear()
         time_s = collective_time(kind, size_bytes, ranks, setup.hardware,
                                  ranks_per_node=per_node).time_s
-        _COLLECTIVES[key] = time_s
+        cache[key] = time_s
     return time_s
 
 
