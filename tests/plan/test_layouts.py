@@ -10,7 +10,7 @@ from tensorledger.errors import InputError
 from tensorledger.hardware import get_hardware
 from tensorledger.napkin import tp_activation_bytes, tp_indivisible
 from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
-from tensorledger.napkin.transformer import get_preset
+from tensorledger.napkin.transformer import TransformerConfig, get_preset
 from tensorledger.plan import (
     LayoutChoice,
     NoLayoutError,
@@ -64,45 +64,53 @@ def test_eager_attention_adds_the_scores_and_selective_drops_them() -> None:
 
 # ---------------------------------------------------------------------------------- memory
 
-# tiny, by hand: per layer q, k, v, o = 64·64 + 2·64·32 + 64·64 = 12,288, SwiGLU 3·64·128 =
-# 24,576 (matrices 36,864), two RMSNorm scales 128; 2 layers; embedding = head = 128·64 = 8192;
-# final norm 64.  bf16-master + AdamW: 2 + 2 + 4 + 8 = 16 bytes per parameter.
+# A model where every size differs, by hand: d = 48, 4 heads of 12, 2 key/value heads, SwiGLU of
+# 80, vocabulary 96, 3 layers.  Per layer q and o 2·48·48 = 4608, k and v 2·48·24 = 2304 (6912),
+# MLP 3·48·80 = 11,520: matrices 18,432, two RMSNorm scales 96.  Embedding = head = 96·48 =
+# 4608; final norm 48.  bf16-master + AdamW: 2 + 2 + 4 + 8 = 16 bytes per parameter.
+ODD = TransformerConfig(name="odd", vocab_size=96, context_length=64, d_model=48, n_layers=3,
+                        n_heads=4, n_kv_heads=2, d_ff=80, mlp="swiglu", norm="rmsnorm",
+                        positions="rope", tied_embeddings=False, bias=False)
+
+
+def _odd(count: int) -> PlanSetup:
+    return dataclasses.replace(_setup("tiny", count, 16, 8), config=ODD)
 
 
 def test_rank_memory_tp_by_hand() -> None:
-    setup = _setup("tiny", 4, 16, 8)
+    setup = _odd(4)
     memory = rank_memory(setup, LayoutChoice(dp=2, tp=2, pp=1, micro_batch=1, accumulation=4))
-    # 2 · (36,864/2 + 128) + 8192/2 + 8192/2 + 64 = 45,376 parameters
-    assert memory.stage_params == 45_376
-    assert memory.states_bytes == 16 * 45_376 == 726_016
-    # s·b·h = 16 · 64 = 1024; (10 + 24/2) · 1024 = 22,528 per layer, 2 layers
-    assert memory.activations_bytes == 45_056
-    assert memory.logits_bytes == 4 * 16 * 128 / 2 == 4096  # 4·s·b·V/t
-    assert memory.total_bytes == 726_016 + 45_056 + 4096 == 775_168
+    # 3 · (18,432/2 + 96) + 4608/2 + 4608/2 + 48 = 27,936 + 4656 = 32,592 parameters
+    assert memory.stage_params == 32_592
+    assert memory.states_bytes == 16 * 32_592 == 521_472
+    # s·b·h = 16 · 48 = 768; (10 + 24/2) · 768 = 16,896 per layer, 3 layers
+    assert memory.activations_bytes == 3 * 16_896 == 50_688
+    assert memory.logits_bytes == 4 * 16 * 96 / 2 == 3072  # 4·s·b·V/t
+    assert memory.total_bytes == 521_472 + 50_688 + 3072 == 575_232
 
 
 def test_rank_memory_zero3_gathers_two_layers() -> None:
-    setup = _setup("tiny", 4, 16, 8)
+    setup = _odd(4)
     memory = rank_memory(setup, LayoutChoice(dp=2, tp=2, pp=1, zero=3, shard=2, micro_batch=1,
                                              accumulation=4))
-    assert memory.states_bytes == 16 * 22_688 == 363_008  # 45,376 / 2 sharded
-    assert memory.gathered_bytes == 2 * 18_560 * 2 == 74_240  # two layers, bf16 weights
-    assert memory.total_bytes == 363_008 + 74_240 + 45_056 + 4096
+    assert memory.states_bytes == 16 * 16_296 == 260_736  # 32,592 / 2 sharded
+    assert memory.gathered_bytes == 2 * 9312 * 2 == 37_248  # two layers, bf16 weights
+    assert memory.total_bytes == 260_736 + 37_248 + 50_688 + 3072
 
 
 def test_rank_memory_pipeline_first_stage_holds_p_microbatches() -> None:
-    setup = _setup("tiny", 4, 16, 8)
-    memory = rank_memory(setup, LayoutChoice(dp=1, tp=2, pp=2, micro_batch=1, accumulation=4,
+    setup = _odd(6)
+    memory = rank_memory(setup, LayoutChoice(dp=1, tp=2, pp=3, micro_batch=1, accumulation=4,
                                              schedule="1f1b"))
-    # first: 18,560 + 4096 (embedding/2) = 22,656 params, 2 micro-batches of 1 layer in flight
-    # = 16 · 22,656 + 2 · 22,528 = 407,552; last: 22,720 params, 1 micro-batch and the logits
-    # = 363,520 + 22,528 + 4096 = 390,144
-    assert (memory.stage, memory.stage_params, memory.total_bytes) == ("first", 22_656, 407_552)
-    interleaved = rank_memory(setup, LayoutChoice(dp=1, tp=2, pp=2, micro_batch=1,
-                                                  accumulation=4, schedule="interleaved",
+    # first: 9312 + 2304 (embedding/2) = 11,616 params, min(p, m) = 3 micro-batches of 1 layer
+    # in flight: 16 · 11,616 + 3 · 16,896 = 236,544; last: 11,664 params, 1 micro-batch and
+    # the logits: 186,624 + 16,896 + 3072 = 206,592
+    assert (memory.stage, memory.stage_params, memory.total_bytes) == ("first", 11_616, 236_544)
+    interleaved = rank_memory(setup, LayoutChoice(dp=1, tp=2, pp=3, micro_batch=1,
+                                                  accumulation=6, schedule="interleaved",
                                                   chunks=2))
-    # p · (1 + (p−1)/(p·v)) = 2 · (1 + 1/4) = 2.5 micro-batches in flight
-    assert interleaved.activations_bytes == 2.5 * 22_528
+    # p · (1 + (p−1)/(p·v)) = 3 · (1 + 2/6) = 4 micro-batches in flight
+    assert interleaved.activations_bytes == pytest.approx(4 * 16_896)
 
 
 # ------------------------------------------------------------------------------------ time
