@@ -134,6 +134,7 @@ def test_step_time_single_device_by_hand() -> None:
     assert (time.tp_comm_s, time.dp_comm_s, time.bubble_to_compute) == (0.0, 0.0, 0.0)
     assert time.step_s == pytest.approx(time.compute_s)
     assert time.mfu == pytest.approx(0.5)  # compute-bound: MFU is the efficiency
+    assert time.tokens_per_s == pytest.approx(tokens / time.step_s)
     full = dataclasses.replace(choice, checkpoint="full")
     recomputed = step_time(setup, full, rank_memory(setup, full))
     assert recomputed.recompute_flops == FORWARD_8B * tokens  # one more forward

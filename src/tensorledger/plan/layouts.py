@@ -13,7 +13,7 @@ The space, for count N = dp · tp · pp:
 - the batch split: micro-batch × accumulation × dp = the global batch in sequences; with a
   pipeline the accumulation steps are its micro-batches;
 - ``schedule`` 1F1B or interleaved with v = 2 or 4 chunks per stage (needs m a multiple of
-  p and at least v·p layers);
+  p, and the ⌈L/p⌉ layers of a stage to split into v equal chunks);
 - ``checkpoint`` none, full, and selective (with eager attention only; see the estimate).
 
 A configuration is counted as searched once it is fully specified, or once a constraint
@@ -248,6 +248,7 @@ def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, s
             continue
         per_rank = global_batch_seqs // dp
         micros = divisors(per_rank)
+        stage_layers = -(-config.n_layers // pp)
         for zero, shard in _shardings(dp):
             for schedule, v in _SCHEDULES if pp > 1 else (("none", 1),):
                 for checkpoint in _checkpoints(attention):
@@ -260,11 +261,11 @@ def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, s
                                              sp=sp, micro_batch=micro, accumulation=m,
                                              schedule=schedule, chunks=v,
                                              checkpoint=checkpoint)
-                        if v > 1 and (m % pp or config.n_layers < pp * v):
+                        if v > 1 and (m % pp or stage_layers % v):
                             tally.reject(point, "divisibility", (
                                 f"interleaved: {m} micro-batch(es), not a multiple of pp {pp}"
-                                if m % pp else
-                                f"interleaved × {v}: fewer layers than chunks"))
+                                if m % pp else f"interleaved × {v}: {stage_layers} layers a "
+                                f"stage do not split into {v} chunks"))
                             continue
                         if past is not None:
                             tally.reject(point, "memory per rank", f"more than {past}",
