@@ -274,3 +274,24 @@ def test_zero_comm_by_hand() -> None:
     replicas = 2 * P / 4 / 450e9 + 2 * 0.6e-6
     assert step_time(setup, zero1, rank_memory(setup, zero1)).dp_comm_s == pytest.approx(
         2 * quarter + replicas)
+
+
+def test_priced_bytes_agree_with_the_napkin_volumes() -> None:
+    # the planner prices collectives itself; the bytes it moves are the napkin's volumes
+    from tensorledger.napkin import tp_comm_volume, zero_comm_volume
+
+    setup = _setup("llama-3-8b", 8, 4096, 8)
+    P = 8_030_261_248
+    for zero in (0, 1, 2, 3):
+        choice = LayoutChoice(dp=8, tp=1, pp=1, zero=zero, shard=8 if zero else 1,
+                              micro_batch=1, accumulation=1)
+        time = step_time(setup, choice, rank_memory(setup, choice))
+        hops = {0: 14, 1: 14, 2: 14, 3: 21}[zero]  # ring steps of the collectives, 0.6 µs each
+        sent = zero_comm_volume(P, 8, zero, "bf16-master").sent_bytes_per_rank
+        assert time.dp_comm_s == pytest.approx(sent / 450e9 + hops * 0.6e-6), zero
+    for sp in (False, True):
+        choice = LayoutChoice(dp=1, tp=8, pp=1, sp=sp, micro_batch=2, accumulation=4)
+        time = step_time(setup, choice, rank_memory(setup, choice))
+        sent = tp_comm_volume(2, 4096, 4096, 32, 8, sequence_parallel=sp).sent_bytes_per_rank
+        hops = 32 * 4 * 14  # 4 all-reduces (or gather + scatter pairs) a layer, 14 steps each
+        assert time.tp_comm_s == pytest.approx(4 * (sent / 450e9 + hops * 0.6e-6)), sp
