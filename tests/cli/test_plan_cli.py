@@ -51,7 +51,7 @@ def test_global_batch_parsing() -> None:
 
 @pytest.mark.parametrize(("argv", "fragments"), [
     (["-m", "llama-3-8b", "-n", "16384", "-g", "1seq"],
-     ("global batch binds", "1 sequences is smaller than")),
+     ("global batch binds", "1 sequence is smaller than")),
     (["-m", "llama-3-405b", "-n", "8", "-g", "8seq"],
      ("fits in no layout", "memory per rank binds")),
     (["-m", "llama-3-8b", "-g", "64seq", "--budget", "2GB"], ("memory per rank binds",)),

@@ -227,7 +227,7 @@ def test_405b_on_16384_searches_ten_thousand_configurations() -> None:
 
 
 def test_impossible_requests_name_the_binding_constraint() -> None:
-    with pytest.raises(NoLayoutError, match="global batch binds, 1 sequences is smaller than"):
+    with pytest.raises(NoLayoutError, match="global batch binds, 1 sequence is smaller than"):
         plan_layouts(get_preset("llama-3-8b"), H100, 16384, seq_len=4096, global_batch_seqs=1)
     with pytest.raises(NoLayoutError, match="fits in no layout: memory per rank binds"):
         plan_layouts(get_preset("llama-3-405b"), H100, 8, seq_len=4096, global_batch_seqs=8)

@@ -242,7 +242,7 @@ def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, s
         if global_batch_seqs % dp:
             why = ("smaller than" if global_batch_seqs < dp else "not a multiple of")
             tally.reject(LayoutChoice(dp=dp, tp=tp, pp=pp, sp=sp), "global batch",
-                         f"{global_batch_seqs:,} sequences is {why} the data-parallel "
+                         f"{_sequences(global_batch_seqs)} is {why} the data-parallel "
                          f"degree {dp:,}")
             closest_batch = dp if closest_batch is None else min(closest_batch, dp)
             continue
@@ -274,7 +274,7 @@ def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, s
                         memory = rank_memory(setup, point)
                         if memory.total_bytes > budget:
                             tally.reject(point, "memory per rank",
-                                         f"{memory.total_bytes / 1e9:.1f} GB > "
+                                         f"{memory.total_bytes / 1e9:.2f} GB > "
                                          f"{budget / 1e9:g} GB", memory.total_bytes)
                             past = f"{memory.total_bytes / 1e9:.1f} GB (micro-batch {micro})"
                             continue
@@ -297,6 +297,10 @@ def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, s
                       ranked=ranked, rejected=rejected)
 
 
+def _sequences(n: int) -> str:
+    return f"{n:,} sequence{'' if n == 1 else 's'}"
+
+
 def _why_none(setup: PlanSetup, tally: _Tally, closest_batch: int | None) -> str:
     """One line naming the constraint that binds, the furthest one the search got to."""
     where = f"{setup.config.name} on {setup.count:,} × {setup.hardware.id}"
@@ -311,7 +315,7 @@ def _why_none(setup: PlanSetup, tally: _Tally, closest_batch: int | None) -> str
     if closest_batch is not None:
         gb = setup.global_batch_seqs
         why = ("is smaller than" if gb < closest_batch else "is not a multiple of")
-        return (f"{where}: the global batch binds, {gb:,} sequences {why} the smallest "
+        return (f"{where}: the global batch binds, {_sequences(gb)} {why} the smallest "
                 f"data-parallel degree the layouts leave, {closest_batch:,}; use a global "
                 f"batch that is a multiple of {closest_batch:,} sequences, or fewer devices")
     first = tally.kept["divisibility"]
