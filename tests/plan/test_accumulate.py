@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from tensorledger.errors import InputError
 from tensorledger.hardware import get_hardware
-from tensorledger.napkin import largest_model, largest_model_with_activations
 from tensorledger.napkin.transformer import get_preset
 from tensorledger.plan import NoLayoutError, plan_accumulation
 
@@ -53,36 +50,3 @@ def test_refusals() -> None:
     with pytest.raises(NoLayoutError, match="memory per rank binds"):
         plan_accumulation(get_preset("llama-3-70b"), H100, seq_len=8192, global_batch_seqs=8,
                           count=8, zero=0)
-
-
-# ------------------------------------------------ the lecture's largest model, with activations
-
-def test_lecture_largest_model_with_and_without_activations() -> None:
-    # 8 × 80 GB = 640 GB at 12 bytes per parameter (lecture): 53.3e9 without activations
-    bound = largest_model(H100, 8, "lecture", "adamw")
-    assert bound.params == pytest.approx(640e9 / 12)
-    fit = largest_model_with_activations(H100, 8, "lecture", "adamw", batch=8, seq_len=4096)
-    assert fit.params_without_activations == bound.params
-    # d = 128·L, 12·12·128²·L³ + 34·4096·8·128·L² = 640e9 → L ≈ 49.64, params ≈ 24.05e9
-    L = fit.n_layers
-    used = 12 * 12 * 128**2 * L**3 + 34 * 4096 * 8 * 128 * L**2
-    assert used == pytest.approx(640e9)
-    assert fit.params == pytest.approx(12 * L * (128 * L) ** 2)
-    assert fit.params / 1e9 == pytest.approx(24.05, abs=0.01)
-    assert fit.states_bytes + fit.activations_bytes == pytest.approx(640e9)
-    # checkpointing every block keeps 2·s·B·d per layer instead of 34: between the two
-    full = largest_model_with_activations(H100, 8, "lecture", "adamw", batch=8, seq_len=4096,
-                                          checkpoint="full")
-    assert fit.params < full.params < bound.params
-
-
-def test_largest_model_with_activations_exact_case() -> None:
-    # L = 10 exactly: 12·12·128²·10³ + 34·4096·8·128·10² = 2,359,296,000 + 14,260,633,600
-    chip = dataclasses.replace(H100, memory_bytes=16_619_929_600.0)
-    fit = largest_model_with_activations(chip, 1, "lecture", "adamw", batch=8, seq_len=4096)
-    assert fit.n_layers == pytest.approx(10)
-    assert fit.params == pytest.approx(12 * 10 * 1280**2)  # 196,608,000
-    assert fit.activations_bytes == pytest.approx(14_260_633_600)
-    with pytest.raises(InputError, match="not even one layer fits"):
-        largest_model_with_activations(chip, 1, "lecture", "adamw", batch=8,
-                                       seq_len=4096 * 1000)
