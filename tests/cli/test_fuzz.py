@@ -161,7 +161,13 @@ def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[s
         # valid sizes stay small so every case runs in milliseconds
         "n": ["1", "2", "16", "0", "-1", "1000000", "1048577", str(INT64_MAX + 1), "٤", "",
               "1" + "0" * 400],
-        "budget": ["0", "0.001", "-1", "nan", "inf", "601", "1e400", "٣", ""],
+        "budget": (["70GB", "80GB", "81GB", "1GB", "0", "-1GB", "nan", "1e400", "٣", "", "70"]
+                   if command == "plan" else
+                   ["0", "0.001", "-1", "nan", "inf", "601", "1e400", "٣", ""]),
+        "global_batch": ["4M", "512seq", "64 seqs", "1seq", "0seq", "1.5seq", "seq", "0", "-1",
+                         "1e400", "nan", "٤M", "", "1M", "7" * 5000, "4294967297seq"],
+        "checkpoint": ["none", "full", "selective", "", "FULL"],
+        "attention": ["flash", "eager", "", "sdpa"],
     }
     pool = pools.get(name)
     if isinstance(pool, list):
@@ -327,7 +333,7 @@ def test_fuzz_covers_every_command_and_enough_cases() -> None:
     # the command list comes from the app itself: a new command is fuzzed without a change here
     assert set(OWN_COMMANDS) | set(MODEL_COMMANDS) == set(COMMANDS)
     assert {"time", "budget", "fit", "tensor", "hardware", "formats", "cast", "quantize",
-            "probe", "bench matmul", "zero"} <= set(OWN_COMMANDS)
+            "probe", "bench matmul", "zero", "plan"} <= set(OWN_COMMANDS)
     assert EXAMPLES_PER_COMMAND * len(OWN_COMMANDS) >= 300
 
 

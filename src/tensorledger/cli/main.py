@@ -16,6 +16,7 @@ from tensorledger.cli import hardware as hardware_commands
 from tensorledger.cli import memory as memory_commands
 from tensorledger.cli import models as models_commands
 from tensorledger.cli import napkin as napkin_commands
+from tensorledger.cli import plan as plan_commands
 from tensorledger.cli import roofline as roofline_commands
 from tensorledger.cli import trace as trace_commands
 from tensorledger.cli.common import harden_numbers, quiet_stdout
@@ -39,7 +40,7 @@ app = typer.Typer(
 
 for _module in (account_commands, napkin_commands, hardware_commands, models_commands,
                 trace_commands, memory_commands, roofline_commands, formats_commands,
-                bench_commands):
+                bench_commands, plan_commands):
     _module.register(app)
 
 

@@ -17,6 +17,7 @@ from tensorledger.napkin import (
     devices_needed,
     flop_budget,
     largest_model,
+    largest_model_with_activations,
     preset_params,
     tensor_memory,
     training_time,
@@ -29,6 +30,7 @@ from tensorledger.report.napkin import (
     devices_for_duration_view,
     devices_needed_view,
     largest_model_view,
+    largest_model_with_activations_view,
     tensor_view,
     training_time_view,
     zero_view,
@@ -138,11 +140,30 @@ def fit_command(
     precision: PrecisionOpt = "mixed-bf16",
     params: Annotated[str | None, typer.Option(help="Inverse question: devices this many "
                                                "parameters need, e.g. 70B.")] = None,
+    batch: Annotated[int | None, typer.Option("--batch", "-b", parser=integer_parser(
+        1, MAX_COUNT), help="With --seq: count the activations of this many sequences.")]
+    = None,
+    seq: Annotated[int | None, typer.Option("--seq", "-s", parser=integer_parser(
+        1, MAX_COUNT), help="With --batch: tokens per sequence.")] = None,
+    checkpoint: Annotated[str, typer.Option(help="With --batch and --seq: none (all "
+                                            "activations kept) or full (block inputs only)."
+                                            )] = "none",
     as_json: JsonOpt = False,
 ) -> None:
-    """The largest model that fits on COUNT devices, or the devices --params needs."""
+    """The largest model that fits on COUNT devices (beside the activations of --batch ×
+    --seq tokens when given), or the devices --params needs."""
     chip = get_hardware(hardware)
     bytes_per_param(precision, optimizer)  # validates both names before any arithmetic
+    if (batch is None) != (seq is None):
+        raise InputError("--batch and --seq go together: give both to count activations")
+    if batch is not None and seq is not None:
+        if params is not None:
+            raise InputError("--params asks how many devices; it does not take --batch/--seq")
+        fitted = largest_model_with_activations(chip, count, precision, optimizer,
+                                                batch=batch, seq_len=seq,
+                                                checkpoint=checkpoint.strip().lower())
+        emit("fit", fitted, as_json, *largest_model_with_activations_view(fitted))
+        return
     if params is not None:
         if count != 1:
             raise InputError("--params asks how many devices; it does not take --count")

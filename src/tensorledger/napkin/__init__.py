@@ -7,7 +7,14 @@ the working the way the lecture does on its slides.
 from __future__ import annotations
 
 from tensorledger.napkin.arithmetic import Step
-from tensorledger.napkin.fit import DevicesNeeded, LargestModel, devices_needed, largest_model
+from tensorledger.napkin.fit import (
+    DevicesNeeded,
+    LargestModel,
+    LargestModelWithActivations,
+    devices_needed,
+    largest_model,
+    largest_model_with_activations,
+)
 from tensorledger.napkin.parallel import (
     ZERO_STAGES,
     CollectiveVolume,
@@ -21,6 +28,7 @@ from tensorledger.napkin.parallel import (
     pipeline_bubble,
     tp_activation_bytes,
     tp_comm_volume,
+    tp_indivisible,
     zero_bytes,
     zero_comm_volume,
     zero_summary,
@@ -81,6 +89,7 @@ __all__ = [
     "FlopBudget",
     "ForwardFlops",
     "LargestModel",
+    "LargestModelWithActivations",
     "ModelParams",
     "Optimizer",
     "ParameterCount",
@@ -105,6 +114,7 @@ __all__ = [
     "fsdp_comm_volume",
     "get_preset",
     "largest_model",
+    "largest_model_with_activations",
     "parameter_count",
     "pipeline_bubble",
     "preset_params",
@@ -115,6 +125,7 @@ __all__ = [
     "tensor_memory",
     "tp_activation_bytes",
     "tp_comm_volume",
+    "tp_indivisible",
     "training_flops",
     "training_time",
     "transformer_training_flops",

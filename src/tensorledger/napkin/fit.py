@@ -1,14 +1,17 @@
 """What fits: the largest model on some devices, or the devices a model needs.
 
-Only per-parameter memory counts here (parameters, gradients, master copy, optimizer state);
-activations grow with batch and sequence length and are excluded, so both answers are bounds:
-the largest model is an upper bound and the device count a lower bound.
+:func:`largest_model` and :func:`devices_needed` count only per-parameter memory (parameters,
+gradients, master copy, optimizer state); activations grow with batch and sequence length and
+are excluded, so both answers are bounds: the largest model is an upper bound and the device
+count a lower bound.  :func:`largest_model_with_activations` adds the activations of a stated
+batch and sequence for a GPT-3-shaped family of models, and answers below the bound.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
 from tensorledger.napkin.arithmetic import (
     Step,
@@ -21,8 +24,9 @@ from tensorledger.napkin.recipes import BytesPerParam, bytes_per_param
 from tensorledger.summary import summary
 from tensorledger.units import format_count
 
-__all__ = ["ACTIVATIONS_CAVEAT", "DevicesNeeded", "LargestModel", "devices_needed",
-           "largest_model"]
+__all__ = ["ACTIVATIONS_CAVEAT", "ACTIVATION_BYTES_PER_ELEMENT", "ASPECT", "DevicesNeeded",
+           "LargestModel", "LargestModelWithActivations", "devices_needed", "largest_model",
+           "largest_model_with_activations"]
 
 ACTIVATIONS_CAVEAT = ("activations are excluded (they grow with batch × sequence length), so this "
                       "is an upper bound on the model size and a lower bound on devices")
@@ -101,3 +105,110 @@ def devices_needed(hardware: Hardware, params: float, precision: str, optimizer:
     return DevicesNeeded(hardware=hardware.id, params=params, breakdown=breakdown,
                          total_bytes=total, devices=devices, caveat=ACTIVATIONS_CAVEAT,
                          steps=steps)
+
+
+# ------------------------------------------------------------------ with activations
+
+#: d_model / n_layers of the model family the activation-aware answer scales: GPT-3 175B's
+#: 12288 / 96 = 128.
+ASPECT = 128
+#: Activation bytes per token per layer per unit of width (Korthikanti et al. 2022, 16-bit, flash
+#: attention: no s² scores): 34 with nothing recomputed, 2 (the layer input) with every block
+#: checkpointed.
+ACTIVATION_BYTES_PER_ELEMENT = {"none": 34, "full": 2}
+
+
+@dataclass(frozen=True)
+class LargestModelWithActivations:
+    """The largest model of a GPT-3-shaped family that fits beside the activations of a batch.
+
+    The family: d_model = ``aspect`` · n_layers, parameters 12·L·d² (attention 4·d², a 4d MLP
+    8·d²; embeddings and norms left out).  Activations per layer (Korthikanti et al. 2022,
+    flash attention, 16-bit): c·s·B·d bytes, c = 34 with nothing recomputed, 2 with every block
+    checkpointed (its input kept; the one layer being recomputed is left out).  Memory is
+    pooled over the devices, as ZeRO-3 with data parallelism over the B sequences pools it:
+    count · memory = bytes/param · 12·a²·L³ + c·s·B·a·L², solved for L.
+    """
+
+    hardware: str
+    count: int
+    memory_bytes: float
+    breakdown: BytesPerParam
+    batch: int
+    seq_len: int
+    checkpoint: str
+    aspect: int
+    n_layers: float  # real: the family is continuous
+    d_model: float
+    params: float
+    states_bytes: float
+    activations_bytes: float
+    params_without_activations: float  # largest_model's answer, activations ignored
+    steps: tuple[Step, ...]
+
+    def __repr__(self) -> str:  # pragma: no mutate block (presentation: the summary line)
+        return summary("LargestModelWithActivations", f"{self.count:,} × {self.hardware}",
+                       f"batch {self.batch} × {self.seq_len}",
+                       f"{format_count(self.params)} params "
+                       f"(without activations {format_count(self.params_without_activations)})")
+
+
+def largest_model_with_activations(hardware: Hardware, count: int, precision: str,
+                                   optimizer: str, *, batch: int, seq_len: int,
+                                   checkpoint: str = "none", aspect: int = ASPECT
+                                   ) -> LargestModelWithActivations:
+    """The lecture's largest model, with the activations of ``batch`` sequences of ``seq_len``.
+
+    >>> from tensorledger.hardware import get_hardware
+    >>> m = largest_model_with_activations(get_hardware("h100"), 8, "lecture", "adamw",
+    ...                                    batch=8, seq_len=4096)
+    >>> round(m.params / 1e9, 1), round(m.params_without_activations / 1e9, 1)
+    (24.0, 53.3)
+    """
+    check_count("count", count)
+    check_count("batch", batch)
+    check_count("seq_len", seq_len)
+    check_count("aspect", aspect)
+    if checkpoint not in ACTIVATION_BYTES_PER_ELEMENT:
+        raise InputError(f"unknown checkpoint {checkpoint!r}; known: "
+                         f"{', '.join(ACTIVATION_BYTES_PER_ELEMENT)}")
+    upper = largest_model(hardware, count, precision, optimizer)
+    k = upper.breakdown.total_bytes_per_param
+    memory = upper.memory_bytes
+    c = ACTIVATION_BYTES_PER_ELEMENT[checkpoint]
+    cubic = k * 12.0 * aspect * aspect  # bytes per L³
+    square = float(c) * seq_len * batch * aspect  # bytes per L²
+
+    def used(layers: float) -> float:
+        return cubic * layers ** 3 + square * layers ** 2
+
+    low, high = 0.0, (memory / cubic) ** (1 / 3)  # activations only lower the answer
+    for _ in range(200):
+        middle = (low + high) / 2
+        low, high = (middle, high) if used(middle) <= memory else (low, middle)
+    layers = low
+    if layers < 1:
+        raise InputError(f"not even one layer fits: the activations of {batch:,} × {seq_len:,} "
+                         f"tokens take the {memory / 1e9:g} GB of {count:,} × {hardware.id}; "
+                         "use a smaller batch or sequence, or checkpoint full")
+    params = check_result("largest model", 12.0 * aspect * aspect * layers ** 3)
+    states, activations = k * params, square * layers ** 2
+    steps = (
+        Step("memory of all devices", "count × memory per device", memory, "bytes"),
+        Step("bytes per parameter", "params + grads + master + optimizer state", k,
+             "bytes_per_param"),
+        Step("family", f"d_model = {aspect}·L, params = 12·L·d²", aspect, "d_model/layer"),
+        Step("activations per layer", f"{c}·s·B·d ({checkpoint} recompute, flash attention)",
+             c * seq_len * batch * aspect * layers, "bytes"),
+        Step("layers", f"solve {k:g}·12·{aspect}²·L³ + {c}·s·B·{aspect}·L² = memory", layers,
+             "layers"),
+        Step("parameter state", "bytes per parameter × params", states, "bytes"),
+        Step("activations", f"L × {c}·s·B·d", activations, "bytes"),
+        Step("largest model", "12·L·d²", params, "params"),
+        Step("without activations", "memory / bytes per parameter", upper.params, "params"),
+    )
+    return LargestModelWithActivations(
+        hardware=hardware.id, count=count, memory_bytes=memory, breakdown=upper.breakdown,
+        batch=batch, seq_len=seq_len, checkpoint=checkpoint, aspect=aspect, n_layers=layers,
+        d_model=aspect * layers, params=params, states_bytes=states,
+        activations_bytes=activations, params_without_activations=upper.params, steps=steps)

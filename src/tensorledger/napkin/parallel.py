@@ -48,6 +48,7 @@ from tensorledger.napkin.recipes import (
     bytes_per_param,
     resolve_precision,
 )
+from tensorledger.napkin.transformer import TransformerConfig
 
 __all__ = [
     "ZERO_STAGES",
@@ -63,6 +64,7 @@ __all__ = [
     "torch_zero_bytes",
     "tp_activation_bytes",
     "tp_comm_volume",
+    "tp_indivisible",
     "zero_bytes",
     "zero_comm_volume",
     "zero_summary",
@@ -412,6 +414,33 @@ def zero_summary(params: int, ranks: int, precision: str | Precision,
     comm = tuple(zero_comm_volume(params, ranks, s, precision) for s in ZERO_STAGES)
     return ZeroSummary(params=params, ranks=ranks, precision=stages[0].precision,
                        optimizer=stages[0].optimizer, stages=stages, comm=comm)
+
+
+# ------------------------------------------------------------------------------ divisibility
+
+def tp_indivisible(config: TransformerConfig, tp: int) -> tuple[str, int] | None:
+    """The first dimension of ``config`` that ``tp`` tensor-parallel ranks do not divide, as
+    (what, size), or None when every one divides.
+
+    Megatron tensor parallelism splits the query heads and the key/value heads (column-parallel
+    Q, K, V), the MLP's hidden width (column-parallel up/gate, row-parallel down) and the
+    vocabulary (embedding rows, head outputs) over ``tp``; each must be a multiple of it.  The
+    one rule shared by the traced layouts (:mod:`tensorledger.workload.layout`) and the planner.
+
+    >>> from tensorledger.napkin.transformer import get_preset
+    >>> tp_indivisible(get_preset("llama-3-70b"), 16)     # 8 key/value heads
+    ('key/value heads', 8)
+    >>> tp_indivisible(get_preset("llama-3-70b"), 8) is None
+    True
+    """
+    check_count("tp", tp)
+    for what, size in (("attention heads", config.n_heads),
+                       ("key/value heads", config.n_kv_heads or config.n_heads),
+                       ("MLP hidden width", config.d_ff or 4 * config.d_model),
+                       ("vocabulary", config.vocab_size)):
+        if size % tp:
+            return what, size
+    return None
 
 
 # ------------------------------------------------------------------------------- activations

@@ -10,6 +10,7 @@ from tensorledger.napkin import (
     DevicesNeeded,
     FlopBudget,
     LargestModel,
+    LargestModelWithActivations,
     TensorMemory,
     TrainingTime,
     ZeroSummary,
@@ -24,6 +25,7 @@ __all__ = [
     "devices_for_duration_view",
     "devices_needed_view",
     "largest_model_view",
+    "largest_model_with_activations_view",
     "tensor_view",
     "training_time_view",
     "zero_view",
@@ -76,6 +78,20 @@ def largest_model_view(result: LargestModel) -> View:
         f"≈ {format_count(result.params)} parameters ({format_sci(result.params)}) fit on "
         f"{result.count} × {result.hardware}",
         f"note: {result.caveat}",
+    ]
+
+
+def largest_model_with_activations_view(result: LargestModelWithActivations) -> View:
+    return [
+        breakdown_table(result.breakdown),
+        steps_table(result.steps, "Largest model, with activations"),
+        f"≈ {format_count(result.params)} parameters ({format_sci(result.params)}) fit on "
+        f"{result.count} × {result.hardware} beside the activations of {result.batch:,} × "
+        f"{result.seq_len:,} tokens (checkpoint {result.checkpoint}); "
+        f"{format_count(result.params_without_activations)} without activations",
+        f"note: a model of d_model = {result.aspect}·L ({result.n_layers:.1f} layers of "
+        f"{result.d_model:,.0f}), 12·L·d² parameters, memory pooled over the devices "
+        "(ZeRO-3 with the batch split over them); flash attention",
     ]
 
 

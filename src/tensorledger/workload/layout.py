@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tensorledger.errors import InputError
+from tensorledger.napkin.parallel import tp_indivisible
 from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.summary import summary
 
@@ -215,10 +216,8 @@ def check_layout(layout: Layout, config: TransformerConfig | None, *, batch: int
                          f"divide by {tp}")
     if tp == 1 or config is None:
         return
-    kv_heads = config.n_kv_heads or config.n_heads
-    d_ff = config.d_ff or 4 * config.d_model
-    for what, size in (("attention heads", config.n_heads), ("key/value heads", kv_heads),
-                       ("MLP hidden width", d_ff), ("vocabulary", config.vocab_size)):
-        if size % tp:
-            raise InputError(f"--tp {tp} does not divide {config.name}'s {size:,} {what}; use a "
-                             f"--tp that divides {size:,}")
+    bad = tp_indivisible(config, tp)
+    if bad is not None:
+        what, size = bad
+        raise InputError(f"--tp {tp} does not divide {config.name}'s {size:,} {what}; use a "
+                         f"--tp that divides {size:,}")

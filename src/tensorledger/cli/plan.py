@@ -1,0 +1,159 @@
+"""``tensorledger plan`` (search the layouts of a cluster) and ``tensorledger accumulate``
+(split a global batch into micro-batches), in closed form.  No torch."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Annotated
+
+import typer
+
+from tensorledger.cli.common import JSON_HELP, emit, integer_parser, real_parser
+from tensorledger.errors import InputError
+from tensorledger.hardware import get_hardware
+from tensorledger.napkin.transformer import get_preset
+from tensorledger.plan import ATTENTIONS, plan_accumulation, plan_layouts
+from tensorledger.plan.layouts import LARGEST_COUNT
+from tensorledger.report.plan import accumulation_view, layout_plan_view
+from tensorledger.units import parse_bytes, parse_count
+
+__all__ = ["global_batch_seqs", "register"]
+
+#: The largest global batch taken, in sequences (2^32).
+LARGEST_BATCH_SEQS = 1 << 32
+_SEQUENCES = re.compile(r"^\s*(.+?)\s*(seqs|seq|sequences)\s*$")
+
+
+def global_batch_seqs(text: str, seq_len: int) -> tuple[int, str | None]:
+    """Sequences per step from ``--global-batch``: tokens (``4M``), rounded to whole sequences
+    of ``seq_len``, or sequences (``512seq``); with a note when tokens were rounded.
+
+    >>> global_batch_seqs("4M", 8192)[0], global_batch_seqs("512seq", 8192)
+    (488, (512, None))
+    """
+    match = _SEQUENCES.match(text)
+    if match:
+        value = parse_count(match.group(1))
+        if value != int(value) or not 1 <= value <= LARGEST_BATCH_SEQS:
+            raise InputError(f"--global-batch {text!r}: a whole number of sequences from 1 to "
+                             f"{LARGEST_BATCH_SEQS:,} was expected")
+        return int(value), None
+    tokens = parse_count(text)
+    if not tokens >= seq_len or tokens / seq_len > LARGEST_BATCH_SEQS:
+        raise InputError(f"--global-batch {text!r} tokens is not at least one sequence of "
+                         f"{seq_len:,} tokens (or past {LARGEST_BATCH_SEQS:,} sequences); give "
+                         "tokens such as 4M or sequences such as 512seq")
+    seqs = round(tokens / seq_len)
+    if seqs * seq_len == tokens:
+        return seqs, None
+    return seqs, (f"--global-batch {text}: {tokens:,.0f} tokens are {tokens / seq_len:,.2f} "
+                  f"sequences of {seq_len:,}; rounded to {seqs:,} ({seqs * seq_len:,} tokens). "
+                  f"Give {seqs}seq or a token count that divides to say it exactly")
+
+
+def plan_command(
+    model: Annotated[str, typer.Option("--model", "-m", help=(
+        "A preset: llama-3-70b, llama-3-405b, gpt3-175b, ... (see 'tensorledger models').")
+    )],
+    global_batch: Annotated[str, typer.Option("--global-batch", "-g", help=(
+        "Tokens per optimizer step (4M; rounded to whole sequences) or sequences (512seq)."))],
+    hardware: Annotated[str, typer.Option("--hardware", "-H", help=(
+        "Catalog chip (h100, a100, ...) or a TOML file; its devices per node and links "
+        "price the communication."))] = "h100",
+    count: Annotated[int, typer.Option("--count", "-n", parser=integer_parser(
+        1, LARGEST_COUNT), help=f"Devices, 1 to {LARGEST_COUNT:,}.")] = 8,
+    seq: Annotated[int, typer.Option("--seq", "-s", parser=integer_parser(1, 1 << 24), help=(
+        "Sequence length (at most the model's context)."))] = 4096,
+    tokens: Annotated[str | None, typer.Option(help=(
+        "Training tokens (15T): adds the days each layout takes."))] = None,
+    budget: Annotated[str | None, typer.Option(help=(
+        "Memory one rank may use (70GB), at most the device's; default: all of it."))] = None,
+    precision: Annotated[str, typer.Option("--precision", "-p", help=(
+        "bf16-master (bf16 weights and gradients, fp32 master and AdamW state: the ZeRO "
+        "paper's 16 bytes per parameter), mixed-bf16, bf16, fp32, lecture."))] = "bf16-master",
+    optimizer: Annotated[str, typer.Option("--optimizer", "-o", help=(
+        "adamw, adam, sgd, momentum, lion, adam8bit, ..."))] = "adamw",
+    efficiency: Annotated[float, typer.Option(parser=real_parser(0.0, 1.0, minimum_open=True),
+                                              help="Share of the ideal dense peak the matmuls "
+                                              "reach, in (0, 1]; 1 by default.")] = 1.0,
+    attention: Annotated[str, typer.Option(help=(
+        "flash (no s² scores kept) or eager (scores kept; selective checkpointing searched)."))
+    ] = "flash",
+    top: Annotated[int, typer.Option("--top", "-k", parser=integer_parser(1, 10_000),
+                                     help="Layouts shown, fastest first.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
+) -> None:
+    """Search every layout (DP, ZeRO, TP/SP, PP, micro-batches, checkpointing) in closed form;
+    rank the ones that fit by step time and count the rejected ones by their binding constraint."""
+    config = get_preset(model)
+    chip = get_hardware(hardware)
+    if attention.strip().lower() not in ATTENTIONS:
+        raise InputError(f"unknown --attention {attention!r}; known: {', '.join(ATTENTIONS)}")
+    if seq > config.context_length:
+        raise InputError(f"--seq {seq:,} is longer than {config.name}'s context of "
+                         f"{config.context_length:,} tokens")
+    seqs, note = global_batch_seqs(global_batch, seq)
+    train_tokens = None
+    if tokens is not None:
+        train_tokens = parse_count(tokens)
+        if not train_tokens >= 1:
+            raise InputError(f"--tokens must be at least 1 token, got {tokens!r}")
+    budget_bytes = None if budget is None else parse_bytes(budget)
+    result = plan_layouts(config, chip, count, seq_len=seq, global_batch_seqs=seqs,
+                          precision=precision, optimizer=optimizer, budget_bytes=budget_bytes,
+                          efficiency=efficiency, attention=attention.strip().lower(),
+                          tokens=train_tokens, top=top)
+    if note is not None:
+        result = dataclasses.replace(result, notes=(note,))
+    emit("plan", result, as_json, *layout_plan_view(result))
+
+
+def accumulate_command(
+    model: Annotated[str, typer.Option("--model", "-m", help="A preset (llama-3-8b, ...).")],
+    global_batch: Annotated[str, typer.Option("--global-batch", "-g", help=(
+        "Tokens per optimizer step (1M; rounded to whole sequences) or sequences (64seq)."))],
+    hardware: Annotated[str, typer.Option("--hardware", "-H", help=(
+        "Catalog chip (h100, a100, ...) or a TOML file."))] = "h100",
+    count: Annotated[int, typer.Option("--count", "-n", parser=integer_parser(
+        1, LARGEST_COUNT), help="Data-parallel ranks.")] = 1,
+    seq: Annotated[int, typer.Option("--seq", "-s", parser=integer_parser(1, 1 << 24), help=(
+        "Sequence length (at most the model's context)."))] = 4096,
+    zero: Annotated[int, typer.Option("--zero", parser=integer_parser(0, 3), help=(
+        "ZeRO stage over the ranks: 0 (DDP) to 3 (FSDP)."))] = 0,
+    checkpoint: Annotated[str, typer.Option(help="none, selective or full.")] = "none",
+    budget: Annotated[str | None, typer.Option(help=(
+        "Memory one rank may use (70GB), at most the device's."))] = None,
+    precision: Annotated[str, typer.Option("--precision", "-p", help=(
+        "bf16-master, mixed-bf16, bf16, fp32, lecture."))] = "bf16-master",
+    optimizer: Annotated[str, typer.Option("--optimizer", "-o", help="adamw, sgd, ...")]
+    = "adamw",
+    attention: Annotated[str, typer.Option(help="flash or eager.")] = "flash",
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
+) -> None:
+    """Split a global batch into micro-batch × accumulation steps on COUNT data-parallel ranks:
+    activations, memory, arithmetic intensity and step time of every split; the fastest that
+    fits is chosen."""
+    config = get_preset(model)
+    chip = get_hardware(hardware)
+    if attention.strip().lower() not in ATTENTIONS:
+        raise InputError(f"unknown --attention {attention!r}; known: {', '.join(ATTENTIONS)}")
+    if seq > config.context_length:
+        raise InputError(f"--seq {seq:,} is longer than {config.name}'s context of "
+                         f"{config.context_length:,} tokens")
+    seqs, note = global_batch_seqs(global_batch, seq)
+    budget_bytes = None if budget is None else parse_bytes(budget)
+    if budget_bytes is not None and not 0 < budget_bytes <= chip.memory_bytes:
+        raise InputError(f"--budget must be above 0 and at most {chip.id}'s "
+                         f"{chip.memory_bytes / 1e9:g} GB, got {budget!r}")
+    result = plan_accumulation(config, chip, seq_len=seq, global_batch_seqs=seqs, count=count,
+                               zero=zero, checkpoint=checkpoint.strip().lower(),
+                               precision=precision, optimizer=optimizer,
+                               budget_bytes=budget_bytes, attention=attention.strip().lower())
+    emit("accumulate", result, as_json, *accumulation_view(result),
+         *([f"note: {note}"] if note else []))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan_command)
+    app.command("accumulate")(accumulate_command)

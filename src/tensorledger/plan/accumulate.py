@@ -1,0 +1,109 @@
+"""Gradient accumulation: split a global batch into micro-batches that fit a memory budget.
+
+For ``count`` data-parallel ranks (ZeRO stage ``zero`` over all of them, no tensor or
+pipeline parallelism) every split micro-batch × accumulation × count = the global batch (in
+sequences) is priced by :mod:`tensorledger.plan.estimate`: the activations of one micro-batch,
+the memory per rank, and the step time from the roofline of one micro-batch.  Smaller
+micro-batches hold fewer activations but read every weight (and write every gradient) once
+per micro-batch: their arithmetic intensity falls and, below the chip's ridge point, the step
+becomes memory-bound and slower.  The chosen split is the fastest that fits.
+
+>>> from tensorledger.hardware import get_hardware
+>>> from tensorledger.napkin.transformer import get_preset
+>>> p = plan_accumulation(get_preset("llama-3-8b"), get_hardware("h100"), seq_len=8192,
+...                       global_batch_seqs=64, count=8, zero=3)
+>>> p.chosen.micro_batch * p.chosen.accumulation * 8
+64
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tensorledger.errors import InputError
+from tensorledger.hardware import Hardware
+from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
+from tensorledger.napkin.transformer import TransformerConfig
+from tensorledger.plan.estimate import CHECKPOINTS, LayoutChoice, PlanSetup, rank_memory, step_time
+from tensorledger.plan.layouts import NoLayoutError, divisors
+
+__all__ = ["AccumulationOption", "AccumulationPlan", "plan_accumulation"]
+
+
+@dataclass(frozen=True)
+class AccumulationOption:
+    """One split of the global batch on one data-parallel rank."""
+
+    micro_batch: int  # sequences per micro-batch
+    accumulation: int  # micro-batches per step
+    activation_bytes: float  # saved activations of one micro-batch (logits included)
+    memory_bytes: float  # everything one rank holds at the peak
+    fits: bool
+    intensity_flop_per_byte: float  # one micro-batch: FLOPs / weight traffic
+    memory_bound: bool
+    step_s: float
+    tokens_per_s: float
+
+
+@dataclass(frozen=True)
+class AccumulationPlan:
+    model: str
+    hardware: str
+    count: int
+    zero: int
+    checkpoint: str
+    seq_len: int
+    global_batch_seqs: int
+    budget_bytes: float
+    options: tuple[AccumulationOption, ...]  # every split, micro-batch ascending
+    chosen: AccumulationOption  # the fastest that fits
+
+
+def plan_accumulation(config: TransformerConfig, hardware: Hardware, *, seq_len: int,
+                      global_batch_seqs: int, count: int = 1, zero: int = 0,
+                      checkpoint: str = "none", precision: str = "bf16-master",
+                      optimizer: str = "adamw", budget_bytes: float | None = None,
+                      efficiency: float = 1.0, attention: str = "flash") -> AccumulationPlan:
+    """Every micro-batch × accumulation split of ``global_batch_seqs`` over ``count`` ranks;
+    raise :class:`~tensorledger.plan.NoLayoutError` when not even one sequence fits."""
+    if checkpoint not in CHECKPOINTS:
+        raise InputError(f"unknown checkpoint {checkpoint!r}; known: {', '.join(CHECKPOINTS)}")
+    if isinstance(zero, bool) or zero not in (0, 1, 2, 3):
+        raise InputError(f"ZeRO stage must be 0, 1, 2 or 3, got {zero!r}")
+    if global_batch_seqs < count or global_batch_seqs % count:
+        raise InputError(f"the global batch of {global_batch_seqs:,} sequences does not split "
+                         f"over {count:,} data-parallel ranks; use a multiple of {count:,}")
+    budget = hardware.memory_bytes if budget_bytes is None else budget_bytes
+    setup = PlanSetup(config=config, hardware=hardware, count=count, seq_len=seq_len,
+                      global_batch_seqs=global_batch_seqs,
+                      precision=resolve_precision(precision),
+                      optimizer=resolve_optimizer(optimizer), budget_bytes=budget,
+                      efficiency=efficiency, attention=attention)
+    per_rank = global_batch_seqs // count
+    shard = count if zero else 1
+    options = []
+    for micro in divisors(per_rank):
+        choice = LayoutChoice(dp=count, tp=1, pp=1, zero=zero, shard=shard, micro_batch=micro,
+                              accumulation=per_rank // micro, checkpoint=checkpoint)
+        memory = rank_memory(setup, choice)
+        time = step_time(setup, choice, memory)
+        options.append(AccumulationOption(
+            micro_batch=micro, accumulation=choice.accumulation,
+            activation_bytes=memory.activations_bytes + memory.logits_bytes,
+            memory_bytes=memory.total_bytes, fits=memory.total_bytes <= budget,
+            intensity_flop_per_byte=time.intensity_flop_per_byte,
+            memory_bound=time.memory_bound, step_s=time.step_s,
+            tokens_per_s=time.tokens_per_s))
+    fitting = [o for o in options if o.fits]
+    if not fitting:
+        least = options[0]
+        raise NoLayoutError(f"{config.name} on {count:,} × {hardware.id}: memory per rank "
+                            f"binds, one sequence of {seq_len:,} needs "
+                            f"{least.memory_bytes / 1e9:.1f} GB against "
+                            f"{budget / 1e9:g} GB; shard more (ZeRO-3), checkpoint, or use "
+                            "more devices")
+    chosen = min(fitting, key=lambda o: (o.step_s, -o.micro_batch))
+    return AccumulationPlan(model=config.name, hardware=hardware.id, count=count, zero=zero,
+                            checkpoint=checkpoint, seq_len=seq_len,
+                            global_batch_seqs=global_batch_seqs, budget_bytes=budget,
+                            options=tuple(options), chosen=chosen)

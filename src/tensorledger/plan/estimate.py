@@ -1,0 +1,435 @@
+"""One training layout on a napkin: memory per rank and time per step, in closed form.
+
+Torch-free, fast (a search prices tens of thousands of layouts), and every term named.  The
+layout (:class:`LayoutChoice`) spreads ``count`` = dp · tp · pp devices: tensor parallelism
+innermost (inside a node), then data parallelism, then pipeline stages outermost (Megatron's
+order).  Of the ``dp`` data-parallel ranks, groups of ``shard`` hold one ZeRO-sharded copy
+(stage ``zero``; ``dp / shard`` replicas all-reduce the shards, as HSDP does).
+
+**Memory per rank** (the heavier of the first and the last pipeline stage):
+
+- per-parameter state: :func:`tensorledger.napkin.zero_bytes` of the stage's parameters,
+  ZeRO stage ``zero`` over ``shard`` ranks.  A stage holds ⌈L/p⌉ layers, each with its
+  matrices split over ``tp`` and its two norm scales whole; the first stage also holds the
+  token embedding / tp, the last the head / tp and the final norm (``pp`` = 1: all of them).
+- ZeRO-3 gathers a layer's parameters before use: two layers' worth (one in use, one
+  prefetched) of unsharded parameters in the recipe's parameter dtype.
+- activations per layer and micro-batch, 16-bit (Korthikanti et al. 2022, §4; b the
+  micro-batch, s the sequence, h the width, a the heads, t = tp):
+  s·b·h·(10 + 24/t) with tensor parallelism, s·b·h·34/t with sequence parallelism as well, plus
+  5·a·s²·b/t for the attention scores, softmax and dropout when attention is ``eager`` (flash
+  attention, the default, stores none of them).  Checkpoint ``selective`` recomputes the
+  attention core and drops that s² term (so it is searched with eager attention only: under
+  flash attention it changes nothing); ``full`` keeps only each layer's input, 2·s·b·h
+  (÷ t with sequence parallelism), and holds one layer's full activations while that layer is
+  recomputed.  The paper's model is GPT-3-like; for SwiGLU and grouped-query attention these
+  terms are an approximation (the trace measures the real ones).
+- micro-batches in flight on the first stage: 1 without a pipeline, min(p, m) under 1F1B, and
+  p·(1 + (p−1)/(p·v)) under the interleaved schedule with v chunks (Korthikanti §4.2.3).
+  The last stage holds one, plus the loss's fp32 logits, 4·s·b·V/t bytes (§4.3).
+
+**Time per step**, every rank doing 1/count of the work:
+
+- FLOPs: training FLOPs per token from
+  :func:`tensorledger.napkin.transformer.transformer_training_flops` (6·N plus attention,
+  causal halved) × tokens per step; ``full`` adds one forward (a third), ``selective`` the
+  forward of the attention scores and values again.  Each rank does 1/count of them.
+- compute = m × max(F / (peak · efficiency), W / memory bandwidth) per micro-batch, the
+  roofline of one micro-batch on one rank: F its FLOPs, W its weight traffic, the stage's
+  parameters × 2 × (parameter bytes + gradient bytes) (weights read in forward and again in
+  backward, the accumulated gradient read and written).  More, smaller micro-batches lower
+  F / W: below the chip's ridge point a step is memory-bound.  The peak is the catalog's ideal
+  dense figure and ``efficiency`` (default 1) the share of it the matmuls reach.
+- uneven stages: with ⌈L/p⌉ · p > L the slowest stage sets the pace, compute × ⌈L/p⌉·p/L.
+- pipeline bubble (Narayanan et al. 2021): compute × (p−1)/(v·m) on top.
+- tensor-parallel communication is exposed: per micro-batch and layer two all-reduces of the
+  b·s·h block output in forward and two in backward (two more with full recomputation), each
+  an all-gather plus a reduce-scatter with sequence parallelism, priced by
+  :func:`tensorledger.roofline.collectives.collective_time` on the node's links.
+- data-parallel communication overlaps with compute except the last layer's bucket:
+  exposed = max(0, comm − compute) + comm / layers per stage.  Stage 0 all-reduces the
+  gradients once per step; stage 1 reduce-scatters them and all-gathers the updated
+  parameters once; stage 2 reduce-scatters after every micro-batch (the sharded gradient is
+  where they accumulate); stage 3 also all-gathers the parameters twice per micro-batch (three
+  times with full recomputation).  Replicas all-reduce their gradient shard once per step.
+- pipeline send/receive (b·s·h per micro-batch and stage boundary) is not priced: 1F1B
+  overlaps it with compute.
+
+step = compute · imbalance · (1 + bubble) + tensor-parallel comm + exposed data-parallel comm;
+MFU = model FLOPs (without recomputation) / (step · count · ideal peak).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import cast
+
+from tensorledger.errors import InputError
+from tensorledger.hardware import Hardware
+from tensorledger.napkin.parallel import zero_bytes
+from tensorledger.napkin.recipes import Optimizer, Precision
+from tensorledger.napkin.transformer import (
+    TransformerConfig,
+    forward_flops_per_token,
+    parameter_count,
+    transformer_training_flops,
+)
+from tensorledger.roofline.collectives import CollectiveKind, collective_time
+
+__all__ = ["ATTENTIONS", "CHECKPOINTS", "INTERLEAVE_CHUNKS", "SCHEDULES", "LayoutChoice",
+           "LayoutEstimate", "PlanSetup", "RankMemory", "StepTime", "estimate",
+           "layer_activation_bytes", "rank_memory", "step_time"]
+
+#: Checkpoint policies in closed form: keep everything, recompute attention, recompute blocks.
+CHECKPOINTS = ("none", "selective", "full")
+#: Attention kernels: flash stores no s² scores; eager stores scores, softmax and dropout.
+ATTENTIONS = ("flash", "eager")
+#: Pipeline schedules searched ("none" without a pipeline).
+SCHEDULES = ("1f1b", "interleaved")
+#: Model chunks per stage the interleaved schedule is searched with.
+INTERLEAVE_CHUNKS = (2, 4)
+#: Bytes per activation element: 16-bit, as Korthikanti et al. count.
+ACTIVATION_BYTES = 2
+
+
+@dataclass(frozen=True)
+class PlanSetup:
+    """What every layout of one search shares: the model, the cluster, the batch, the recipe."""
+
+    config: TransformerConfig
+    hardware: Hardware
+    count: int
+    seq_len: int
+    global_batch_seqs: int  # sequences per optimizer step, over all data-parallel ranks
+    precision: Precision
+    optimizer: Optimizer
+    budget_bytes: float  # memory one rank may use
+    efficiency: float = 1.0  # share of the ideal peak the matmuls reach
+    attention: str = "flash"
+    dtype: str = "bf16"
+
+    def __post_init__(self) -> None:
+        if self.attention not in ATTENTIONS:
+            raise InputError(f"unknown attention {self.attention!r}; known: "
+                             f"{', '.join(ATTENTIONS)}")
+        if not 0.0 < self.efficiency <= 1.0:
+            raise InputError(f"efficiency must be in (0, 1], got {self.efficiency!r}")
+        # counts and FLOPs of the model, and the priced collectives, worked out once per search
+        object.__setattr__(self, "_model", _Model(self))
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch_seqs * self.seq_len
+
+
+@dataclass(frozen=True)
+class LayoutChoice:
+    """One point of the search: degrees, sharding, batch split, schedule, checkpointing."""
+
+    dp: int  # data-parallel ranks (replicas × shard)
+    tp: int  # tensor-parallel ranks, inside a node
+    pp: int  # pipeline stages
+    zero: int = 0  # ZeRO stage over the shard group; 0 is plain data parallelism
+    shard: int = 1  # ranks one ZeRO-sharded copy spans (divides dp); 1 with zero 0
+    sp: bool = False  # sequence parallelism beside tp
+    micro_batch: int = 1  # sequences per micro-batch on one data-parallel rank
+    accumulation: int = 1  # micro-batches per step; the pipeline's micro-batches when pp > 1
+    schedule: str = "none"  # "none" (pp = 1), "1f1b" or "interleaved"
+    checkpoint: str = "none"  # "none", "selective" or "full"
+    chunks: int = 1  # model chunks per stage: v of the interleaved schedule, else 1
+
+    @property
+    def count(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    @property
+    def replicas(self) -> int:
+        return self.dp // self.shard
+
+    def describe(self) -> str:
+        """``DP 8 (ZeRO-3 × 8) · TP 8 + SP · PP 4 1f1b``.
+
+        >>> LayoutChoice(dp=8, tp=4, pp=2, zero=3, shard=8, sp=True, schedule="interleaved",
+        ...              chunks=2).describe()
+        'DP 8 (ZeRO-3 × 8) · TP 4 + SP · PP 2 interleaved × 2'
+        """
+        data = f"DP {self.dp}"
+        if self.zero:
+            data += f" (ZeRO-{self.zero} × {self.shard})"
+        parts = [data]
+        if self.tp > 1:
+            parts.append(f"TP {self.tp}{' + SP' if self.sp else ''}")
+        if self.pp > 1:
+            parts.append(f"PP {self.pp} " + (f"interleaved × {self.chunks}"
+                                             if self.schedule == "interleaved" else "1f1b"))
+        return " · ".join(parts)
+
+
+@dataclass(frozen=True)
+class RankMemory:
+    """Bytes the busiest rank holds, by kind (the heavier of the first and last stage)."""
+
+    stage: str  # "first", "last" or "only"
+    stage_params: int  # parameters that stage's rank holds before ZeRO sharding
+    states_bytes: float  # parameters, gradients, master copy, optimizer state (ZeRO)
+    gathered_bytes: float  # ZeRO-3's gathered layers
+    activations_bytes: float  # saved activations of the layers, all micro-batches in flight
+    logits_bytes: float  # the loss's fp32 logits (last stage)
+    total_bytes: float
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds of one optimizer step, term by term."""
+
+    model_flops: float  # training FLOPs of the step, without recomputation
+    recompute_flops: float
+    intensity_flop_per_byte: float  # one micro-batch on one rank: FLOPs / weight traffic
+    memory_bound: bool  # the intensity is below the chip's ridge point
+    compute_s: float  # m × max(FLOPs, weight traffic / bandwidth) of one micro-batch
+    imbalance: float  # ⌈L/p⌉·p / L: the slowest stage's share over the average
+    bubble_to_compute: float  # (p−1)/(v·m)
+    tp_comm_s: float  # exposed
+    dp_comm_s: float  # all of it
+    dp_exposed_s: float  # what overlap leaves
+    step_s: float
+    tokens_per_s: float
+    mfu: float  # model FLOPs / (step · count · ideal peak)
+
+
+@dataclass(frozen=True)
+class LayoutEstimate:
+    """A feasible layout with its closed-form memory and time.
+
+    ``verified_step_s`` and ``verified_memory_bytes`` are left None here: a traced run of the
+    real parallel code (the workload layer) sets them beside the closed form.
+    """
+
+    choice: LayoutChoice
+    layout: str
+    memory: RankMemory
+    time: StepTime
+    train_days: float | None = None  # for the --tokens asked, at this layout's tokens/s
+    verified_step_s: float | None = None
+    verified_memory_bytes: float | None = None
+
+
+# ------------------------------------------------------------------------------- memory
+
+
+def layer_activation_bytes(setup: PlanSetup, micro_batch: int, tp: int, sp: bool,
+                           checkpoint: str) -> tuple[float, float]:
+    """(kept per layer, transient) activation bytes of one micro-batch on one rank.
+
+    ``none``: s·b·h·(10 + 24/t) (s·b·h·34/t with sp) + 5·a·s²·b/t with eager attention.
+    ``selective``: the same without the 5·a·s²·b/t.  ``full``: 2·s·b·h (÷ t with sp) kept per
+    layer, and one layer's ``none`` bytes held while it is recomputed (the transient).
+
+    >>> from tensorledger.napkin.transformer import get_preset
+    >>> from tensorledger.hardware import get_hardware
+    >>> from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
+    >>> s = PlanSetup(get_preset("llama-3-70b"), get_hardware("h100"), 8, 8192, 8,
+    ...               resolve_precision("bf16-master"), resolve_optimizer("adamw"), 80e9)
+    >>> layer_activation_bytes(s, 1, 8, False, "none")    # 8192 · 8192 · (10 + 24/8)
+    (872415232.0, 0.0)
+    """
+    s, h, a = setup.seq_len, setup.config.d_model, setup.config.n_heads
+    sbh = float(s * micro_batch * h)
+    scores = 5.0 * a * s * s * micro_batch / tp if setup.attention == "eager" else 0.0
+    full_layer = (sbh * 34 / tp if sp else sbh * (10 + 24 / tp)) + scores
+    if checkpoint == "none":
+        return full_layer, 0.0
+    if checkpoint == "selective":
+        return full_layer - scores, 0.0
+    return ACTIVATION_BYTES * sbh / (tp if sp else 1), full_layer
+
+
+def _inflight(choice: LayoutChoice) -> float:
+    p, m = choice.pp, choice.accumulation
+    if p == 1:
+        return 1.0
+    if choice.schedule == "interleaved":
+        v = choice.chunks
+        return p * (1 + (p - 1) / (p * v))
+    return float(min(p, m))
+
+
+class _Model:
+    """Parameter counts and FLOPs of a config at a sequence length, computed once."""
+
+    def __init__(self, setup: PlanSetup) -> None:
+        config = setup.config
+        counts = parameter_count(config)
+        norm = config.d_model * (2 if config.norm == "layernorm" and config.bias else 1)
+        self.layer_norms = 2 * norm
+        self.layer_matrices = counts.per_layer_params - self.layer_norms
+        self.embeddings = counts.embeddings_params
+        self.head = counts.head_params
+        self.final_norm = norm
+        flops = transformer_training_flops(config, 1.0, setup.seq_len)
+        forward = forward_flops_per_token(config, setup.seq_len)
+        self.flops_per_token = flops.flops_per_token
+        self.forward_per_token = forward.total_flops
+        self.attention_forward_per_token = (forward.attention_scores_flops
+                                            + forward.attention_values_flops)
+        self.states: dict[tuple[int, int, int], float] = {}
+        self.collectives: dict[tuple[CollectiveKind, float, int, int], float] = {}
+
+    def states_bytes(self, setup: PlanSetup, params: int, shard: int, zero: int) -> float:
+        """:func:`zero_bytes` total, remembered: a search asks for few distinct ones."""
+        key = (params, shard, zero)
+        held = self.states.get(key)
+        if held is None:
+            held = float(zero_bytes(params, shard, zero, setup.precision,
+                                    setup.optimizer).total_bytes)
+            self.states[key] = held
+        return held
+
+
+def _model(setup: PlanSetup) -> _Model:
+    return cast(_Model, setup.__dict__["_model"])
+
+
+def _layers_per_stage(config: TransformerConfig, pp: int) -> int:
+    return -(-config.n_layers // pp)
+
+
+def rank_memory(setup: PlanSetup, choice: LayoutChoice) -> RankMemory:
+    """Bytes of the busiest rank: the heavier of the first and the last pipeline stage."""
+    model = _model(setup)
+    tp, pp = choice.tp, choice.pp
+    layers = _layers_per_stage(setup.config, pp)
+    layer_rank = -(-model.layer_matrices // tp) + model.layer_norms
+    body = layers * layer_rank
+    first_params = body + -(-model.embeddings // tp)
+    last_params = body + -(-model.head // tp) + model.final_norm
+    if pp == 1:
+        first_params = last_params = first_params + last_params - body
+    kept, transient = layer_activation_bytes(setup, choice.micro_batch, tp, choice.sp,
+                                             choice.checkpoint)
+    logits = 4.0 * setup.seq_len * choice.micro_batch * setup.config.vocab_size / tp
+    gathered = (2.0 * layer_rank * setup.precision.param_bytes
+                if choice.zero == 3 and choice.shard > 1 else 0.0)
+
+    def stage(params: int, inflight: float, with_logits: bool) -> tuple[float, float, float]:
+        states = model.states_bytes(setup, params, choice.shard, choice.zero)
+        activations = layers * kept * inflight + transient
+        loss = logits if with_logits else 0.0
+        return states, activations, loss
+
+    first = stage(first_params, _inflight(choice), pp == 1)
+    last = stage(last_params, 1.0, True)
+    if pp == 1:
+        name, params, (states, activations, loss) = "only", first_params, first
+    elif sum(first) >= sum(last):
+        name, params, (states, activations, loss) = "first", first_params, first
+    else:
+        name, params, (states, activations, loss) = "last", last_params, last
+    total = states + gathered + activations + loss
+    return RankMemory(stage=name, stage_params=params, states_bytes=states,
+                      gathered_bytes=gathered, activations_bytes=activations,
+                      logits_bytes=loss, total_bytes=total)
+
+
+# --------------------------------------------------------------------------------- time
+
+
+def _per_node(setup: PlanSetup, ranks: int, stride: int) -> int:
+    """Ranks of a group on one node when its members lie ``stride`` apart in the world."""
+    per_node = setup.hardware.devices_per_node or 1
+    return math.gcd(ranks, max(1, per_node // stride))
+
+
+def _collective_s(setup: PlanSetup, kind: CollectiveKind, size_bytes: float, ranks: int,
+                  stride: int) -> float:
+    if ranks == 1:
+        return 0.0
+    per_node = _per_node(setup, ranks, stride)
+    key = (kind, size_bytes, ranks, per_node)
+    cache = _model(setup).collectives
+    time_s = cache.get(key)
+    if time_s is None:
+        time_s = collective_time(kind, size_bytes, ranks, setup.hardware,
+                                 ranks_per_node=per_node).time_s
+        cache[key] = time_s
+    return time_s
+
+
+def _dp_comm_s(setup: PlanSetup, choice: LayoutChoice, stage_params: int, passes: int) -> float:
+    """Data-parallel communication of one rank per step (see the module's docstring)."""
+    p = setup.precision
+    grads, weights = p.grad_bytes * stage_params, p.param_bytes * stage_params
+    m, tp = choice.accumulation, choice.tp
+    if choice.zero == 0:
+        return _collective_s(setup, CollectiveKind.ALL_REDUCE, grads, choice.dp, tp)
+    shard = choice.shard
+    scatter = _collective_s(setup, CollectiveKind.REDUCE_SCATTER, grads, shard, tp)
+    gather = _collective_s(setup, CollectiveKind.ALL_GATHER, weights, shard, tp)
+    if choice.zero == 1:
+        total = scatter + gather
+    elif choice.zero == 2:
+        total = m * scatter + gather
+    else:
+        total = m * (scatter + passes * gather)
+    replicas = _collective_s(setup, CollectiveKind.ALL_REDUCE, grads / shard, choice.replicas,
+                             tp * shard)
+    return total + replicas
+
+
+def step_time(setup: PlanSetup, choice: LayoutChoice, memory: RankMemory) -> StepTime:
+    """Seconds per step of ``choice`` (see the module's docstring for every term)."""
+    model = _model(setup)
+    tokens = setup.tokens_per_step
+    model_flops = float(model.flops_per_token) * tokens
+    if choice.checkpoint == "full":
+        recompute = float(model.forward_per_token) * tokens
+    elif choice.checkpoint == "selective":
+        recompute = float(model.attention_forward_per_token) * tokens
+    else:
+        recompute = 0.0
+    peak = setup.hardware.peak_flop_per_s(setup.dtype)
+    m = choice.accumulation
+    flops_micro = (model_flops + recompute) / (setup.count * m)
+    p = setup.precision
+    bytes_micro = memory.stage_params * 2 * (p.param_bytes + p.grad_bytes)
+    intensity = flops_micro / bytes_micro
+    micro_s = max(flops_micro / (peak * setup.efficiency),
+                  bytes_micro / setup.hardware.memory_bandwidth_bytes_per_s)
+    compute_s = m * micro_s
+    layers = _layers_per_stage(setup.config, choice.pp)
+    imbalance = layers * choice.pp / setup.config.n_layers
+    bubble = (choice.pp - 1) / (choice.chunks * m)
+    tp_comm = 0.0
+    if choice.tp > 1:
+        size = float(ACTIVATION_BYTES * choice.micro_batch * setup.seq_len
+                     * setup.config.d_model)
+        per_layer = 6 if choice.checkpoint == "full" else 4
+        if choice.sp:
+            one = (_collective_s(setup, CollectiveKind.ALL_GATHER, size, choice.tp, 1)
+                   + _collective_s(setup, CollectiveKind.REDUCE_SCATTER, size, choice.tp, 1))
+        else:
+            one = _collective_s(setup, CollectiveKind.ALL_REDUCE, size, choice.tp, 1)
+        tp_comm = layers * per_layer * m * one
+    passes = 3 if choice.checkpoint == "full" else 2
+    dp_comm = _dp_comm_s(setup, choice, memory.stage_params, passes)
+    dp_exposed = max(0.0, dp_comm - compute_s) + dp_comm / layers
+    step_s = compute_s * imbalance * (1 + bubble) + tp_comm + dp_exposed
+    return StepTime(model_flops=model_flops, recompute_flops=recompute,
+                    intensity_flop_per_byte=intensity,
+                    memory_bound=intensity < peak * setup.efficiency
+                    / setup.hardware.memory_bandwidth_bytes_per_s, compute_s=compute_s,
+                    imbalance=imbalance, bubble_to_compute=bubble, tp_comm_s=tp_comm,
+                    dp_comm_s=dp_comm, dp_exposed_s=dp_exposed, step_s=step_s,
+                    tokens_per_s=tokens / step_s,
+                    mfu=model_flops / (step_s * setup.count * peak))
+
+
+def estimate(setup: PlanSetup, choice: LayoutChoice, tokens: float | None = None
+             ) -> LayoutEstimate:
+    """Memory and time of one layout; ``tokens`` adds the days to train on them."""
+    memory = rank_memory(setup, choice)
+    time = step_time(setup, choice, memory)
+    days = None if tokens is None else tokens / time.tokens_per_s / 86400.0
+    return LayoutEstimate(choice=choice, layout=choice.describe(), memory=memory, time=time,
+                          train_days=days)

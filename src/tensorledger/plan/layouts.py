@@ -1,0 +1,324 @@
+"""The layout search: every way to spread a training step over ``count`` devices, priced in
+closed form (:mod:`tensorledger.plan.estimate`), the feasible ones ranked by step time and
+each rejected one with the constraint that binds it.
+
+The space, for count N = dp · tp · pp:
+
+- ``tp``: a divisor of N, at most the devices of one node, dividing the query and key/value
+  heads, the MLP width and the vocabulary (:func:`tensorledger.napkin.tp_indivisible`);
+  sequence parallelism on or off beside it (on needs tp to divide the sequence);
+- ``pp``: a divisor of N / tp, at most the layers.  Stages need not divide the layers evenly
+  (Llama 3 405B ran 126 layers on 16 stages): the heaviest holds ⌈L/p⌉ and sets the pace;
+- ``zero`` 0 to 3 and ``shard``, a divisor (> 1) of dp that one sharded copy spans;
+- the batch split: micro-batch × accumulation × dp = the global batch in sequences; with a
+  pipeline the accumulation steps are its micro-batches;
+- ``schedule`` 1F1B or interleaved with v = 2 or 4 chunks per stage (needs m a multiple of
+  p, and the ⌈L/p⌉ layers of a stage to split into v equal chunks);
+- ``checkpoint`` none, full, and selective (with eager attention only; see the estimate).
+
+A configuration is counted as searched once it is fully specified, or once a constraint
+rejects the partial layout it belongs to (a tp that divides no heads is one rejection, not one
+per micro-batch size): reasons are ``divisibility``, ``global batch`` and ``memory per rank``.
+
+>>> from tensorledger.hardware import get_hardware
+>>> from tensorledger.napkin.transformer import get_preset
+>>> plan = plan_layouts(get_preset("llama-3-8b"), get_hardware("h100"), 8, seq_len=4096,
+...                     global_batch_seqs=64)
+>>> plan.searched > plan.feasible > 0, plan.best is plan.ranked[0]
+(True, True)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from tensorledger.errors import InputError
+from tensorledger.hardware import Hardware
+from tensorledger.napkin.parallel import tp_indivisible
+from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
+from tensorledger.napkin.transformer import TransformerConfig
+from tensorledger.plan.estimate import (
+    INTERLEAVE_CHUNKS,
+    LayoutChoice,
+    LayoutEstimate,
+    PlanSetup,
+    estimate,
+    rank_memory,
+    step_time,
+)
+
+__all__ = ["LARGEST_COUNT", "REASONS", "LayoutPlan", "NoLayoutError", "Rejection", "divisors",
+           "plan_layouts"]
+
+#: Reasons a configuration is rejected, in the order they are checked.
+REASONS = ("divisibility", "global batch", "memory per rank")
+#: The most devices searched (2^20: past any cluster, and the divisors stay few).
+LARGEST_COUNT = 1 << 20
+#: Rejections kept per reason (the closest to feasible first for memory); the rest are counted.
+KEPT_REJECTIONS = 5
+
+ASSUMPTIONS = (
+    "compute at the catalog's ideal dense peak × efficiency; MFU against the ideal peak",
+    "activations: Korthikanti et al. 2022 (16-bit, GPT-3-like layer) with tp/sp; flash "
+    "attention stores no s² scores unless --attention eager",
+    "tensor-parallel communication exposed; data-parallel overlapped except the last layer's "
+    "bucket; pipeline send/receive not priced",
+    "ranks ordered tp (inside a node), then dp, then pp; collectives priced by the ring formulas",
+)
+
+
+class NoLayoutError(InputError):
+    """No configuration is feasible; the message names the constraint that binds."""
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A configuration (or partial layout) the search refused, and why."""
+
+    choice: LayoutChoice
+    reason: str  # one of REASONS
+    detail: str
+    memory_bytes: float | None = None  # with reason "memory per rank"
+
+
+@dataclass(frozen=True)
+class LayoutPlan:
+    """The result of a search: feasible layouts ranked by step time, rejections counted."""
+
+    model: str
+    hardware: str
+    count: int
+    seq_len: int
+    global_batch_seqs: int
+    global_batch_tokens: int
+    precision: str
+    optimizer: str
+    attention: str
+    efficiency: float
+    peak_flop_per_s: float
+    budget_bytes: float
+    tokens: float | None
+    searched: int
+    feasible: int
+    rejected_by_reason: dict[str, int]
+    ranked: tuple[LayoutEstimate, ...]  # the best ``top``, fastest first
+    rejected: tuple[Rejection, ...]  # a few per reason
+    assumptions: tuple[str, ...] = field(default=ASSUMPTIONS)
+    notes: tuple[str, ...] = ()  # what the caller adds (how a token batch was rounded)
+
+    @property
+    def best(self) -> LayoutEstimate:
+        return self.ranked[0]
+
+
+@functools.lru_cache(maxsize=4096)
+def divisors(n: int) -> tuple[int, ...]:
+    """The divisors of ``n`` in increasing order.
+
+    >>> divisors(12)
+    (1, 2, 3, 4, 6, 12)
+    """
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return (*small, *reversed(large))
+
+
+def _check(name: str, value: int, largest: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= largest:
+        raise InputError(f"{name} must be a whole number from 1 to {largest:,}, got {value!r}")
+    return value
+
+
+def _checkpoints(attention: str) -> tuple[str, ...]:
+    return ("none", "selective", "full") if attention == "eager" else ("none", "full")
+
+
+@dataclass
+class _Tally:
+    searched: int = 0
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
+    kept: dict[str, list[Rejection]] = field(
+        default_factory=lambda: {reason: [] for reason in REASONS})
+
+    def reject(self, choice: LayoutChoice, reason: str, detail: str,
+               memory_bytes: float | None = None) -> None:
+        self.searched += 1
+        self.counts[reason] += 1
+        kept = self.kept[reason]
+        if reason == "memory per rank":
+            assert memory_bytes is not None
+            if len(kept) < KEPT_REJECTIONS or memory_bytes < (kept[-1].memory_bytes or 0.0):
+                kept.append(Rejection(choice, reason, detail, memory_bytes))
+                kept.sort(key=lambda r: r.memory_bytes or 0.0)
+                del kept[KEPT_REJECTIONS:]
+        elif len(kept) < KEPT_REJECTIONS and all(
+                _kind(r.detail) != _kind(detail) for r in kept):
+            kept.append(Rejection(choice, reason, detail))
+
+
+def _kind(detail: str) -> str:
+    """What a rejection's detail says, numbers aside: one example of each kind is kept."""
+    return re.sub(r"[0-9,.]+", "#", detail)
+
+
+def _degrees(setup: PlanSetup, tally: _Tally) -> Iterator[tuple[int, int, int, bool]]:
+    """(dp, tp, pp, sp) layouts that divide the model; the others are tallied as rejected."""
+    config, count = setup.config, setup.count
+    per_node = setup.hardware.devices_per_node or 1
+    for tp in divisors(count):
+        if tp > per_node:
+            tally.reject(LayoutChoice(dp=1, tp=tp, pp=1), "divisibility",
+                         f"tp {tp} spans nodes ({per_node} devices per node)")
+            continue
+        bad = tp_indivisible(config, tp)
+        if bad is not None:
+            tally.reject(LayoutChoice(dp=1, tp=tp, pp=1), "divisibility",
+                         f"tp {tp} does not divide the {bad[1]:,} {bad[0]}")
+            continue
+        for pp in divisors(count // tp):
+            dp = count // (tp * pp)
+            if pp > config.n_layers:
+                tally.reject(LayoutChoice(dp=dp, tp=tp, pp=pp), "divisibility",
+                             f"pp {pp} exceeds the {config.n_layers} layers")
+                continue
+            for sp in (False, True) if tp > 1 else (False,):
+                if sp and setup.seq_len % tp:
+                    tally.reject(LayoutChoice(dp=dp, tp=tp, pp=pp, sp=True), "divisibility",
+                                 f"sp: tp {tp} does not divide the sequence {setup.seq_len}")
+                    continue
+                yield dp, tp, pp, sp
+
+
+_SCHEDULES = (("1f1b", 1), *(("interleaved", v) for v in INTERLEAVE_CHUNKS))
+
+
+def _shardings(dp: int) -> Iterator[tuple[int, int]]:
+    yield 0, 1
+    for shard in divisors(dp)[1:]:
+        for zero in (1, 2, 3):
+            yield zero, shard
+
+
+def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, seq_len: int,
+                 global_batch_seqs: int, precision: str = "bf16-master",
+                 optimizer: str = "adamw", budget_bytes: float | None = None,
+                 efficiency: float = 1.0, attention: str = "flash", tokens: float | None = None,
+                 top: int = 10) -> LayoutPlan:
+    """Search every layout of ``count`` devices; raise :class:`NoLayoutError` when none fits.
+
+    ``global_batch_seqs`` sequences of ``seq_len`` tokens make one optimizer step;
+    ``budget_bytes`` caps the memory of one rank (default: the device's); ``tokens`` adds
+    days of training to each ranked layout.
+    """
+    _check("count", count, LARGEST_COUNT)
+    _check("seq_len", seq_len, config.context_length)
+    _check("global batch (sequences)", global_batch_seqs, 1 << 32)
+    _check("top", top, 10_000)
+    budget = hardware.memory_bytes if budget_bytes is None else budget_bytes
+    if not 0 < budget <= hardware.memory_bytes:
+        raise InputError(f"the memory budget must be above 0 and at most {hardware.id}'s "
+                         f"{hardware.memory_bytes / 1e9:g} GB, got {budget / 1e9:g} GB")
+    if tokens is not None and not tokens > 0:
+        raise InputError(f"tokens must be a positive number, got {tokens!r}")
+    setup = PlanSetup(config=config, hardware=hardware, count=count, seq_len=seq_len,
+                      global_batch_seqs=global_batch_seqs,
+                      precision=resolve_precision(precision),
+                      optimizer=resolve_optimizer(optimizer), budget_bytes=budget,
+                      efficiency=efficiency, attention=attention)
+    tally = _Tally()
+    feasible: list[tuple[float, float, LayoutChoice]] = []
+    closest_batch = None
+    for dp, tp, pp, sp in _degrees(setup, tally):
+        if global_batch_seqs % dp:
+            why = ("smaller than" if global_batch_seqs < dp else "not a multiple of")
+            tally.reject(LayoutChoice(dp=dp, tp=tp, pp=pp, sp=sp), "global batch",
+                         f"{_sequences(global_batch_seqs)} is {why} the data-parallel "
+                         f"degree {dp:,}")
+            closest_batch = dp if closest_batch is None else min(closest_batch, dp)
+            continue
+        per_rank = global_batch_seqs // dp
+        micros = divisors(per_rank)
+        stage_layers = -(-config.n_layers // pp)
+        for zero, shard in _shardings(dp):
+            for schedule, v in _SCHEDULES if pp > 1 else (("none", 1),):
+                for checkpoint in _checkpoints(attention):
+                    # memory grows with the micro-batch (b · min(p, m) = min(p·b, B) in
+                    # flight): past the first that does not fit, none does
+                    past = None
+                    for micro in micros:
+                        m = per_rank // micro
+                        point = LayoutChoice(dp=dp, tp=tp, pp=pp, zero=zero, shard=shard,
+                                             sp=sp, micro_batch=micro, accumulation=m,
+                                             schedule=schedule, chunks=v,
+                                             checkpoint=checkpoint)
+                        if v > 1 and (m % pp or stage_layers % v):
+                            tally.reject(point, "divisibility", (
+                                f"interleaved: {m} micro-batch(es), not a multiple of pp {pp}"
+                                if m % pp else f"interleaved × {v}: {stage_layers} layers a "
+                                f"stage do not split into {v} chunks"))
+                            continue
+                        if past is not None:
+                            tally.reject(point, "memory per rank", f"more than {past}",
+                                         math.inf)
+                            continue
+                        memory = rank_memory(setup, point)
+                        if memory.total_bytes > budget:
+                            tally.reject(point, "memory per rank",
+                                         f"{memory.total_bytes / 1e9:.2f} GB > "
+                                         f"{budget / 1e9:g} GB", memory.total_bytes)
+                            past = f"{memory.total_bytes / 1e9:.1f} GB (micro-batch {micro})"
+                            continue
+                        tally.searched += 1
+                        time = step_time(setup, point, memory)
+                        feasible.append((time.step_s, memory.total_bytes, point))
+    if not feasible:
+        raise NoLayoutError(_why_none(setup, tally, closest_batch))
+    feasible.sort(key=lambda item: (item[0], item[1]))  # fastest, then the least memory
+    ranked = tuple(estimate(setup, choice, tokens) for _, _, choice in feasible[:top])
+    rejected = tuple(r for reason in REASONS for r in tally.kept[reason])
+    return LayoutPlan(model=config.name, hardware=hardware.id, count=count, seq_len=seq_len,
+                      global_batch_seqs=global_batch_seqs,
+                      global_batch_tokens=setup.tokens_per_step,
+                      precision=setup.precision.name, optimizer=setup.optimizer.name,
+                      attention=attention, efficiency=efficiency,
+                      peak_flop_per_s=hardware.peak_flop_per_s(setup.dtype),
+                      budget_bytes=budget, tokens=tokens, searched=tally.searched,
+                      feasible=len(feasible), rejected_by_reason=dict(tally.counts),
+                      ranked=ranked, rejected=rejected)
+
+
+def _sequences(n: int) -> str:
+    return f"{n:,} sequence{'' if n == 1 else 's'}"
+
+
+def _why_none(setup: PlanSetup, tally: _Tally, closest_batch: int | None) -> str:
+    """One line naming the constraint that binds, the furthest one the search got to."""
+    where = f"{setup.config.name} on {setup.count:,} × {setup.hardware.id}"
+    memory = tally.kept["memory per rank"]
+    if memory:
+        least = memory[0]
+        return (f"{where} fits in no layout: memory per rank binds, the least is "
+                f"{(least.memory_bytes or 0.0) / 1e9:.1f} GB ({least.choice.describe()}, "
+                f"checkpoint {least.choice.checkpoint}) against a budget of "
+                f"{setup.budget_bytes / 1e9:g} GB; use more devices, a smaller model or "
+                "shorter sequences")
+    if closest_batch is not None:
+        gb = setup.global_batch_seqs
+        why = ("is smaller than" if gb < closest_batch else "is not a multiple of")
+        return (f"{where}: the global batch binds, {_sequences(gb)} {why} the smallest "
+                f"data-parallel degree the layouts leave, {closest_batch:,}; use a global "
+                f"batch that is a multiple of {closest_batch:,} sequences, or fewer devices")
+    first = tally.kept["divisibility"]
+    detail = first[0].detail if first else "no layout"
+    return (f"{where}: divisibility binds, no layout divides the model ({detail}); use a "
+            "device count with divisors the model's heads and layers accept")

@@ -1,0 +1,89 @@
+"""Terminal views of the planner: the ranked layouts, the rejections by reason, the working."""
+
+from __future__ import annotations
+
+from rich.console import RenderableType
+from rich.table import Table
+
+from tensorledger.plan import AccumulationPlan, LayoutPlan
+from tensorledger.units import format_bytes, format_count, format_duration
+
+__all__ = ["accumulation_view", "layout_plan_view"]
+
+View = list[RenderableType | str]
+
+
+def _gb(value: float) -> str:
+    return f"{value / 1e9:.1f}"
+
+
+def layout_plan_view(plan: LayoutPlan) -> View:
+    """The ranked table, then the counts, a few rejections and the assumptions."""
+    table = Table(title=f"{plan.model} on {plan.count:,} × {plan.hardware}: global batch "
+                  f"{plan.global_batch_seqs:,} × {plan.seq_len:,} = "
+                  f"{format_count(plan.global_batch_tokens)} tokens, {plan.precision} + "
+                  f"{plan.optimizer}", title_justify="left", header_style="bold")
+    columns = ["#", "layout", "micro × accum", "checkpoint", "memory/rank GB", "step",
+               "tokens/s", "MFU"]
+    if plan.tokens is not None:
+        columns.append("days")
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("layout", "checkpoint")
+                         else "right")
+    for rank, row in enumerate(plan.ranked, 1):
+        choice, time = row.choice, row.time
+        cells = [str(rank), row.layout, f"{choice.micro_batch} × {choice.accumulation}",
+                 choice.checkpoint, _gb(row.memory.total_bytes),
+                 format_duration(time.step_s), format_count(time.tokens_per_s),
+                 f"{time.mfu:.1%}"]
+        if row.train_days is not None:
+            cells.append(f"{row.train_days:,.1f}")
+        table.add_row(*cells)
+    counts = ", ".join(f"{reason} {n:,}" for reason, n in plan.rejected_by_reason.items())
+    rejected = Table(title="Rejected (a few per reason; the closest to fitting first for "
+                     "memory)", title_justify="left", header_style="bold")
+    for column in ("reason", "layout", "micro × accum", "checkpoint", "why"):
+        rejected.add_column(column)
+    for r in plan.rejected:
+        rejected.add_row(r.reason, r.choice.describe(),
+                         f"{r.choice.micro_batch} × {r.choice.accumulation}",
+                         r.choice.checkpoint, r.detail)
+    best = plan.best
+    lines: View = [
+        table,
+        f"searched {plan.searched:,} configurations: {plan.feasible:,} feasible, rejected by "
+        f"{counts}",
+        f"best: {best.layout}, micro-batch {best.choice.micro_batch} × {best.choice.accumulation}"
+        f", checkpoint {best.choice.checkpoint}: {_gb(best.memory.total_bytes)} GB per rank of "
+        f"{_gb(plan.budget_bytes)} GB, {format_duration(best.time.step_s)} per step "
+        f"({format_duration(best.time.compute_s)} compute, bubble "
+        f"{best.time.bubble_to_compute:.1%}, TP comm {format_duration(best.time.tp_comm_s)}, "
+        f"DP comm exposed {format_duration(best.time.dp_exposed_s)} of "
+        f"{format_duration(best.time.dp_comm_s)})",
+    ]
+    if plan.rejected:
+        lines.append(rejected)
+    lines.extend(f"note: {n}" for n in plan.notes)
+    lines.extend(f"assumes: {a}" for a in plan.assumptions)
+    lines.append(f"peak: {plan.peak_flop_per_s / 1e12:g} TFLOP/s dense (ideal) × efficiency "
+                 f"{plan.efficiency:g}; attention {plan.attention}; closed forms, not yet "
+                 "verified by a trace")
+    return lines
+
+
+def accumulation_view(plan: AccumulationPlan) -> View:
+    table = Table(title=f"{plan.model}: {plan.global_batch_seqs:,} sequences of "
+                  f"{plan.seq_len:,} on {plan.count:,} × {plan.hardware}, ZeRO-{plan.zero}, "
+                  f"checkpoint {plan.checkpoint}", title_justify="left", header_style="bold")
+    for column in ("micro × accum", "activations", "memory/rank", "fits", "FLOP/byte",
+                   "step", "tokens/s"):
+        table.add_column(column, justify="right")
+    for o in plan.options:
+        table.add_row(f"{o.micro_batch} × {o.accumulation}", format_bytes(o.activation_bytes),
+                      format_bytes(o.memory_bytes), "yes" if o.fits else "no",
+                      f"{o.intensity_flop_per_byte:,.0f}"
+                      + (" (memory-bound)" if o.memory_bound else ""),
+                      format_duration(o.step_s), format_count(o.tokens_per_s))
+    c = plan.chosen
+    return [table, f"chosen: micro-batch {c.micro_batch} × {c.accumulation} accumulation steps "
+            f"({format_bytes(c.memory_bytes)} per rank of {format_bytes(plan.budget_bytes)})"]

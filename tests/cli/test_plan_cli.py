@@ -1,0 +1,111 @@
+"""``tensorledger plan`` and ``fit --batch --seq``: table, JSON, and one-line refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from tensorledger.cli.plan import global_batch_seqs
+from tensorledger.errors import InputError
+from tests.conftest import assert_one_line_error
+
+
+def test_plan_json_llama_3_70b_on_64(cli) -> None:  # type: ignore[no-untyped-def]
+    doc = cli("plan", "--model", "llama-3-70b", "--hardware", "h100", "--count", "64",
+              "--global-batch", "512seq", "--seq", "8192", "--tokens", "15T", "--top", "3",
+              "--json").json()
+    assert doc["command"] == "plan" and doc["count"] == 64
+    assert doc["global_batch_seqs"] == 512 and doc["global_batch_tokens"] == 512 * 8192
+    assert len(doc["ranked"]) == 3
+    assert doc["searched"] == doc["feasible"] + sum(doc["rejected_by_reason"].values())
+    best = doc["ranked"][0]
+    assert best["choice"]["micro_batch"] * best["choice"]["accumulation"] \
+        * best["choice"]["dp"] == 512
+    assert best["verified_step_s"] is None
+    # days = 15e12 tokens / tokens per second / 86400
+    assert best["train_days"] == pytest.approx(15e12 / best["time"]["tokens_per_s"] / 86400)
+
+
+def test_plan_table(cli) -> None:  # type: ignore[no-untyped-def]
+    result = cli("plan", "-m", "llama-3-70b", "-n", "64", "-g", "4M", "--seq", "8192",
+                 "--tokens", "15T", "--top", "3")
+    assert result.code == 0, result.stderr
+    out = result.stdout
+    for column in ("layout", "micro × accum", "checkpoint", "memory/rank GB", "tokens/s", "MFU",
+                   "days"):
+        assert column in out
+    assert "searched" in out and "feasible" in out and "memory per rank" in out
+    # 4e6 / 8192 = 488.28 sequences: rounded, and said so
+    assert "rounded to 488 (3,997,696 tokens)" in " ".join(out.split())
+
+
+def test_global_batch_parsing() -> None:
+    assert global_batch_seqs("4M", 8192) == (488, global_batch_seqs("4M", 8192)[1])
+    assert global_batch_seqs("4194304", 8192) == (512, None)  # 2^22 tokens
+    assert global_batch_seqs("512seq", 8192) == (512, None)
+    assert global_batch_seqs("1K seqs", 8192) == (1000, None)
+    with pytest.raises(InputError, match="at least one sequence"):
+        global_batch_seqs("100", 8192)
+    with pytest.raises(InputError, match="whole number of sequences"):
+        global_batch_seqs("1.5seq", 8192)
+
+
+@pytest.mark.parametrize(("argv", "fragments"), [
+    (["-m", "llama-3-8b", "-n", "16384", "-g", "1seq"],
+     ("global batch binds", "1 sequence is smaller than")),
+    (["-m", "llama-3-405b", "-n", "8", "-g", "8seq"],
+     ("fits in no layout", "memory per rank binds")),
+    (["-m", "llama-3-8b", "-g", "64seq", "--budget", "2GB"], ("memory per rank binds",)),
+    (["-m", "llama-3-8b", "-g", "64seq", "--budget", "100GB"], ("at most h100-sxm's 80 GB",)),
+    (["-m", "llama-3-8b", "-g", "64seq", "--seq", "9000"], ("longer than llama-3-8b's",)),
+    (["-m", "nope", "-g", "64seq"], ("unknown model",)),
+    (["-m", "llama-3-8b", "-g", "64seq", "--attention", "sdpa"], ("unknown --attention",)),
+    (["-m", "llama-3-8b", "-g", "64seq", "-n", "2000000"], ("--count",)),
+])
+def test_plan_refusals(cli, argv: list[str], fragments: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+    assert_one_line_error(cli("plan", *argv), *fragments)
+
+
+def test_fit_with_activations(cli) -> None:  # type: ignore[no-untyped-def]
+    doc = cli("fit", "--count", "8", "--precision", "lecture", "--batch", "8", "--seq", "4096",
+              "--json").json()
+    # 53.3e9 without activations; with 8 × 4096 tokens of activations about 24.05e9
+    assert doc["params_without_activations"] == pytest.approx(640e9 / 12)
+    assert doc["params"] == pytest.approx(24.05e9, rel=1e-3)
+    table = cli("fit", "--count", "8", "--precision", "lecture", "--batch", "8", "--seq",
+                "4096").stdout
+    table = " ".join(table.split())
+    assert "24.05B parameters" in table and "53.33B without activations" in table
+    assert_one_line_error(cli("fit", "--batch", "8"), "--batch and --seq go together")
+    assert_one_line_error(cli("fit", "--batch", "8", "--seq", "8", "--checkpoint", "some"),
+                          "unknown checkpoint")
+
+
+def test_plan_does_not_import_torch() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from tensorledger.cli import main; "
+            "main(['plan', '-m', 'llama-3-8b', '-g', '64seq', '--json']); "
+            "main(['fit', '--batch', '8', '--seq', '4096', '--json']); "
+            "sys.stderr.write(str(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stderr.strip() == "[]"
+
+
+def test_accumulate(cli) -> None:  # type: ignore[no-untyped-def]
+    doc = cli("accumulate", "-m", "llama-3-8b", "-n", "8", "--zero", "3", "-g", "64seq",
+              "--seq", "8192", "--json").json()
+    assert doc["command"] == "accumulate"
+    assert [(o["micro_batch"], o["accumulation"]) for o in doc["options"]] == [
+        (1, 8), (2, 4), (4, 2), (8, 1)]
+    # one sequence: 40,709,914,624 bytes of activations (tests/plan/test_accumulate.py)
+    assert doc["chosen"]["micro_batch"] == 1
+    assert doc["chosen"]["activation_bytes"] == 40_709_914_624
+    table = cli("accumulate", "-m", "llama-3-8b", "-n", "8", "--zero", "3", "-g", "64seq",
+                "--seq", "8192").stdout
+    assert "chosen: micro-batch 1 × 8 accumulation steps" in " ".join(table.split())
+    assert_one_line_error(cli("accumulate", "-m", "llama-3-8b", "-n", "8", "-g", "4seq"),
+                          "does not split over 8")
+    assert_one_line_error(cli("accumulate", "-m", "llama-3-70b", "-n", "8", "-g", "8seq",
+                              "--seq", "8192"), "memory per rank binds")

@@ -1,0 +1,297 @@
+"""The layout planner's closed forms against hand arithmetic, and the search's bookkeeping."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tensorledger.errors import InputError
+from tensorledger.hardware import get_hardware
+from tensorledger.napkin import tp_activation_bytes, tp_indivisible
+from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
+from tensorledger.napkin.transformer import TransformerConfig, get_preset
+from tensorledger.plan import (
+    LayoutChoice,
+    NoLayoutError,
+    PlanSetup,
+    divisors,
+    layer_activation_bytes,
+    plan_layouts,
+    rank_memory,
+    step_time,
+)
+from tensorledger.roofline.collectives import CollectiveKind, collective_time
+
+H100 = get_hardware("h100")
+
+
+def _setup(model: str, count: int, seq: int, batch: int, attention: str = "flash",
+           efficiency: float = 1.0) -> PlanSetup:
+    return PlanSetup(config=get_preset(model), hardware=H100, count=count, seq_len=seq,
+                     global_batch_seqs=batch, precision=resolve_precision("bf16-master"),
+                     optimizer=resolve_optimizer("adamw"), budget_bytes=80e9,
+                     efficiency=efficiency, attention=attention)
+
+
+# ------------------------------------------------------------------------------ activations
+
+def test_layer_activations_by_hand_llama_3_70b() -> None:
+    # s = 8192, b = 2, h = 8192, a = 64, t = 4: s·b·h = 134,217,728
+    setup = _setup("llama-3-70b", 64, 8192, 64)
+    sbh = 8192 * 2 * 8192
+    assert sbh == 134_217_728
+    assert layer_activation_bytes(setup, 2, 4, False, "none") == (sbh * (10 + 24 / 4), 0.0)
+    assert layer_activation_bytes(setup, 2, 4, False, "none")[0] == 2_147_483_648  # sbh · 16
+    assert layer_activation_bytes(setup, 2, 4, True, "none")[0] == 1_140_850_688  # sbh · 34/4
+    # full recomputation keeps the layer input, 2·s·b·h (÷ t with sp), and holds one layer
+    assert layer_activation_bytes(setup, 2, 4, False, "full") == (268_435_456.0, 2_147_483_648.0)
+    assert layer_activation_bytes(setup, 2, 4, True, "full") == (67_108_864.0, 1_140_850_688.0)
+
+
+def test_eager_attention_adds_the_scores_and_selective_drops_them() -> None:
+    setup = _setup("llama-3-70b", 64, 8192, 64, attention="eager")
+    # 5·a·s²·b/t = 5 · 64 · 8192² · 2 / 4 = 10,737,418,240
+    scores = 10_737_418_240
+    none = layer_activation_bytes(setup, 2, 4, False, "none")[0]
+    assert none == 2_147_483_648 + scores
+    assert layer_activation_bytes(setup, 2, 4, False, "selective")[0] == 2_147_483_648
+    # the napkin's Korthikanti closed form, another code path, agrees with eager attention
+    for sp in (False, True):
+        assert layer_activation_bytes(setup, 2, 4, sp, "none")[0] == pytest.approx(
+            tp_activation_bytes(8192, 2, 8192, 64, 4, sp).bytes_per_layer)
+
+
+# ---------------------------------------------------------------------------------- memory
+
+# A model where every size differs, by hand: d = 48, 4 heads of 12, 2 key/value heads, SwiGLU of
+# 80, vocabulary 96, 3 layers.  Per layer q and o 2·48·48 = 4608, k and v 2·48·24 = 2304 (6912),
+# MLP 3·48·80 = 11,520: matrices 18,432, two RMSNorm scales 96.  Embedding = head = 96·48 =
+# 4608; final norm 48.  bf16-master + AdamW: 2 + 2 + 4 + 8 = 16 bytes per parameter.
+ODD = TransformerConfig(name="odd", vocab_size=96, context_length=64, d_model=48, n_layers=3,
+                        n_heads=4, n_kv_heads=2, d_ff=80, mlp="swiglu", norm="rmsnorm",
+                        positions="rope", tied_embeddings=False, bias=False)
+
+
+def _odd(count: int) -> PlanSetup:
+    return dataclasses.replace(_setup("tiny", count, 16, 8), config=ODD)
+
+
+def test_rank_memory_tp_by_hand() -> None:
+    setup = _odd(4)
+    memory = rank_memory(setup, LayoutChoice(dp=2, tp=2, pp=1, micro_batch=1, accumulation=4))
+    # 3 · (18,432/2 + 96) + 4608/2 + 4608/2 + 48 = 27,936 + 4656 = 32,592 parameters
+    assert memory.stage_params == 32_592
+    assert memory.states_bytes == 16 * 32_592 == 521_472
+    # s·b·h = 16 · 48 = 768; (10 + 24/2) · 768 = 16,896 per layer, 3 layers
+    assert memory.activations_bytes == 3 * 16_896 == 50_688
+    assert memory.logits_bytes == 4 * 16 * 96 / 2 == 3072  # 4·s·b·V/t
+    assert memory.total_bytes == 521_472 + 50_688 + 3072 == 575_232
+
+
+def test_rank_memory_zero3_gathers_two_layers() -> None:
+    setup = _odd(4)
+    memory = rank_memory(setup, LayoutChoice(dp=2, tp=2, pp=1, zero=3, shard=2, micro_batch=1,
+                                             accumulation=4))
+    assert memory.states_bytes == 16 * 16_296 == 260_736  # 32,592 / 2 sharded
+    assert memory.gathered_bytes == 2 * 9312 * 2 == 37_248  # two layers, bf16 weights
+    assert memory.total_bytes == 260_736 + 37_248 + 50_688 + 3072
+
+
+def test_rank_memory_pipeline_first_stage_holds_p_microbatches() -> None:
+    setup = _odd(6)
+    memory = rank_memory(setup, LayoutChoice(dp=1, tp=2, pp=3, micro_batch=1, accumulation=4,
+                                             schedule="1f1b"))
+    # first: 9312 + 2304 (embedding/2) = 11,616 params, min(p, m) = 3 micro-batches of 1 layer
+    # in flight: 16 · 11,616 + 3 · 16,896 = 236,544; last: 11,664 params, 1 micro-batch and
+    # the logits: 186,624 + 16,896 + 3072 = 206,592
+    assert (memory.stage, memory.stage_params, memory.total_bytes) == ("first", 11_616, 236_544)
+    interleaved = rank_memory(setup, LayoutChoice(dp=1, tp=2, pp=3, micro_batch=1,
+                                                  accumulation=6, schedule="interleaved",
+                                                  chunks=2))
+    # p · (1 + (p−1)/(p·v)) = 3 · (1 + 2/6) = 4 micro-batches in flight
+    assert interleaved.activations_bytes == pytest.approx(4 * 16_896)
+
+
+# ------------------------------------------------------------------------------------ time
+
+# llama-3-8b forward FLOPs per token at s = 4096 (causal halved), by hand: per layer
+# projections 2·4096·(4096 + 2·1024) + 2·4096·4096 = 83,886,080, SwiGLU 2·3·4096·14,336 =
+# 352,321,536, scores and values 2 · 4096·4096 = 33,554,432: 469,762,048; × 32 layers + head
+# 2·4096·128,256 = 1,050,673,152 → 16,083,058,688; training × 3 = 48,249,176,064.
+FORWARD_8B = 16_083_058_688
+TRAIN_8B = 48_249_176_064
+
+
+def test_step_time_single_device_by_hand() -> None:
+    setup = _setup("llama-3-8b", 1, 4096, 4, efficiency=0.5)
+    choice = LayoutChoice(dp=1, tp=1, pp=1, micro_batch=2, accumulation=2)
+    time = step_time(setup, choice, rank_memory(setup, choice))
+    assert FORWARD_8B == 32 * 469_762_048 + 1_050_673_152 and TRAIN_8B == 3 * FORWARD_8B
+    tokens = 4 * 4096
+    assert time.model_flops == TRAIN_8B * tokens
+    assert time.compute_s == pytest.approx(TRAIN_8B * tokens / (989.5e12 * 0.5))
+    assert (time.tp_comm_s, time.dp_comm_s, time.bubble_to_compute) == (0.0, 0.0, 0.0)
+    assert time.step_s == pytest.approx(time.compute_s)
+    assert time.mfu == pytest.approx(0.5)  # compute-bound: MFU is the efficiency
+    assert time.tokens_per_s == pytest.approx(tokens / time.step_s)
+    full = dataclasses.replace(choice, checkpoint="full")
+    recomputed = step_time(setup, full, rank_memory(setup, full))
+    assert recomputed.recompute_flops == FORWARD_8B * tokens  # one more forward
+    assert recomputed.compute_s == pytest.approx(time.compute_s * 4 / 3)
+    assert recomputed.mfu == pytest.approx(0.5 * 3 / 4)
+
+
+def test_small_micro_batches_turn_memory_bound() -> None:
+    # 16 tokens a micro-batch: F ≈ 48.2e9 · 16 = 7.7e11 FLOPs (0.78 ms at the peak) against
+    # weight traffic 8,030,261,248 · 2 · (2 + 2) = 64.2 GB (19.2 ms at 3.35 TB/s)
+    setup = _setup("llama-3-8b", 1, 16, 4)
+    choice = LayoutChoice(dp=1, tp=1, pp=1, micro_batch=1, accumulation=4)
+    time = step_time(setup, choice, rank_memory(setup, choice))
+    assert time.memory_bound
+    assert time.compute_s == pytest.approx(4 * 8_030_261_248 * 8 / 3.35e12)
+    assert time.intensity_flop_per_byte < 989.5e12 / 3.35e12
+
+
+def test_tensor_parallel_comm_and_bubble_by_hand() -> None:
+    setup = _setup("llama-3-8b", 8, 4096, 8)
+    choice = LayoutChoice(dp=1, tp=2, pp=4, micro_batch=1, accumulation=8, schedule="1f1b")
+    time = step_time(setup, choice, rank_memory(setup, choice))
+    assert time.bubble_to_compute == 3 / 8  # (p−1)/m
+    # per layer and micro-batch 4 all-reduces of b·s·h·2 = 4096·4096·2 = 33,554,432 bytes over
+    # 2 NVLink ranks: 2·(1/2)·S / 450 GB/s + 2 hops · 0.6 µs; 8 layers a stage, 8 micro-batches
+    one = 33_554_432 / 450e9 + 2 * 0.6e-6
+    assert collective_time(CollectiveKind.ALL_REDUCE, 33_554_432, 2, H100).time_s == \
+        pytest.approx(one)
+    assert time.tp_comm_s == pytest.approx(8 * 4 * 8 * one)
+    interleaved = dataclasses.replace(choice, schedule="interleaved", chunks=2)
+    assert step_time(setup, interleaved, rank_memory(setup, interleaved)
+                     ).bubble_to_compute == 3 / 16  # (p−1)/(v·m)
+
+
+def test_uneven_stages_wait_for_the_heaviest() -> None:
+    # 126 layers on 4 stages: ⌈126/4⌉ = 32 per stage, 128 / 126 of the even pace
+    setup = _setup("llama-3-405b", 32, 4096, 8)
+    choice = LayoutChoice(dp=1, tp=8, pp=4, micro_batch=1, accumulation=8, schedule="1f1b")
+    assert step_time(setup, choice, rank_memory(setup, choice)).imbalance == 128 / 126
+
+
+def test_ddp_gradient_all_reduce_by_hand() -> None:
+    setup = _setup("llama-3-8b", 8, 4096, 8)
+    choice = LayoutChoice(dp=8, tp=1, pp=1, micro_batch=1, accumulation=1)
+    memory = rank_memory(setup, choice)
+    time = step_time(setup, choice, memory)
+    grads = 2 * 8_030_261_248  # bf16 gradients
+    # 8 ranks on one node: 2·(7/8)·S / 450 GB/s + 14 hops · 0.6 µs
+    assert time.dp_comm_s == pytest.approx(2 * 7 / 8 * grads / 450e9 + 14 * 0.6e-6)
+    # overlapped but for the last layer's bucket (compute is longer than the all-reduce)
+    assert time.compute_s > time.dp_comm_s
+    assert time.dp_exposed_s == pytest.approx(time.dp_comm_s / 32)
+
+
+# ---------------------------------------------------------------------------------- search
+
+def test_search_bookkeeping_and_ranking() -> None:
+    plan = plan_layouts(get_preset("llama-3-70b"), H100, 64, seq_len=8192,
+                        global_batch_seqs=512, tokens=15e12, top=5)
+    assert plan.searched == plan.feasible + sum(plan.rejected_by_reason.values())
+    steps = [row.time.step_s for row in plan.ranked]
+    assert steps == sorted(steps) and len(steps) == 5
+    for row in plan.ranked:
+        c = row.choice
+        assert c.dp * c.tp * c.pp == 64
+        assert c.micro_batch * c.accumulation * c.dp == 512
+        assert row.memory.total_bytes <= 80e9
+        assert tp_indivisible(get_preset("llama-3-70b"), c.tp) is None
+        assert row.train_days == pytest.approx(15e12 / row.time.tokens_per_s / 86400)
+        assert row.verified_step_s is None  # set later by a traced run
+    assert {r.reason for r in plan.rejected} <= {"divisibility", "global batch",
+                                                 "memory per rank"}
+
+
+def test_selective_is_searched_with_eager_attention_only() -> None:
+    flash = plan_layouts(get_preset("llama-3-8b"), H100, 8, seq_len=4096,
+                         global_batch_seqs=64, top=10_000)
+    eager = plan_layouts(get_preset("llama-3-8b"), H100, 8, seq_len=4096,
+                         global_batch_seqs=64, attention="eager", top=10_000)
+    assert {r.choice.checkpoint for r in flash.ranked} <= {"none", "full"}
+    assert "selective" in {r.choice.checkpoint for r in eager.ranked}
+    assert eager.searched > flash.searched
+
+
+def test_405b_on_16384_searches_ten_thousand_configurations() -> None:
+    plan = plan_layouts(get_preset("llama-3-405b"), H100, 16384, seq_len=8192,
+                        global_batch_seqs=2048, top=3)
+    assert plan.searched >= 10_000
+    assert plan.feasible > 0
+
+
+def test_impossible_requests_name_the_binding_constraint() -> None:
+    with pytest.raises(NoLayoutError, match="global batch binds, 1 sequence is smaller than"):
+        plan_layouts(get_preset("llama-3-8b"), H100, 16384, seq_len=4096, global_batch_seqs=1)
+    with pytest.raises(NoLayoutError, match="fits in no layout: memory per rank binds"):
+        plan_layouts(get_preset("llama-3-405b"), H100, 8, seq_len=4096, global_batch_seqs=8)
+    with pytest.raises(NoLayoutError, match="memory per rank"):
+        plan_layouts(get_preset("llama-3-8b"), H100, 8, seq_len=4096, global_batch_seqs=8,
+                     budget_bytes=1e9)
+    with pytest.raises(InputError, match="at most h100-sxm's 80 GB"):
+        plan_layouts(get_preset("llama-3-8b"), H100, 8, seq_len=4096, global_batch_seqs=8,
+                     budget_bytes=81e9)
+
+
+def test_divisors() -> None:
+    assert divisors(12) == (1, 2, 3, 4, 6, 12)
+    assert divisors(16384) == tuple(2**k for k in range(15))
+    assert divisors(1) == (1,)
+
+
+def test_tp_rule_shared_with_the_traced_layout() -> None:
+    from tensorledger.workload.layout import check_layout, resolve_layout
+
+    config = get_preset("llama-3-70b")
+    assert tp_indivisible(config, 16) == ("key/value heads", 8)
+    assert tp_indivisible(config, 3) == ("attention heads", 64)
+    with pytest.raises(InputError, match="does not divide llama-3-70b's 8 key/value heads"):
+        check_layout(resolve_layout(tp=16), config, batch=1, seq=16)
+
+
+def test_zero_comm_by_hand() -> None:
+    setup = _setup("llama-3-8b", 8, 4096, 16)
+    P = 8_030_261_248
+    # one ring over 8 ranks of a node: (7/8)·S / 450 GB/s + 7 hops · 0.6 µs, S = 2P (bf16)
+    half = 7 / 8 * 2 * P / 450e9 + 7 * 0.6e-6
+    zero3 = LayoutChoice(dp=8, tp=1, pp=1, zero=3, shard=8, micro_batch=1, accumulation=2)
+    # every micro-batch: reduce-scatter the gradients, all-gather the weights twice
+    assert step_time(setup, zero3, rank_memory(setup, zero3)).dp_comm_s == pytest.approx(
+        2 * 3 * half)
+    zero2 = dataclasses.replace(zero3, zero=2)
+    assert step_time(setup, zero2, rank_memory(setup, zero2)).dp_comm_s == pytest.approx(
+        2 * half + half)  # reduce-scatter per micro-batch, one all-gather
+    # ZeRO-1 over 4 with 2 replicas: reduce-scatter + all-gather over 4, then the replicas
+    # all-reduce a quarter of the gradients: 2·(1/2)·(2P/4) / 450 GB/s + 2 hops · 0.6 µs
+    zero1 = LayoutChoice(dp=8, tp=1, pp=1, zero=1, shard=4, micro_batch=1, accumulation=2)
+    quarter = 3 / 4 * 2 * P / 450e9 + 3 * 0.6e-6
+    replicas = 2 * P / 4 / 450e9 + 2 * 0.6e-6
+    assert step_time(setup, zero1, rank_memory(setup, zero1)).dp_comm_s == pytest.approx(
+        2 * quarter + replicas)
+
+
+def test_priced_bytes_agree_with_the_napkin_volumes() -> None:
+    # the planner prices collectives itself; the bytes it moves are the napkin's volumes
+    from tensorledger.napkin import tp_comm_volume, zero_comm_volume
+
+    setup = _setup("llama-3-8b", 8, 4096, 8)
+    P = 8_030_261_248
+    for zero in (0, 1, 2, 3):
+        choice = LayoutChoice(dp=8, tp=1, pp=1, zero=zero, shard=8 if zero else 1,
+                              micro_batch=1, accumulation=1)
+        time = step_time(setup, choice, rank_memory(setup, choice))
+        hops = {0: 14, 1: 14, 2: 14, 3: 21}[zero]  # ring steps of the collectives, 0.6 µs each
+        sent = zero_comm_volume(P, 8, zero, "bf16-master").sent_bytes_per_rank
+        assert time.dp_comm_s == pytest.approx(sent / 450e9 + hops * 0.6e-6), zero
+    for sp in (False, True):
+        choice = LayoutChoice(dp=1, tp=8, pp=1, sp=sp, micro_batch=2, accumulation=4)
+        time = step_time(setup, choice, rank_memory(setup, choice))
+        sent = tp_comm_volume(2, 4096, 4096, 32, 8, sequence_parallel=sp).sent_bytes_per_rank
+        hops = 32 * 4 * 14  # 4 all-reduces (or gather + scatter pairs) a layer, 14 steps each
+        assert time.tp_comm_s == pytest.approx(4 * (sent / 450e9 + hops * 0.6e-6)), sp
