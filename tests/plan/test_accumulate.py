@@ -17,14 +17,21 @@ def test_splits_and_activations_by_hand() -> None:
                              global_batch_seqs=64, count=8, zero=3)
     assert [(o.micro_batch, o.accumulation) for o in plan.options] == [
         (1, 8), (2, 4), (4, 2), (8, 1)]
-    # one sequence: 32 layers · 8192·4096·34 + fp32 logits 4·8192·128,256
-    #   = 32 · 1,140,850,688 + 4,202,692,608 = 40,709,914,624 bytes
+    # one sequence in bf16 (n = 8192 tokens, d 4096), per layer: two RMSNorms
+    # 2·n·(8·d + 4 + 2·d) = 671,154,176; q, k, v, out n·(4096 + 2·1024 + 4096)·2 =
+    # 167,772,160, log-sum-exp 4·32·n = 1,048,576, RoPE 4·n·128·2 = 8,388,608; SwiGLU
+    # 4·n·14,336·2 = 939,524,096: 1,787,887,616.  Outside: token ids 8·n = 65,536, the final
+    # norm 335,577,088, the log-softmax n·128,256·2 = 2,101,346,304, targets 65,536, scalar 4
+    layer = 671_154_176 + 167_772_160 + 1_048_576 + 8_388_608 + 939_524_096
+    assert layer == 1_787_887_616
     one = plan.options[0]
-    assert one.activation_bytes == 32 * 8192 * 4096 * 34 + 4 * 8192 * 128_256 == 40_709_914_624
-    assert plan.options[1].activation_bytes == 2 * one.activation_bytes  # linear in b
+    assert one.activation_bytes == (32 * layer + 65_536 + 335_577_088 + 2_101_346_304
+                                    + 65_536 + 4) == 59_649_458_180
+    # linear in b but for the RoPE tables (per position) and the loss's scalar
+    assert plan.options[1].activation_bytes == 2 * one.activation_bytes - 32 * 8_388_608 - 4
     # ZeRO-3 over 8: 16 · ⌈8,030,261,248 / 8⌉ = 16,060,522,496 + two gathered layers in bf16
     # 2 · 218,112,000 · 2 = 872,448,000
-    assert one.memory_bytes == 16_060_522_496 + 872_448_000 + 40_709_914_624
+    assert one.memory_bytes == 16_060_522_496 + 872_448_000 + 59_649_458_180
     assert [o.fits for o in plan.options] == [True, False, False, False]
     assert plan.chosen == one
     # the intensity of one micro-batch grows with it: FLOPs ∝ b, weight traffic fixed

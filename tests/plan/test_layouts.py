@@ -37,29 +37,40 @@ def _setup(model: str, count: int, seq: int, batch: int, attention: str = "flash
 # ------------------------------------------------------------------------------ activations
 
 def test_layer_activations_by_hand_llama_3_70b() -> None:
-    # s = 8192, b = 2, h = 8192, a = 64, t = 4: s·b·h = 134,217,728
+    # bf16-master (a = 2), b = 2, s = 8192: n = 16,384 tokens; d 8192, q 8192, kv 1024,
+    # d_ff 28,672, 64 heads of 128, t = 4 (the reference model's closed form, per layer):
     setup = _setup("llama-3-70b", 64, 8192, 64)
-    sbh = 8192 * 2 * 8192
-    assert sbh == 134_217_728
-    assert layer_activation_bytes(setup, 2, 4, False, "none") == (sbh * (10 + 24 / 4), 0.0)
-    assert layer_activation_bytes(setup, 2, 4, False, "none")[0] == 2_147_483_648  # sbh · 16
-    assert layer_activation_bytes(setup, 2, 4, True, "none")[0] == 1_140_850_688  # sbh · 34/4
-    # full recomputation keeps the layer input, 2·s·b·h (÷ t with sp), and holds one layer
-    assert layer_activation_bytes(setup, 2, 4, False, "full") == (268_435_456.0, 2_147_483_648.0)
-    assert layer_activation_bytes(setup, 2, 4, True, "full") == (67_108_864.0, 1_140_850_688.0)
+    n, d = 16_384, 8192
+    # two RMSNorms, whole on a TP rank: fp32 input, rsqrt, fp32 normalised input, output
+    norms = 2 * n * (4 * d + 4 + 4 * d + 2 * d)
+    # q, k, v and the attention output (n·(8192 + 2·1024 + 8192)·2) / 4, log-sum-exp
+    # 4·b·(64/4)·s, RoPE's four 16-bit tables 4·s·128·2 (whole)
+    attention = n * (8192 + 2048 + 8192) * 2 // 4 + 4 * 2 * 16 * 8192 + 4 * 8192 * 128 * 2
+    mlp = 4 * n * (28_672 // 4) * 2  # SwiGLU's four tensors, columns split
+    assert (norms, attention, mlp) == (2_684_485_632, 160_432_128, 939_524_096)
+    assert layer_activation_bytes(setup, 2, 4, False, "none") == (3_784_441_856.0, 0.0)
+    # sequence parallel: each norm's own part on n/4 tokens, its gathered output whole
+    sp_norms = 2 * (n // 4 * (8 * d + 4) + n * d * 2)
+    assert sp_norms == 1_073_774_592
+    assert layer_activation_bytes(setup, 2, 4, True, "none") == (
+        float(sp_norms + attention + mlp), 0.0)
+    # full recomputation keeps the layer input, n·d·2 (÷ t with sp), and holds one layer
+    assert layer_activation_bytes(setup, 2, 4, False, "full") == (268_435_456.0,
+                                                                   3_784_441_856.0)
+    assert layer_activation_bytes(setup, 2, 4, True, "full") == (67_108_864.0, 2_173_730_816.0)
 
 
 def test_eager_attention_adds_the_scores_and_selective_drops_them() -> None:
     setup = _setup("llama-3-70b", 64, 8192, 64, attention="eager")
-    # 5·a·s²·b/t = 5 · 64 · 8192² · 2 / 4 = 10,737,418,240
+    # 5·a·s²·b/t = 5 · 64 · 8192² · 2 / 4 = 10,737,418,240 (Korthikanti et al.)
     scores = 10_737_418_240
     none = layer_activation_bytes(setup, 2, 4, False, "none")[0]
-    assert none == 2_147_483_648 + scores
-    assert layer_activation_bytes(setup, 2, 4, False, "selective")[0] == 2_147_483_648
-    # the napkin's Korthikanti closed form, another code path, agrees with eager attention
-    for sp in (False, True):
-        assert layer_activation_bytes(setup, 2, 4, sp, "none")[0] == pytest.approx(
-            tp_activation_bytes(8192, 2, 8192, 64, 4, sp).bytes_per_layer)
+    assert none == 3_784_441_856 + scores
+    assert layer_activation_bytes(setup, 2, 4, False, "selective")[0] == 3_784_441_856
+    # the scores term is Korthikanti's: his layer with and without it differs by it
+    with_scores = tp_activation_bytes(8192, 2, 8192, 64, 4).bytes_per_layer
+    assert none - layer_activation_bytes(setup, 2, 4, False, "selective")[0] == pytest.approx(
+        with_scores - 8192 * 2 * 8192 * (10 + 24 / 4))
 
 
 # ---------------------------------------------------------------------------------- memory
@@ -83,10 +94,14 @@ def test_rank_memory_tp_by_hand() -> None:
     # 3 · (18,432/2 + 96) + 4608/2 + 4608/2 + 48 = 27,936 + 4656 = 32,592 parameters
     assert memory.stage_params == 32_592
     assert memory.states_bytes == 16 * 32_592 == 521_472
-    # s·b·h = 16 · 48 = 768; (10 + 24/2) · 768 = 16,896 per layer, 3 layers
-    assert memory.activations_bytes == 3 * 16_896 == 50_688
-    assert memory.logits_bytes == 4 * 16 * 96 / 2 == 3072  # 4·s·b·V/t
-    assert memory.total_bytes == 521_472 + 50_688 + 3072 == 575_232
+    # activations, n = 16 tokens, a = 2 (bf16), t = 2: two RMSNorms 2 × (4·n·48 + 4·n +
+    # 4·n·48 + n·48·2) = 15,488; q, k, v, out (n·(48 + 24 + 24 + 48)·2) / 2 = 2304, log-sum-
+    # exp 4·(4/2)·16 = 128, RoPE 4·16·12·2 = 1536; SwiGLU 4·n·40·2 = 5120: 24,576 per layer,
+    # 3 layers, and the token ids 8·n = 128
+    assert memory.activations_bytes == 3 * 24_576 + 128 == 73_856
+    # the final norm 7744, the log-softmax n·96·2 = 3072, targets 128, the scalar 4
+    assert memory.logits_bytes == 7744 + 3072 + 128 + 4 == 10_948
+    assert memory.total_bytes == 521_472 + 73_856 + 10_948 == 606_276
 
 
 def test_rank_memory_zero3_gathers_two_layers() -> None:
@@ -95,7 +110,7 @@ def test_rank_memory_zero3_gathers_two_layers() -> None:
                                              accumulation=4))
     assert memory.states_bytes == 16 * 16_296 == 260_736  # 32,592 / 2 sharded
     assert memory.gathered_bytes == 2 * 9312 * 2 == 37_248  # two layers, bf16 weights
-    assert memory.total_bytes == 260_736 + 37_248 + 50_688 + 3072
+    assert memory.total_bytes == 260_736 + 37_248 + 73_856 + 10_948
 
 
 def test_rank_memory_pipeline_first_stage_holds_p_microbatches() -> None:
@@ -103,14 +118,14 @@ def test_rank_memory_pipeline_first_stage_holds_p_microbatches() -> None:
     memory = rank_memory(setup, LayoutChoice(dp=1, tp=2, pp=3, micro_batch=1, accumulation=4,
                                              schedule="1f1b"))
     # first: 9312 + 2304 (embedding/2) = 11,616 params, min(p, m) = 3 micro-batches of 1 layer
-    # in flight: 16 · 11,616 + 3 · 16,896 = 236,544; last: 11,664 params, 1 micro-batch and
-    # the logits: 186,624 + 16,896 + 3072 = 206,592
-    assert (memory.stage, memory.stage_params, memory.total_bytes) == ("first", 11_616, 236_544)
+    # and the token ids in flight: 16 · 11,616 + 3 · (24,576 + 128) = 259,968; last: 11,664
+    # params, 1 micro-batch, the loss end: 186,624 + 24,576 + 10,948 = 222,148
+    assert (memory.stage, memory.stage_params, memory.total_bytes) == ("first", 11_616, 259_968)
     interleaved = rank_memory(setup, LayoutChoice(dp=1, tp=2, pp=3, micro_batch=1,
                                                   accumulation=6, schedule="interleaved",
                                                   chunks=2))
     # p · (1 + (p−1)/(p·v)) = 3 · (1 + 2/6) = 4 micro-batches in flight
-    assert interleaved.activations_bytes == pytest.approx(4 * 16_896)
+    assert interleaved.activations_bytes == pytest.approx(4 * (24_576 + 128))
 
 
 # ------------------------------------------------------------------------------------ time

@@ -14,19 +14,21 @@ order).  Of the ``dp`` data-parallel ranks, groups of ``shard`` hold one ZeRO-sh
   token embedding / tp, the last the head / tp and the final norm (``pp`` = 1: all of them).
 - ZeRO-3 gathers a layer's parameters before use: two layers' worth (one in use, one
   prefetched) of unsharded parameters in the recipe's parameter dtype.
-- activations per layer and micro-batch, 16-bit (Korthikanti et al. 2022, §4; b the
-  micro-batch, s the sequence, h the width, a the heads, t = tp):
-  s·b·h·(10 + 24/t) with tensor parallelism, s·b·h·34/t with sequence parallelism as well, plus
-  5·a·s²·b/t for the attention scores, softmax and dropout when attention is ``eager`` (flash
-  attention, the default, stores none of them).  Checkpoint ``selective`` recomputes the
-  attention core and drops that s² term (so it is searched with eager attention only: under
-  flash attention it changes nothing); ``full`` keeps only each layer's input, 2·s·b·h
-  (÷ t with sequence parallelism), and holds one layer's full activations while that layer is
-  recomputed.  The paper's model is GPT-3-like; for SwiGLU and grouped-query attention these
-  terms are an approximation (the trace measures the real ones).
+- activations per layer and micro-batch: :func:`tensorledger.napkin.activations.activation_memory`,
+  the reference model's closed form, which follows a tensor-parallel rank (heads and MLP
+  columns split, norms and the gathered logits whole; with sequence parallelism the norms on
+  1/t of the tokens) and the recipe (the parameter dtype; under ``mixed-bf16`` autocast's bf16
+  casts of each linear's input and weight, and the fp32 stream).  Traced ranks of the same
+  layouts agree with it to the byte in fp32 and under autocast (tests/workload/
+  test_tp_activations.py).  Attention is the fused kernel (no s² scores); with ``eager``
+  attention Korthikanti et al.'s 5·a·s²·b/t bytes of scores, softmax and dropout are added,
+  and checkpoint ``selective`` recomputes the attention core and drops them (so it is searched
+  with eager attention only).  ``full`` keeps each layer's input (the residual stream, ÷ t with
+  sequence parallelism) and holds one layer's full activations while it is recomputed.
 - micro-batches in flight on the first stage: 1 without a pipeline, min(p, m) under 1F1B, and
   p·(1 + (p−1)/(p·v)) under the interleaved schedule with v chunks (Korthikanti §4.2.3).
-  The last stage holds one, plus the loss's fp32 logits, 4·s·b·V/t bytes (§4.3).
+  The last stage holds one, plus the final norm's and the loss's saved tensors (the
+  log-softmax over the whole vocabulary: the head's output is gathered).
 
 **Time per step**, every rank doing 1/count of the work:
 
@@ -67,6 +69,7 @@ from typing import cast
 
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
+from tensorledger.napkin.activations import ActivationMemory, activation_memory
 from tensorledger.napkin.parallel import zero_bytes
 from tensorledger.napkin.recipes import Optimizer, Precision
 from tensorledger.napkin.transformer import (
@@ -89,8 +92,6 @@ ATTENTIONS = ("flash", "eager")
 SCHEDULES = ("1f1b", "interleaved")
 #: Model chunks per stage the interleaved schedule is searched with.
 INTERLEAVE_CHUNKS = (2, 4)
-#: Bytes per activation element: 16-bit, as Korthikanti et al. count.
-ACTIVATION_BYTES = 2
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,7 @@ class RankMemory:
     states_bytes: float  # parameters, gradients, master copy, optimizer state (ZeRO)
     gathered_bytes: float  # ZeRO-3's gathered layers
     activations_bytes: float  # saved activations of the layers, all micro-batches in flight
-    logits_bytes: float  # the loss's fp32 logits (last stage)
+    logits_bytes: float  # the final norm's and the loss's saved bytes (last stage)
     total_bytes: float
 
 
@@ -222,27 +223,28 @@ def layer_activation_bytes(setup: PlanSetup, micro_batch: int, tp: int, sp: bool
                            checkpoint: str) -> tuple[float, float]:
     """(kept per layer, transient) activation bytes of one micro-batch on one rank.
 
-    ``none``: s·b·h·(10 + 24/t) (s·b·h·34/t with sp) + 5·a·s²·b/t with eager attention.
-    ``selective``: the same without the 5·a·s²·b/t.  ``full``: 2·s·b·h (÷ t with sp) kept per
-    layer, and one layer's ``none`` bytes held while it is recomputed (the transient).
+    ``none``: :func:`activation_memory`'s layer (+ 5·a·s²·b/t with eager attention);
+    ``selective``: the same without the s² term; ``full``: the layer's input kept, and one
+    layer's ``none`` bytes held while it is recomputed (the transient).
 
     >>> from tensorledger.napkin.transformer import get_preset
     >>> from tensorledger.hardware import get_hardware
     >>> from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
-    >>> s = PlanSetup(get_preset("llama-3-70b"), get_hardware("h100"), 8, 8192, 8,
-    ...               resolve_precision("bf16-master"), resolve_optimizer("adamw"), 80e9)
-    >>> layer_activation_bytes(s, 1, 8, False, "none")    # 8192 · 8192 · (10 + 24/8)
-    (872415232.0, 0.0)
+    >>> s = PlanSetup(get_preset("tiny"), get_hardware("h100"), 2, 16, 4,
+    ...               resolve_precision("fp32"), resolve_optimizer("adamw"), 80e9)
+    >>> layer_activation_bytes(s, 2, 2, False, "none")    # 49,408 + 14,592 + 32,768
+    (96768.0, 0.0)
     """
-    s, h, a = setup.seq_len, setup.config.d_model, setup.config.n_heads
-    sbh = float(s * micro_batch * h)
+    plain, _ = _model(setup).activations(setup, micro_batch, tp, sp, False)
+    s, a = setup.seq_len, setup.config.n_heads
     scores = 5.0 * a * s * s * micro_batch / tp if setup.attention == "eager" else 0.0
-    full_layer = (sbh * 34 / tp if sp else sbh * (10 + 24 / tp)) + scores
+    full_layer = plain.per_layer_bytes + scores
     if checkpoint == "none":
         return full_layer, 0.0
     if checkpoint == "selective":
         return full_layer - scores, 0.0
-    return ACTIVATION_BYTES * sbh / (tp if sp else 1), full_layer
+    kept, _ = _model(setup).activations(setup, micro_batch, tp, sp, True)
+    return float(kept.per_layer_bytes), full_layer
 
 
 def _inflight(choice: LayoutChoice) -> float:
@@ -274,6 +276,7 @@ class _Model:
         self.attention_forward_per_token = (forward.attention_scores_flops
                                             + forward.attention_values_flops)
         self.states: dict[tuple[int, int, int], float] = {}
+        self.saved: dict[tuple[int, int, bool, bool], tuple[ActivationMemory, float]] = {}
         self.collectives: dict[tuple[CollectiveKind, float, int, int], float] = {}
 
     def states_bytes(self, setup: PlanSetup, params: int, shard: int, zero: int) -> float:
@@ -284,6 +287,24 @@ class _Model:
             held = float(zero_bytes(params, shard, zero, setup.precision,
                                     setup.optimizer).total_bytes)
             self.states[key] = held
+        return held
+
+
+    def activations(self, setup: PlanSetup, micro_batch: int, tp: int, sp: bool,
+                    checkpointed: bool) -> tuple[ActivationMemory, float]:
+        """The closed form at one micro-batch and split, and the loss end's bytes (final
+        norm and loss), remembered: a search asks for few distinct ones."""
+        key = (micro_batch, tp, sp, checkpointed)
+        held = self.saved.get(key)
+        if held is None:
+            p = setup.precision
+            autocast = p.name == "mixed-bf16"
+            width = 4 if p.param_bytes == 4 and not autocast else 2
+            closed = activation_memory(setup.config, micro_batch, setup.seq_len, width,
+                                       checkpointed, tp=tp, sequence_parallel=sp,
+                                       autocast=autocast)
+            held = (closed, float(closed.final_norm_bytes + closed.loss_bytes))
+            self.saved[key] = held
         return held
 
 
@@ -308,18 +329,21 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice) -> RankMemory:
         first_params = last_params = first_params + last_params - body
     kept, transient = layer_activation_bytes(setup, choice.micro_batch, tp, choice.sp,
                                              choice.checkpoint)
-    logits = 4.0 * setup.seq_len * choice.micro_batch * setup.config.vocab_size / tp
+    closed, logits = model.activations(setup, choice.micro_batch, tp, choice.sp,
+                                       choice.checkpoint == "full")
+    embedding = float(closed.embeddings_bytes)  # the token ids (and positions), first stage
     gathered = (2.0 * layer_rank * setup.precision.param_bytes
                 if choice.zero == 3 and choice.shard > 1 else 0.0)
 
-    def stage(params: int, inflight: float, with_logits: bool) -> tuple[float, float, float]:
+    def stage(params: int, inflight: float, first: bool, last: bool
+              ) -> tuple[float, float, float]:
         states = model.states_bytes(setup, params, choice.shard, choice.zero)
-        activations = layers * kept * inflight + transient
-        loss = logits if with_logits else 0.0
+        activations = (layers * kept + (embedding if first else 0.0)) * inflight + transient
+        loss = logits if last else 0.0
         return states, activations, loss
 
-    first = stage(first_params, _inflight(choice), pp == 1)
-    last = stage(last_params, 1.0, True)
+    first = stage(first_params, _inflight(choice), True, pp == 1)
+    last = stage(last_params, 1.0, pp == 1, True)
     if pp == 1:
         name, params, (states, activations, loss) = "only", first_params, first
     elif sum(first) >= sum(last):
@@ -402,7 +426,8 @@ def step_time(setup: PlanSetup, choice: LayoutChoice, memory: RankMemory) -> Ste
     bubble = (choice.pp - 1) / (choice.chunks * m)
     tp_comm = 0.0
     if choice.tp > 1:
-        size = float(ACTIVATION_BYTES * choice.micro_batch * setup.seq_len
+        closed, _ = model.activations(setup, choice.micro_batch, 1, False, False)
+        size = float(closed.dtype_bytes * choice.micro_batch * setup.seq_len
                      * setup.config.d_model)
         per_layer = 6 if choice.checkpoint == "full" else 4
         if choice.sp:

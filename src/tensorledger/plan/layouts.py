@@ -63,8 +63,9 @@ KEPT_REJECTIONS = 5
 
 ASSUMPTIONS = (
     "compute at the catalog's ideal dense peak × efficiency; MFU against the ideal peak",
-    "activations: Korthikanti et al. 2022 (16-bit, GPT-3-like layer) with tp/sp; flash "
-    "attention stores no s² scores unless --attention eager",
+    "activations: the reference model's closed form for the rank's tp/sp split and the recipe "
+    "(exact against traced ranks); flash attention stores no s² scores unless --attention "
+    "eager (Korthikanti et al.'s 5·a·s²·b/t)",
     "tensor-parallel communication exposed; data-parallel overlapped except the last layer's "
     "bucket; pipeline send/receive not priced",
     "ranks ordered tp (inside a node), then dp, then pp; collectives priced by the ring formulas",
