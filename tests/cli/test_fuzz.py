@@ -168,6 +168,8 @@ def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[s
                          "1e400", "nan", "٤M", "", "1M", "7" * 5000, "4294967297seq"],
         "checkpoint": ["none", "full", "selective", "", "FULL"],
         "attention": ["flash", "eager", "", "sdpa"],
+        # a valid --verify traces a model for seconds to minutes: tests/plan/test_verify.py
+        "verify": ["0", "-1", "11", "", "٣", "nan"],
     }
     pool = pools.get(name)
     if isinstance(pool, list):

@@ -101,7 +101,9 @@ def test_rank_memory_tp_by_hand() -> None:
     assert memory.activations_bytes == 3 * 24_576 + 128 == 73_856
     # the final norm 7744, the log-softmax n·96·2 = 3072, targets 128, the scalar 4
     assert memory.logits_bytes == 7744 + 3072 + 128 + 4 == 10_948
-    assert memory.total_bytes == 521_472 + 73_856 + 10_948 == 606_276
+    # DDP over the 2 data-parallel ranks keeps a bf16 copy of the gradients in its buckets
+    assert memory.buffers_bytes == 2 * 32_592
+    assert memory.total_bytes == 521_472 + 65_184 + 73_856 + 10_948 == 671_460
 
 
 def test_rank_memory_zero3_gathers_two_layers() -> None:

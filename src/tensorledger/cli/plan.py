@@ -5,15 +5,24 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
 
-from tensorledger.cli.common import JSON_HELP, emit, integer_parser, real_parser
+from tensorledger.cli.common import JSON_HELP, emit, integer_parser, progress, real_parser
 from tensorledger.errors import InputError
-from tensorledger.hardware import get_hardware
+from tensorledger.hardware import Hardware, get_hardware
+from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
 from tensorledger.napkin.transformer import get_preset
-from tensorledger.plan import ATTENTIONS, plan_accumulation, plan_layouts
+from tensorledger.plan import (
+    ATTENTIONS,
+    LayoutPlan,
+    PlanSetup,
+    Verified,
+    plan_accumulation,
+    plan_layouts,
+)
 from tensorledger.plan.layouts import LARGEST_COUNT
 from tensorledger.report.plan import accumulation_view, layout_plan_view
 from tensorledger.units import parse_bytes, parse_count
@@ -82,6 +91,10 @@ def plan_command(
     ] = "flash",
     top: Annotated[int, typer.Option("--top", "-k", parser=integer_parser(1, 10_000),
                                      help="Layouts shown, fastest first.")] = 10,
+    verify: Annotated[int, typer.Option("--verify", parser=integer_parser(0, 10), help=(
+        "Trace the fastest N layouts the tracer can lay out (one micro-batch step of the real "
+        "parallel code on fake ranks; minutes for a large model) and show their bytes beside "
+        "the closed form's. 0 (the default) traces nothing."))] = 0,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Search every layout (DP, ZeRO, TP/SP, PP, micro-batches, checkpointing) in closed form;
@@ -106,7 +119,39 @@ def plan_command(
                           tokens=train_tokens, top=top)
     if note is not None:
         result = dataclasses.replace(result, notes=(note,))
+    if verify:
+        with progress(False, as_json) as say:
+            result = _verified(result, model, chip, count, seq, seqs, precision, optimizer,
+                               budget_bytes, efficiency, attention.strip().lower(), verify, say)
     emit("plan", result, as_json, *layout_plan_view(result))
+
+
+def _verified(result: LayoutPlan, model: str, chip: Hardware, count: int, seq: int, seqs: int,
+              precision: str, optimizer: str, budget_bytes: float | None, efficiency: float,
+              attention: str, wanted: int, say: Callable[[str], None]) -> LayoutPlan:
+    """Trace the fastest ``wanted`` layouts the tracer lays out; note the ones it cannot."""
+    from tensorledger.ledger.plan import traceable_layout, verify_choice  # imports torch
+
+    setup = PlanSetup(config=get_preset(model), hardware=chip, count=count, seq_len=seq,
+                      global_batch_seqs=seqs, precision=resolve_precision(precision),
+                      optimizer=resolve_optimizer(optimizer),
+                      budget_bytes=chip.memory_bytes if budget_bytes is None else budget_bytes,
+                      efficiency=efficiency, attention=attention)
+    verified: list[Verified] = []
+    skipped: list[str] = []
+    for row in result.ranked:
+        if len(verified) == wanted:
+            break
+        reason = traceable_layout(row.choice)
+        if isinstance(reason, str):
+            skipped.append(f"{row.layout}: {reason}")
+            continue
+        verified.append(verify_choice(setup, row.choice, model, progress=say))
+    notes = tuple(f"not traced: {line}" for line in skipped)
+    if not verified:
+        notes += (f"--verify {wanted}: none of the {len(result.ranked)} layouts shown can be "
+                  "traced yet; show more with --top",)
+    return dataclasses.replace(result, verified=tuple(verified), notes=result.notes + notes)
 
 
 def accumulate_command(

@@ -20,10 +20,13 @@ from tensorledger.plan.estimate import (
     LayoutEstimate,
     PlanSetup,
     RankMemory,
+    SentBytes,
     StepTime,
+    Verified,
     estimate,
     layer_activation_bytes,
     rank_memory,
+    sent_bytes,
     step_time,
 )
 from tensorledger.plan.layouts import (
@@ -37,6 +40,6 @@ from tensorledger.plan.layouts import (
 
 __all__ = ["ATTENTIONS", "CHECKPOINTS", "REASONS", "AccumulationOption", "AccumulationPlan",
            "LayoutChoice", "LayoutEstimate", "LayoutPlan", "NoLayoutError", "PlanSetup",
-           "RankMemory", "Rejection", "StepTime", "divisors", "estimate",
-           "layer_activation_bytes", "plan_accumulation", "plan_layouts", "rank_memory",
-           "step_time"]
+           "RankMemory", "Rejection", "SentBytes", "StepTime", "Verified", "divisors",
+           "estimate", "layer_activation_bytes", "plan_accumulation", "plan_layouts",
+           "rank_memory", "sent_bytes", "step_time"]

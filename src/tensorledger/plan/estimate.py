@@ -13,7 +13,11 @@ order).  Of the ``dp`` data-parallel ranks, groups of ``shard`` hold one ZeRO-sh
   matrices split over ``tp`` and its two norm scales whole; the first stage also holds the
   token embedding / tp, the last the head / tp and the final norm (``pp`` = 1: all of them).
 - ZeRO-3 gathers a layer's parameters before use: two layers' worth (one in use, one
-  prefetched) of unsharded parameters in the recipe's parameter dtype.
+  prefetched) of unsharded parameters in the recipe's parameter dtype.  ZeRO-2 as FSDP2 runs
+  it (``reshard_after_forward=False``) keeps each tensor's shard at rest, as ZeRO-3 does, and
+  holds the whole gathered stage from forward to backward
+  (:func:`tensorledger.napkin.parallel.torch_zero_bytes`).  DDP (ZeRO-0 and 1) keeps a copy
+  of the gradients in its buckets.
 - activations per layer and micro-batch: :func:`tensorledger.napkin.activations.activation_memory`,
   the reference model's closed form, which follows a tensor-parallel rank (heads and MLP
   columns split, norms and the gathered logits whole; with sequence parallelism the norms on
@@ -45,15 +49,17 @@ order).  Of the ``dp`` data-parallel ranks, groups of ``shard`` hold one ZeRO-sh
 - uneven stages: with ⌈L/p⌉ · p > L the slowest stage sets the pace, compute × ⌈L/p⌉·p/L.
 - pipeline bubble (Narayanan et al. 2021): compute × (p−1)/(v·m) on top.
 - tensor-parallel communication is exposed: per micro-batch and layer two all-reduces of the
-  b·s·h block output in forward and two in backward (two more with full recomputation), each
-  an all-gather plus a reduce-scatter with sequence parallelism, priced by
+  b·s·h block output in forward and two in backward (with full recomputation one more, the
+  attention output's: torch's checkpoint stops recomputing once the saved tensors are back),
+  each an all-gather plus a reduce-scatter with sequence parallelism, priced by
   :func:`tensorledger.roofline.collectives.collective_time` on the node's links.
 - data-parallel communication overlaps with compute except the last layer's bucket:
   exposed = max(0, comm − compute) + comm / layers per stage.  Stage 0 all-reduces the
   gradients once per step; stage 1 reduce-scatters them and all-gathers the updated
   parameters once; stage 2 reduce-scatters after every micro-batch (the sharded gradient is
-  where they accumulate); stage 3 also all-gathers the parameters twice per micro-batch (three
-  times with full recomputation).  Replicas all-reduce their gradient shard once per step.
+  where they accumulate); stage 3 also all-gathers the parameters twice per micro-batch (a
+  recomputed unit reuses its backward gather).  Replicas all-reduce their gradient shard once
+  per step.
 - pipeline send/receive (b·s·h per micro-batch and stage boundary) is not priced: 1F1B
   overlaps it with compute.
 
@@ -81,8 +87,9 @@ from tensorledger.napkin.transformer import (
 from tensorledger.roofline.collectives import CollectiveKind, collective_time
 
 __all__ = ["ATTENTIONS", "CHECKPOINTS", "INTERLEAVE_CHUNKS", "SCHEDULES", "LayoutChoice",
-           "LayoutEstimate", "PlanSetup", "RankMemory", "StepTime", "estimate",
-           "layer_activation_bytes", "rank_memory", "step_time"]
+           "LayoutEstimate", "PlanSetup", "RankMemory", "SentBytes", "StepTime", "Verified",
+           "estimate",
+           "layer_activation_bytes", "rank_memory", "sent_bytes", "step_time"]
 
 #: Checkpoint policies in closed form: keep everything, recompute attention, recompute blocks.
 CHECKPOINTS = ("none", "selective", "full")
@@ -174,7 +181,8 @@ class RankMemory:
     stage: str  # "first", "last" or "only"
     stage_params: int  # parameters that stage's rank holds before ZeRO sharding
     states_bytes: float  # parameters, gradients, master copy, optimizer state (ZeRO)
-    gathered_bytes: float  # ZeRO-3's gathered layers
+    gathered_bytes: float  # FSDP's gathered parameters (ZeRO-3 two layers, ZeRO-2 the stage)
+    buffers_bytes: float  # DDP's gradient buckets (a copy of the gradients)
     activations_bytes: float  # saved activations of the layers, all micro-batches in flight
     logits_bytes: float  # the final norm's and the loss's saved bytes (last stage)
     total_bytes: float
@@ -332,28 +340,37 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice) -> RankMemory:
     closed, logits = model.activations(setup, choice.micro_batch, tp, choice.sp,
                                        choice.checkpoint == "full")
     embedding = float(closed.embeddings_bytes)  # the token ids (and positions), first stage
-    gathered = (2.0 * layer_rank * setup.precision.param_bytes
-                if choice.zero == 3 and choice.shard > 1 else 0.0)
+    sharded = choice.shard > 1
+    # FSDP2's ZeRO-2 keeps every tensor's shard at rest (ZeRO-3's states) and holds the whole
+    # gathered stage from forward to backward; ZeRO-3 holds two layers (one prefetched)
+    zero = 3 if choice.zero == 2 and sharded else choice.zero
+    two_layers = 2.0 * layer_rank * setup.precision.param_bytes
 
     def stage(params: int, inflight: float, first: bool, last: bool
-              ) -> tuple[float, float, float]:
-        states = model.states_bytes(setup, params, choice.shard, choice.zero)
+              ) -> tuple[float, float, float, float]:
+        states = model.states_bytes(setup, params, choice.shard, zero)
+        gathered = (float(params * setup.precision.param_bytes) if choice.zero == 2
+                    else two_layers if choice.zero == 3 else 0.0) if sharded else 0.0
         activations = (layers * kept + (embedding if first else 0.0)) * inflight + transient
         loss = logits if last else 0.0
-        return states, activations, loss
+        return states, gathered, activations, loss
 
     first = stage(first_params, _inflight(choice), True, pp == 1)
     last = stage(last_params, 1.0, pp == 1, True)
     if pp == 1:
-        name, params, (states, activations, loss) = "only", first_params, first
+        name, params, (states, gathered, activations, loss) = "only", first_params, first
     elif sum(first) >= sum(last):
-        name, params, (states, activations, loss) = "first", first_params, first
+        name, params, (states, gathered, activations, loss) = "first", first_params, first
     else:
-        name, params, (states, activations, loss) = "last", last_params, last
-    total = states + gathered + activations + loss
+        name, params, (states, gathered, activations, loss) = "last", last_params, last
+    # DDP (and ZeRO-1 under it) reduces the gradients through buckets of its own, as big as
+    # the gradients (gradient_as_bucket_view is off by default)
+    buckets = (float(params * setup.precision.grad_bytes)
+               if choice.zero <= 1 and choice.dp > 1 else 0.0)
+    total = states + gathered + buckets + activations + loss
     return RankMemory(stage=name, stage_params=params, states_bytes=states,
-                      gathered_bytes=gathered, activations_bytes=activations,
-                      logits_bytes=loss, total_bytes=total)
+                      gathered_bytes=gathered, buffers_bytes=buckets,
+                      activations_bytes=activations, logits_bytes=loss, total_bytes=total)
 
 
 # --------------------------------------------------------------------------------- time
@@ -429,15 +446,19 @@ def step_time(setup: PlanSetup, choice: LayoutChoice, memory: RankMemory) -> Ste
         closed, _ = model.activations(setup, choice.micro_batch, 1, False, False)
         size = float(closed.dtype_bytes * choice.micro_batch * setup.seq_len
                      * setup.config.d_model)
-        per_layer = 6 if choice.checkpoint == "full" else 4
+        # recomputing a checkpointed block stops once its saved tensors are back (torch's
+        # non-reentrant checkpoint): the attention output's all-reduce is redone, the MLP's
+        # not; with SP the two input gathers and the one reduce-scatter (1.5 pairs)
+        per_layer = 4.0 + ((1.5 if choice.sp else 1.0) if choice.checkpoint == "full" else 0.0)
         if choice.sp:
             one = (_collective_s(setup, CollectiveKind.ALL_GATHER, size, choice.tp, 1)
                    + _collective_s(setup, CollectiveKind.REDUCE_SCATTER, size, choice.tp, 1))
         else:
             one = _collective_s(setup, CollectiveKind.ALL_REDUCE, size, choice.tp, 1)
         tp_comm = layers * per_layer * m * one
-    passes = 3 if choice.checkpoint == "full" else 2
-    dp_comm = _dp_comm_s(setup, choice, memory.stage_params, passes)
+    # FSDP2 recomputes a checkpointed unit inside its backward, on the parameters that
+    # backward gathered: two gathers per micro-batch either way
+    dp_comm = _dp_comm_s(setup, choice, memory.stage_params, 2)
     dp_exposed = max(0.0, dp_comm - compute_s) + dp_comm / layers
     step_s = compute_s * imbalance * (1 + bubble) + tp_comm + dp_exposed
     return StepTime(model_flops=model_flops, recompute_flops=recompute,
@@ -448,6 +469,129 @@ def step_time(setup: PlanSetup, choice: LayoutChoice, memory: RankMemory) -> Ste
                     dp_comm_s=dp_comm, dp_exposed_s=dp_exposed, step_s=step_s,
                     tokens_per_s=tokens / step_s,
                     mfu=model_flops / (step_s * setup.count * peak))
+
+
+@dataclass(frozen=True)
+class Verified:
+    """One layout's closed-form figures beside its traced rank's, for one micro-batch step
+    (:func:`tensorledger.ledger.plan.verify_choice` traces it)."""
+
+    layout: str
+    traced_layout: str
+    closed_state_bytes: float
+    traced_state_bytes: int
+    closed_activation_bytes: float
+    traced_activation_bytes: int
+    closed_total_bytes: float
+    traced_peak_bytes: int
+    closed_sent_bytes: float
+    traced_sent_bytes: int
+
+    def errors(self) -> dict[str, float]:
+        """(closed − traced) / traced for each figure."""
+        pairs = {"state": (self.closed_state_bytes, self.traced_state_bytes),
+                 "activations": (self.closed_activation_bytes, self.traced_activation_bytes),
+                 "peak": (self.closed_total_bytes, self.traced_peak_bytes),
+                 "sent": (self.closed_sent_bytes, self.traced_sent_bytes)}
+        return {name: (closed - traced) / traced if traced else 0.0
+                for name, (closed, traced) in pairs.items()}
+
+
+@dataclass(frozen=True)
+class SentBytes:
+    """Bytes one rank sends in one micro-batch step (forward, backward, optimizer step), by
+    the group they cross, in the ring convention of :mod:`tensorledger.napkin.parallel`."""
+
+    data_parallel_bytes: float
+    tensor_parallel_bytes: float
+    total_bytes: float
+
+
+def sent_bytes(setup: PlanSetup, choice: LayoutChoice) -> SentBytes:
+    """What one rank of ``choice`` (without a pipeline) sends in a step of one micro-batch, as
+    torch.distributed's layouts issue it (the traced ranks' collectives, item by item):
+
+    data parallel, G and W the rank's gradient and parameter bytes (its tensor-parallel part),
+    s the shard group, r = dp/s its replicas:
+
+    - ZeRO-0 (DDP): all-reduce G, 2(N−1)/N·G;
+    - ZeRO-1 (DDP + ``ZeroRedundancyOptimizer``): the same, then every parameter broadcast from
+      its owner: W in all;
+    - ZeRO-2: all-gather W once, reduce-scatter G: (s−1)/s·(W + G);
+    - ZeRO-3: all-gather W in forward and again in backward but for the root unit (the
+      embedding, head and final norm, which FSDP2 keeps gathered): (s−1)/s·(2W − root + G);
+    - replicas (HSDP) all-reduce the gradient shard: 2(r−1)/r·G/s.
+
+    tensor parallel, n = b·s tokens, d the width, L layers, per block half (attention, MLP)
+    and the embedding and head:
+
+    - without SP: an all-reduce of the half's output in forward and of its input gradient in
+      backward (4·L), the embedding's output and the head's input gradient (2), each
+      2(t−1)/t·n·d; the logits gathered, (t−1)/t·n·V;
+    - with SP: each of those 2·L + 1 all-reduces in each direction is a reduce-scatter and
+      an all-gather, (t−1)/t·n·d each; the norms' weight gradients are partial sums that AdamW
+      all-reduces 3 times each (once, before FSDP reduce-scatters them, under ZeRO-2/3):
+      3·(2·L + 1) × 2(t−1)/t·d·bytes;
+    - with full recomputation each block's recompute stops once its saved tensors are back:
+      it redoes the attention output's all-reduce (with SP, both input gathers and the
+      attention output's reduce-scatter), not the MLP's.
+
+    Widths: the parameter dtype; under autocast the block outputs and logits are bf16 (and
+    their gradients, where SP gathers them back), the stream fp32 (the embedding's output, the
+    norms' outputs, their gradients).
+    """
+    model = _model(setup)
+    if choice.pp > 1:
+        raise InputError("sent bytes are worked out for layouts without a pipeline")
+    p = setup.precision
+    tp, layers = choice.tp, setup.config.n_layers
+    params = -(-model.layer_matrices // tp) * layers + model.layer_norms * layers + (
+        -(-model.embeddings // tp) + -(-model.head // tp) + model.final_norm)
+    root = -(-model.embeddings // tp) + -(-model.head // tp) + model.final_norm
+    grads, weights = p.grad_bytes * params, p.param_bytes * params
+    s, r = choice.shard, choice.replicas
+
+    def ring(n: int) -> float:
+        return (n - 1) / n
+
+    if choice.zero == 0:
+        dp = 2 * ring(choice.dp) * grads
+    elif choice.zero == 1:
+        dp = 2 * ring(s) * grads + weights
+    elif choice.zero == 2:
+        dp = ring(s) * (weights + grads)
+    else:
+        dp = ring(s) * (2 * weights - p.param_bytes * root + grads)
+    if choice.zero >= 2:
+        dp += 2 * ring(r) * grads / s
+    tp_bytes = 0.0
+    if tp > 1:
+        closed, _ = model.activations(setup, choice.micro_batch, 1, False, False)
+        compute = closed.dtype_bytes
+        stream = 4 if closed.autocast else compute
+        n, d = choice.micro_batch * setup.seq_len, setup.config.d_model
+        logits = ring(tp) * n * setup.config.vocab_size * compute
+        if choice.sp:
+            halves = 2 * layers + 1
+            # forward gathers the stream into each half and the head, and scatters each
+            # half's output and the embedding's; backward mirrors it, dtype for dtype
+            forward = ring(tp) * n * d * (halves * stream + 2 * layers * compute + stream)
+            backward = forward
+            if choice.checkpoint == "full":  # each block's two gathers and one scatter again
+                backward += ring(tp) * n * d * layers * (2 * stream + compute)
+            # the norms' partial gradients: reduced once before FSDP takes them, else AdamW
+            # all-reduces each three times
+            uses = 1 if choice.zero >= 2 and s > 1 else 3
+            norms = uses * halves * 2 * ring(tp) * d * p.param_bytes
+            tp_bytes = forward + backward + logits + norms
+        else:
+            forward = 2 * ring(tp) * n * d * (2 * layers * compute + stream)
+            backward = 2 * ring(tp) * n * d * (2 * layers + 1) * stream
+            if choice.checkpoint == "full":  # each block's attention all-reduce again
+                backward += 2 * ring(tp) * n * d * layers * compute
+            tp_bytes = forward + backward + logits
+    return SentBytes(data_parallel_bytes=dp, tensor_parallel_bytes=tp_bytes,
+                     total_bytes=dp + tp_bytes)
 
 
 def estimate(setup: PlanSetup, choice: LayoutChoice, tokens: float | None = None

@@ -46,6 +46,7 @@ from tensorledger.plan.estimate import (
     LayoutChoice,
     LayoutEstimate,
     PlanSetup,
+    Verified,
     estimate,
     rank_memory,
     step_time,
@@ -110,6 +111,7 @@ class LayoutPlan:
     rejected: tuple[Rejection, ...]  # a few per reason
     assumptions: tuple[str, ...] = field(default=ASSUMPTIONS)
     notes: tuple[str, ...] = ()  # what the caller adds (how a token batch was rounded)
+    verified: tuple[Verified, ...] = ()  # the top layouts traced (``plan --verify``)
 
     @property
     def best(self) -> LayoutEstimate:

@@ -63,12 +63,32 @@ def layout_plan_view(plan: LayoutPlan) -> View:
     ]
     if plan.rejected:
         lines.append(rejected)
+    if plan.verified:
+        lines.append(_verified_table(plan))
     lines.extend(f"note: {n}" for n in plan.notes)
     lines.extend(f"assumes: {a}" for a in plan.assumptions)
+    checked = (f"the top {len(plan.verified)} traceable layouts traced" if plan.verified
+               else "closed forms, not yet verified by a trace (--verify N)")
     lines.append(f"peak: {plan.peak_flop_per_s / 1e12:g} TFLOP/s dense (ideal) × efficiency "
-                 f"{plan.efficiency:g}; attention {plan.attention}; closed forms, not yet "
-                 "verified by a trace")
+                 f"{plan.efficiency:g}; attention {plan.attention}; {checked}")
     return lines
+
+
+def _verified_table(plan: LayoutPlan) -> Table:
+    table = Table(title="Verified: one micro-batch step traced on fake ranks (real parallel "
+                  "code), closed form / traced", title_justify="left", header_style="bold")
+    for column in ("layout", "state", "activations", "peak", "sent"):
+        table.add_column(column, justify="left" if column == "layout" else "right")
+    for v in plan.verified:
+        errors = v.errors()
+        pairs = {"state": (v.closed_state_bytes, v.traced_state_bytes),
+                 "activations": (v.closed_activation_bytes, v.traced_activation_bytes),
+                 "peak": (v.closed_total_bytes, v.traced_peak_bytes),
+                 "sent": (v.closed_sent_bytes, v.traced_sent_bytes)}
+        table.add_row(v.layout, *(f"{format_bytes(closed)} / {format_bytes(traced)} "
+                                  f"({errors[name]:+.1%})"
+                                  for name, (closed, traced) in pairs.items()))
+    return table
 
 
 def accumulation_view(plan: AccumulationPlan) -> View:
