@@ -1,0 +1,1 @@
+"""Planning: accumulation, checkpointing, layout search."""
