@@ -46,7 +46,7 @@ freed, and it has its whole insides back at once).  Recompute FLOPs are Σ f_i o
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from tensorledger.errors import InputError
@@ -434,12 +434,14 @@ def _segment_costs(blocks: Sequence[BlockProfile], seg: Segment
         kept += sum(b.must_save_bytes for b in inside)
         flops = sum(b.cheap_flops for b in inside)
         time_s = sum(b.cheap_time_s for b in inside)
-    # the first block's own figure counted its input, which the segment keeps already
-    back = kept - (first.input_bytes if first.input_saved else 0)
-    stage = 0
-    for block in inside:
+    # while block i of the segment runs backward, the insides of blocks start..i−1 are back
+    # (their inputs too, as the blocks save them) beside its own figure, which counts its own
+    # input; the first block's input is what the segment keeps already
+    stage = kept - (first.input_bytes if first.input_saved else 0) + first.backward_overhead_bytes
+    back = kept + first.interior_bytes
+    for block in inside[1:]:
         stage = max(stage, back + block.backward_overhead_bytes)
-        back += block.interior_bytes  # the next block's own figure counts its input
+        back += block.interior_bytes + (block.input_bytes if block.input_saved else 0)
     return kept, stage, flops, time_s
 
 
@@ -485,39 +487,31 @@ def predict_policy(profile: CheckpointProfile, policy: CheckpointPolicy
 @dataclass(frozen=True)
 class _State:
     kept: int
-    stage: int
     time_s: float
     flops: int
     segments: tuple[Segment, ...]
 
 
-def _dominated(state: _State, others: Iterable[_State]) -> bool:
-    key = _key(state)
-    return any(o is not state and _key(o) != key and all(
-        a <= b for a, b in zip(_key(o), key, strict=True)) for o in others)
-
-
-def _key(state: _State) -> tuple[float, ...]:
-    return (state.kept, state.stage, state.time_s, state.flops)
-
-
 def _prune(states: list[_State]) -> list[_State]:
-    unique: dict[tuple[float, ...], _State] = {}
-    for s in states:
-        unique.setdefault(_key(s), s)
-    kept = list(unique.values())
-    return [s for s in kept if not _dominated(s, kept)]
+    """The states no other beats on both bytes kept and (time, FLOPs): a staircase."""
+    front: list[_State] = []
+    for state in sorted(states, key=lambda s: (s.kept, s.time_s, s.flops)):
+        if not front or (state.time_s, state.flops) < (front[-1].time_s, front[-1].flops):
+            front.append(state)
+    return front
 
 
 def optimal_under_budget(profile: CheckpointProfile, budget_bytes: int,
                          modes: Sequence[str] = MODES) -> CheckpointPrediction:
     """The policy of least recompute time whose predicted peak fits ``budget_bytes``.
 
-    Exact: a dynamic programme over the chain whose states are the Pareto set of (bytes kept
-    so far, highest recomputation stage so far, recompute time) over every partition of the
-    blocks into kept blocks and segments (of any length, in each of ``modes``), pruned as soon
-    as a state cannot fit.  So it is never slower than none, every block, every k-th block,
-    √L segments or selective wherever those fit.  Ties go to the lower peak.
+    Exact: a dynamic programme over the chain, over every partition of the blocks into kept
+    blocks and segments (of any length, in each of ``modes``).  Whether the rest of the chain
+    fits depends only on where it starts and on the bytes kept before it (each later stage
+    grows with them), so each position holds the states that no other beats on both bytes
+    kept and (recompute time, FLOPs); a move whose stage or kept bytes pass the budget is
+    dropped.  So it is never slower than none, every block, every k-th block, √L segments or
+    selective wherever those fit.  Ties in time go to fewer FLOPs, then to fewer bytes kept.
 
     >>> p = synthetic_profile(4, input_bytes=10, interior_bytes=30, forward_flops=100)
     >>> best = optimal_under_budget(p, 100, modes=("full",))  # none keeps 150, one block 120
@@ -534,28 +528,25 @@ def optimal_under_budget(profile: CheckpointProfile, budget_bytes: int,
     late_outside = profile.outside_bytes - profile.outside_early_bytes
     room = budget_bytes - profile.overhead_bytes - late_outside  # for what the blocks keep
     fronts: list[list[_State]] = [[] for _ in range(n + 1)]
-    fronts[0] = [_State(0, 0, 0.0, 0, ())] if room >= 0 else []
+    fronts[0] = [_State(0, 0.0, 0, ())] if room >= 0 else []
     for i in range(n):
+        fronts[i] = _prune(fronts[i])
         for state in fronts[i]:
             own = _plain(blocks[i])
-            stage = max(state.stage,
-                        blocks[i].backward_overhead_bytes + late_outside + state.kept)
+            stage = blocks[i].backward_overhead_bytes + late_outside + state.kept
             if state.kept + own <= room and stage <= budget_bytes:
-                fronts[i + 1].append(_State(state.kept + own, stage, state.time_s,
-                                            state.flops, state.segments))
+                fronts[i + 1].append(_State(state.kept + own, state.time_s, state.flops,
+                                            state.segments))
             for stop in range(i + 1, n + 1):
                 for mode in modes:
                     seg = Segment(i, stop, mode)
                     seg_kept, seg_stage, seg_flops, seg_time = _segment_costs(blocks, seg)
-                    stage = max(state.stage, late_outside + state.kept + seg_stage)
                     kept = state.kept + seg_kept
-                    if kept > room or stage > budget_bytes:
+                    if kept > room or late_outside + state.kept + seg_stage > budget_bytes:
                         continue
-                    fronts[stop].append(_State(kept, stage, state.time_s + seg_time,
-                                               state.flops + seg_flops,
-                                               (*state.segments, seg)))
-        for j in range(i + 1, n + 1):
-            fronts[j] = _prune(fronts[j])
+                    fronts[stop].append(_State(kept, state.time_s + seg_time,
+                                               state.flops + seg_flops, (*state.segments, seg)))
+    fronts[n] = _prune(fronts[n])
     if not fronts[n]:
         least = min((predict_policy(profile, p) for p in standard_policies(n)),
                     key=lambda r: r.peak_bytes)
@@ -564,7 +555,8 @@ def optimal_under_budget(profile: CheckpointProfile, budget_bytes: int,
                          f"{least.peak_bytes:,} bytes ({least.policy.name}), and at least "
                          f"{profile.overhead_bytes + late_outside:,} bytes are needed "
                          "whatever is checkpointed")
-    base = profile.overhead_bytes + late_outside
-    best = min(fronts[n], key=lambda s: (s.time_s, s.flops, max(base + s.kept, s.stage)))
-    policy = CheckpointPolicy(f"optimal within {budget_bytes:,} bytes", n, best.segments)
-    return predict_policy(profile, policy)
+    fastest = min((s.time_s, s.flops) for s in fronts[n])
+    candidates = [predict_policy(profile, CheckpointPolicy(
+        f"optimal within {budget_bytes:,} bytes", n, s.segments))
+        for s in fronts[n] if (s.time_s, s.flops) == fastest]
+    return min(candidates, key=lambda r: r.peak_bytes)
