@@ -5,7 +5,9 @@ A model is a chain of L blocks (``model.blocks``).  A policy checkpoints *segmen
 consecutive blocks (each segment one ``torch.utils.checkpoint`` call, recomputed whole in
 backward: ``early_stop=False``) either fully or *selectively* (torch's selective checkpoint
 contexts: the outputs of matmul and attention ops are kept, the cheap ops between them
-recomputed); blocks outside every segment keep what autograd saves.
+recomputed); blocks outside every segment keep what autograd saves.  Applying a policy to a
+module is :mod:`tensorledger.workload.checkpointing`'s work; tracing it to check the
+prediction, :mod:`tensorledger.ledger.checkpointing`'s.
 
 What the trace measures, per block i (:func:`profile_blocks`):
 
@@ -16,27 +18,29 @@ What the trace measures, per block i (:func:`profile_blocks`):
 - ``must_save_bytes`` m_i: the outputs of its matmul and attention ops (what selective
   checkpointing caches);
 - ``forward_flops`` f_i and ``cheap_flops`` c_i (its ops other than matmul and attention), with
-  their roofline times on a chip.
+  their predicted times (the roofline's, passed in per op);
+- ``backward_overhead_bytes`` h_i: the most bytes live while its backward runs, less what the
+  blocks before it and the outside keep (its own saved tensors, gradients, temporaries).
 
 Outside the blocks: ``outside_bytes`` O, saved storages the blocks did not create (the model's
-input or the embedding output, the loss's log-softmax, ...) plus the last block's output when the
-head saves it; ``outside_early_bytes`` is the part freed before the blocks' backward starts (the
-loss's), and ``overhead_bytes`` the rest of the un-checkpointed peak (parameters, gradients,
-temporaries): its peak less everything saved.
+input or the embedding output, the loss's log-softmax, ...) plus the last block's output;
+``outside_early_bytes`` the part freed before the blocks' backward starts (the loss's), O_late
+the rest; ``overhead_bytes`` H the most bytes live before the blocks' backward that are
+neither kept by the blocks nor O_late (parameters, optimizer state, the loss's temporaries).
 
-The prediction (:func:`predict_policy`), with K the bytes kept for backward::
+The prediction (:func:`predict_policy`), with K the bytes the blocks keep::
 
-    K = O + Σ_{kept blocks} a_i + Σ_{selective segments} Σ m_i + Σ_{boundaries kept} x_b
+    K = Σ_{kept blocks} (a_i + x_i·[input saved]) + Σ_{segments} (x_start + Σ m_i if selective)
+    saved = O + K
+    peak  = max(H + O_late + K,                                       the start of backward
+                max_{kept block i} h_i + O_late + K_{<i},              its backward
+                max_{segment g, i in g} O_late + K_{<g} + x_start      its recomputation
+                                        + Σ_{start≤j<i} (a_j + x_j) + h_i)
 
-A boundary b (the input of block b, 1 ≤ b < L) is kept when it starts a checkpointed segment
-(torch keeps a segment's inputs), or when autograd saved it and it is not inside a segment.  The
-peak is the larger of the start of backward and the recomputation of each segment g = [s, e)::
-
-    peak = overhead + max(K, max_g(O − O_early + K_{<s} + x_s + Σ_{i∈g} a_i + Σ_{s<b<e} x_b))
-
-(``K_{<s}``: what the blocks before g keep; when g runs backward, everything after it has been
-freed, and it has its whole insides back at once).  Recompute FLOPs are Σ f_i over fully and
-Σ c_i over selectively checkpointed blocks, and the time those ops take on the chip's roofline.
+(``K_{<i}``: what the blocks before i keep; when a block runs backward, everything after it has
+been freed.)  Recompute FLOPs are Σ f_i over fully and Σ c_i over selectively checkpointed
+blocks, and the recompute time the sum of those ops' times.  Selective segments' peak counts
+the cached outputs beside the recomputed insides, an upper bound where they coincide.
 
 >>> profile = synthetic_profile(4, input_bytes=10, interior_bytes=30, forward_flops=100)
 >>> [predict_policy(profile, p).saved_bytes for p in (no_checkpointing(4), every_block(4))]
