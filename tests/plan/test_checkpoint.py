@@ -122,6 +122,19 @@ def test_a_segments_recomputation_can_set_the_peak() -> None:
     assert r.peak_bytes == 1330
 
 
+def test_a_kept_blocks_backward_can_set_the_peak() -> None:
+    # 1000 bytes of gradients and temporaries beside each block's backward, nothing else
+    p = synthetic_profile(2, input_bytes=10, interior_bytes=100, forward_flops=(7, 9),
+                          backward_extra_bytes=1000)
+    # none: block 1's backward has 1000 + its a_1 + x_1 (110) beside block 0's 100: 1210
+    assert predict_policy(p, no_checkpointing(2)).peak_bytes == 1210
+    # within 1150 only block 0 checkpointed fits: its recomputation 1000 + a_0 = 1100, then
+    # block 1's backward 1110 with nothing before it kept (x_0 lives outside)
+    best = optimal_under_budget(p, 1150, modes=("full",))
+    assert [(s.start, s.stop) for s in best.policy.segments] == [(0, 1)]
+    assert (best.peak_bytes, best.recompute_flops) == (1110, 7)
+
+
 def test_the_policy_must_match_the_model() -> None:
     with pytest.raises(InputError, match="for 4 blocks; the model has 5"):
         predict_policy(PROFILE, every_block(4))
@@ -156,7 +169,7 @@ def _profiles(max_blocks: int) -> st.SearchStrategy[CheckpointProfile]:
             must_save_bytes=draw(ints), cheap_flops=draw(ints), outside_bytes=outside,
             outside_early_bytes=draw(st.integers(0, outside)),
             overhead_bytes=draw(st.integers(0, 3000)),
-            backward_extra_bytes=draw(st.integers(0, 500)), flop_per_s=1.0)
+            backward_extra_bytes=draw(st.integers(0, 3000)), flop_per_s=1.0)
     return build()
 
 

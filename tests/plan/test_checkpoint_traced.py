@@ -127,3 +127,24 @@ def test_every_policy_on_the_tiny_preset() -> None:
     assert 0 < by_name["selective"].recompute_flops < by_name["every block"].recompute_flops / 10
     assert by_name["every block"].saved_bytes < by_name["selective"].saved_bytes < (
         by_name["none"].saved_bytes)
+
+
+def test_what_cannot_be_profiled_is_refused() -> None:
+    import torch
+
+    from tensorledger.models import DeepNetwork
+    from tensorledger.plan.checkpoint import block_paths, kept_for_backward_bytes, profile_blocks
+    from tensorledger.trace import trace
+
+    net = DeepNetwork(4, 2, device="meta")
+    forward_only = trace(net, torch.ones(3, 4, device="meta"))
+    assert block_paths(forward_only) == ("DeepNetwork.blocks.0", "DeepNetwork.blocks.1")
+    with pytest.raises(InputError, match=r"no module list '\.layers\.0'"):
+        block_paths(forward_only, "layers")
+    with pytest.raises(InputError, match="no backward phase"):
+        kept_for_backward_bytes(forward_only, {})
+    with pytest.raises(InputError, match="needs a step with a backward pass"):
+        profile_blocks(forward_only, {})
+    step = trace_deep_network(4, 2, 3)
+    with pytest.raises(InputError, match="1 op times for"):
+        profile_blocks(step.trace, step.tags, [0.0])

@@ -335,8 +335,11 @@ def profile_blocks(trace: Trace, tags: Mapping[int, str],
         interior_bytes=interior[i], must_save_bytes=must_save[i], forward_flops=flops[i],
         cheap_flops=cheap[i], forward_time_s=time_s[i], cheap_time_s=cheap_s[i])
         for i in range(n))
-    owner = {s: (created_in[s] if s != outputs[created_in[s] or 0] else None)
-             for s in saved if created_in.get(s) is not None}
+    owner: dict[int, int | None] = {}  # which block's backward frees a saved storage
+    for s in saved:
+        block = created_in.get(s)
+        if block is not None and s != outputs[block]:
+            owner[s] = block
     for i in range(1, n):
         if outputs[i - 1] in saved:
             owner[outputs[i - 1]] = i  # a block's input belongs to the block that saves it
