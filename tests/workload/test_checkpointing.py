@@ -73,3 +73,6 @@ def test_refusals() -> None:
     work = resolve_workload("tiny", batch=1, seq=8, checkpoint=True)
     with pytest.raises(InputError, match="already checkpointed"):
         trace_workload_with_policy(work, selective(2))
+    on_meta = resolve_workload("tiny", batch=1, seq=8, precision="fp32", device="meta")
+    with pytest.raises(InputError, match="not meta; use device='fake'"):
+        trace_workload_with_policy(on_meta, selective(2))

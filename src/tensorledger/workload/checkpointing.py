@@ -143,6 +143,11 @@ def trace_workload_with_policy(work: Workload, policy: CheckpointPolicy | None
                          "policy instead")
     if not work.layout.single:
         raise InputError("checkpointing policies are traced on one device")
+    if work.device == "meta" and policy is not None and policy.segments:
+        # on meta, torch's checkpoint finds the reference Transformer's recomputed tensors'
+        # metadata unlike the forward's and raises (the deep network is fine there)
+        raise InputError("a checkpointed step of a workload is traced on fake or real tensors, "
+                         "not meta; use device='fake'")
     with placement(work.device) as target:
         step = prepare(work, target)
         if policy is not None:
