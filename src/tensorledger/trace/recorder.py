@@ -304,8 +304,12 @@ class Recorder:
             self._stack.pop()
 
     def _tag(self, values: Any, name: str) -> None:
-        """Give every autograd node behind ``values`` not yet tagged the module ``name``."""
-        if not torch.is_grad_enabled():
+        """Give every autograd node behind ``values`` not yet tagged the module ``name``.
+
+        Not while backward runs: a forward run then is a checkpoint's recomputation, whose graph
+        is never run backward; holding its nodes here would keep their saved tensors alive (the
+        traced peak of a checkpointed step would grow with every recomputed segment)."""
+        if not torch.is_grad_enabled() or torch._C._current_graph_task_id() != -1:
             return
         tags = self._node_module
         pending = [t.grad_fn for t in tree_leaves(values)
