@@ -221,9 +221,21 @@ def test_search_bookkeeping_and_ranking() -> None:
         assert row.memory.total_bytes <= 80e9
         assert tp_indivisible(get_preset("llama-3-70b"), c.tp) is None
         assert row.train_days == pytest.approx(15e12 / row.time.tokens_per_s / 86400)
-        assert row.verified_step_s is None  # set later by a traced run
     assert {r.reason for r in plan.rejected} <= {"divisibility", "global batch",
                                                  "memory per rank"}
+
+
+def test_max_pp_leaves_the_deeper_pipelines_out_of_the_search() -> None:
+    full = plan_layouts(get_preset("llama-3-70b"), H100, 64, seq_len=8192,
+                        global_batch_seqs=512, top=1000)
+    flat = plan_layouts(get_preset("llama-3-70b"), H100, 64, seq_len=8192,
+                        global_batch_seqs=512, top=1000, max_pp=1)
+    assert {row.choice.pp for row in flat.ranked} == {1} and flat.max_pp == 1
+    # the same configurations, less the pipelined ones: neither searched nor rejected
+    assert [row.layout for row in flat.ranked] == [row.layout for row in full.ranked
+                                                    if row.choice.pp == 1]
+    assert flat.searched < full.searched
+    assert flat.searched == flat.feasible + sum(flat.rejected_by_reason.values())
 
 
 def test_selective_is_searched_with_eager_attention_only() -> None:

@@ -91,6 +91,9 @@ def plan_command(
     ] = "flash",
     top: Annotated[int, typer.Option("--top", "-k", parser=integer_parser(1, 10_000),
                                      help="Layouts shown, fastest first.")] = 10,
+    max_pp: Annotated[int | None, typer.Option("--max-pp", parser=integer_parser(1, 1 << 20),
+                                               help="The most pipeline stages searched; 1 "
+                                               "searches no pipeline.")] = None,
     verify: Annotated[int, typer.Option("--verify", parser=integer_parser(0, 10), help=(
         "Trace the fastest N layouts the tracer can lay out (one micro-batch step of the real "
         "parallel code on fake ranks; minutes for a large model) and show their bytes beside "
@@ -116,7 +119,7 @@ def plan_command(
     result = plan_layouts(config, chip, count, seq_len=seq, global_batch_seqs=seqs,
                           precision=precision, optimizer=optimizer, budget_bytes=budget_bytes,
                           efficiency=efficiency, attention=attention.strip().lower(),
-                          tokens=train_tokens, top=top)
+                          tokens=train_tokens, top=top, max_pp=max_pp)
     if note is not None:
         result = dataclasses.replace(result, notes=(note,))
     if verify:
@@ -136,7 +139,7 @@ def _verified(result: LayoutPlan, model: str, chip: Hardware, count: int, seq: i
                       global_batch_seqs=seqs, precision=resolve_precision(precision),
                       optimizer=resolve_optimizer(optimizer),
                       budget_bytes=chip.memory_bytes if budget_bytes is None else budget_bytes,
-                      efficiency=efficiency, attention=attention)
+                      efficiency=efficiency, attention=attention, max_pp=result.max_pp)
     verified: list[Verified] = []
     skipped: list[str] = []
     for row in result.ranked:

@@ -116,6 +116,7 @@ class PlanSetup:
     efficiency: float = 1.0  # share of the ideal peak the matmuls reach
     attention: str = "flash"
     dtype: str = "bf16"
+    max_pp: int | None = None  # the most pipeline stages searched (1: no pipeline)
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTIONS:
@@ -209,19 +210,14 @@ class StepTime:
 
 @dataclass(frozen=True)
 class LayoutEstimate:
-    """A feasible layout with its closed-form memory and time.
-
-    ``verified_step_s`` and ``verified_memory_bytes`` are left None here: a traced run of the
-    real parallel code (the workload layer) sets them beside the closed form.
-    """
+    """A feasible layout with its closed-form memory and time (``plan --verify`` sets a traced
+    rank beside it: :class:`Verified`, in :attr:`LayoutPlan.verified`)."""
 
     choice: LayoutChoice
     layout: str
     memory: RankMemory
     time: StepTime
     train_days: float | None = None  # for the --tokens asked, at this layout's tokens/s
-    verified_step_s: float | None = None
-    verified_memory_bytes: float | None = None
 
 
 # ------------------------------------------------------------------------------- memory

@@ -112,6 +112,7 @@ class LayoutPlan:
     assumptions: tuple[str, ...] = field(default=ASSUMPTIONS)
     notes: tuple[str, ...] = ()  # what the caller adds (how a token batch was rounded)
     verified: tuple[Verified, ...] = ()  # the top layouts traced (``plan --verify``)
+    max_pp: int | None = None  # the most pipeline stages searched, when the caller capped it
 
     @property
     def best(self) -> LayoutEstimate:
@@ -189,6 +190,8 @@ def _degrees(setup: PlanSetup, tally: _Tally) -> Iterator[tuple[int, int, int, b
                          f"tp {tp} does not divide the {bad[1]:,} {bad[0]}")
             continue
         for pp in divisors(count // tp):
+            if setup.max_pp is not None and pp > setup.max_pp:
+                continue  # left out by the caller: neither searched nor rejected
             dp = count // (tp * pp)
             if pp > config.n_layers:
                 tally.reject(LayoutChoice(dp=dp, tp=tp, pp=pp), "divisibility",
@@ -216,12 +219,13 @@ def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, s
                  global_batch_seqs: int, precision: str = "bf16-master",
                  optimizer: str = "adamw", budget_bytes: float | None = None,
                  efficiency: float = 1.0, attention: str = "flash", tokens: float | None = None,
-                 top: int = 10) -> LayoutPlan:
+                 top: int = 10, max_pp: int | None = None) -> LayoutPlan:
     """Search every layout of ``count`` devices; raise :class:`NoLayoutError` when none fits.
 
     ``global_batch_seqs`` sequences of ``seq_len`` tokens make one optimizer step;
     ``budget_bytes`` caps the memory of one rank (default: the device's); ``tokens`` adds
-    days of training to each ranked layout.
+    days of training to each ranked layout; ``max_pp`` leaves out layouts of more pipeline
+    stages (1: no pipeline).
     """
     _check("count", count, LARGEST_COUNT)
     _check("seq_len", seq_len, config.context_length)
@@ -237,7 +241,7 @@ def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, s
                       global_batch_seqs=global_batch_seqs,
                       precision=resolve_precision(precision),
                       optimizer=resolve_optimizer(optimizer), budget_bytes=budget,
-                      efficiency=efficiency, attention=attention)
+                      efficiency=efficiency, attention=attention, max_pp=max_pp)
     tally = _Tally()
     feasible: list[tuple[float, float, LayoutChoice]] = []
     closest_batch = None
@@ -297,7 +301,7 @@ def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, s
                       peak_flop_per_s=hardware.peak_flop_per_s(setup.dtype),
                       budget_bytes=budget, tokens=tokens, searched=tally.searched,
                       feasible=len(feasible), rejected_by_reason=dict(tally.counts),
-                      ranked=ranked, rejected=rejected)
+                      ranked=ranked, rejected=rejected, max_pp=max_pp)
 
 
 def _sequences(n: int) -> str:
