@@ -57,7 +57,10 @@ def main() -> None:
                 ("sent", v.closed_sent_bytes, v.traced_sent_bytes)):
             print(f"  {name:12s} closed {closed / 1e9:10.3f} GB  traced {traced / 1e9:10.3f} GB"
                   f"  error {errors[name]:+.2%}")
-        results.append({"layout": v.layout, "seconds": took, "errors": errors,
+        print("  traced peak at " + v.traced_peak_op + ": " + ", ".join(
+            f"{k} {b / 1e9:.2f} GB" for k, b in v.traced_peak_by_category.items()))
+        results.append({"layout": v.layout, "peak_by_category": v.traced_peak_by_category,
+                        "seconds": took, "errors": errors,
                         "closed": [v.closed_state_bytes, v.closed_activation_bytes,
                                    v.closed_total_bytes, v.closed_sent_bytes],
                         "traced": [v.traced_state_bytes, v.traced_activation_bytes,

@@ -123,3 +123,15 @@ def test_plan_verify_traces_the_fastest_traceable_layouts(cli) -> None:  # type:
     table = cli("plan", "-m", "tiny", "-g", "8seq", "-n", "4", "--seq", "16", "-p", "fp32",
                 "--top", "40", "--verify", "1").stdout
     assert "Verified: one micro-batch step traced" in table
+
+
+def test_plan_plot_is_written_whole_or_refused(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    target = tmp_path / "frontier.png"
+    done = cli("plan", "-m", "llama-3-70b", "-n", "64", "-g", "512seq", "--seq", "8192",
+               "--plot", str(target))
+    assert done.code == 0 and f"plot written to {target}" in " ".join(done.stdout.split())
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bad = tmp_path / "frontier.gif"
+    assert_one_line_error(cli("plan", "-m", "llama-3-70b", "-n", "64", "-g", "512seq",
+                              "--seq", "8192", "--plot", str(bad)), ".gif")
+    assert not bad.exists()

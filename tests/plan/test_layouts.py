@@ -238,6 +238,25 @@ def test_max_pp_leaves_the_deeper_pipelines_out_of_the_search() -> None:
     assert flat.searched == flat.feasible + sum(flat.rejected_by_reason.values())
 
 
+def test_the_frontier_is_every_layout_no_other_beats_on_time_and_memory() -> None:
+    plan = plan_layouts(get_preset("llama-3-70b"), H100, 64, seq_len=8192,
+                        global_batch_seqs=512, top=10_000)  # every feasible layout ranked
+    assert len(plan.ranked) == plan.feasible
+    front = plan.frontier
+    assert front[0] == plan.ranked[0]  # the fastest (least memory among the fastest)
+    steps = [r.time.step_s for r in front]
+    memories = [r.memory.total_bytes for r in front]
+    assert steps == sorted(steps) and memories == sorted(memories, reverse=True)
+    # a second code path: brute force over all pairs of the feasible layouts (of equal ones,
+    # the frontier keeps the first)
+    on_front = {(f.time.step_s, f.memory.total_bytes) for f in front}
+    for row in plan.ranked:
+        mine = (row.time.step_s, row.memory.total_bytes)
+        beaten = any(o.time.step_s <= mine[0] and o.memory.total_bytes <= mine[1]
+                     and (o.time.step_s, o.memory.total_bytes) != mine for o in plan.ranked)
+        assert (mine in on_front) == (not beaten)
+
+
 def test_selective_is_searched_with_eager_attention_only() -> None:
     flash = plan_layouts(get_preset("llama-3-8b"), H100, 8, seq_len=4096,
                          global_batch_seqs=64, top=10_000)

@@ -14,7 +14,7 @@ from tensorledger.ledger.trace import trace_report
 from tensorledger.models import get_preset
 from tensorledger.napkin.parallel import fsdp_comm_volume, zero_bytes
 from tensorledger.napkin.transformer import parameter_count
-from tensorledger.workload import resolve_workload
+from tensorledger.workload import resolve_workload, trace_workload
 from tensorledger.workload.layout import Layout, check_layout, resolve_layout
 
 TINY = get_preset("tiny")  # d 64, 2 layers, 4 heads (2 kv), vocab 128, d_ff 128
@@ -167,3 +167,12 @@ def test_collectives_are_named_by_their_mesh_dimension() -> None:
     # FSDP gathers and reduce-scatters over its dimension; the Megatron plan all-reduces over tp
     assert {("all-gather", "fsdp"), ("reduce-scatter", "fsdp"), ("all-reduce", "tp")} <= dims
     assert not any(kind == "reduce-scatter" and dim == "tp" for kind, dim in dims)
+
+
+def test_two_layouts_with_equal_meshes_trace_in_one_process() -> None:
+    # the TP meshes of both layouts hold ranks 0 and 1 under the name "tp": DTensor's sharding
+    # caches must not hand the second the first's (destroyed) group
+    for layout in ({"dp": 2, "fsdp": 2, "tp": 2, "sp": True}, {"fsdp": 4, "tp": 2, "sp": True}):
+        run = trace_workload(resolve_workload("tiny", batch=1, seq=16, precision="fp32",
+                                              layout=resolve_layout(**layout)))
+        assert run.trace.records

@@ -24,7 +24,8 @@ from tensorledger.plan import (
     plan_layouts,
 )
 from tensorledger.plan.layouts import LARGEST_COUNT
-from tensorledger.report.plan import accumulation_view, layout_plan_view
+from tensorledger.report.plan import accumulation_view, layout_plan_view, write_plan_plot
+from tensorledger.report.plots import check_figure_path
 from tensorledger.units import parse_bytes, parse_count
 
 __all__ = ["global_batch_seqs", "register"]
@@ -98,12 +99,17 @@ def plan_command(
         "Trace the fastest N layouts the tracer can lay out (one micro-batch step of the real "
         "parallel code on fake ranks; minutes for a large model) and show their bytes beside "
         "the closed form's. 0 (the default) traces nothing."))] = 0,
+    plot: Annotated[str | None, typer.Option(help=(
+        "Write the frontier (memory per rank against step time) to a .png, .svg or .pdf."))
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Search every layout (DP, ZeRO, TP/SP, PP, micro-batches, checkpointing) in closed form;
     rank the ones that fit by step time and count the rejected ones by their binding constraint."""
     config = get_preset(model)
     chip = get_hardware(hardware)
+    if plot is not None:
+        check_figure_path(plot)  # refuse a bad path before the work, not after
     if attention.strip().lower() not in ATTENTIONS:
         raise InputError(f"unknown --attention {attention!r}; known: {', '.join(ATTENTIONS)}")
     if seq > config.context_length:
@@ -126,7 +132,10 @@ def plan_command(
         with progress(False, as_json) as say:
             result = _verified(result, model, chip, count, seq, seqs, precision, optimizer,
                                budget_bytes, efficiency, attention.strip().lower(), verify, say)
-    emit("plan", result, as_json, *layout_plan_view(result))
+    views = layout_plan_view(result)
+    if plot is not None:
+        views.append(f"plot written to {write_plan_plot(result, plot)}")
+    emit("plan", result, as_json, *views)
 
 
 def _verified(result: LayoutPlan, model: str, chip: Hardware, count: int, seq: int, seqs: int,

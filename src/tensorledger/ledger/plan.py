@@ -91,4 +91,5 @@ def verify_choice(setup: PlanSetup, choice: LayoutChoice, model: str,
                     + _INDEX_BYTES * tokens,
                     closed_total_bytes=memory.total_bytes, traced_peak_bytes=ledger.peak_bytes,
                     closed_sent_bytes=sent_bytes(setup, one).total_bytes,
-                    traced_sent_bytes=sent)
+                    traced_sent_bytes=sent, traced_peak_by_category=ledger.by_category(),
+                    traced_peak_op=f"{ledger.peak_op} ({ledger.peak_phase})")

@@ -70,7 +70,7 @@ MFU = model FLOPs (without recomputation) / (step · count · ideal peak).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 from tensorledger.errors import InputError
@@ -482,6 +482,8 @@ class Verified:
     traced_peak_bytes: int
     closed_sent_bytes: float
     traced_sent_bytes: int
+    traced_peak_by_category: dict[str, int] = field(default_factory=dict)  # what the peak holds
+    traced_peak_op: str = ""  # the op at the traced peak, and its phase
 
     def errors(self) -> dict[str, float]:
         """(closed − traced) / traced for each figure."""

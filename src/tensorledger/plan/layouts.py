@@ -33,8 +33,9 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
@@ -53,7 +54,9 @@ from tensorledger.plan.estimate import (
 )
 
 __all__ = ["LARGEST_COUNT", "REASONS", "LayoutPlan", "NoLayoutError", "Rejection", "divisors",
-           "plan_layouts"]
+           "pareto_frontier", "plan_layouts"]
+
+T = TypeVar("T")
 
 #: Reasons a configuration is rejected, in the order they are checked.
 REASONS = ("divisibility", "global batch", "memory per rank")
@@ -113,6 +116,8 @@ class LayoutPlan:
     notes: tuple[str, ...] = ()  # what the caller adds (how a token batch was rounded)
     verified: tuple[Verified, ...] = ()  # the top layouts traced (``plan --verify``)
     max_pp: int | None = None  # the most pipeline stages searched, when the caller capped it
+    #: the feasible layouts no other beats on both step time and memory per rank, fastest first
+    frontier: tuple[LayoutEstimate, ...] = ()
 
     @property
     def best(self) -> LayoutEstimate:
@@ -292,6 +297,7 @@ def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, s
         raise NoLayoutError(_why_none(setup, tally, closest_batch))
     feasible.sort(key=lambda item: (item[0], item[1]))  # fastest, then the least memory
     ranked = tuple(estimate(setup, choice, tokens) for _, _, choice in feasible[:top])
+    frontier = tuple(estimate(setup, choice, tokens) for choice in pareto_frontier(feasible))
     rejected = tuple(r for reason in REASONS for r in tally.kept[reason])
     return LayoutPlan(model=config.name, hardware=hardware.id, count=count, seq_len=seq_len,
                       global_batch_seqs=global_batch_seqs,
@@ -301,7 +307,24 @@ def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, s
                       peak_flop_per_s=hardware.peak_flop_per_s(setup.dtype),
                       budget_bytes=budget, tokens=tokens, searched=tally.searched,
                       feasible=len(feasible), rejected_by_reason=dict(tally.counts),
-                      ranked=ranked, rejected=rejected, max_pp=max_pp)
+                      ranked=ranked, rejected=rejected, max_pp=max_pp, frontier=frontier)
+
+
+def pareto_frontier(points: Sequence[tuple[float, float, T]]) -> list[T]:
+    """The points no other beats on both step time and memory: walking from the fastest, each
+    that needs less memory than every faster one (``points`` sorted by time, then memory).
+
+    >>> pareto_frontier([(1.0, 9.0, "a"), (1.0, 9.5, "b"), (2.0, 5.0, "c"), (3.0, 6.0, "d"),
+    ...                  (4.0, 1.0, "e")])
+    ['a', 'c', 'e']
+    """
+    kept: list[T] = []
+    least = math.inf
+    for _, memory, item in points:
+        if memory < least:
+            kept.append(item)
+            least = memory
+    return kept
 
 
 def _sequences(n: int) -> str:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from rich.console import RenderableType
 from rich.table import Table
 
 from tensorledger.plan import AccumulationPlan, LayoutPlan
+from tensorledger.report.plots import new_figure, save_figure
 from tensorledger.units import format_bytes, format_count, format_duration
 
-__all__ = ["accumulation_view", "layout_plan_view"]
+__all__ = ["accumulation_view", "layout_plan_view", "plan_figure", "write_plan_plot"]
 
 View = list[RenderableType | str]
 
@@ -107,3 +111,34 @@ def accumulation_view(plan: AccumulationPlan) -> View:
     c = plan.chosen
     return [table, f"chosen: micro-batch {c.micro_batch} × {c.accumulation} accumulation steps "
             f"({format_bytes(c.memory_bytes)} per rank of {format_bytes(plan.budget_bytes)})"]
+
+
+def plan_figure(plan: LayoutPlan) -> Any:
+    """Memory per rank against step time: the ranked layouts as points, the frontier (no
+    layout both faster and smaller) as a line through its layouts, the budget as a line."""
+    figure, axes = new_figure(9.0, 5.5)
+    ranked = plan.ranked
+    axes.scatter([r.time.step_s for r in ranked], [r.memory.total_bytes / 1e9 for r in ranked],
+                 s=18, color="0.6", label=f"the {len(ranked)} fastest layouts", zorder=2)
+    front = plan.frontier
+    axes.plot([r.time.step_s for r in front], [r.memory.total_bytes / 1e9 for r in front],
+              "o-", color="C0", drawstyle="steps-post", markersize=5,
+              label="frontier: no layout is both faster and smaller", zorder=3)
+    for r in front[:6]:
+        axes.annotate(f"{r.layout}, {r.choice.micro_batch}×{r.choice.accumulation}, "
+                      f"{r.choice.checkpoint}", (r.time.step_s, r.memory.total_bytes / 1e9),
+                      textcoords="offset points", xytext=(6, 4), fontsize=7)
+    axes.axhline(plan.budget_bytes / 1e9, color="C3", linestyle="--", linewidth=1,
+                 label=f"budget {plan.budget_bytes / 1e9:g} GB per rank")
+    axes.set_xlabel("step time (s, closed form)")
+    axes.set_ylabel("memory per rank (GB)")
+    axes.set_title(f"{plan.model} on {plan.count:,} × {plan.hardware}: "
+                   f"{plan.global_batch_tokens:,} tokens per step, {plan.precision}")
+    axes.legend(loc="upper right", fontsize=8)
+    axes.grid(True, which="both", alpha=0.3)
+    return figure
+
+
+def write_plan_plot(plan: LayoutPlan, path: str | Path) -> Path:
+    """Write :func:`plan_figure` to ``path`` (.png, .svg or .pdf), whole or not at all."""
+    return save_figure(plan_figure(plan), path)

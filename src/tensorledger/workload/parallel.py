@@ -123,6 +123,26 @@ def fake_process_group(world_size: int, rank: int = 0) -> Iterator[Any]:
         yield dist.group.WORLD
     finally:
         dist.destroy_process_group()
+        _forget_sharding()
+
+
+def _forget_sharding() -> None:
+    """Empty DTensor's sharding-propagation caches.  Their keys hold device meshes, and a mesh
+    of a later group with the same ranks and names compares equal to one of a destroyed group:
+    a cached redistribution would then reach for the destroyed group's name (a second layout
+    traced in one process failed so)."""
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+    propagator = DTensor._op_dispatcher.sharding_propagator
+    for cache in (getattr(propagator, "propagate_op_sharding", None),
+                  getattr(ShardingPropagator, "_propagate_tensor_meta_cached", None)):
+        clear = getattr(cache, "cache_clear", None)
+        if clear is not None:
+            clear()
+    native = getattr(torch._C, "_clear_DTensor_sharding_propagator_cache", None)
+    if native is not None:  # the C++ dispatch fast path's own cache (newer torch)
+        native()
 
 
 def build_mesh(layout: Layout, device_type: str = "cpu") -> DeviceMesh:
