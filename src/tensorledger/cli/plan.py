@@ -14,7 +14,7 @@ from tensorledger.cli.common import JSON_HELP, emit, integer_parser, progress, r
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware, get_hardware
 from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
-from tensorledger.napkin.transformer import get_preset
+from tensorledger.napkin.transformer import TransformerConfig, get_preset
 from tensorledger.plan import (
     ATTENTIONS,
     LayoutPlan,
@@ -62,6 +62,21 @@ def global_batch_seqs(text: str, seq_len: int) -> tuple[int, str | None]:
                   f"Give {seqs}seq or a token count that divides to say it exactly")
 
 
+def _checked(model: str, hardware: str, attention: str, seq: int, global_batch: str
+             ) -> tuple[TransformerConfig, Hardware, int, str | None]:
+    """The options ``plan`` and ``accumulate`` share, looked up and checked: the preset, the
+    chip, the attention kernel, the sequence against the context, the global batch."""
+    config = get_preset(model)
+    chip = get_hardware(hardware)
+    if attention.strip().lower() not in ATTENTIONS:
+        raise InputError(f"unknown --attention {attention!r}; known: {', '.join(ATTENTIONS)}")
+    if seq > config.context_length:
+        raise InputError(f"--seq {seq:,} is longer than {config.name}'s context of "
+                         f"{config.context_length:,} tokens")
+    seqs, note = global_batch_seqs(global_batch, seq)
+    return config, chip, seqs, note
+
+
 def plan_command(
     model: Annotated[str, typer.Option("--model", "-m", help=(
         "A preset: llama-3-70b, llama-3-405b, gpt3-175b, ... (see 'tensorledger models').")
@@ -106,16 +121,9 @@ def plan_command(
 ) -> None:
     """Search every layout (DP, ZeRO, TP/SP, PP, micro-batches, checkpointing) in closed form;
     rank the ones that fit by step time and count the rejected ones by their binding constraint."""
-    config = get_preset(model)
-    chip = get_hardware(hardware)
     if plot is not None:
         check_figure_path(plot)  # refuse a bad path before the work, not after
-    if attention.strip().lower() not in ATTENTIONS:
-        raise InputError(f"unknown --attention {attention!r}; known: {', '.join(ATTENTIONS)}")
-    if seq > config.context_length:
-        raise InputError(f"--seq {seq:,} is longer than {config.name}'s context of "
-                         f"{config.context_length:,} tokens")
-    seqs, note = global_batch_seqs(global_batch, seq)
+    config, chip, seqs, note = _checked(model, hardware, attention, seq, global_batch)
     train_tokens = None
     if tokens is not None:
         train_tokens = parse_count(tokens)
@@ -191,14 +199,7 @@ def accumulate_command(
     """Split a global batch into micro-batch × accumulation steps on COUNT data-parallel ranks:
     activations, memory, arithmetic intensity and step time of every split; the fastest that
     fits is chosen."""
-    config = get_preset(model)
-    chip = get_hardware(hardware)
-    if attention.strip().lower() not in ATTENTIONS:
-        raise InputError(f"unknown --attention {attention!r}; known: {', '.join(ATTENTIONS)}")
-    if seq > config.context_length:
-        raise InputError(f"--seq {seq:,} is longer than {config.name}'s context of "
-                         f"{config.context_length:,} tokens")
-    seqs, note = global_batch_seqs(global_batch, seq)
+    config, chip, seqs, note = _checked(model, hardware, attention, seq, global_batch)
     budget_bytes = None if budget is None else parse_bytes(budget)
     if budget_bytes is not None and not 0 < budget_bytes <= chip.memory_bytes:
         raise InputError(f"--budget must be above 0 and at most {chip.id}'s "

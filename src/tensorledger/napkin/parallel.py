@@ -149,14 +149,9 @@ def zero_bytes(params: int, ranks: int, stage: int, precision: str | Precision,
     steps = (
         Step("parameters", "given", params, "params"),
         Step("parameters per shard", "ceil(params / ranks)", shard, "params"),
-        Step("parameters", f"{b.params_bytes_per_param:g} B × "
-             + ("shard" if stage >= 3 else "params"), params_b, "bytes"),
-        Step("gradients", f"{b.grads_bytes_per_param:g} B × "
-             + ("shard" if stage >= 2 else "params"), grads_b, "bytes"),
-        Step("master copy", f"{b.master_bytes_per_param:g} B × "
-             + ("shard" if stage >= 1 else "params"), master_b, "bytes"),
-        Step("optimizer state", f"{b.optimizer_bytes_per_param:g} B × "
-             + ("shard" if stage >= 1 else "params"), optimizer_b, "bytes"),
+        *_part_steps(b, (params_b, grads_b, master_b, optimizer_b),
+                     ("shard" if stage >= 3 else "params", "shard" if stage >= 2 else "params",
+                      "shard" if stage >= 1 else "params", "shard" if stage >= 1 else "params")),
         Step(f"per rank, ZeRO-{stage} ({_STAGE_WORDS[stage]})", "sum", total, "bytes"),
     )
     return ZeroBytes(stage=stage, ranks=ranks, params=params, precision=b.precision,
@@ -238,15 +233,10 @@ def torch_zero_bytes(shapes: Sequence[Sequence[int]], ranks: int, stage: int,
     steps = (
         Step("parameters", "sum of the tensors' sizes", params, "params"),
         Step("rank 0's share", rule, shard, "params"),
-        Step("parameters", f"{b.params_bytes_per_param:g} B × "
-             + {0: "params", 1: "params", 2: "(share + gathered params)", 3: "share"}[stage],
-             params_b, "bytes"),
-        Step("gradients", f"{b.grads_bytes_per_param:g} B × "
-             + ("share" if stage >= 2 else "params"), grads_b, "bytes"),
-        Step("master copy", f"{b.master_bytes_per_param:g} B × "
-             + ("share" if stage >= 1 else "params"), master_b, "bytes"),
-        Step("optimizer state", f"{b.optimizer_bytes_per_param:g} B × "
-             + ("share" if stage >= 1 else "params"), optimizer_b, "bytes"),
+        *_part_steps(b, (params_b, grads_b, master_b, optimizer_b),
+                     ({0: "params", 1: "params", 2: "(share + gathered params)", 3: "share"}[stage],
+                      "share" if stage >= 2 else "params", "share" if stage >= 1 else "params",
+                      "share" if stage >= 1 else "params")),
         Step(f"rank 0, ZeRO-{stage} as torch implements it", "sum", total, "bytes"),
     )
     return ZeroBytes(stage=stage, ranks=ranks, params=params, precision=b.precision,
@@ -261,6 +251,16 @@ def _numel(shape: Sequence[int]) -> int:
     for d in shape:
         n *= d
     return n
+
+
+def _part_steps(b: BytesPerParam, held: tuple[int, int, int, int],
+                of: tuple[str, str, str, str]) -> tuple[Step, ...]:
+    """The working of the four per-parameter terms: bytes per parameter × what is held."""
+    widths = (b.params_bytes_per_param, b.grads_bytes_per_param, b.master_bytes_per_param,
+              b.optimizer_bytes_per_param)
+    names = ("parameters", "gradients", "master copy", "optimizer state")
+    return tuple(Step(name, f"{width:g} B × {what}", value, "bytes")
+                 for name, width, what, value in zip(names, widths, of, held, strict=True))
 
 
 def zero_table(params: int, ranks: int, precision: str | Precision,
