@@ -9,8 +9,14 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import settings
 
 from tensorledger.cli import main
+
+# No example is judged by how long it ran: a loaded CI machine is no reason to fail (and no test
+# here asserts on wall-clock time).
+settings.register_profile("tensorledger", deadline=None)
+settings.load_profile("tensorledger")
 
 
 @dataclass

@@ -29,6 +29,10 @@ order).  Of the ``dp`` data-parallel ranks, groups of ``shard`` hold one ZeRO-sh
   and checkpoint ``selective`` recomputes the attention core and drops them (so it is searched
   with eager attention only).  ``full`` keeps each layer's input (the residual stream, ÷ t with
   sequence parallelism) and holds one layer's full activations while it is recomputed.
+- the peak is the larger of two points: at the loss (no gradients yet; the logits in flight
+  and, under autocast with checkpointing, the bf16 weight casts autocast's cache keeps until
+  the forward ends) and in backward (the gradients and a recomputed layer beside everything
+  saved).  Traced ranks of llama-3-70b peak at the loss (benchmarks/verify_plan.py).
 - micro-batches in flight on the first stage: 1 without a pipeline, min(p, m) under 1F1B, and
   p·(1 + (p−1)/(p·v)) under the interleaved schedule with v chunks (Korthikanti §4.2.3).
   The last stage holds one, plus the final norm's and the loss's saved tensors (the
@@ -186,7 +190,10 @@ class RankMemory:
     buffers_bytes: float  # DDP's gradient buckets (a copy of the gradients)
     activations_bytes: float  # saved activations of the layers, all micro-batches in flight
     logits_bytes: float  # the final norm's and the loss's saved bytes (last stage)
-    total_bytes: float
+    total_bytes: float  # the larger of the two points below
+    forward_peak_bytes: float = 0.0  # at the loss: no gradients yet, the loss's temporaries
+    backward_peak_bytes: float = 0.0  # gradients and a recomputed layer beside everything saved
+    temporary_bytes: float = 0.0  # of the forward point: logits in flight, autocast's casts
 
 
 @dataclass(frozen=True)
@@ -279,17 +286,19 @@ class _Model:
         self.forward_per_token = forward.total_flops
         self.attention_forward_per_token = (forward.attention_scores_flops
                                             + forward.attention_values_flops)
-        self.states: dict[tuple[int, int, int], float] = {}
+        self.states: dict[tuple[int, int, int], tuple[float, float]] = {}
         self.saved: dict[tuple[int, int, bool, bool], tuple[ActivationMemory, float]] = {}
         self.collectives: dict[tuple[CollectiveKind, float, int, int], float] = {}
 
-    def states_bytes(self, setup: PlanSetup, params: int, shard: int, zero: int) -> float:
-        """:func:`zero_bytes` total, remembered: a search asks for few distinct ones."""
+    def states_bytes(self, setup: PlanSetup, params: int, shard: int, zero: int
+                     ) -> tuple[float, float]:
+        """:func:`zero_bytes` total and its gradients' part, remembered: a search asks for
+        few distinct ones."""
         key = (params, shard, zero)
         held = self.states.get(key)
         if held is None:
-            held = float(zero_bytes(params, shard, zero, setup.precision,
-                                    setup.optimizer).total_bytes)
+            z = zero_bytes(params, shard, zero, setup.precision, setup.optimizer)
+            held = (float(z.total_bytes), float(z.grads_bytes))
             self.states[key] = held
         return held
 
@@ -343,30 +352,59 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice) -> RankMemory:
     two_layers = 2.0 * layer_rank * setup.precision.param_bytes
 
     def stage(params: int, inflight: float, first: bool, last: bool
-              ) -> tuple[float, float, float, float]:
-        states = model.states_bytes(setup, params, choice.shard, zero)
+              ) -> tuple[float, float, float, float, float]:
+        states, grads = model.states_bytes(setup, params, choice.shard, zero)
         gathered = (float(params * setup.precision.param_bytes) if choice.zero == 2
                     else two_layers if choice.zero == 3 else 0.0) if sharded else 0.0
         activations = (layers * kept + (embedding if first else 0.0)) * inflight + transient
         loss = logits if last else 0.0
-        return states, gathered, activations, loss
+        return states, grads, gathered, activations, loss
 
     first = stage(first_params, _inflight(choice), True, pp == 1)
     last = stage(last_params, 1.0, pp == 1, True)
     if pp == 1:
-        name, params, (states, gathered, activations, loss) = "only", first_params, first
-    elif sum(first) >= sum(last):
-        name, params, (states, gathered, activations, loss) = "first", first_params, first
+        name, params, parts = "only", first_params, first
+    elif sum(first) - first[1] >= sum(last) - last[1]:
+        name, params, parts = "first", first_params, first
     else:
-        name, params, (states, gathered, activations, loss) = "last", last_params, last
+        name, params, parts = "last", last_params, last
+    states, grads, gathered, activations, loss = parts
     # DDP (and ZeRO-1 under it) reduces the gradients through buckets of its own, as big as
     # the gradients (gradient_as_bucket_view is off by default)
     buckets = (float(params * setup.precision.grad_bytes)
                if choice.zero <= 1 and choice.dp > 1 else 0.0)
-    total = states + gathered + buckets + activations + loss
+    temporary = _forward_temporaries(setup, choice, closed, layers, name != "first")
+    held = states + gathered + buckets
+    forward = held - grads + activations - transient + loss + temporary
+    backward = held + activations + loss
+    total = max(forward, backward)
     return RankMemory(stage=name, stage_params=params, states_bytes=states,
                       gathered_bytes=gathered, buffers_bytes=buckets,
-                      activations_bytes=activations, logits_bytes=loss, total_bytes=total)
+                      activations_bytes=activations, logits_bytes=loss, total_bytes=total,
+                      forward_peak_bytes=forward, backward_peak_bytes=backward,
+                      temporary_bytes=temporary)
+
+
+def _forward_temporaries(setup: PlanSetup, choice: LayoutChoice, closed: ActivationMemory,
+                         layers: int, last: bool) -> float:
+    """What the forward pass holds at the loss besides the saved tensors: the logits (the
+    rank's 1/t, the gathered whole, and under autocast their fp32 copy for the log-softmax),
+    and under autocast with checkpointing the bf16 casts of every checkpointed layer's
+    weights, which autocast's cache keeps until the forward ends (without checkpointing they
+    are saved, and counted with the activations)."""
+    config, c = setup.config, closed.dtype_bytes
+    n = choice.micro_batch * setup.seq_len
+    logits = 0.0
+    if last:
+        logits = float(n * config.vocab_size * c)  # gathered
+        if choice.tp > 1:
+            logits += n * config.vocab_size * c / choice.tp  # the rank's own columns
+        if closed.autocast:
+            logits += n * config.vocab_size * 4.0  # upcast for the log-softmax
+    cache = 0.0
+    if closed.autocast and choice.checkpoint == "full":
+        cache = float(layers * (-(-_model(setup).layer_matrices // choice.tp)) * c)
+    return logits + cache
 
 
 # --------------------------------------------------------------------------------- time
