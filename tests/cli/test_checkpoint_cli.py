@@ -180,6 +180,7 @@ def test_parse_deep() -> None:
     (("--model", "tiny", "--hardware", "h1000"), ("h1000",)),
     (("--model", "nope"), ("nope",)),
     (("--deep", "4,2,8,tanh"), ("tanh",)),
+    ((*TINY_ARGS, "--verify", "--device", "meta"), ("--device fake",)),
 ])
 def test_refusals_are_one_line(cli, argv: tuple[str, ...], fragments: tuple[str, ...]  # type: ignore[no-untyped-def]
                                ) -> None:
@@ -192,8 +193,16 @@ def test_a_factory_is_refused_before_it_runs(cli, tmp_path: Path) -> None:  # ty
     factory.write_text(f"open({str(marker)!r}, 'w').close()\n"
                        "def make():\n    raise SystemExit(3)\n")
     assert_one_line_error(cli("checkpoint", "--model", f"{factory}:make"),
-                          "not one", "give a preset")
+                          "built by factory, not one", "give a preset")
     assert not marker.exists()
+
+
+def test_a_config_that_transformers_builds_is_refused(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # an unknown model_type is built by transformers (its layers are no .blocks chain) or,
+    # without the extra, not read at all: refused in one line either way
+    config = tmp_path / "config.json"
+    config.write_text('{"model_type": "mistral", "num_hidden_layers": 2, "hidden_size": 64}')
+    assert_one_line_error(cli("checkpoint", "--model", str(config)))
 
 
 @pytest.mark.parametrize("name", ["p.txt", "missing/p.png"])

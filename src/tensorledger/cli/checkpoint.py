@@ -43,8 +43,8 @@ def parse_deep(text: str) -> tuple[int, int, int, str]:
 
 def checkpoint_command(
     model: Annotated[str | None, typer.Option("--model", "-m", help=(
-        "A reference model: a preset (tiny, gpt2, llama-3-8b, ...) or a Hugging Face "
-        "config.json; its .blocks are checkpointed. Or give --deep."))] = None,
+        "A reference model, built by tensorledger: a preset (tiny, gpt2, llama-3-8b, ...); "
+        "its .blocks are checkpointed. Or give --deep."))] = None,
     deep: Annotated[str | None, typer.Option("--deep", help=(
         "The lecture's deep network instead of --model: D,L,B[,ACT] (width, blocks, batch, "
         "relu or gelu; default gelu), fp32 on meta tensors, e.g. 64,16,512,gelu."))] = None,
@@ -103,7 +103,12 @@ def checkpoint_command(
             assert model is not None
             # a checkpointed step is traced on fake tensors: torch's checkpoint checks the
             # recomputed tensors' metadata, which meta tensors lack
-            chosen = "fake" if verify and device.strip().lower() == "auto" else device
+            key = device.strip().lower()
+            if verify and key == "meta":
+                raise InputError("--verify traces checkpointed steps on fake or real tensors "
+                                 "(torch's checkpoint checks recomputed metadata, which meta "
+                                 "tensors lack); use --device fake or auto")
+            chosen = "fake" if verify and key == "auto" else device
             work = workload(model, batch, seq, step, precision, optimizer, chosen, False)
             study = workload_study(work, chip, every, budget_bytes, verify, progress=say)
     views = checkpoint_view(study)

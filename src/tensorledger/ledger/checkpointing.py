@@ -232,10 +232,11 @@ def workload_study(work: Workload, hardware: Hardware, every_k: int = 2,
                    budget_bytes: int | None = None, verify: bool = False,
                    progress: Callable[[str], None] | None = None) -> CheckpointStudy:
     """:func:`study_policies` of a reference model's step (one device, not checkpointed)."""
-    if work.source.config is None:
-        raise InputError(f"checkpointing policies are applied to the blocks of a reference "
-                         f"model; {work.model!r} is not one (give a preset such as tiny or "
-                         "gpt2, or a Hugging Face config)")
+    if work.source.builder != "reference":
+        # a factory's or transformers' module has no .blocks chain the policies can wrap
+        raise InputError(f"checkpointing policies wrap the .blocks of a reference model; "
+                         f"{work.model!r} is built by {work.source.builder}, not one (give a "
+                         "preset such as tiny or gpt2)")
     if not work.step.backward:
         raise InputError(f"a {work.step.name} step has no backward pass, so nothing to "
                          "checkpoint; give --step forward-backward or train")
