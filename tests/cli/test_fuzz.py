@@ -78,7 +78,7 @@ def _commands() -> dict[str, tuple[Param, ...]]:
 
 COMMANDS = _commands()
 #: Commands of the model layer, guarded by the workload guard of issue 10 (the lead's).
-MODEL_COMMANDS = ("models", "trace", "einsum", "memory", "roofline")
+MODEL_COMMANDS = ("models", "trace", "einsum", "memory", "roofline", "checkpoint")
 OWN_COMMANDS = tuple(sorted(c for c in COMMANDS if c not in MODEL_COMMANDS))
 
 # ---------------------------------------------------------------------------- value pools
@@ -156,13 +156,20 @@ def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[s
         "params": st.one_of(_quantities(), st.sampled_from(["70B", "7e9", "1e400"])),
         "tokens": st.one_of(_quantities(), st.sampled_from(["15T", "1e12"])),
         "flops": st.one_of(_quantities(), st.sampled_from(["3.14e23", "6e24FLOPs", "1e5FLOP/s"])),
-        "model": ["llama-3-8b", "gpt2-small", "", "nope", place.files["deep.json"],
-                  place.files["fifo.json"], place.files["dev_zero"]],
+        # checkpoint --verify traces the step six times: only the tiny model is traced there
+        "model": [("tiny" if command == "checkpoint" else "llama-3-8b"), "gpt2-small", "",
+                  "nope", place.files["deep.json"], place.files["fifo.json"],
+                  place.files["dev_zero"]],
+        "deep": ["4,3,8", "4,3,8,relu", "8,2,4,gelu", "0,3,8", "4,3", "4,3,8,tanh", "4,999,8",
+                 "٤,3,8", "", "x" * 5000],
+        "every": ["1", "2", "3", "4", "0", "-1", "٣", "", "nan", str(INT64_MAX + 1)],
         # valid sizes stay small so every case runs in milliseconds
         "n": ["1", "2", "16", "0", "-1", "1000000", "1048577", str(INT64_MAX + 1), "٤", "",
               "1" + "0" * 400],
         "budget": (["70GB", "80GB", "81GB", "1GB", "0", "-1GB", "nan", "1e400", "٣", "", "70"]
                    if command == "plan" else
+                   ["900000", "1MB", "2MiB", "0", "-1", "nan", "1e400", "٣", "", "1e300"]
+                   if command == "checkpoint" else
                    ["0", "0.001", "-1", "nan", "inf", "601", "1e400", "٣", ""]),
         "global_batch": ["4M", "512seq", "64 seqs", "1seq", "0seq", "1.5seq", "seq", "0", "-1",
                          "1e400", "nan", "٤M", "", "1M", "7" * 5000, "4294967297seq"],

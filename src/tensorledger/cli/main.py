@@ -11,6 +11,7 @@ import typer
 
 from tensorledger.cli import account as account_commands
 from tensorledger.cli import bench as bench_commands
+from tensorledger.cli import checkpoint as checkpoint_commands
 from tensorledger.cli import formats as formats_commands
 from tensorledger.cli import hardware as hardware_commands
 from tensorledger.cli import memory as memory_commands
@@ -40,7 +41,7 @@ app = typer.Typer(
 
 for _module in (account_commands, napkin_commands, hardware_commands, models_commands,
                 trace_commands, memory_commands, roofline_commands, formats_commands,
-                bench_commands, plan_commands):
+                bench_commands, plan_commands, checkpoint_commands):
     _module.register(app)
 
 
