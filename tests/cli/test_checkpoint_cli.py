@@ -36,7 +36,7 @@ TINY_ARGS = ("--model", "tiny", "--batch", "2", "--seq", "24", "--precision", "f
              "forward-backward")
 TINY = ("checkpoint", *TINY_ARGS)
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-NAMES = ["none", "every block", "every 2-th block", "sqrt(L) segments", "selective"]
+NAMES = ["none", "every block", "every 2nd block", "sqrt(L) segments", "selective"]
 
 
 @cache
@@ -70,7 +70,7 @@ def test_tiny_predictions_with_a_budget_against_the_library(cli) -> None:  # typ
     # the figures of docs/checkpointing.md's tiny table
     assert by_name["none"]["saved_bytes"] == 488_260
     assert by_name["every block"]["recompute_flops"] == 7_825_200
-    assert by_name["every 2-th block"]["recompute_flops"] == 7_825_200 // 2  # block 1 only
+    assert by_name["every 2nd block"]["recompute_flops"] == 7_825_200 // 2  # block 1 only
     assert by_name["every block"]["peak_bytes"] == 850_440  # fits: 850,440 <= 900,000
     assert [r["fits"] for r in rows] == [False, True, False, False, False, True]
     # segments as (first block, stop, mode): every block is [0,1) and [1,2); √2 rounds up to
@@ -124,12 +124,12 @@ def test_the_deep_network_against_hand_arithmetic(cli) -> None:  # type: ignore[
     doc = cli("checkpoint", "--deep", "64,16,512,gelu", "--every", "3", "--verify",
               "--json").json()
     by_name = {r["policy"]: r for r in doc["rows"]}
-    assert list(by_name) == ["none", "every block", "every 3-th block", "sqrt(L) segments",
+    assert list(by_name) == ["none", "every block", "every 3rd block", "sqrt(L) segments",
                              "selective"]
     block_flops = 2 * 512 * 64 * 64 + 20 * 512 * 64  # the matmul and the GELU (20 per element)
     assert by_name["every block"]["recompute_flops"] == 16 * block_flops == 77_594_624
     # blocks 2, 5, 8, 11, 14 alone: 5 blocks
-    assert by_name["every 3-th block"]["recompute_flops"] == 5 * block_flops
+    assert by_name["every 3rd block"]["recompute_flops"] == 5 * block_flops
     # ⌈√16⌉ = 4: segments [0,4) [4,8) [8,12), 12 blocks recomputed
     assert by_name["sqrt(L) segments"]["recompute_flops"] == 12 * block_flops
     assert by_name["selective"]["recompute_flops"] == 16 * 20 * 512 * 64  # the GELUs only

@@ -43,7 +43,7 @@ def test_the_standard_policies_segments() -> None:
     assert _spans(sqrt_segments(1)) == []
     assert {s.mode for s in selective(3).segments} == {"selective"}
     assert [p.name for p in standard_policies(4)] == [
-        "none", "every block", "every 2-th block", "sqrt(L) segments", "selective"]
+        "none", "every block", "every 2nd block", "sqrt(L) segments", "selective"]
 
 
 @pytest.mark.parametrize("bad", [

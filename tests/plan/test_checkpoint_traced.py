@@ -112,7 +112,7 @@ def test_every_policy_on_the_tiny_preset() -> None:
                             device="fake")
     checks = workload_checks(work, standard_policies(2, 2), H100)
     assert [c.prediction.policy.name for c in checks] == [
-        "none", "every block", "every 2-th block", "sqrt(L) segments", "selective"]
+        "none", "every block", "every 2nd block", "sqrt(L) segments", "selective"]
     for check in checks:
         name = check.prediction.policy.name
         assert check.traced_saved_bytes == pytest.approx(check.prediction.saved_bytes,
@@ -122,7 +122,7 @@ def test_every_policy_on_the_tiny_preset() -> None:
     # ⌈√2⌉ = 2: one segment, the last, left alone: √L is no checkpointing for two blocks
     assert by_name["sqrt(L) segments"].saved_bytes == by_name["none"].saved_bytes
     # every block recomputes the whole forward of both blocks; every 2nd only block 1
-    assert by_name["every block"].recompute_flops == 2 * by_name["every 2-th block"].recompute_flops
+    assert by_name["every block"].recompute_flops == 2 * by_name["every 2nd block"].recompute_flops
     # selective recomputes only the cheap ops: far fewer FLOPs, more bytes kept than full
     assert 0 < by_name["selective"].recompute_flops < by_name["every block"].recompute_flops / 10
     assert by_name["every block"].saved_bytes < by_name["selective"].saved_bytes < (

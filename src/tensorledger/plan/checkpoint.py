@@ -172,8 +172,19 @@ def every_kth_block(n_blocks: int, k: int) -> CheckpointPolicy:
     n = _blocks(n_blocks)
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise InputError(f"every k-th block needs k >= 1, got {k!r}")
-    return CheckpointPolicy(f"every {k}-th block", n,
+    return CheckpointPolicy(f"every {_ordinal(k)} block", n,
                             tuple(Segment(i, i + 1) for i in range(k - 1, n, k)))
+
+
+def _ordinal(k: int) -> str:
+    """2nd, 3rd, 4th, 11th, 21st.
+
+    >>> [_ordinal(k) for k in (1, 2, 3, 4, 11, 12, 13, 21, 22, 101)]
+    ['1st', '2nd', '3rd', '4th', '11th', '12th', '13th', '21st', '22nd', '101st']
+    """
+    if 10 <= k % 100 <= 20:
+        return f"{k}th"
+    return f"{k}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th')}"
 
 
 def sqrt_segments(n_blocks: int) -> CheckpointPolicy:
