@@ -19,6 +19,13 @@ settings.register_profile("tensorledger", deadline=None)
 settings.load_profile("tensorledger")
 
 
+@pytest.fixture(autouse=True)
+def _table_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tables at the CLI's own default width for a pipe (120), whatever the runner's terminal
+    (pytest-xdist's workers report 80 columns); a test may set COLUMNS itself."""
+    monkeypatch.setenv("COLUMNS", "120")
+
+
 @dataclass
 class CliResult:
     code: int

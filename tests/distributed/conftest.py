@@ -1,5 +1,5 @@
 """The real-rank launches, shared: one ``torchrun`` of ``parallel_torchrun.py`` per world size
-for the whole session (the 2-rank one runs the pipeline test's schedules too)."""
+for the whole session (the 2-rank one steps the pipeline schedules too)."""
 
 from __future__ import annotations
 

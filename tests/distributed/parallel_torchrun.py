@@ -150,7 +150,7 @@ def main(out_dir: Path) -> None:
                                    lambda params: torch.optim.AdamW(params, lr=1e-3))
         _run(name, model, tokens, layout.strategy not in ("ddp", "zero1"), out_dir, rank,
              optimizer)
-    if world == 2:  # the pipeline test's runs, in the same launch (one start-up, not two)
+    if world == 2:  # the pipelines too, in the same launch (one start-up, not two)
         importlib.import_module("pipeline_torchrun").run_pipelines(out_dir, rank, world)
     dist.destroy_process_group()
 

@@ -24,7 +24,10 @@ import torch
 from tensorledger.models import build_model, get_preset
 from tensorledger.workload.layout import Layout
 from tensorledger.workload.parallel import ParallelStep, TpStyle, trace_parallel_step
+from tensorledger.workload.pipeline import trace_pipeline_step
 from tests.distributed.parallel_torchrun import LAYOUTS, TOKENS_SHAPE, Mlp, summary
+from tests.distributed.pipeline_torchrun import BATCH, RUNS, SEQ
+from tests.distributed.pipeline_torchrun import summary as pipeline_summary
 
 TINY = get_preset("tiny")
 F32 = 4
@@ -93,3 +96,31 @@ def test_library_layouts_on_real_ranks_match_the_fake_prediction(
         assert states[0] != states[1]
     else:
         assert len(set(states)) == 1
+
+
+# ---- pipelines: the 2-rank launch steps each schedule of pipeline_torchrun.RUNS too; each real
+# stage issues the same send/recv (op, direction, bytes, phase, order), runs the same matmul
+# FLOPs and holds the same parameter bytes as that rank of the fake group predicts
+# (trace_pipeline_step with ``stage`` = the rank; torch's own PipelineStage on the real ranks,
+# whose warm-up vote the fake rank's stage answers: see tensorledger.workload.pipeline)
+
+@pytest.mark.parametrize("name", list(RUNS))
+@pytest.mark.parametrize("rank", [0, 1])
+def test_each_real_pipeline_rank_matches_its_fake_prediction(real2: dict[str, list[dict[str, Any]]],
+                                                             name: str, rank: int) -> None:
+    schedule, microbatches = RUNS[name]
+    step = trace_pipeline_step(TINY, BATCH, SEQ, 2, microbatches, schedule, stage=rank)
+    predicted = pipeline_summary(step.trace.records, [])
+    predicted["params_per_rank"] = step.params_per_rank
+    predicted["param_bytes_per_rank"] = step.param_bytes_per_rank
+    predicted["uncovered"] = dict(step.trace.uncovered)
+    assert real2[name][rank] == predicted
+    # by hand: m messages each way, each b/m · s · d · 4 bytes (m 2: 8192, m 4: 4096)
+    message = BATCH // microbatches * SEQ * 64 * F32
+    sent = [p2p[4] for p2p in predicted["p2p"] if p2p[4]]
+    received = [p2p[5] for p2p in predicted["p2p"] if p2p[5]]
+    assert sent == received == [message] * microbatches
+    # stage 0: embedding 8192 + block 36 992; stage 1: block 36 992 + norm 64 + head 8192
+    assert predicted["param_bytes_per_rank"] == F32 * (45_184, 45_248)[rank]
+    # 6 · 64 tokens · the matrices (36 864 per block, 8192 the head)
+    assert predicted["matmul_flops"] == 6 * 64 * (36_864, 36_864 + 8192)[rank]
