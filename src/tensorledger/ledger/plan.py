@@ -16,6 +16,7 @@ What is compared, for one micro-batch step with its optimizer step:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from tensorledger.errors import InputError
@@ -41,7 +42,8 @@ def traceable_layout(choice: LayoutChoice) -> Layout | str:
     if choice.pp > 1:
         return "a pipeline beside other layouts is not traced yet"
     if choice.checkpoint == "selective":
-        return "selective checkpointing is not applied to the reference model yet"
+        return "a workload checkpoints whole blocks; selective checkpointing is traced by " \
+            "'tensorledger checkpoint'"
     if choice.zero == 0:
         if choice.tp > 1 and choice.dp > 1:
             return "DDP beside tensor parallelism is not laid out (FSDP is)"
@@ -73,7 +75,7 @@ def verify_choice(setup: PlanSetup, choice: LayoutChoice, model: str,
         progress(f"tracing {work.model} as {layout.describe()}")
     run = trace_workload(work)
     ledger = memory_of(run)
-    one = LayoutChoice(**{**choice.__dict__, "accumulation": 1})
+    one = dataclasses.replace(choice, accumulation=1)
     memory = rank_memory(setup, one)
     sent = sum(c.bytes_sent for c in communication(run.trace))
     # a recomputed layer's activations are live only while it runs: the peak's, not saved
