@@ -17,9 +17,8 @@ import time
 
 from tensorledger.hardware import get_hardware
 from tensorledger.ledger.plan import verify_choice
-from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
 from tensorledger.napkin.transformer import get_preset
-from tensorledger.plan import PlanSetup, plan_layouts
+from tensorledger.plan.layouts import plan_layouts, plan_setup
 
 TARGET = 0.05
 
@@ -38,11 +37,9 @@ def main() -> None:
     plan = plan_layouts(config, chip, args.count, seq_len=args.seq,
                         global_batch_seqs=args.batch_seqs, precision=args.precision,
                         top=args.top, max_pp=args.max_pp)
-    setup = PlanSetup(config=config, hardware=chip, count=args.count, seq_len=args.seq,
-                      global_batch_seqs=args.batch_seqs,
-                      precision=resolve_precision(args.precision),
-                      optimizer=resolve_optimizer("adamw"), budget_bytes=chip.memory_bytes,
-                      max_pp=args.max_pp)
+    setup = plan_setup(config, chip, args.count, seq_len=args.seq,
+                       global_batch_seqs=args.batch_seqs, precision=args.precision,
+                       max_pp=args.max_pp)
     results = []
     for row in plan.ranked:
         start = time.perf_counter()

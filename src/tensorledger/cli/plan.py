@@ -13,17 +13,15 @@ import typer
 from tensorledger.cli.common import JSON_HELP, emit, integer_parser, progress, real_parser
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware, get_hardware
-from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
 from tensorledger.napkin.transformer import TransformerConfig, get_preset
 from tensorledger.plan import (
     ATTENTIONS,
     LayoutPlan,
-    PlanSetup,
     Verified,
     plan_accumulation,
     plan_layouts,
 )
-from tensorledger.plan.layouts import LARGEST_COUNT
+from tensorledger.plan.layouts import LARGEST_COUNT, plan_setup
 from tensorledger.report.plan import accumulation_view, layout_plan_view, write_plan_plot
 from tensorledger.report.plots import check_figure_path
 from tensorledger.units import parse_bytes, parse_count
@@ -152,11 +150,9 @@ def _verified(result: LayoutPlan, model: str, chip: Hardware, count: int, seq: i
     """Trace the fastest ``wanted`` layouts the tracer lays out; note the ones it cannot."""
     from tensorledger.ledger.plan import traceable_layout, verify_choice  # imports torch
 
-    setup = PlanSetup(config=get_preset(model), hardware=chip, count=count, seq_len=seq,
-                      global_batch_seqs=seqs, precision=resolve_precision(precision),
-                      optimizer=resolve_optimizer(optimizer),
-                      budget_bytes=chip.memory_bytes if budget_bytes is None else budget_bytes,
-                      efficiency=efficiency, attention=attention, max_pp=result.max_pp)
+    setup = plan_setup(get_preset(model), chip, count, seq_len=seq, global_batch_seqs=seqs,
+                       precision=precision, optimizer=optimizer, budget_bytes=budget_bytes,
+                       efficiency=efficiency, attention=attention, max_pp=result.max_pp)
     verified: list[Verified] = []
     skipped: list[str] = []
     for row in result.ranked:

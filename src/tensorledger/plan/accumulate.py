@@ -22,10 +22,9 @@ from dataclasses import dataclass
 
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
-from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
 from tensorledger.napkin.transformer import TransformerConfig
-from tensorledger.plan.estimate import CHECKPOINTS, LayoutChoice, PlanSetup, rank_memory, step_time
-from tensorledger.plan.layouts import NoLayoutError, divisors
+from tensorledger.plan.estimate import CHECKPOINTS, LayoutChoice, rank_memory, step_time
+from tensorledger.plan.layouts import NoLayoutError, divisors, plan_setup
 
 __all__ = ["AccumulationOption", "AccumulationPlan", "plan_accumulation"]
 
@@ -73,12 +72,11 @@ def plan_accumulation(config: TransformerConfig, hardware: Hardware, *, seq_len:
     if global_batch_seqs < count or global_batch_seqs % count:
         raise InputError(f"the global batch of {global_batch_seqs:,} sequences does not split "
                          f"over {count:,} data-parallel ranks; use a multiple of {count:,}")
-    budget = hardware.memory_bytes if budget_bytes is None else budget_bytes
-    setup = PlanSetup(config=config, hardware=hardware, count=count, seq_len=seq_len,
-                      global_batch_seqs=global_batch_seqs,
-                      precision=resolve_precision(precision),
-                      optimizer=resolve_optimizer(optimizer), budget_bytes=budget,
-                      efficiency=efficiency, attention=attention)
+    setup = plan_setup(config, hardware, count, seq_len=seq_len,
+                       global_batch_seqs=global_batch_seqs, precision=precision,
+                       optimizer=optimizer, budget_bytes=budget_bytes, efficiency=efficiency,
+                       attention=attention)
+    budget = setup.budget_bytes
     per_rank = global_batch_seqs // count
     shard = count if zero else 1
     options = []

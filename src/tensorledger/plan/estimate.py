@@ -581,8 +581,7 @@ def sent_bytes(setup: PlanSetup, choice: LayoutChoice) -> SentBytes:
         raise InputError("sent bytes are worked out for layouts without a pipeline")
     p = setup.precision
     tp, layers = choice.tp, setup.config.n_layers
-    params = -(-model.layer_matrices // tp) * layers + model.layer_norms * layers + (
-        -(-model.embeddings // tp) + -(-model.head // tp) + model.final_norm)
+    params = rank_memory(setup, choice).stage_params  # the rank's TP part of the model
     root = -(-model.embeddings // tp) + -(-model.head // tp) + model.final_norm
     grads, weights = p.grad_bytes * params, p.param_bytes * params
     s, r = choice.shard, choice.replicas

@@ -54,7 +54,7 @@ from tensorledger.plan.estimate import (
 )
 
 __all__ = ["LARGEST_COUNT", "REASONS", "LayoutPlan", "NoLayoutError", "Rejection", "divisors",
-           "pareto_frontier", "plan_layouts"]
+           "pareto_frontier", "plan_layouts", "plan_setup"]
 
 T = TypeVar("T")
 
@@ -220,6 +220,26 @@ def _shardings(dp: int) -> Iterator[tuple[int, int]]:
             yield zero, shard
 
 
+def plan_setup(config: TransformerConfig, hardware: Hardware, count: int, *, seq_len: int,
+               global_batch_seqs: int, precision: str = "bf16-master", optimizer: str = "adamw",
+               budget_bytes: float | None = None, efficiency: float = 1.0,
+               attention: str = "flash", max_pp: int | None = None) -> PlanSetup:
+    """What a search of ``count`` devices shares, its options checked (one line each): the
+    one :func:`plan_layouts` searches, and that a traced check of its layouts prices."""
+    _check("count", count, LARGEST_COUNT)
+    _check("seq_len", seq_len, config.context_length)
+    _check("global batch (sequences)", global_batch_seqs, 1 << 32)
+    budget = hardware.memory_bytes if budget_bytes is None else budget_bytes
+    if not 0 < budget <= hardware.memory_bytes:
+        raise InputError(f"the memory budget must be above 0 and at most {hardware.id}'s "
+                         f"{hardware.memory_bytes / 1e9:g} GB, got {budget / 1e9:g} GB")
+    return PlanSetup(config=config, hardware=hardware, count=count, seq_len=seq_len,
+                     global_batch_seqs=global_batch_seqs,
+                     precision=resolve_precision(precision),
+                     optimizer=resolve_optimizer(optimizer), budget_bytes=budget,
+                     efficiency=efficiency, attention=attention, max_pp=max_pp)
+
+
 def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, seq_len: int,
                  global_batch_seqs: int, precision: str = "bf16-master",
                  optimizer: str = "adamw", budget_bytes: float | None = None,
@@ -232,21 +252,14 @@ def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, s
     days of training to each ranked layout; ``max_pp`` leaves out layouts of more pipeline
     stages (1: no pipeline).
     """
-    _check("count", count, LARGEST_COUNT)
-    _check("seq_len", seq_len, config.context_length)
-    _check("global batch (sequences)", global_batch_seqs, 1 << 32)
     _check("top", top, 10_000)
-    budget = hardware.memory_bytes if budget_bytes is None else budget_bytes
-    if not 0 < budget <= hardware.memory_bytes:
-        raise InputError(f"the memory budget must be above 0 and at most {hardware.id}'s "
-                         f"{hardware.memory_bytes / 1e9:g} GB, got {budget / 1e9:g} GB")
     if tokens is not None and not tokens > 0:
         raise InputError(f"tokens must be a positive number, got {tokens!r}")
-    setup = PlanSetup(config=config, hardware=hardware, count=count, seq_len=seq_len,
-                      global_batch_seqs=global_batch_seqs,
-                      precision=resolve_precision(precision),
-                      optimizer=resolve_optimizer(optimizer), budget_bytes=budget,
-                      efficiency=efficiency, attention=attention, max_pp=max_pp)
+    setup = plan_setup(config, hardware, count, seq_len=seq_len,
+                       global_batch_seqs=global_batch_seqs, precision=precision,
+                       optimizer=optimizer, budget_bytes=budget_bytes, efficiency=efficiency,
+                       attention=attention, max_pp=max_pp)
+    budget = setup.budget_bytes
     tally = _Tally()
     feasible: list[tuple[float, float, LayoutChoice]] = []
     closest_batch = None
