@@ -115,14 +115,16 @@ def test_plan_verify_traces_the_fastest_traceable_layouts(cli) -> None:  # type:
     doc = cli("plan", "-m", "tiny", "-g", "8seq", "-n", "4", "--seq", "16", "-p", "fp32",
               "--top", "40", "--verify", "1", "--json").json()
     (verified,) = doc["verified"]
-    # the fastest layouts carry a pipeline beside DP, which the tracer does not lay out yet:
-    # each is noted, and the first traceable one is traced
-    assert any(n.startswith("not traced: ") and "pipeline" in n for n in doc["notes"])
+    # the fastest layout carries a pipeline beside DP: its first stage's rank is traced, each
+    # stage laid out by FSDP2, over 3 micro-batches (1F1B's steady state on 2 stages)
+    assert doc["ranked"][0]["layout"] in verified["layout"]
+    assert "first stage, 3 micro-batches" in verified["layout"]
     assert verified["traced_sent_bytes"] == verified["closed_sent_bytes"]
-    assert verified["traced_activation_bytes"] == verified["closed_activation_bytes"]
+    assert verified["closed_activation_bytes"] == pytest.approx(
+        verified["traced_activation_bytes"], rel=0.01)
     table = cli("plan", "-m", "tiny", "-g", "8seq", "-n", "4", "--seq", "16", "-p", "fp32",
                 "--top", "40", "--verify", "1").stdout
-    assert "Verified: one micro-batch step traced" in table
+    assert "Verified: one step traced" in " ".join(table.split())
 
 
 def test_plan_plot_is_written_whole_or_refused(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]

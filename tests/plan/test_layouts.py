@@ -120,9 +120,12 @@ def test_rank_memory_pipeline_first_stage_holds_p_microbatches() -> None:
     memory = rank_memory(setup, LayoutChoice(dp=1, tp=2, pp=3, micro_batch=1, accumulation=4,
                                              schedule="1f1b"))
     # first: 9312 + 2304 (embedding/2) = 11,616 params, min(p, m) = 3 micro-batches of 1 layer
-    # and the token ids in flight: 16 · 11,616 + 3 · (24,576 + 128) = 259,968; last: 11,664
-    # params, 1 micro-batch, the loss end: 186,624 + 24,576 + 10,948 = 222,148
-    assert (memory.stage, memory.stage_params, memory.total_bytes) == ("first", 11_616, 259_968)
+    # and the token ids in flight: 16 · 11,616 + 3 · (24,576 + 128) = 259,968, and the
+    # embedding's gradient for the whole vocabulary (its rank's half is a view of it): the
+    # other half, 2304 bf16 values more, 264,576; last: 11,664 params, 1 micro-batch, the
+    # loss end: 186,624 + 24,576 + 10,948 = 222,148
+    assert (memory.stage, memory.stage_params, memory.total_bytes) == (
+        "first", 11_616, 259_968 + 2 * 2304)
     interleaved = rank_memory(setup, LayoutChoice(dp=1, tp=2, pp=3, micro_batch=1,
                                                   accumulation=6, schedule="interleaved",
                                                   chunks=2))

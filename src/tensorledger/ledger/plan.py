@@ -1,15 +1,21 @@
 """The planner's closed forms checked by a trace: a layout of the plan laid out by
-torch.distributed's own code on a fake process group (the workload layer), one micro-batch
-step traced, and its per-rank bytes set beside the closed form's.
+torch.distributed's own code on a fake process group (the workload layer), one step traced,
+and its per-rank bytes set beside the closed form's.
 
-What is compared, for one micro-batch step with its optimizer step:
+The step is of one micro-batch without a pipeline.  With one, torch's schedule runs
+:func:`traced_microbatches` of them (1F1B: one more than the stages, its steady state) on a
+rank of the stage the closed form finds busiest, each stage laid out over its ranks, and the
+closed form is of the same micro-batch count.
+
+What is compared, for that step with its optimizer step:
 
 - **state**: parameters, gradients and optimizer state a rank holds after the step, against
   :func:`tensorledger.plan.rank_memory`'s ``states_bytes``;
 - **activations**: the saved activations' high point, against the closed form's layers, token
   ids, final norm and loss (the ledger counts the token ids as an input, so 8 bytes per token
   are added to the traced figure to compare like with like; a layer being recomputed is left
-  to the peak);
+  to the peak, so the figure of a checkpointed last stage, whose saved tensors peak while a
+  layer is recomputed, is not like for like);
 - **peak**: the traced step's peak against the closed form's total;
 - **sent**: the bytes the rank's collectives send, against :func:`tensorledger.plan.sent_bytes`.
 """
@@ -31,16 +37,42 @@ from tensorledger.plan.estimate import (
 from tensorledger.trace.aggregate import communication
 from tensorledger.workload import resolve_workload, trace_workload
 from tensorledger.workload.layout import Layout, resolve_layout
+from tensorledger.workload.run import trace_pipeline_rank
 
-__all__ = ["traceable_layout", "verify_choice"]
+__all__ = ["traceable_layout", "traced_microbatches", "verify_choice"]
 
 _INDEX_BYTES = 8  # int64 token ids
+
+
+def traced_microbatches(choice: LayoutChoice) -> int:
+    """The micro-batches a pipeline's traced step runs: one more than the stages under 1F1B,
+    two rounds of them interleaved, or the choice's own when fewer.  That is enough for the
+    step's steady state: the first stage holds as many micro-batches in flight as with any
+    more, and forwards run beside the gradients of earlier backwards."""
+    if choice.pp == 1:
+        return 1
+    if choice.schedule == "interleaved":
+        return min(choice.accumulation, 2 * choice.pp)
+    return min(choice.accumulation, choice.pp + 1)
 
 
 def traceable_layout(choice: LayoutChoice) -> Layout | str:
     """The workload layout that runs ``choice``, or why the tracer cannot lay it out yet."""
     if choice.pp > 1:
-        return "a pipeline beside other layouts is not traced yet"
+        if choice.schedule == "interleaved" and choice.chunks != 2:
+            return "the interleaved schedule is traced with 2 chunks a stage"
+        if choice.schedule == "1f1b" and choice.accumulation < choice.pp:
+            return "torch's 1F1B runs at least as many micro-batches as stages"
+        if choice.schedule == "interleaved" and choice.zero == 3 and choice.shard > 1:
+            return "ZeRO-3 under the interleaved schedule gathers as its order falls; the " \
+                "closed form is not checked against it"
+        within = traceable_layout(dataclasses.replace(choice, pp=1, schedule="none",
+                                                      chunks=1, accumulation=1))
+        if isinstance(within, str):
+            return within
+        return dataclasses.replace(
+            within, pp=choice.pp, microbatches=traced_microbatches(choice),
+            schedule="interleaved-1f1b" if choice.schedule == "interleaved" else "1f1b")
     if choice.checkpoint == "selective":
         return "a workload checkpoints whole blocks; selective checkpointing is traced by " \
             "'tensorledger checkpoint'"
@@ -67,23 +99,31 @@ def verify_choice(setup: PlanSetup, choice: LayoutChoice, model: str,
         raise InputError(f"{choice.describe()}: {layout}")
     from tensorledger.ledger.memory import memory_of
 
-    work = resolve_workload(model, batch=choice.micro_batch, seq=setup.seq_len,
+    micro = traced_microbatches(choice)
+    one = dataclasses.replace(choice, accumulation=micro)
+    memory = rank_memory(setup, one)
+    work = resolve_workload(model, batch=choice.micro_batch * micro, seq=setup.seq_len,
                             precision=setup.precision.name, optimizer=setup.optimizer.name,
                             checkpoint=choice.checkpoint == "full", device="fake",
                             layout=layout)
     if progress is not None:
         progress(f"tracing {work.model} as {layout.describe()}")
-    run = trace_workload(work)
+    if choice.pp > 1:  # the stage the closed form finds the busiest
+        stage = 0 if memory.stage == "first" else choice.pp - 1
+        run = trace_pipeline_rank(work, stage)
+    else:
+        run = trace_workload(work)
     ledger = memory_of(run)
-    one = dataclasses.replace(choice, accumulation=1)
-    memory = rank_memory(setup, one)
     sent = sum(c.bytes_sent for c in communication(run.trace))
     # a recomputed layer's activations are live only while it runs: the peak's, not saved
     _, transient = layer_activation_bytes(setup, choice.micro_batch, choice.tp, choice.sp,
                                           choice.checkpoint)
-    tokens = choice.micro_batch * setup.seq_len
+    # the token ids of the micro-batches in flight: a rank without the embedding holds none
+    tokens = choice.micro_batch * setup.seq_len * (
+        1 if choice.pp == 1 else min(choice.pp, micro) if memory.stage == "first" else 0)
+    where = f", {memory.stage} stage, {micro} micro-batches" if choice.pp > 1 else ""
     return Verified(layout=f"{choice.describe()}, micro-batch {choice.micro_batch}, "
-                    f"checkpoint {choice.checkpoint}", traced_layout=layout.describe(),
+                    f"checkpoint {choice.checkpoint}{where}", traced_layout=layout.describe(),
                     closed_state_bytes=memory.states_bytes,
                     traced_state_bytes=(ledger.params_bytes + ledger.grads_bytes
                                         + ledger.optimizer_state_bytes),

@@ -17,7 +17,9 @@ order).  Of the ``dp`` data-parallel ranks, groups of ``shard`` hold one ZeRO-sh
   it (``reshard_after_forward=False``) keeps each tensor's shard at rest, as ZeRO-3 does, and
   holds the whole gathered stage from forward to backward
   (:func:`tensorledger.napkin.parallel.torch_zero_bytes`).  DDP (ZeRO-0 and 1) keeps a copy
-  of the gradients in its buckets.
+  of the gradients in its buckets.  Under a pipeline torch's stages switch FSDP's gradient
+  sync off until the step's last backward: ZeRO-2 and 3 alike hold the gathered stage and
+  its gradients unsharded (a copy, like DDP's buckets), reduce-scattered once at the end.
 - activations per layer and micro-batch: :func:`tensorledger.napkin.activations.activation_memory`,
   the reference model's closed form, which follows a tensor-parallel rank (heads and MLP
   columns split, norms and the gathered logits whole; with sequence parallelism the norms on
@@ -29,7 +31,8 @@ order).  Of the ``dp`` data-parallel ranks, groups of ``shard`` hold one ZeRO-sh
   and checkpoint ``selective`` recomputes the attention core and drops them (so it is searched
   with eager attention only).  ``full`` keeps each layer's input (the residual stream, ÷ t with
   sequence parallelism) and holds one layer's full activations while it is recomputed.
-- the peak is the larger of two points: at the loss (no gradients yet; the logits in flight
+- the peak is the larger of two points: at the loss (no gradients yet without a pipeline,
+  whose later forwards run beside the gradients of earlier backwards; the logits in flight
   and, under autocast with checkpointing, the bf16 weight casts autocast's cache keeps until
   the forward ends) and in backward (the gradients and a recomputed layer beside everything
   saved).  Traced ranks of llama-3-70b peak at the loss (benchmarks/verify_plan.py).
@@ -64,8 +67,10 @@ order).  Of the ``dp`` data-parallel ranks, groups of ``shard`` hold one ZeRO-sh
   where they accumulate); stage 3 also all-gathers the parameters twice per micro-batch (a
   recomputed unit reuses its backward gather).  Replicas all-reduce their gradient shard once
   per step.
+  Under a pipeline torch's stages reduce once a step (ZeRO-2: one gather, one
+  reduce-scatter; ZeRO-3 under 1F1B gathers each unit but the root m + 1 times).
 - pipeline send/receive (b·s·h per micro-batch and stage boundary) is not priced: 1F1B
-  overlaps it with compute.
+  overlaps it with compute.  :func:`sent_bytes` counts it.
 
 step = compute · imbalance · (1 + bubble) + tensor-parallel comm + exposed data-parallel comm;
 MFU = model FLOPs (without recomputation) / (step · count · ideal peak).
@@ -187,7 +192,8 @@ class RankMemory:
     stage_params: int  # parameters that stage's rank holds before ZeRO sharding
     states_bytes: float  # parameters, gradients, master copy, optimizer state (ZeRO)
     gathered_bytes: float  # FSDP's gathered parameters (ZeRO-3 two layers, ZeRO-2 the stage)
-    buffers_bytes: float  # DDP's gradient buckets (a copy of the gradients)
+    # DDP's gradient buckets, or FSDP's unsharded gradients under a pipeline (a gradient copy)
+    buffers_bytes: float
     activations_bytes: float  # saved activations of the layers, all micro-batches in flight
     logits_bytes: float  # the final norm's and the loss's saved bytes (last stage)
     total_bytes: float  # the larger of the two points below
@@ -350,12 +356,16 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice) -> RankMemory:
     # gathered stage from forward to backward; ZeRO-3 holds two layers (one prefetched)
     zero = 3 if choice.zero == 2 and sharded else choice.zero
     two_layers = 2.0 * layer_rank * setup.precision.param_bytes
+    # under a pipeline torch's stages turn FSDP's gradient sync off until the step's last
+    # backward: the gradients add up unsharded, reduce-scattered once at the end
+    piped_fsdp = pp > 1 and sharded and choice.zero >= 2
 
     def stage(params: int, inflight: float, first: bool, last: bool
               ) -> tuple[float, float, float, float, float]:
         states, grads = model.states_bytes(setup, params, choice.shard, zero)
-        gathered = (float(params * setup.precision.param_bytes) if choice.zero == 2
-                    else two_layers if choice.zero == 3 else 0.0) if sharded else 0.0
+        whole = float(params * setup.precision.param_bytes)
+        gathered = (whole if choice.zero == 2 else min(two_layers, whole)
+                    if choice.zero == 3 else 0.0) if sharded else 0.0
         activations = (layers * kept + (embedding if first else 0.0)) * inflight + transient
         loss = logits if last else 0.0
         return states, grads, gathered, activations, loss
@@ -370,12 +380,27 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice) -> RankMemory:
         name, params, parts = "last", last_params, last
     states, grads, gathered, activations, loss = parts
     # DDP (and ZeRO-1 under it) reduces the gradients through buckets of its own, as big as
-    # the gradients (gradient_as_bucket_view is off by default)
+    # the gradients (gradient_as_bucket_view is off by default); FSDP under a pipeline holds
+    # them unsharded, and its sharded ones only once the step's activations are gone
     buckets = (float(params * setup.precision.grad_bytes)
-               if choice.zero <= 1 and choice.dp > 1 else 0.0)
+               if (choice.zero <= 1 and choice.dp > 1) or piped_fsdp else 0.0)
+    # a tensor-parallel rank's share of the embedding's gradient is a view of the gradient of
+    # the whole vocabulary (DTensor works it out replicated), which lives as long as it does.
+    # Without a pipeline it appears at the end of backward, once the activations are gone;
+    # under one the first stage's later forwards run beside it
+    if tp > 1 and pp > 1 and name == "first":
+        whole = float((model.embeddings - -(-model.embeddings // tp))
+                      * setup.precision.grad_bytes)
+        if piped_fsdp:
+            buckets += whole
+        else:
+            states += whole
+            grads += whole
     temporary = _forward_temporaries(setup, choice, closed, layers, name != "first")
-    held = states + gathered + buckets
-    forward = held - grads + activations - transient + loss + temporary
+    held = states + gathered + buckets - (grads if piped_fsdp else 0.0)
+    # a pipeline's later forwards run after its first backward (1F1B): gradients are there
+    forward = (held - (grads if pp == 1 else 0.0) + activations - transient + loss
+               + temporary)
     backward = held + activations + loss
     total = max(forward, backward)
     return RankMemory(stage=name, stage_params=params, states_bytes=states,
@@ -443,6 +468,9 @@ def _dp_comm_s(setup: PlanSetup, choice: LayoutChoice, stage_params: int, passes
     gather = _collective_s(setup, CollectiveKind.ALL_GATHER, weights, shard, tp)
     if choice.zero == 1:
         total = scatter + gather
+    elif choice.pp > 1:
+        # torch's stages reduce once a step; ZeRO-3's units are gathered m + 1 times (1F1B)
+        total = scatter + (gather if choice.zero == 2 else (m + 1) * gather)
     elif choice.zero == 2:
         total = m * scatter + gather
     else:
@@ -535,17 +563,21 @@ class Verified:
 
 @dataclass(frozen=True)
 class SentBytes:
-    """Bytes one rank sends in one micro-batch step (forward, backward, optimizer step), by
-    the group they cross, in the ring convention of :mod:`tensorledger.napkin.parallel`."""
+    """Bytes one rank sends in one step (forward and backward of its micro-batches, the
+    optimizer step), by the group they cross, in the ring convention of
+    :mod:`tensorledger.napkin.parallel`."""
 
     data_parallel_bytes: float
     tensor_parallel_bytes: float
     total_bytes: float
+    pipeline_bytes: float = 0.0  # the stream and its gradient between stages
 
 
 def sent_bytes(setup: PlanSetup, choice: LayoutChoice) -> SentBytes:
-    """What one rank of ``choice`` (without a pipeline) sends in a step of one micro-batch, as
-    torch.distributed's layouts issue it (the traced ranks' collectives, item by item):
+    """What one rank of ``choice`` sends in a step of its ``accumulation`` micro-batches
+    (one, without a pipeline), as torch.distributed's layouts issue it (the traced ranks'
+    collectives, item by item); under a pipeline, the rank of the busiest stage
+    (:func:`rank_memory`), with that stage's parameters and layers:
 
     data parallel, G and W the rank's gradient and parameter bytes (its tensor-parallel part),
     s the shard group, r = dp/s its replicas:
@@ -556,7 +588,9 @@ def sent_bytes(setup: PlanSetup, choice: LayoutChoice) -> SentBytes:
     - ZeRO-2: all-gather W once, reduce-scatter G: (s−1)/s·(W + G);
     - ZeRO-3: all-gather W in forward and again in backward but for the root unit (the
       embedding, head and final norm, which FSDP2 keeps gathered): (s−1)/s·(2W − root + G);
-    - replicas (HSDP) all-reduce the gradient shard: 2(r−1)/r·G/s.
+    - replicas (HSDP) all-reduce the gradient shard: 2(r−1)/r·G/s;
+    - under a pipeline all of it once a step, but ZeRO-3's gathers under 1F1B: every unit
+      but the root m + 1 times, (s−1)/s·((m+1)(W − root) + root + G).
 
     tensor parallel, n = b·s tokens, d the width, L layers, per block half (attention, MLP)
     and the embedding and head:
@@ -572,17 +606,28 @@ def sent_bytes(setup: PlanSetup, choice: LayoutChoice) -> SentBytes:
       it redoes the attention output's all-reduce (with SP, both input gathers and the
       attention output's reduce-scatter), not the MLP's.
 
+    The tensor-parallel bytes are per micro-batch (× m), the first stage's with the
+    embedding's, the last's with the head's and the logits; the norms' once a step.
+
+    pipeline: each micro-batch's stream (b·s·d, ÷ t under SP) sent forward by every stage
+    but the model's last and its gradient backward by every stage but the first.
+
     Widths: the parameter dtype; under autocast the block outputs and logits are bf16 (and
     their gradients, where SP gathers them back), the stream fp32 (the embedding's output, the
     norms' outputs, their gradients).
     """
     model = _model(setup)
-    if choice.pp > 1:
-        raise InputError("sent bytes are worked out for layouts without a pipeline")
     p = setup.precision
-    tp, layers = choice.tp, setup.config.n_layers
-    params = rank_memory(setup, choice).stage_params  # the rank's TP part of the model
-    root = -(-model.embeddings // tp) + -(-model.head // tp) + model.final_norm
+    tp, pp, m, v = choice.tp, choice.pp, choice.accumulation, choice.chunks
+    memory = rank_memory(setup, choice)
+    params = memory.stage_params  # the rank's TP part of its stage
+    # the stages the rank holds: the first (the embedding) and the last (the head and the
+    # final norm) of the whole model, or neither
+    first = memory.stage in ("only", "first")
+    last = memory.stage in ("only", "last")
+    layers = _layers_per_stage(setup.config, pp) if pp > 1 else setup.config.n_layers
+    root = ((-(-model.embeddings // tp) if first else 0)
+            + (-(-model.head // tp) + model.final_norm if last else 0))
     grads, weights = p.grad_bytes * params, p.param_bytes * params
     s, r = choice.shard, choice.replicas
 
@@ -595,38 +640,54 @@ def sent_bytes(setup: PlanSetup, choice: LayoutChoice) -> SentBytes:
         dp = 2 * ring(s) * grads + weights
     elif choice.zero == 2:
         dp = ring(s) * (weights + grads)
-    else:
+    elif pp == 1:
         dp = ring(s) * (2 * weights - p.param_bytes * root + grads)
+    else:  # torch's 1F1B: the units but the root gathered m + 1 times, reduced once
+        dp = ring(s) * ((m + 1) * (weights - p.param_bytes * root) + p.param_bytes * root
+                        + grads)
     if choice.zero >= 2:
         dp += 2 * ring(r) * grads / s
+    closed, _ = model.activations(setup, choice.micro_batch, 1, False, False)
+    compute = closed.dtype_bytes
+    stream = 4 if closed.autocast else compute
+    n, d = choice.micro_batch * setup.seq_len, setup.config.d_model
     tp_bytes = 0.0
     if tp > 1:
-        closed, _ = model.activations(setup, choice.micro_batch, 1, False, False)
-        compute = closed.dtype_bytes
-        stream = 4 if closed.autocast else compute
-        n, d = choice.micro_batch * setup.seq_len, setup.config.d_model
-        logits = ring(tp) * n * setup.config.vocab_size * compute
+        embedding, head = (1 if first else 0), (1 if last else 0)
+        logits = head * ring(tp) * n * setup.config.vocab_size * compute
         if choice.sp:
-            halves = 2 * layers + 1
+            halves = 2 * layers + head
             # forward gathers the stream into each half and the head, and scatters each
             # half's output and the embedding's; backward mirrors it, dtype for dtype
-            forward = ring(tp) * n * d * (halves * stream + 2 * layers * compute + stream)
+            forward = ring(tp) * n * d * (halves * stream + 2 * layers * compute
+                                          + embedding * stream)
             backward = forward
             if choice.checkpoint == "full":  # each block's two gathers and one scatter again
                 backward += ring(tp) * n * d * layers * (2 * stream + compute)
-            # the norms' partial gradients: reduced once before FSDP takes them, else AdamW
-            # all-reduces each three times
-            uses = 1 if choice.zero >= 2 and s > 1 else 3
-            norms = uses * halves * 2 * ring(tp) * d * p.param_bytes
-            tp_bytes = forward + backward + logits + norms
+            # the norms' partial gradients, once a step: reduced once before FSDP takes
+            # them, else AdamW all-reduces each three times
+            # (AdamW's on the fp32 masters where the recipe keeps them)
+            uses, width = ((1, p.param_bytes) if choice.zero >= 2 and s > 1
+                           else (3, p.master_bytes or p.param_bytes))
+            norms = uses * halves * 2 * ring(tp) * d * width
+            tp_bytes = m * (forward + backward + logits) + norms
         else:
-            forward = 2 * ring(tp) * n * d * (2 * layers * compute + stream)
-            backward = 2 * ring(tp) * n * d * (2 * layers + 1) * stream
+            forward = 2 * ring(tp) * n * d * (2 * layers * compute + embedding * stream)
+            backward = 2 * ring(tp) * n * d * (2 * layers + head) * stream
             if choice.checkpoint == "full":  # each block's attention all-reduce again
                 backward += 2 * ring(tp) * n * d * layers * compute
-            tp_bytes = forward + backward + logits
+            tp_bytes = m * (forward + backward + logits)
+    pp_bytes = 0.0
+    if pp > 1:
+        # each micro-batch's stream forward out of every stage but the model's last, its
+        # gradient backward out of every stage but the first (the rank's sequence shard
+        # under SP); of the rank's v stages the first rank's first and the last rank's
+        # last each send one way only
+        boundary = n // (tp if choice.sp else 1) * d * stream
+        sends = 2 * v - (1 if first else 0) - (1 if last else 0)
+        pp_bytes = m * sends * boundary
     return SentBytes(data_parallel_bytes=dp, tensor_parallel_bytes=tp_bytes,
-                     total_bytes=dp + tp_bytes)
+                     total_bytes=dp + tp_bytes + pp_bytes, pipeline_bytes=pp_bytes)
 
 
 def estimate(setup: PlanSetup, choice: LayoutChoice, tokens: float | None = None

@@ -79,8 +79,9 @@ def layout_plan_view(plan: LayoutPlan) -> View:
 
 
 def _verified_table(plan: LayoutPlan) -> Table:
-    table = Table(title="Verified: one micro-batch step traced on fake ranks (real parallel "
-                  "code), closed form / traced", title_justify="left", header_style="bold")
+    table = Table(title="Verified: one step traced on fake ranks (real parallel code; one "
+                  "micro-batch, or under a pipeline the micro-batches named, on the busiest "
+                  "stage), closed form / traced", title_justify="left", header_style="bold")
     for column in ("layout", "state", "activations", "peak", "sent"):
         table.add_column(column, justify="left" if column == "layout" else "right")
     for v in plan.verified:

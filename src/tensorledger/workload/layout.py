@@ -47,8 +47,8 @@ class Layout:
     the ZeRO stage ``zero`` (1: ``ZeroRedundancyOptimizer`` under DDP; 2: FSDP2 keeping the
     parameters gathered from forward to backward; 3: FSDP2 resharding after forward), ``tp``
     tensor-parallel ranks, with ``sp`` sequence parallelism for the norms between them;
-    ``pp`` pipeline stages running ``microbatches`` micro-batches by ``schedule`` (alone, for
-    now: a pipeline is not combined with the other degrees).
+    ``pp`` pipeline stages running ``microbatches`` micro-batches by ``schedule``, outermost
+    (each stage laid out over the other degrees' ranks).
     """
 
     dp: int = 1
@@ -77,7 +77,7 @@ class Layout:
     @property
     def mesh_dims(self) -> tuple[tuple[str, int], ...]:
         """The device mesh's named dimensions, outermost first (those of degree > 1)."""
-        dims = (("dp", self.dp), ("fsdp", self.fsdp), ("tp", self.tp))
+        dims = (("pp", self.pp), ("dp", self.dp), ("fsdp", self.fsdp), ("tp", self.tp))
         return tuple((name, size) for name, size in dims if size > 1)
 
     @property
@@ -93,8 +93,6 @@ class Layout:
         for name, size in reversed(self.mesh_dims):
             strides[stride] = name
             stride *= size
-        if self.pp > 1:
-            strides[1] = "pp"
         return strides
 
     @property
@@ -166,8 +164,6 @@ def resolve_layout(*, dp: int = 1, fsdp: int = 1, zero: int | None = None, tp: i
     if layout.schedule not in SCHEDULES:
         raise InputError(f"unknown pipeline schedule {schedule!r}; known: "
                          f"{', '.join(SCHEDULES)}")
-    if layout.pp > 1 and layout.count != layout.pp:
-        raise InputError("--pp is traced alone for now, not with --dp, --fsdp or --tp")
     if zero is not None:
         if isinstance(zero, bool) or zero not in ZERO_STAGES:
             raise InputError(f"--zero is a ZeRO stage, 1, 2 or 3, got {zero!r}")

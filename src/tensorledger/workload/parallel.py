@@ -63,8 +63,8 @@ if TYPE_CHECKING:
     from torch.optim.optimizer import ParamsT
 
 __all__ = ["ParallelStep", "TpStyle", "build_mesh", "default_tp_plan", "fake_process_group",
-           "fsdp_storage_events", "grad_bytes",
-           "make_optimizer", "parallelize", "shard_units", "trace_parallel_step"]
+           "fsdp_storage_events", "grad_bytes", "make_optimizer", "parallelize",
+           "reference_tp_plan", "shard_units", "trace_parallel_step"]
 
 
 class TpStyle(Enum):
@@ -173,10 +173,12 @@ def build_mesh(layout: Layout, device_type: str = "cpu") -> DeviceMesh:
 
 def shard_units(model: nn.Module) -> list[nn.Module]:
     """The modules FSDP wraps one by one before the root: the entries of every ModuleList
-    (a transformer's blocks), innermost first (FSDP wraps a child before its parent), else
-    the direct children that hold parameters."""
-    lists = [module for module in model.modules() if isinstance(module, nn.ModuleList)]
-    units = [block for module in reversed(lists) for block in module]
+    or ModuleDict (a transformer's blocks; a pipeline stage's), innermost first (FSDP wraps
+    a child before its parent), else the direct children that hold parameters."""
+    lists = [module for module in model.modules()
+             if isinstance(module, nn.ModuleList | nn.ModuleDict)]
+    units = [block for module in reversed(lists)
+             for block in (module.values() if isinstance(module, nn.ModuleDict) else module)]
     if units:
         return units
     return [child for child in model.children() if any(True for _ in child.parameters())]
@@ -256,14 +258,6 @@ def default_tp_plan(model: nn.Module, sp: bool = False) -> dict[str, ParallelSty
     ``base_model_tp_plan``); ``sp`` does not apply to it.  Any other model needs a plan passed
     to :func:`parallelize`.
     """
-    from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (
-        ColwiseParallel,
-        PrepareModuleInput,
-        RowwiseParallel,
-        SequenceParallel,
-    )
-
     from tensorledger.models.transformer import TransformerLM
 
     if not isinstance(model, TransformerLM):
@@ -278,15 +272,33 @@ def default_tp_plan(model: nn.Module, sp: bool = False) -> dict[str, ParallelSty
         raise InputError(f"sequence parallelism splits the residual stream before "
                          f"{model.config.name}'s learned position embedding is added; use rope "
                          "positions or no --sp")
+    return reference_tp_plan([(f"blocks.{i}", block) for i, block in enumerate(model.blocks)],
+                             embedding=True, head=True, sp=sp)
+
+
+def reference_tp_plan(blocks: Iterable[tuple[str, nn.Module]], *, embedding: bool, head: bool,
+                      sp: bool) -> dict[str, ParallelStyle]:
+    """:func:`default_tp_plan` of the reference model's parts: its ``blocks`` (path, block),
+    and the embedding, the head and the final norm where the module holds them (a pipeline
+    stage holds some blocks, the first stage the embedding, the last the head and norm)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+    )
+
     stream = Shard(1) if sp else Replicate()  # the residual stream between the halves
-    plan: dict[str, ParallelStyle] = {
-        "token_embedding": RowwiseParallel(input_layouts=Replicate(), output_layouts=stream),
-        "head": ColwiseParallel(input_layouts=stream, output_layouts=Replicate()),
-    }
-    if sp:
-        plan["final_norm"] = SequenceParallel()
-    for index, module in enumerate(model.blocks):
-        block = f"blocks.{index}"
+    plan: dict[str, ParallelStyle] = {}
+    if embedding:
+        plan["token_embedding"] = RowwiseParallel(input_layouts=Replicate(),
+                                                  output_layouts=stream)
+    if head:
+        plan["head"] = ColwiseParallel(input_layouts=stream, output_layouts=Replicate())
+        if sp:
+            plan["final_norm"] = SequenceParallel()
+    for block, module in blocks:
         half_input = PrepareModuleInput(input_layouts=(stream,),
                                         desired_input_layouts=(Replicate(),))
         plan[f"{block}.attention"] = half_input

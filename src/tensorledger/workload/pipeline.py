@@ -9,6 +9,15 @@ the schedule is interleaved).  torch's own ``PipelineStage`` and schedules (``Sc
 group of ``pp`` ranks: the recorder sees the rank's arithmetic on its micro-batches and every
 ``send`` / ``recv`` it issues (activations forward, their gradients backward).
 
+A stage can itself be laid out over several ranks (``within``: data-parallel, FSDP2, DTensor
+tensor and sequence parallelism, as :func:`~tensorledger.workload.parallel.parallelize` lays a
+whole model out; :func:`stage_tp_plan` is the reference plan of the parts a stage holds).  The
+fake group then has ``pp × within.count`` ranks on a mesh with ``pp`` outermost, the stages talk
+over its ``pp`` group, and torch's ``PipelineStage`` drives FSDP as it does on real ranks: the
+gradient sync off until the step's last backward, then one reduce-scatter.  The workload's
+recipe (bf16 autocast over each stage's forward and the loss for ``mixed-bf16``; bf16
+parameters with fp32 masters for ``bf16-master``), optimizer and block checkpointing apply.
+
 One detail of running it on the fake group.  Before its first step a schedule lets the stages
 vote, rank to rank, whether every stage was given its tensors' shapes (static) or must learn
 them from its neighbour (dynamic), and reads the vote back with ``.item()``.  On the fake group
@@ -27,7 +36,10 @@ shapes into tensors and sends them, and the receiver unpickles what never came.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import warnings
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, cast
@@ -37,11 +49,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from tensorledger.errors import InputError, TensorLedgerError, TraceError
+from tensorledger.napkin.recipes import resolve_precision
 from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.trace.records import Trace
+from tensorledger.workload.layout import SINGLE, Layout
 from tensorledger.workload.parallel import fake_process_group
 
 if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import _PipelineSchedule
 
@@ -95,8 +110,15 @@ class StageModule(nn.Module):
         self.blocks = nn.ModuleDict({str(index): model.blocks[index] for index in blocks})
         self.final_norm = model.final_norm if last else None
         self.head = model.head if last else None
+        self.autocast = False  # run forward under bf16 autocast (the mixed-bf16 recipe)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.autocast:
+            return self._forward(x)
+        with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
+            return self._forward(x)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.token_embedding is not None:  # x is the token ids (b, s)
             tokens = x
             x = self.token_embedding(tokens)
@@ -263,11 +285,15 @@ def _vote_stage_class() -> type[PipelineStage]:
 
 
 def _examples(config: TransformerConfig, micro: int, seq: int, first: bool, last: bool,
-              dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """A stage's input and output of one micro-batch, for torch's static shape inference."""
-    stream = torch.empty(micro, seq, config.d_model, dtype=dtype, requires_grad=True)
+              dtype: torch.dtype, stream_seq: int, logits_dtype: torch.dtype
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """A stage's input and output of one micro-batch, for torch's static shape inference:
+    the residual stream between stages holds ``stream_seq`` tokens (the rank's sequence shard
+    under sequence parallelism), the last stage's logits are whole (gathered)."""
+    stream = torch.empty(micro, stream_seq, config.d_model, dtype=dtype, requires_grad=True)
     inputs = torch.zeros(micro, seq, dtype=torch.long) if first else stream
-    outputs = (torch.empty(micro, seq, config.vocab_size, dtype=dtype, requires_grad=True)
+    outputs = (torch.empty(micro, seq, config.vocab_size, dtype=logits_dtype,
+                           requires_grad=True)
                if last else stream.detach().clone().requires_grad_(True))
     return inputs, outputs
 
@@ -299,8 +325,8 @@ def _check(config: TransformerConfig, batch: int, seq: int, pp: int, microbatche
                          f"{config.context_length}")
 
 
-def _make_schedule(schedule: Schedule, stages: list[PipelineStage], microbatches: int
-                   ) -> _PipelineSchedule:
+def _make_schedule(schedule: Schedule, stages: list[PipelineStage], microbatches: int,
+                   autocast: bool = False) -> _PipelineSchedule:
     from torch.distributed.pipelining import (
         Schedule1F1B,
         ScheduleGPipe,
@@ -308,7 +334,12 @@ def _make_schedule(schedule: Schedule, stages: list[PipelineStage], microbatches
     )
 
     def loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(logits.flatten(0, 1).float(), target.flatten())
+        # the workload's own loss (tensorledger.workload.step.lm_loss), under the recipe's
+        # autocast as the forward is
+        if not autocast:
+            return F.cross_entropy(logits.flatten(0, 1), target.flatten())
+        with torch.autocast(device_type=logits.device.type, dtype=torch.bfloat16):
+            return F.cross_entropy(logits.flatten(0, 1), target.flatten())
 
     if schedule.interleaved:
         return ScheduleInterleaved1F1B(list(stages), microbatches, loss_fn=loss)
@@ -330,27 +361,83 @@ def _saved_peak(trace: Trace, saved: set[int]) -> int:
     return peak
 
 
+def stage_tp_plan(stage: StageModule, sp: bool) -> dict[str, Any]:
+    """The reference model's tensor-parallel plan (:func:`~tensorledger.workload.parallel.
+    default_tp_plan`) for the parts one stage holds, under their names in the stage."""
+    from tensorledger.workload.parallel import reference_tp_plan
+
+    if sp and stage.position_embedding is not None:
+        raise InputError("sequence parallelism splits the residual stream before the learned "
+                         "position embedding is added; use rope positions or no --sp")
+    blocks = [(f"blocks.{key}", getattr(block, "block", block))
+              for key, block in stage.blocks.items()]
+    return reference_tp_plan(blocks, embedding=stage.token_embedding is not None,
+                             head=stage.head is not None, sp=sp)
+
+
+def _checkpoint_stage(stage: nn.Module) -> nn.Module:
+    from tensorledger.workload.step import CheckpointedBlock
+
+    blocks = cast(nn.ModuleDict, stage.blocks)
+    for key in list(blocks.keys()):
+        blocks[key] = CheckpointedBlock(blocks[key])
+    return stage
+
+
 def build_pipeline_rank(config: TransformerConfig, pp: int, rank: int, chunks: int,
                         schedule: Schedule, microbatches: int, micro: int, seq: int,
-                        stage_class: type[PipelineStage] | None = None
-                        ) -> tuple[list[StageModule], _PipelineSchedule]:
-    """The stage modules of ``rank`` (a fresh reference model cut by :func:`split_stages`) and
-    the schedule over them, on the process group already initialised (fake or real)."""
+                        stage_class: type[PipelineStage] | None = None, *,
+                        within: Layout = SINGLE, mesh: DeviceMesh | None = None,
+                        precision: str = "fp32", checkpoint: bool = False
+                        ) -> tuple[list[nn.Module], _PipelineSchedule]:
+    """The stage modules of pipeline rank ``rank`` (a fresh reference model cut by
+    :func:`split_stages`) and the schedule over them, on the process group already
+    initialised (fake or real).
+
+    ``within`` lays each stage out over the ranks that share it (data-parallel, FSDP and
+    tensor-parallel degrees, ``pp`` = 1) on ``mesh``, the whole layout's device mesh with its
+    ``pp`` dimension outermost (:func:`~tensorledger.workload.parallel.build_mesh`), as
+    :func:`~tensorledger.workload.parallel.parallelize` lays a model out: tensor parallelism
+    by :func:`stage_tp_plan`, then ``checkpoint`` (every block of the stage), then FSDP or
+    DDP; the stages talk over the mesh's ``pp`` group.  ``precision`` is the recipe: the
+    parameters' dtype, and bf16 autocast over each stage's forward and the loss for
+    ``mixed-bf16``.
+    """
     from torch.distributed.pipelining import PipelineStage
 
     from tensorledger.models import build_model
+    from tensorledger.workload.parallel import parallelize
+    from tensorledger.workload.precision import param_dtype
 
+    recipe = resolve_precision(precision)
+    dtype = param_dtype(recipe)
+    autocast = recipe.name == "mixed-bf16"
     stage_kind = stage_class or PipelineStage
-    modules = split_stages(build_model(config, "cpu"), pp, chunks)
+    if not within.single and mesh is None:
+        raise TensorLedgerError("a pipeline laid out within its stages needs the layout's mesh")
+    modules = split_stages(build_model(config, "cpu", dtype), pp, chunks)
     count = len(modules)
-    dtype = next(modules[0].parameters()).dtype
+    tp = within.tp
+    stream_seq = seq // tp if within.sp else seq
+    logits_dtype = torch.bfloat16 if autocast else dtype
+    group = mesh["pp"].get_group() if mesh is not None else None
     held = [rank + pp * k for k in range(chunks)]
-    stages = []
+    stages, laid = [], []
     for index in held:
-        inputs, outputs = _examples(config, micro, seq, index == 0, index == count - 1, dtype)
-        stages.append(stage_kind(modules[index], index, count, torch.device("cpu"),
-                                 input_args=inputs, output_args=outputs))
-    return [modules[i] for i in held], _make_schedule(schedule, stages, microbatches)
+        module: nn.Module = modules[index]
+        modules[index].autocast = autocast
+        if not within.single:
+            plan = stage_tp_plan(modules[index], within.sp) if tp > 1 else None
+            module = parallelize(module, within, cast("DeviceMesh", mesh), plan,
+                                 between=_checkpoint_stage if checkpoint else None)
+        elif checkpoint:
+            module = _checkpoint_stage(module)
+        inputs, outputs = _examples(config, micro, seq, index == 0, index == count - 1, dtype,
+                                    stream_seq, logits_dtype)
+        stages.append(stage_kind(module, index, count, torch.device("cpu"),
+                                 input_args=inputs, output_args=outputs, group=group))
+        laid.append(module)
+    return laid, _make_schedule(schedule, stages, microbatches, autocast)
 
 
 def run_pipeline_step(schedule: _PipelineSchedule, stages: Sequence[int], count: int,
@@ -363,69 +450,111 @@ def run_pipeline_step(schedule: _PipelineSchedule, stages: Sequence[int], count:
     schedule.step(*args, target=target)
 
 
+def _zero1(within: Layout, mesh: DeviceMesh | None, optimizer: str
+           ) -> Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None:
+    """ZeRO-1's optimizer within a stage (``ZeroRedundancyOptimizer``), else None."""
+    if within.strategy != "zero1" or mesh is None:
+        return None
+    from tensorledger.workload.optimizers import make_optimizer
+    from tensorledger.workload.parallel import make_optimizer as laid_out_optimizer
+
+    def inner(group: list[nn.Parameter]) -> torch.optim.Optimizer:
+        return laid_out_optimizer(within, mesh, group,
+                                  lambda params: make_optimizer(optimizer, cast(Any, params)))
+
+    return inner
+
+
 def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int,
                         microbatches: int, schedule: str | Schedule, stage: int = 0,
-                        chunks: int | None = None) -> PipelineStep:
+                        chunks: int | None = None, *, within: Layout = SINGLE,
+                        precision: str = "fp32", optimizer: str = "adamw",
+                        checkpoint: bool = False) -> PipelineStep:
     """Trace the training step (the schedule's forward and backward of every micro-batch with
-    a cross-entropy loss on the last stage, then AdamW) of pipeline rank ``stage`` of ``pp``,
-    on that rank of a fake process group under fake tensors.
+    a cross-entropy loss on the last stage, then the optimizer) of pipeline rank ``stage`` of
+    ``pp``, on a rank of that stage of a fake process group under fake tensors.
 
     ``batch`` is the whole batch the first stage splits into ``microbatches``; ``chunks`` is
-    the stages per rank of the interleaved schedule (default 2; 1 otherwise).  A warm-up step
-    (the vote, buffers, optimizer state) runs first; the second is recorded.
+    the stages per rank of the interleaved schedule (default 2; 1 otherwise).  ``within``
+    lays each stage out over ``within.count`` ranks (data-parallel, FSDP, tensor-parallel;
+    :func:`build_pipeline_rank`): the fake group then has ``pp × within.count`` ranks and the
+    traced one is the first of its stage's.  ``precision``, ``optimizer`` and ``checkpoint``
+    are the workload's recipe, optimizer and block checkpointing.  A warm-up step (the vote,
+    buffers, lazy FSDP set-up, optimizer state) runs first; the second is recorded.
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from tensorledger.trace.storage import local_tensor as local
     from tensorledger.trace.storage import storage_key
+    from tensorledger.workload.parallel import build_mesh, fsdp_storage_events
+    from tensorledger.workload.precision import RecipeOptimizer
     from tensorledger.workload.run import TaggingRecorder
 
     kind = resolve_schedule(schedule)
     chunks = (2 if kind.interleaved else 1) if chunks is None else chunks
     _check(config, batch, seq, pp, microbatches, kind, stage, chunks)
+    if within.pp != 1:
+        raise InputError("within is the layout of one stage's ranks: its pp must be 1")
     count = pp * chunks
+    whole = dataclasses.replace(within, pp=pp, microbatches=microbatches, schedule=kind.value)
     try:
-        with fake_process_group(pp, rank=stage), FakeTensorMode():
-            modules, runner = build_pipeline_rank(
-                config, pp, stage, chunks, kind, microbatches, batch // microbatches, seq,
-                _vote_stage_class())
-            held = tuple(stage + pp * k for k in range(chunks))
-            params = [p for module in modules for p in module.parameters()]
-            optimizer = torch.optim.AdamW(params, lr=1e-3)
-            tokens = torch.randint(0, config.vocab_size, (batch, seq))
+        with fake_process_group(whole.count, rank=stage * within.count):
+            mesh = None if within.single else build_mesh(whole)
+            with FakeTensorMode(), warnings.catch_warnings():
+                # FSDP2 warns that a unit returns a view which an in-place op would cut from
+                # its backward hook; the stages read their outputs out of place
+                warnings.filterwarnings("ignore", "FSDP2-wrapped module .* returned a view "
+                                        "tensor", UserWarning)
+                modules, runner = build_pipeline_rank(
+                    config, pp, stage, chunks, kind, microbatches, batch // microbatches, seq,
+                    _vote_stage_class(), within=within, mesh=mesh, precision=precision,
+                    checkpoint=checkpoint)
+                held = tuple(stage + pp * k for k in range(chunks))
+                params = list(dict.fromkeys(p for module in modules
+                                            for p in module.parameters()))
+                steps = RecipeOptimizer(params, optimizer, precision,
+                                        inner=_zero1(within, mesh, optimizer))
+                tokens = torch.randint(0, config.vocab_size, (batch, seq))
 
-            def step() -> None:
-                run_pipeline_step(runner, held, count, tokens)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+                def step() -> None:
+                    run_pipeline_step(runner, held, count, tokens)
+                    steps.step()
+                    for p in params:
+                        p.grad = None
 
-            step()  # the warm-up: the vote, the stages' buffers, the optimizer state
-            recorder = TaggingRecorder()
-            keys = {storage_key(local(p)) for p in params}
+                step()  # the warm-up: the vote, the stages' buffers, the optimizer state
+                recorder = TaggingRecorder()
+                keys = {storage_key(local(p)) for p in params}
 
-            def pack(tensor: torch.Tensor) -> torch.Tensor:
-                if storage_key(local(tensor)) not in keys:
-                    recorder.tag([tensor], "saved_activation")
-                return tensor
+                def pack(tensor: torch.Tensor) -> torch.Tensor:
+                    if storage_key(local(tensor)) not in keys:
+                        recorder.tag([tensor], "saved_activation")
+                    return tensor
 
-            def held_state() -> list[torch.Tensor]:
-                return [v for s in optimizer.state.values() for v in s.values()
-                        if isinstance(v, torch.Tensor)]
+                def held_state() -> list[torch.Tensor]:
+                    return [*steps.master_tensors(), *steps.state_tensors()]
 
-            with recorder, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                recorder.tag(params, "parameter")
-                recorder.tag(held_state(), "optimizer_state")
-                run_pipeline_step(runner, held, count, tokens)
-                recorder.tag(params, "parameter")  # met by the step's ops by now
-                recorder.tag((p.grad for p in params), "gradient")
-                optimizer.step()
-                recorder.tag(params, "parameter")
-                recorder.tag(held_state(), "optimizer_state")
-                optimizer.zero_grad(set_to_none=True)
-            numel = sum(p.numel() for p in params)
-            nbytes = sum(p.numel() * p.element_size() for p in params)
-            state = sum(v.numel() * v.element_size() for s in optimizer.state.values()
-                        for v in s.values() if isinstance(v, torch.Tensor))
+                events: AbstractContextManager[None] = nullcontext()
+                if within.strategy in ("fsdp", "hsdp"):
+                    # a gathered parameter is a parameter while it is live
+                    events = fsdp_storage_events(recorder,
+                                                 lambda t: recorder.tag([t], "parameter"))
+                with recorder, events, torch.autograd.graph.saved_tensors_hooks(
+                        pack, lambda t: t):
+                    recorder.tag(params, "parameter")
+                    recorder.tag(held_state(), "optimizer_state")
+                    run_pipeline_step(runner, held, count, tokens)
+                    recorder.tag(params, "parameter")  # met by the step's ops by now
+                    recorder.tag((p.grad for p in params), "gradient")
+                    steps.step()
+                    recorder.tag(params, "parameter")
+                    recorder.tag(held_state(), "optimizer_state")
+                    for p in params:
+                        p.grad = None
+                locals_ = [local(p) for p in params]
+                numel = sum(p.numel() for p in locals_)
+                nbytes = sum(p.numel() * p.element_size() for p in locals_)
+                state = sum(local(v).numel() * v.element_size() for v in held_state())
     except TensorLedgerError:
         raise
     except Exception as error:
@@ -447,4 +576,4 @@ def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int
         received_bytes=sum(c.bytes_received for c in receives),
         saved_activation_peak_bytes=_saved_peak(trace, saved),
         bubble_fraction=order_bubble(order) if order else None,
-        param_numels=tuple(p.numel() for p in params), tags=dict(recorder.tags))
+        param_numels=tuple(p.numel() for p in locals_), tags=dict(recorder.tags))

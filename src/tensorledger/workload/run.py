@@ -24,7 +24,7 @@ from tensorledger.workload.spec import Workload, resolve_workload
 from tensorledger.workload.step import PreparedStep, laid_out, prepare
 
 __all__ = ["StepTrace", "TaggingRecorder", "parts_of", "record_step", "trace_model",
-           "trace_workload"]
+           "trace_pipeline_rank", "trace_workload"]
 
 
 class TaggingRecorder(Recorder):
@@ -193,17 +193,30 @@ def trace_workload(work: Workload, first_step: bool = False,
 
 
 def _pipeline_rank(work: Workload, say: Callable[[str], None]) -> StepTrace:
-    """The first rank of a pipeline layout (it holds the embeddings and feeds the schedule),
-    traced by :func:`tensorledger.workload.pipeline.trace_pipeline_step`."""
+    return trace_pipeline_rank(work, 0, say)
+
+
+def trace_pipeline_rank(work: Workload, stage: int = 0,
+                        progress: Callable[[str], None] | None = None) -> StepTrace:
+    """A rank of pipeline stage ``stage`` of ``work``'s layout (the first stage by default: it
+    holds the embeddings and feeds the schedule), traced by
+    :func:`tensorledger.workload.pipeline.trace_pipeline_step` with the workload's recipe,
+    optimizer and checkpointing, each stage laid out over the layout's other degrees."""
+    import dataclasses
+
     from tensorledger.napkin.transformer import parameter_count
     from tensorledger.workload.pipeline import trace_pipeline_step
 
     config = work.source.config
     assert config is not None  # resolve_workload refuses a pipeline of anything else
     layout = work.layout
-    say(f"tracing rank 0 of {layout.describe()} on fake ranks")
+    if progress is not None:
+        progress(f"tracing a rank of stage {stage} of {layout.describe()} on fake ranks")
+    within = dataclasses.replace(layout, pp=1, microbatches=1, schedule="1f1b")
     piped = trace_pipeline_step(config, work.batch, work.seq, layout.pp, layout.microbatches,
-                                layout.schedule)
+                                layout.schedule, stage=stage, within=within,
+                                precision=work.precision.name, optimizer=work.optimizer.name,
+                                checkpoint=work.checkpoint)
     return StepTrace(work=work, param_numels=piped.param_numels, trace=piped.trace,
                      tags=piped.tags, model_params=parameter_count(config).total_params)
 

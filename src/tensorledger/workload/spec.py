@@ -168,10 +168,9 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
         if config is None:
             raise InputError(f"--pp cuts a reference model into stages; {source.label!r} is "
                              "not one")
-        if (chosen_precision.name != "fp32" or not chosen_step.optimizer or checkpoint
-                or chosen_optimizer.name != "adamw"):
-            raise InputError("a pipeline is traced as a whole training step in fp32 with "
-                             "AdamW, without checkpointing, for now; give --precision fp32")
+        if not chosen_step.optimizer:
+            raise InputError("a pipeline is traced as a whole training step (its schedule "
+                             "runs forward and backward together); drop --step")
     if layout.strategy == "zero1" and chosen_precision.name in ("bf16-master",
                                                                 "bf16-fp32-states"):
         raise InputError(f"--zero 1 shards the optimizer of the parameters themselves; "
