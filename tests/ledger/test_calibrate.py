@@ -45,26 +45,68 @@ def test_fit_by_hand() -> None:
     # elementwise: (2.2 + 0.6 ms − 40 × 10 µs) / 2 ms = 2.4 / 2 = 1.2
     assert cal.scale["elementwise"] == pytest.approx(1.2)
     assert "view" not in cal.scale
-    # forward-backward, per op: (20 − 2·2.3 − 1·1.2) + (30 − 4·2.3) ms = 14.2 + 20.8 = 35 ms
-    # over 80 ops = 437.5 µs, less the 10 µs of entering an op
-    assert cal.between_ops_s["forward-backward"] == pytest.approx(35e-3 / 80 - 10e-6)
-    # optimizer: (40 − 20 − 0.5·1.2) + (45 − 30 − 0.5·1.2) = 19.4 + 14.4 = 33.8 ms over 30 ops
-    assert cal.between_ops_s["optimizer"] == pytest.approx(33.8e-3 / 30 - 10e-6)
+
+
+def _steps(sample: StepSample, fb_s: float, train_s: float) -> StepSample:
+    return StepSample(dataclasses.replace(sample.forward_backward, step_s=fb_s),
+                      dataclasses.replace(sample.train, step_s=train_s))
+
+
+# A and B with whole steps made of their scaled kernels, 10 µs to enter each op, and 300 µs
+# between forward-backward ops and 500 µs between optimizer ops (the scales as fitted above):
+# A forward-backward: 2·2.3 + 1·1.2 = 5.8 ms + 50 · 0.31 ms = 21.3 ms
+# A train: 5.8 + 0.5·1.2 = 6.4 ms + 50 · 0.31 + 20 · 0.51 ms = 32.1 ms
+# B forward-backward: 4·2.3 = 9.2 ms + 30 · 0.31 ms = 18.5 ms
+# B train: 9.2 + 0.5·1.2 = 9.8 ms + 30 · 0.31 + 10 · 0.51 ms = 24.2 ms
+A_EXACT = _steps(A, 21.3e-3, 32.1e-3)
+B_EXACT = _steps(B, 18.5e-3, 24.2e-3)
+
+
+def test_the_time_between_ops_is_fitted_on_whole_steps() -> None:
+    cal = fit([A_EXACT, B_EXACT])
+    assert cal.between_ops_s["forward-backward"] == pytest.approx(300e-6)
+    assert cal.between_ops_s["optimizer"] == pytest.approx(500e-6)
 
 
 def test_the_fit_reproduces_its_samples() -> None:
-    cal = fit([A, B])
+    cal = fit([A_EXACT, B_EXACT])
     for name in ("matmul", "elementwise"):
         predicted = sum(s.train.categories[name][1] * cal.scale[name] +
                         s.train.categories[name][0] * cal.op_cost_s for s in (A, B))
         assert predicted == pytest.approx(sum(s.train.categories[name][2] for s in (A, B)))
-    # whole train steps, summed over both models: scaled kernels plus the per-op costs
+    # every whole step: scaled kernels plus the per-op costs
     per_op = {g: cal.op_cost_s + cal.between(g) for g in ("forward", "optimizer")}
-    predicted_steps = sum(
-        sum(cal.scale[c] * k for (_, c), k in s.train.kernel_by_phase.items()) +
-        s.train.ops_by_phase["forward-backward"] * per_op["forward"] +
-        s.train.ops_by_phase["optimizer"] * per_op["optimizer"] for s in (A, B))
-    assert predicted_steps == pytest.approx(A.train.step_s + B.train.step_s)
+    for sample in (A_EXACT, B_EXACT):
+        for run in (sample.forward_backward, sample.train):
+            predicted = (sum(cal.scale[c] * k for (_, c), k in run.kernel_by_phase.items())
+                         + run.ops_by_phase.get("forward-backward", 0) * per_op["forward"]
+                         + run.ops_by_phase.get("optimizer", 0) * per_op["optimizer"])
+            assert predicted == pytest.approx(run.step_s)
+
+
+def test_steps_that_disagree_are_fitted_in_relative_terms() -> None:
+    cal = fit([A, B])  # whole steps no single pair of figures reproduces
+
+    def misfit(fb: float, opt: float) -> float:
+        total = 0.0
+        for sample in (A, B):
+            for run in (sample.forward_backward, sample.train):
+                ops = run.ops_by_phase
+                predicted = (sum(cal.scale[c] * k for (_, c), k in run.kernel_by_phase.items())
+                             + ops.get("forward-backward", 0) * (cal.op_cost_s + fb)
+                             + ops.get("optimizer", 0) * (cal.op_cost_s + opt))
+                total += (predicted / run.step_s - 1) ** 2
+        return total
+
+    best = (cal.between_ops_s["forward-backward"], cal.between_ops_s["optimizer"])
+    assert min(best) > 0
+    # a second code path: no nearby pair fits the four steps better
+    for dx in (-1e-6, 0.0, 1e-6):
+        for dy in (-1e-6, 0.0, 1e-6):
+            assert misfit(best[0] + dx, best[1] + dy) >= misfit(*best) - 1e-15
+    # steps faster than their kernels: no time between ops, never a negative one
+    fast = fit([_steps(A, 1e-3, 2e-3), _steps(B, 1e-3, 2e-3)])
+    assert fast.between_ops_s == {"forward-backward": 0.0, "optimizer": 0.0}
 
 
 def test_the_profile_table_round_trips() -> None:
