@@ -39,7 +39,6 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, cast
@@ -485,10 +484,9 @@ def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from tensorledger.trace.storage import local_tensor as local
-    from tensorledger.trace.storage import storage_key
-    from tensorledger.workload.parallel import build_mesh, fsdp_storage_events
+    from tensorledger.workload.parallel import build_mesh
     from tensorledger.workload.precision import RecipeOptimizer
-    from tensorledger.workload.run import TaggingRecorder
+    from tensorledger.workload.run import TaggingRecorder, gathered_events, saved_tagger
 
     kind = resolve_schedule(schedule)
     chunks = (2 if kind.interleaved else 1) if chunks is None else chunks
@@ -524,23 +522,13 @@ def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int
 
                 step()  # the warm-up: the vote, the stages' buffers, the optimizer state
                 recorder = TaggingRecorder()
-                keys = {storage_key(local(p)) for p in params}
-
-                def pack(tensor: torch.Tensor) -> torch.Tensor:
-                    if storage_key(local(tensor)) not in keys:
-                        recorder.tag([tensor], "saved_activation")
-                    return tensor
 
                 def held_state() -> list[torch.Tensor]:
                     return [*steps.master_tensors(), *steps.state_tensors()]
 
-                events: AbstractContextManager[None] = nullcontext()
-                if within.strategy in ("fsdp", "hsdp"):
-                    # a gathered parameter is a parameter while it is live
-                    events = fsdp_storage_events(recorder,
-                                                 lambda t: recorder.tag([t], "parameter"))
-                with recorder, events, torch.autograd.graph.saved_tensors_hooks(
-                        pack, lambda t: t):
+                with recorder, gathered_events(recorder, within.strategy), \
+                        torch.autograd.graph.saved_tensors_hooks(
+                            saved_tagger(recorder, params), lambda t: t):
                     recorder.tag(params, "parameter")
                     recorder.tag(held_state(), "optimizer_state")
                     run_pipeline_step(runner, held, count, tokens)

@@ -23,8 +23,8 @@ from tensorledger.trace.storage import storage_key
 from tensorledger.workload.spec import Workload, resolve_workload
 from tensorledger.workload.step import PreparedStep, laid_out, prepare
 
-__all__ = ["StepTrace", "TaggingRecorder", "parts_of", "record_step", "trace_model",
-           "trace_pipeline_rank", "trace_workload"]
+__all__ = ["StepTrace", "TaggingRecorder", "gathered_events", "parts_of", "record_step",
+           "saved_tagger", "trace_model", "trace_pipeline_rank", "trace_workload"]
 
 
 class TaggingRecorder(Recorder):
@@ -97,10 +97,10 @@ def parts_of(step: PreparedStep) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(counts.items(), key=lambda item: -item[1]))
 
 
-def record_step(step: PreparedStep) -> tuple[Trace, dict[int, str]]:
-    """Run one step under a tagging recorder."""
-    recorder = TaggingRecorder()
-    params = step.parameters
+def saved_tagger(recorder: TaggingRecorder, params: Iterable[torch.Tensor]
+                 ) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A ``saved_tensors_hooks`` pack hook that tags what autograd saves, but the parameters,
+    as saved activations."""
     param_keys = {storage_key(local(p)) for p in params}
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
@@ -108,18 +108,31 @@ def record_step(step: PreparedStep) -> tuple[Trace, dict[int, str]]:
             recorder.tag([tensor], "saved_activation")
         return tensor
 
+    return pack
+
+
+def gathered_events(recorder: TaggingRecorder, strategy: str) -> AbstractContextManager[None]:
+    """Under FSDP (``strategy`` fsdp or hsdp), FSDP's storage events told to ``recorder``, a
+    gathered parameter tagged a parameter while it is live (not an activation it saves)."""
+    if strategy not in ("fsdp", "hsdp"):
+        return nullcontext()
+    from tensorledger.workload.parallel import fsdp_storage_events
+
+    return fsdp_storage_events(recorder, lambda t: recorder.tag([t], "parameter"))
+
+
+def record_step(step: PreparedStep) -> tuple[Trace, dict[int, str]]:
+    """Run one step under a tagging recorder."""
+    recorder = TaggingRecorder()
+    params = step.parameters
+    pack = saved_tagger(recorder, params)
+
     def state() -> list[torch.Tensor]:
         if step.optimizer is None:
             return []
         return [*step.optimizer.master_tensors(), *step.optimizer.state_tensors()]
 
-    events: AbstractContextManager[None] = nullcontext()
-    if step.work.layout.strategy in ("fsdp", "hsdp"):
-        from tensorledger.workload.parallel import fsdp_storage_events
-
-        # a gathered parameter is a parameter while it is live (not an activation it saves)
-        events = fsdp_storage_events(recorder, lambda t: recorder.tag([t], "parameter"))
-    with recorder, events, step.guard():
+    with recorder, gathered_events(recorder, step.work.layout.strategy), step.guard():
         recorder.tag(params, "parameter")
         recorder.tag(state(), "optimizer_state")
         if not step.work.step.backward:
