@@ -1,6 +1,6 @@
 """Predicted against measured training steps on this CPU: the calibrated local profile.
 
-Probes this machine (and calibrates on the two calibration models of
+Probes this machine (and calibrates on the calibration models of
 ``tensorledger.ledger.calibrate``) into a temporary profile — or reads ``--profile FILE`` —
 then, ``--runs`` times, predicts and measures a whole fp32 AdamW training step of five
 workloads the calibration never ran: the tiny preset at two sizes, a GPT-2-shaped reference

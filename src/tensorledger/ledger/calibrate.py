@@ -240,7 +240,7 @@ def _by_size(samples: Sequence[StepSample], op_cost: float
     return curves
 
 
-def calibrate(hardware: Hardware, *, budget_s: float = 1.0, repeats: int = 3,
+def calibrate(hardware: Hardware, *, budget_s: float = 2.0, repeats: int = 3,
               progress: Callable[[str], None] | None = None) -> Calibration:
     """Fit ``hardware``'s (a probed profile's) calibration on this CPU; see the module."""
     say = progress or (lambda _: None)
