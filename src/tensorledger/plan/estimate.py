@@ -18,8 +18,9 @@ order).  Of the ``dp`` data-parallel ranks, groups of ``shard`` hold one ZeRO-sh
   holds the whole gathered stage from forward to backward
   (:func:`tensorledger.napkin.parallel.torch_zero_bytes`).  DDP (ZeRO-0 and 1) keeps a copy
   of the gradients in its buckets.  Under a pipeline torch's stages switch FSDP's gradient
-  sync off until the step's last backward: ZeRO-2 and 3 alike hold the gathered stage and
-  its gradients unsharded (a copy, like DDP's buckets), reduce-scattered once at the end.
+  sync off until the step's last backward: ZeRO-2 and 3 alike hold the stage's gradients
+  unsharded (a copy, like DDP's buckets), reduce-scattered once at the end; a TP first
+  stage also holds the whole vocabulary's embedding gradient (its share is a view of it).
 - activations per layer and micro-batch: :func:`tensorledger.napkin.activations.activation_memory`,
   the reference model's closed form, which follows a tensor-parallel rank (heads and MLP
   columns split, norms and the gathered logits whole; with sequence parallelism the norms on
