@@ -346,3 +346,21 @@ def test_priced_bytes_agree_with_the_napkin_volumes() -> None:
         sent = tp_comm_volume(2, 4096, 4096, 32, 8, sequence_parallel=sp).sent_bytes_per_rank
         hops = 32 * 4 * 14  # 4 all-reduces (or gather + scatter pairs) a layer, 14 steps each
         assert time.tp_comm_s == pytest.approx(4 * (sent / 450e9 + hops * 0.6e-6)), sp
+
+
+def test_zero_comm_under_a_pipeline_by_hand() -> None:
+    # torch's pipeline stages reduce once a step; ZeRO-3's units are gathered m + 1 times
+    setup = _setup("llama-3-8b", 16, 4096, 16)
+    zero2 = LayoutChoice(dp=8, tp=1, pp=2, zero=2, shard=8, micro_batch=1, accumulation=4,
+                         schedule="1f1b")
+    memory = rank_memory(setup, zero2)
+    # the first stage: 16 layers of 218,112,000 and the 525,336,576-value embedding
+    assert (memory.stage, memory.stage_params) == ("first", 16 * 218_112_000 + 525_336_576)
+    S = memory.stage_params
+    half = 7 / 8 * 2 * S / 450e9 + 7 * 0.6e-6  # one ring over the node's 8 ranks, bf16
+    # one reduce-scatter and one all-gather a step, whatever the 4 micro-batches
+    assert step_time(setup, zero2, memory).dp_comm_s == pytest.approx(2 * half)
+    zero3 = dataclasses.replace(zero2, zero=3)
+    # one reduce-scatter, and the parameters gathered 4 + 1 times
+    assert step_time(setup, zero3, rank_memory(setup, zero3)).dp_comm_s == pytest.approx(
+        6 * half)

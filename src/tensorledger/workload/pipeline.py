@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, cast
@@ -449,21 +449,6 @@ def run_pipeline_step(schedule: _PipelineSchedule, stages: Sequence[int], count:
     schedule.step(*args, target=target)
 
 
-def _zero1(within: Layout, mesh: DeviceMesh | None, optimizer: str
-           ) -> Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None:
-    """ZeRO-1's optimizer within a stage (``ZeroRedundancyOptimizer``), else None."""
-    if within.strategy != "zero1" or mesh is None:
-        return None
-    from tensorledger.workload.optimizers import make_optimizer
-    from tensorledger.workload.parallel import make_optimizer as laid_out_optimizer
-
-    def inner(group: list[nn.Parameter]) -> torch.optim.Optimizer:
-        return laid_out_optimizer(within, mesh, group,
-                                  lambda params: make_optimizer(optimizer, cast(Any, params)))
-
-    return inner
-
-
 def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int,
                         microbatches: int, schedule: str | Schedule, stage: int = 0,
                         chunks: int | None = None, *, within: Layout = SINGLE,
@@ -487,6 +472,7 @@ def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int
     from tensorledger.workload.parallel import build_mesh
     from tensorledger.workload.precision import RecipeOptimizer
     from tensorledger.workload.run import TaggingRecorder, gathered_events, saved_tagger
+    from tensorledger.workload.step import zero1_optimizer
 
     kind = resolve_schedule(schedule)
     chunks = (2 if kind.interleaved else 1) if chunks is None else chunks
@@ -511,7 +497,7 @@ def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int
                 params = list(dict.fromkeys(p for module in modules
                                             for p in module.parameters()))
                 steps = RecipeOptimizer(params, optimizer, precision,
-                                        inner=_zero1(within, mesh, optimizer))
+                                        inner=zero1_optimizer(within, mesh, optimizer))
                 tokens = torch.randint(0, config.vocab_size, (batch, seq))
 
                 def step() -> None:

@@ -24,11 +24,13 @@ from tensorledger.devices import resolve_device
 from tensorledger.errors import ConfigError, InputError, ModelError
 from tensorledger.models.build import build_model
 from tensorledger.workload.factory import FactoryFile, load_factory_file, user_code
+from tensorledger.workload.layout import Layout
 from tensorledger.workload.precision import RecipeOptimizer, param_dtype
 from tensorledger.workload.spec import Workload
 
 __all__ = ["CheckpointedBlock", "PreparedStep", "build_module", "check_host_memory",
-           "checkpoint_blocks", "laid_out", "lm_loss", "placement", "prepare"]
+           "checkpoint_blocks", "laid_out", "lm_loss", "placement", "prepare",
+           "zero1_optimizer"]
 
 
 class CheckpointedBlock(nn.Module):
@@ -303,14 +305,21 @@ def build_module(work: Workload, target: str) -> tuple[nn.Module, FactoryFile | 
     return _build_module(work, target, param_dtype(work.precision), factory), factory
 
 
-def _zero1(work: Workload, mesh: Any) -> Callable[[list[nn.Parameter]], torch.optim.Optimizer]:
-    """ZeRO-1's optimizer: torch's ``ZeroRedundancyOptimizer`` over the recipe's optimizer."""
+def zero1_optimizer(layout: Layout, mesh: Any, optimizer: str
+                    ) -> Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None:
+    """ZeRO-1's optimizer under ``layout`` (torch's ``ZeroRedundancyOptimizer`` over the
+    named optimizer, on ``mesh``), for :class:`RecipeOptimizer`'s ``inner``; None for any
+    other layout."""
+    if layout.strategy != "zero1" or mesh is None:
+        return None
     from tensorledger.workload.optimizers import make_optimizer
     from tensorledger.workload.parallel import make_optimizer as laid_out_optimizer
 
-    name = work.optimizer.name
-    return lambda params: laid_out_optimizer(
-        work.layout, mesh, params, lambda group: make_optimizer(name, cast(Any, group)))
+    def inner(params: list[nn.Parameter]) -> torch.optim.Optimizer:
+        return laid_out_optimizer(layout, mesh, params,
+                                  lambda group: make_optimizer(optimizer, cast(Any, group)))
+
+    return inner
 
 
 def prepare(work: Workload, target: str, mesh: Any = None) -> PreparedStep:
@@ -336,10 +345,9 @@ def prepare(work: Workload, target: str, mesh: Any = None) -> PreparedStep:
     args, kwargs, targets, user_inputs = _inputs(work, module, target, factory)
     optimizer = None
     if work.step.optimizer:
-        inner = None
-        if mesh is not None and work.layout.strategy == "zero1":
-            inner = _zero1(work, mesh)
-        optimizer = RecipeOptimizer(parameters, work.optimizer, work.precision, inner=inner)
+        optimizer = RecipeOptimizer(parameters, work.optimizer, work.precision,
+                                    inner=zero1_optimizer(work.layout, mesh,
+                                                          work.optimizer.name))
     return PreparedStep(work=work, module=module, parameters=parameters, optimizer=optimizer,
                         args=args, kwargs=kwargs, targets=targets,
                         user_loss=factory.loss if factory is not None else None,
