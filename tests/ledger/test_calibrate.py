@@ -6,9 +6,17 @@ import dataclasses
 
 import pytest
 
+from tensorledger.errors import InputError
 from tensorledger.hardware import Calibration, Hardware
 from tensorledger.hardware.catalog import parse_hardware_toml
-from tensorledger.ledger.calibrate import Run, StepSample, calibration_toml, fit
+from tensorledger.ledger.calibrate import (
+    ROUND_SPREAD,
+    Run,
+    StepSample,
+    calibration_toml,
+    fit,
+    round_spread,
+)
 from tensorledger.roofline import predict, predict_op
 from tensorledger.roofline.compare import compare
 from tests.roofline.test_model import Op
@@ -119,6 +127,23 @@ def test_the_profile_table_round_trips() -> None:
     assert chip.calibration.op_cost_s == pytest.approx(cal.op_cost_s)
     assert chip.calibration.between_ops_s == pytest.approx(cal.between_ops_s)
     assert chip.calibration.source == "two models"
+    assert chip.calibration.unreliable == () and chip.unreliable == ()
+
+
+def test_a_calibration_step_whose_rounds_disagree_is_named_unreliable() -> None:
+    # rounds of 40, 44 and 50 ms: (50 − 40) / 44 = 22.7% > ROUND_SPREAD; 40, 41, 42: 4.9%
+    assert round_spread([40e-3, 44e-3, 50e-3]) == pytest.approx(10 / 44)
+    assert round_spread([40e-3, 41e-3, 42e-3]) == pytest.approx(2 / 41)
+    assert 2 / 41 < ROUND_SPREAD < 10 / 44
+    named = "calibration calibration-gpt train step (rounds differ by 23%)"
+    cal = dataclasses.replace(fit([A, B], source="two models"), unreliable=(named,))
+    text = ('name = "cpu"\nmemory = "8GB"\nmemory_bandwidth = "10GB/s"\n'
+            'unreliable = ["matmul fp32 64 (spread 12%)"]\n[dense]\n'
+            'fp32 = "100GFLOP/s"\n') + calibration_toml(cal)
+    chip = parse_hardware_toml(text, "test", "local")
+    assert chip.calibration is not None and chip.calibration.unreliable == (named,)
+    # the profile's own figures and the calibration's, so every prediction names both
+    assert chip.unreliable == ("matmul fp32 64 (spread 12%)", named)
 
 
 CHIP = Hardware(id="cpu", name="cpu", memory_bytes=8e9, memory_bandwidth_bytes_per_s=1e10,
@@ -193,3 +218,30 @@ def test_a_factor_below_one_stops_at_the_bound() -> None:
     p = predict_op(0, add, chip)
     # 12 MB at 10 GB/s = 1.2 ms is the bound; 0.1 × 1.2 ms would beat it
     assert p.ideal_time_s == pytest.approx(1.2e-3) and p.time_s == pytest.approx(1.2e-3)
+
+
+def test_calibrate_times_every_step_in_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tensorledger.ledger.calibrate as calibration
+    from tensorledger.napkin.transformer import TransformerConfig
+
+    small = TransformerConfig(name="cal-a", vocab_size=64, context_length=8, d_model=16,
+                              n_layers=1, n_heads=2, n_kv_heads=2, d_ff=32, mlp="swiglu",
+                              norm="rmsnorm", positions="rope", tied_embeddings=False,
+                              bias=False)
+    models = ((small, 2, 8), (dataclasses.replace(small, name="cal-b", d_model=32), 2, 8))
+    monkeypatch.setattr(calibration, "CALIBRATION_MODELS", models)
+    monkeypatch.setattr(calibration, "ROUND_SPREAD", -1.0)  # every step named, to read them
+    said: list[str] = []
+    chip = Hardware(id="local", name="cpu", memory_bytes=8e9, memory_bandwidth_bytes_per_s=1e10,
+                    dense_flop_per_s={"fp32": 1e11}, origin="test", op_overhead_s=1e-6)
+    cal = calibration.calibrate(chip, budget_s=0.02, rounds=2, progress=said.append)
+    # 2 models × 2 steps, each timed in 2 rounds taken in turn
+    rounds = [line for line in said if line.startswith("calibration round")]
+    assert rounds == [f"calibration round {r} of 2: cal-{m} {s} step" for r in (1, 2)
+                      for m in "ab" for s in ("forward-backward", "train")]
+    assert [u.split(" (rounds differ by")[0] for u in cal.unreliable] == [
+        f"calibration cal-{m} {s} step" for m in "ab" for s in ("forward-backward", "train")]
+    assert "2 rounds each" in cal.source and cal.scale["matmul"] > 0
+    assert min(cal.between_ops_s.values()) >= 0
+    with pytest.raises(InputError):
+        calibration.calibrate(chip, rounds=0)

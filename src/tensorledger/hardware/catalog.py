@@ -139,6 +139,8 @@ class Calibration:
     # where calibration models of several sizes disagree: category → ((bytes an op moves,
     # factor), ...), sizes increasing; it replaces ``scale`` for that category
     scale_by_size: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    # calibration steps whose rounds disagreed: the machine's speed changed while they ran
+    unreliable: tuple[str, ...] = ()
 
     def factor(self, category: str, moved: float) -> float:
         """The factor on the kernel time of a ``category`` op that moves ``moved`` bytes."""
@@ -435,6 +437,8 @@ def _chip(chip: str, raw: Any, where: str, origin: str) -> Hardware:
     interconnect = raw.get("interconnect")
     interconnect_kind = raw.get("interconnect_kind")
     topology = _topology(chip, raw, where, sources)
+    calibration = None if "calibration" not in raw else _calibration(
+        chip, raw["calibration"], where)
     aliases = raw.get("aliases", [])
     if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
         raise ConfigError(f"{where}: [{chip}] aliases must be an array of strings such as "
@@ -461,9 +465,9 @@ def _chip(chip: str, raw: Any, where: str, origin: str) -> Hardware:
             high=MAX_OP_OVERHEAD_S, example='"5us"'),
         curves=_curves(chip, raw.get("curves", {}), where),
         efficiency=None if "expected" not in raw else _efficiency(chip, raw["expected"], where),
-        unreliable=_unreliable(chip, raw.get("unreliable", []), where),
-        calibration=None if "calibration" not in raw else _calibration(
-            chip, raw["calibration"], where),
+        unreliable=_unreliable(chip, raw.get("unreliable", []), where) + (
+            calibration.unreliable if calibration is not None else ()),
+        calibration=calibration,
         **topology,
     )
 
@@ -472,9 +476,9 @@ def _calibration(chip: str, raw: Any, where: str) -> Calibration:
     """``[calibration]`` of a probed profile: ``scale`` (category → factor), ``op_cost`` and
     ``between_ops`` (``forward-backward``, ``optimizer`` → duration)."""
     if not isinstance(raw, dict) or set(raw) - {"scale", "op_cost", "between_ops", "source",
-                                                "scale_by_size"}:
+                                                "scale_by_size", "unreliable"}:
         raise ConfigError(f"{where}: [{chip}.calibration] takes scale, scale_by_size, op_cost, "
-                          "between_ops and source")
+                          "between_ops, source and unreliable")
     scales = raw.get("scale", {})
     if not isinstance(scales, dict) or not all(
             isinstance(v, int | float) and not isinstance(v, bool) and 0.01 <= v <= 100
@@ -495,7 +499,8 @@ def _calibration(chip: str, raw: Any, where: str) -> Calibration:
         between_ops_s={k: _number(chip, f"calibration.between_ops.{k}", v, parse_duration,
                                   where, low=0.0, high=MAX_OP_OVERHEAD_S, example='"3us"')
                        for k, v in between.items()},
-        source=_text(chip, "calibration.source", raw.get("source", ""), where))
+        source=_text(chip, "calibration.source", raw.get("source", ""), where),
+        unreliable=_unreliable(chip, raw.get("unreliable", []), where))
 
 
 def _scale_curves(chip: str, raw: Any, where: str

@@ -2,9 +2,11 @@
 
 The probe times kernels in isolated loops; a training step runs them between others (cold
 caches, strided inputs, allocator traffic) and spends framework time between them (Python,
-module code, autograd, the optimizer's loop).  ``calibrate`` runs two small reference
-Transformers — shapes no benchmark workload uses — for real, times each op with the profiler
-and the whole step with the harness, and fits, as ratios of sums over both models:
+module code, autograd, the optimizer's loop).  ``calibrate`` runs small reference
+Transformers (``CALIBRATION_MODELS``: shapes no benchmark workload uses) for real, times each
+op with the profiler and the whole step with the harness, in rounds taken in turn over every
+step (a spell when the machine runs slower then falls on every model alike, and a step whose
+rounds disagree is named unreliable), and fits, as ratios of sums over the models:
 
 - ``op_cost_s``: a view's own time (it runs no kernel, so its time is entering an op);
 - ``scale[category]``: (measured time of the category − ops × op cost) / its predicted kernel
@@ -21,15 +23,23 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from tensorledger.errors import InputError
 from tensorledger.hardware import Calibration, Hardware
 from tensorledger.napkin.transformer import TransformerConfig
 
-__all__ = ["CALIBRATION_MODELS", "Run", "StepSample", "calibrate", "calibration_toml", "fit",
-           "nonnegative_least_squares"]
+if TYPE_CHECKING:
+    from tensorledger.bench.optiming import OpTime
+    from tensorledger.roofline.model import RooflinePrediction
+    from tensorledger.workload.step import PreparedStep
+
+__all__ = ["CALIBRATION_MODELS", "ROUND_SPREAD", "Run", "StepSample", "calibrate",
+           "calibration_toml", "fit", "nonnegative_least_squares", "round_spread"]
 
 #: The calibration models: Llama-like (RMSNorm, RoPE, SwiGLU) and GPT-2-like (LayerNorm,
 #: learned positions, GELU), each small (activations in cache) and larger (beyond it), at
@@ -55,6 +65,9 @@ CALIBRATION_MODELS = (
                        positions="learned", tied_embeddings=True, bias=True), 6, 192),
 )
 SCALE_RANGE = (0.05, 50.0)
+#: A calibration step whose rounds' medians differ by more than this share of their median is
+#: named unreliable: the machine's speed changed while it was calibrated.
+ROUND_SPREAD = 0.10
 
 
 @dataclass(frozen=True)
@@ -76,27 +89,52 @@ def _group(phase: str) -> str:
     return "optimizer" if phase == "optimizer" else "forward-backward"
 
 
-def _run(config: TransformerConfig, batch: int, seq: int, step: str, hardware: Hardware,
-         budget_s: float, repeats: int) -> Run:
-    from tensorledger.bench.harness import measure
-    from tensorledger.bench.optiming import profile_ops
+@dataclass
+class _Timed:
+    """One calibration step built and traced, and what its rounds measured."""
+
+    prepared: PreparedStep
+    prediction: RooflinePrediction  # at the probed rates
+    samples_s: list[float] = dataclasses.field(default_factory=list)  # whole-step samples
+    round_medians_s: list[float] = dataclasses.field(default_factory=list)
+    # the profiler's own time of each op, one profiled step per round
+    profiles: list[tuple[OpTime, ...]] = dataclasses.field(default_factory=list)
+
+
+def _build(config: TransformerConfig, batch: int, seq: int, step: str,
+           hardware: Hardware) -> _Timed:
     from tensorledger.roofline import predict
-    from tensorledger.roofline.compare import compare
-    from tensorledger.workload import ModelSource, placement, prepare, record_step
+    from tensorledger.workload import ModelSource, prepare, record_step
     from tensorledger.workload.spec import resolve_workload
 
     source = ModelSource(label=config.name, kind="preset", builder="reference",
                          name=config.name, config=config)
     work = resolve_workload(source, batch=batch, seq=seq, step=step, precision="fp32",
                             device="cpu")
-    with placement("cpu") as target:
-        prepared = prepare(work, target)
-        prepared.run()
-        traced, _ = record_step(prepared)
-        prediction = predict(traced.records, hardware)
-        whole = measure(prepared.run, budget_s=budget_s, warmup=2, name=config.name)
-        per_op = profile_ops(prepared.run, "cpu", repeats=repeats)
-    result = compare(prediction, [per_op], whole.median_s, 1.0)
+    prepared = prepare(work, "cpu")
+    prepared.run()
+    traced, _ = record_step(prepared)
+    return _Timed(prepared, predict(traced.records, hardware))
+
+
+def _time_round(timed: _Timed, budget_s: float, name: str) -> None:
+    from tensorledger.bench.harness import measure
+    from tensorledger.bench.optiming import profile_ops
+
+    whole = measure(timed.prepared.run, budget_s=budget_s, warmup=1, name=name)
+    timed.samples_s += whole.samples_s
+    timed.round_medians_s.append(whole.median_s)
+    timed.profiles.append(profile_ops(timed.prepared.run, "cpu", repeats=1))
+
+
+def _run(timed: _Timed) -> Run:
+    """The :class:`Run` of a step timed over every round: the median of all its samples, and
+    the profiler's own time of each op averaged over the rounds."""
+    from tensorledger.roofline.compare import compare
+
+    prediction = timed.prediction
+    step_s = statistics.median(timed.samples_s)
+    result = compare(prediction, timed.profiles, step_s, 1.0)
     kernel: dict[str, float] = defaultdict(float)
     by_phase: dict[tuple[str, str], float] = defaultdict(float)
     ops: dict[str, int] = defaultdict(int)
@@ -106,13 +144,23 @@ def _run(config: TransformerConfig, batch: int, seq: int, step: str, hardware: H
         kernel[op.category] += op.time_s - op.overhead_s
         by_phase[_group(op.phase), op.category] += op.time_s - op.overhead_s
         ops[_group(op.phase)] += 1
-    return Run(step_s=whole.median_s,
+    return Run(step_s=step_s,
                categories={c.category: (c.ops, kernel[c.category], c.measured_s)
                            for c in result.categories if c.ops},
                kernel_by_phase=dict(by_phase), ops_by_phase=dict(ops),
                bytes_by_category={c: weighted[c] / k for c, k in kernel.items() if k > 0},
                ops=tuple((op.category, _group(op.phase), op.compute_time_s, op.memory_time_s,
                           op.ideal_time_s, float(op.bytes)) for op in prediction.ops))
+
+
+def round_spread(medians: Sequence[float]) -> float:
+    """How far a step's rounds disagree: (slowest − fastest) / their median.
+
+    >>> round_spread([10.0, 11.0, 12.0])
+    0.18181818181818182
+    """
+    middle = statistics.median(medians)
+    return (max(medians) - min(medians)) / middle if middle > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -240,22 +288,41 @@ def _by_size(samples: Sequence[StepSample], op_cost: float
     return curves
 
 
-def calibrate(hardware: Hardware, *, budget_s: float = 2.0, repeats: int = 3,
+def calibrate(hardware: Hardware, *, budget_s: float = 2.0, rounds: int = 3,
               progress: Callable[[str], None] | None = None) -> Calibration:
-    """Fit ``hardware``'s (a probed profile's) calibration on this CPU; see the module."""
+    """Fit ``hardware``'s (a probed profile's) calibration on this CPU; see the module.
+
+    Each calibration step is timed in ``rounds`` rounds of ``budget_s / rounds`` seconds (and
+    one profiled step), taken in turn over every step, so that a spell when the machine runs
+    slower falls on all of them alike rather than on one model.  A step whose rounds differ by
+    more than ``ROUND_SPREAD`` of its median is named in the calibration's ``unreliable``.
+    """
+    if rounds < 1 or not budget_s > 0:
+        raise InputError(f"calibrate needs rounds >= 1 and a budget above 0, got {rounds} "
+                         f"and {budget_s:g} s")
     say = progress or (lambda _: None)
     bare = dataclasses.replace(hardware, calibration=None)
-    samples = []
+    steps: list[tuple[str, _Timed]] = []
     for config, batch, seq in CALIBRATION_MODELS:
-        runs = []
         for step in ("forward-backward", "train"):
-            say(f"calibration: {config.name}, {step} step")
-            runs.append(_run(config, batch, seq, step, bare, budget_s, repeats))
-        samples.append(StepSample(*runs))
-    return fit(samples, source="fitted by tensorledger probe on " + ", ".join(
-        f"{c.name} (batch {b} × seq {s})" for c, b, s in CALIBRATION_MODELS) +
-        ": forward-backward and train steps in fp32; category scales from the profiler's own "
-        "time per op, the time between ops from the harness's whole-step times")
+            say(f"calibration: building {config.name}, {step} step")
+            steps.append((f"{config.name} {step} step", _build(config, batch, seq, step, bare)))
+    for index in range(rounds):
+        for name, timed in steps:
+            say(f"calibration round {index + 1} of {rounds}: {name}")
+            _time_round(timed, budget_s / rounds, name)
+    runs = [_run(timed) for _, timed in steps]
+    unreliable = tuple(f"calibration {name} (rounds differ by {spread:.0%})"
+                       for name, timed in steps
+                       for spread in (round_spread(timed.round_medians_s),)
+                       if spread > ROUND_SPREAD)
+    fitted = fit([StepSample(*runs[i:i + 2]) for i in range(0, len(runs), 2)],
+                 source="fitted by tensorledger probe on " + ", ".join(
+                     f"{c.name} (batch {b} × seq {s})" for c, b, s in CALIBRATION_MODELS) +
+                 f": forward-backward and train steps in fp32, {rounds} rounds each; category "
+                 "scales from the profiler's own time per op, the time between ops from the "
+                 "harness's whole-step times")
+    return dataclasses.replace(fitted, unreliable=unreliable)
 
 
 def calibration_toml(calibration: Calibration) -> str:
@@ -266,6 +333,7 @@ def calibration_toml(calibration: Calibration) -> str:
                         calibration.between_ops_s.items())
     by_size = ", ".join(f"{name} = [{', '.join(f'[{x!r}, {y!r}]' for x, y in points)}]"
                         for name, points in sorted(calibration.scale_by_size.items()))
+    unreliable = ", ".join(f'"{u}"' for u in calibration.unreliable)
     return "\n".join([
         "[calibration]  # whole eager steps: see tensorledger.ledger.calibrate",
         f'source = "{calibration.source}"',
@@ -273,4 +341,5 @@ def calibration_toml(calibration: Calibration) -> str:
         f"scale = {{ {scales} }}",
         f"between_ops = {{ {between} }}",
         *([f"scale_by_size = {{ {by_size} }}"] if by_size else []),
+        *([f"unreliable = [{unreliable}]"] if unreliable else []),
     ]) + "\n"
