@@ -124,7 +124,8 @@ def _time_round(timed: _Timed, budget_s: float, name: str) -> None:
     whole = measure(timed.prepared.run, budget_s=budget_s, warmup=1, name=name)
     timed.samples_s += whole.samples_s
     timed.round_medians_s.append(whole.median_s)
-    timed.profiles.append(profile_ops(timed.prepared.run, "cpu", repeats=1))
+    traced = {op.op.rsplit(".", 1)[0] for op in timed.prediction.ops}  # as the profiler names
+    timed.profiles.append(profile_ops(timed.prepared.run, "cpu", repeats=1, traced=traced))
 
 
 def _run(timed: _Timed) -> Run:

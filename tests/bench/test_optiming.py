@@ -1,0 +1,32 @@
+"""The profiler's op times: the ops a kernel calls inside itself are counted with the op that
+a trace of the step records, so measured and predicted times cover the same ops."""
+
+from __future__ import annotations
+
+import torch
+
+from tensorledger.bench.optiming import profile_ops
+from tensorledger.trace import trace
+
+
+def test_ops_called_inside_a_traced_op_count_with_it() -> None:
+    x = torch.randn(64, 64)
+    w = torch.randn(64, 64)
+
+    def step() -> None:
+        torch.nn.functional.linear(x, w).relu()
+
+    traced = {r.op.rsplit(".", 1)[0] for r in trace(step).records}
+    # a dispatch mode sees t, mm and relu; linear decomposes above it, and transpose and
+    # as_strided run inside t, clamp_min inside relu
+    assert {"aten.t", "aten.mm", "aten.relu"} <= traced
+    assert not {"aten.transpose", "aten.as_strided", "aten.clamp_min"} & traced
+    plain = {t.op for t in profile_ops(step, repeats=2)}
+    assert {"aten.transpose", "aten.as_strided", "aten.clamp_min"} <= plain
+    folded = profile_ops(step, repeats=2, traced=traced)
+    names = {t.op for t in folded}
+    # no op inside a traced one is left on its own; linear, called by nothing traced, keeps
+    # its name (its own time is the call's entry, before t and mm)
+    assert {"aten.t", "aten.mm", "aten.relu"} <= names
+    assert names <= {"aten.t", "aten.mm", "aten.relu", "aten.linear", "aten.matmul"}
+    assert all(t.time_s > 0 for t in folded)
