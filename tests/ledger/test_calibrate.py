@@ -245,3 +245,51 @@ def test_calibrate_times_every_step_in_rounds(monkeypatch: pytest.MonkeyPatch) -
     assert min(cal.between_ops_s.values()) >= 0
     with pytest.raises(InputError):
         calibration.calibrate(chip, rounds=0)
+
+
+def _with_footprint(run: Run, moved: float, view_s: float) -> Run:
+    """``run`` with one op that moves ``moved`` bytes (its footprint) and 20 views that take
+    ``view_s`` each."""
+    categories = dict(run.categories) | {"view": (20, 0.0, 20 * view_s)}
+    return dataclasses.replace(run, categories=categories,
+                               ops=(("matmul", "forward-backward", 1e-3, 0.0, 0.0, moved),))
+
+
+def test_the_cost_of_entering_an_op_by_the_steps_footprint_by_hand() -> None:
+    # A's train step moves 10 kB an op and its views take 10 µs; B's 1 MB and 20 µs
+    a = StepSample(A.forward_backward, _with_footprint(A.train, 1e4, 10e-6))
+    b = StepSample(B.forward_backward, _with_footprint(B.train, 1e6, 20e-6))
+    cal = fit([a, b])
+    # two points: the line through them, log-log
+    assert [x for point in cal.op_cost_by_footprint for x in point] == pytest.approx(
+        [1e4, 10e-6, 1e6, 20e-6])
+    # 100 kB is half way in log: 10 µs × 2^0.5 = 14.14 µs; flat beyond the ends
+    assert cal.entry(1e5) == pytest.approx(10e-6 * 2**0.5)
+    assert cal.entry(1e3) == pytest.approx(10e-6) and cal.entry(1e8) == pytest.approx(20e-6)
+    assert cal.entry(None) == pytest.approx(cal.op_cost_s) == pytest.approx(0.6e-3 / 40)
+    # matmul: each run's measured less its own cost of entry, over the kernels:
+    # (5 ms − 10 × 10 µs) + (9 ms − 10 × 20 µs) = 13.7 ms over 6 ms
+    assert cal.scale["matmul"] == pytest.approx(13.7 / 6)
+    text = ('name = "cpu"\nmemory = "8GB"\nmemory_bandwidth = "10GB/s"\n[dense]\n'
+            'fp32 = "100GFLOP/s"\n') + calibration_toml(cal)
+    chip = parse_hardware_toml(text, "test", "local")
+    assert chip.calibration is not None
+    assert chip.calibration.op_cost_by_footprint == cal.op_cost_by_footprint
+    # a step's ops are priced at its own footprint: (10 + 1000 B) / 2 ops moving any = 505 B
+    cheap = Op("aten.add.Tensor", "elementwise", 0, 5, 5, ("fp32",), ("fp32",))
+    dear = Op("aten.add.Tensor", "elementwise", 0, 500, 500, ("fp32",), ("fp32",))
+    prediction = predict([cheap, dear], chip)
+    assert [o.overhead_s - o.between_ops_s for o in prediction.ops] == pytest.approx(
+        [cal.entry(505.0)] * 2)
+    assert predict_op(0, cheap, chip, footprint=1e5).overhead_s == pytest.approx(
+        10e-6 * 2**0.5 + chip.calibration.between("forward"))
+
+
+def test_a_bad_footprint_curve_is_refused() -> None:
+    from tensorledger.errors import ConfigError
+
+    base = ('name = "cpu"\nmemory = "8GB"\nmemory_bandwidth = "10GB/s"\n[dense]\n'
+            'fp32 = "100GFLOP/s"\n[calibration]\n')
+    for bad in ("[[2e6, 1e-5], [1e4, 2e-5]]", "[[1e4, -1e-5]]", '[[1e4, "10us"]]', "3"):
+        with pytest.raises(ConfigError, match="op_cost_by_footprint"):
+            parse_hardware_toml(base + f"op_cost_by_footprint = {bad}\n", "test", "local")

@@ -141,6 +141,10 @@ class Calibration:
     scale_by_size: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     # calibration steps whose rounds disagreed: the machine's speed changed while they ran
     unreliable: tuple[str, ...] = ()
+    # the cost of entering an op by the step's footprint, ((mean bytes an op of the step
+    # moves, seconds), ...): entering an op costs more in a step whose kernels stream more
+    # through the caches; it replaces ``op_cost_s`` where a step's footprint is known
+    op_cost_by_footprint: tuple[tuple[float, float], ...] = ()
 
     def factor(self, category: str, moved: float) -> float:
         """The factor on the kernel time of a ``category`` op that moves ``moved`` bytes."""
@@ -148,6 +152,13 @@ class Calibration:
         if curve:
             return interpolate(curve, moved) if moved > 0 else curve[0][1]
         return self.scale.get(category, 1.0)
+
+    def entry(self, footprint: float | None) -> float:
+        """The cost of entering an op of a step whose ops move ``footprint`` bytes on
+        average (``None``: not known)."""
+        if self.op_cost_by_footprint and footprint is not None and footprint > 0:
+            return interpolate(self.op_cost_by_footprint, footprint)
+        return self.op_cost_s
 
     def between(self, phase: str) -> float:
         key = "optimizer" if phase == "optimizer" else "forward-backward"
@@ -476,9 +487,10 @@ def _calibration(chip: str, raw: Any, where: str) -> Calibration:
     """``[calibration]`` of a probed profile: ``scale`` (category → factor), ``op_cost`` and
     ``between_ops`` (``forward-backward``, ``optimizer`` → duration)."""
     if not isinstance(raw, dict) or set(raw) - {"scale", "op_cost", "between_ops", "source",
-                                                "scale_by_size", "unreliable"}:
+                                                "scale_by_size", "unreliable",
+                                                "op_cost_by_footprint"}:
         raise ConfigError(f"{where}: [{chip}.calibration] takes scale, scale_by_size, op_cost, "
-                          "between_ops, source and unreliable")
+                          "op_cost_by_footprint, between_ops, source and unreliable")
     scales = raw.get("scale", {})
     if not isinstance(scales, dict) or not all(
             isinstance(v, int | float) and not isinstance(v, bool) and 0.01 <= v <= 100
@@ -500,7 +512,23 @@ def _calibration(chip: str, raw: Any, where: str) -> Calibration:
                                   where, low=0.0, high=MAX_OP_OVERHEAD_S, example='"3us"')
                        for k, v in between.items()},
         source=_text(chip, "calibration.source", raw.get("source", ""), where),
-        unreliable=_unreliable(chip, raw.get("unreliable", []), where))
+        unreliable=_unreliable(chip, raw.get("unreliable", []), where),
+        op_cost_by_footprint=_footprint_curve(chip, raw.get("op_cost_by_footprint", []), where))
+
+
+def _footprint_curve(chip: str, raw: Any, where: str) -> tuple[tuple[float, float], ...]:
+    """``op_cost_by_footprint``: [[bytes, seconds], ...], bytes increasing, each cost above 0
+    and at most ``MAX_OP_OVERHEAD_S``."""
+    ok = isinstance(raw, list) and all(
+        isinstance(p, list) and len(p) == 2 and _point_value(p[0]) and isinstance(
+            p[1], int | float) and not isinstance(p[1], bool) and 0 < p[1] <= MAX_OP_OVERHEAD_S
+        for p in raw)
+    sizes = [float(p[0]) for p in raw] if ok else []
+    if not ok or sizes != sorted(set(sizes)):
+        raise ConfigError(f"{where}: [{chip}.calibration] op_cost_by_footprint must be "
+                          "[[bytes, seconds], ...] with bytes increasing and each cost above 0 "
+                          f"and at most {MAX_OP_OVERHEAD_S:g} s")
+    return tuple((float(x), float(y)) for x, y in raw)
 
 
 def _scale_curves(chip: str, raw: Any, where: str

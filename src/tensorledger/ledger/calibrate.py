@@ -196,13 +196,22 @@ def fit(samples: Sequence[StepSample], source: str = "") -> Calibration:
             kernel[name] += kernel_s
             measured[name] += measured_s
     op_cost = measured["view"] / ops["view"] if ops.get("view") else 0.0
+    entering = Calibration(scale={}, op_cost_s=op_cost, between_ops_s={},
+                           op_cost_by_footprint=_entry_by_footprint(samples))
+
+    def entry(run: Run) -> float:
+        return entering.entry(_footprint(run))
+
     low, high = SCALE_RANGE
-    scale = {name: min(high, max(low, (measured[name] - ops[name] * op_cost) / kernel[name]))
+    beyond: dict[str, float] = defaultdict(float)  # measured less each run's cost of entry
+    for sample in samples:
+        for name, (count, _, measured_s) in sample.train.categories.items():
+            beyond[name] += measured_s - count * entry(sample.train)
+    scale = {name: min(high, max(low, beyond[name] / kernel[name]))
              for name in kernel if kernel[name] > 0 and name != "view"}
 
-    curves = _by_size(samples, op_cost)
-    draft = Calibration(scale=scale, op_cost_s=op_cost, between_ops_s={}, source=source,
-                        scale_by_size=curves)
+    curves = _by_size(samples, entry)
+    draft = dataclasses.replace(entering, scale=scale, source=source, scale_by_size=curves)
 
     def kernels(run: Run) -> float:
         """The run's kernels as the calibrated model prices them (each op's factor at its
@@ -224,7 +233,7 @@ def fit(samples: Sequence[StepSample], source: str = "") -> Calibration:
                 continue
             fb = run.ops_by_phase.get("forward-backward", 0)
             opt = run.ops_by_phase.get("optimizer", 0)
-            known = kernels(run) + (fb + opt) * op_cost
+            known = kernels(run) + (fb + opt) * entry(run)
             rows.append((fb / run.step_s, opt / run.step_s, 1.0 - known / run.step_s))
     fb_between, opt_between = nonnegative_least_squares(rows)
     return dataclasses.replace(draft, between_ops_s={"forward-backward": fb_between,
@@ -261,7 +270,50 @@ def nonnegative_least_squares(rows: Sequence[tuple[float, float, float]]
     return min(((only_x, 0.0), (0.0, only_y)), key=lambda xy: cost(*xy))
 
 
-def _by_size(samples: Sequence[StepSample], op_cost: float
+def _footprint(run: Run) -> float | None:
+    """The mean bytes an op of the run moves, over the ops that move any (as
+    ``roofline.model.step_footprint`` finds it for a traced step)."""
+    moving = [moved for *_, moved in run.ops if moved > 0]
+    return sum(moving) / len(moving) if moving else None
+
+
+def _entry_by_footprint(samples: Sequence[StepSample]) -> tuple[tuple[float, float], ...]:
+    """The cost of entering an op against the step's footprint: each run's views (they run
+    no kernel, so their own time is entering an op) per view, and the least-squares line
+    through them in log-log, kept as its two ends; empty where the runs' footprints do not
+    spread over a factor of 2."""
+    points = []
+    for sample in samples:
+        for run in (sample.forward_backward, sample.train):
+            count, _, measured_s = run.categories.get("view", (0, 0.0, 0.0))
+            footprint = _footprint(run)
+            if count and measured_s > 0 and footprint:
+                points.append((footprint, measured_s / count))
+    return _log_line(points, (1e-9, 1e-3))
+
+
+def _log_line(points: Sequence[tuple[float, float]], clamp: tuple[float, float]
+              ) -> tuple[tuple[float, float], ...]:
+    """The least-squares line through ``points`` in log-log, kept as its two ends (values
+    clamped to ``clamp``); empty with fewer than 2 points or sizes within a factor of 2.
+
+    >>> ends = _log_line([(1.0, 2.0), (4.0, 8.0), (16.0, 32.0)], (0.0, 100.0))
+    >>> [(round(x, 9), round(y, 9)) for x, y in ends]
+    [(1.0, 2.0), (16.0, 32.0)]
+    """
+    xs = [math.log(x) for x, _ in points]
+    if len(points) < 2 or max(xs) - min(xs) < math.log(2):
+        return ()
+    ys = [math.log(y) for _, y in points]
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - mean_x) ** 2 for x in xs)
+    low, high = clamp
+    return tuple((math.exp(x), min(high, max(low, math.exp(mean_y + slope * (x - mean_x)))))
+                 for x in (min(xs), max(xs)))
+
+
+def _by_size(samples: Sequence[StepSample], entry: Callable[[Run], float]
              ) -> dict[str, tuple[tuple[float, float], ...]]:
     """Per category, each model's own scale at its typical op size, and the least-squares
     line through them in log-log, kept as its two ends (flat beyond them)."""
@@ -270,23 +322,11 @@ def _by_size(samples: Sequence[StepSample], op_cost: float
         run = sample.train
         for name, (count, kernel_s, measured_s) in run.categories.items():
             size = run.bytes_by_category.get(name, 0.0)
-            value = (measured_s - count * op_cost) / kernel_s if kernel_s > 0 else 0.0
+            value = (measured_s - count * entry(run)) / kernel_s if kernel_s > 0 else 0.0
             if name != "view" and size > 0 and value > 0:
                 points[name].append((size, value))
-    low, high = SCALE_RANGE
-    curves = {}
-    for name, found in points.items():
-        xs = [math.log(x) for x, _ in found]
-        if len(found) < 2 or max(xs) - min(xs) < math.log(2):  # no spread of sizes to fit
-            continue
-        ys = [math.log(y) for _, y in found]
-        mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
-        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sum(
-            (x - mean_x) ** 2 for x in xs)
-        ends = (min(xs), max(xs))
-        curves[name] = tuple((math.exp(x), min(high, max(low, math.exp(
-            mean_y + slope * (x - mean_x))))) for x in ends)
-    return curves
+    curves = {name: _log_line(found, SCALE_RANGE) for name, found in points.items()}
+    return {name: curve for name, curve in curves.items() if curve}
 
 
 def calibrate(hardware: Hardware, *, budget_s: float = 2.0, rounds: int = 3,
@@ -335,6 +375,7 @@ def calibration_toml(calibration: Calibration) -> str:
     by_size = ", ".join(f"{name} = [{', '.join(f'[{x!r}, {y!r}]' for x, y in points)}]"
                         for name, points in sorted(calibration.scale_by_size.items()))
     unreliable = ", ".join(f'"{u}"' for u in calibration.unreliable)
+    footprint = ", ".join(f"[{x!r}, {y!r}]" for x, y in calibration.op_cost_by_footprint)
     return "\n".join([
         "[calibration]  # whole eager steps: see tensorledger.ledger.calibrate",
         f'source = "{calibration.source}"',
@@ -342,5 +383,6 @@ def calibration_toml(calibration: Calibration) -> str:
         f"scale = {{ {scales} }}",
         f"between_ops = {{ {between} }}",
         *([f"scale_by_size = {{ {by_size} }}"] if by_size else []),
+        *([f"op_cost_by_footprint = [{footprint}]"] if footprint else []),
         *([f"unreliable = [{unreliable}]"] if unreliable else []),
     ]) + "\n"

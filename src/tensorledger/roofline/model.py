@@ -173,7 +173,10 @@ def _predict_collective(index: int, op: OpLike, collective: Any, hardware: Hardw
         ideal_time_s=priced.time_s, ideal_bound=bound, link_time_s=priced.time_s)
 
 
-def predict_op(index: int, op: OpLike, hardware: Hardware) -> OpPrediction:
+def predict_op(index: int, op: OpLike, hardware: Hardware,
+               footprint: float | None = None) -> OpPrediction:
+    """One op's prediction; ``footprint``: the mean bytes an op of its step moves, which a
+    calibrated profile prices the cost of entering an op by."""
     collective = getattr(op, "collective", None)
     if collective is not None and collective.kind in _LINK_KINDS:
         return _predict_collective(index, op, collective, hardware)
@@ -205,7 +208,7 @@ def predict_op(index: int, op: OpLike, hardware: Hardware) -> OpPrediction:
         factor = calibration.factor(op.category, moved)
         compute, memory = compute * factor, memory * factor
         between = calibration.between(op.phase)
-        overhead = calibration.op_cost_s + between
+        overhead = calibration.entry(footprint) + between
     if overhead == 0 and moved == 0 and op.flops == 0:
         bound = "free"
     elif overhead > max(compute, memory):
@@ -298,7 +301,9 @@ def predict(records: Iterable[OpLike], hardware: Hardware, *, tokens: int | None
             mfu_dtype: str | None = None) -> RooflinePrediction:
     """Predicted time of every op and of the step; MFU against ``mfu_dtype``'s peak (by
     default the matrix peak most of the step's matmul FLOPs ran at)."""
-    ops = tuple(predict_op(i, r, hardware) for i, r in enumerate(records))
+    records = tuple(records)
+    footprint = step_footprint(records) if hardware.calibration is not None else None
+    ops = tuple(predict_op(i, r, hardware, footprint) for i, r in enumerate(records))
     time_s = sum(o.time_s for o in ops)
     flops = sum(o.flops for o in ops)
     if mfu_dtype is not None:
@@ -329,6 +334,20 @@ def predict(records: Iterable[OpLike], hardware: Hardware, *, tokens: int | None
         bound_bandwidth="the fastest bandwidth measured (from cache where a buffer fits)"
         if hardware.curves.get("bandwidth") else "datasheet bandwidth",
         communication_s=communication_s, overlapped_time_s=overlapped(ops))
+
+
+def step_footprint(records: Iterable[OpLike]) -> float | None:
+    """The mean bytes an op of the step moves, over the ops that move any (``None`` when none
+    does).
+
+    >>> from types import SimpleNamespace as Op
+    >>> step_footprint([Op(bytes_read=100, bytes_written=50), Op(bytes_read=0, bytes_written=0),
+    ...                 Op(bytes_read=30, bytes_written=20)])
+    100.0
+    """
+    moved = [r.bytes_read + r.bytes_written for r in records]
+    moving = [m for m in moved if m > 0]
+    return sum(moving) / len(moving) if moving else None
 
 
 def overlapped(ops: Sequence[OpPrediction]) -> float:
