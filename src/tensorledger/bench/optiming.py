@@ -83,7 +83,8 @@ def profile_ops(step: Callable[[], Any], device: str | torch.device = "cpu", *,
     """Each aten op's own time per step (averaged over ``repeats`` steps), by op name
     (``aten.mm``: the profiler does not name overloads).
 
-    ``traced``: the op names (``aten.mm``) a trace of the step records.  The profiler also
+    ``traced``: the op names a trace of the step records (``aten.mm.default``; the overload
+    is dropped to match the profiler's names).  The profiler also
     times the ops a kernel calls inside itself (``_to_copy`` and ``copy_`` inside an
     optimizer's op, ``as_strided`` inside ``transpose``), which a trace does not see: a mode
     sees the outermost op of each call.  Each op's own time is then counted with its
@@ -101,15 +102,17 @@ def profile_ops(step: Callable[[], Any], device: str | torch.device = "cpu", *,
         for _ in range(repeats):
             step()
         synchronize(dev)
+    names = None if traced is None else {op.rsplit(".", 1)[0] if op.count(".") >= 2 else op
+                                         for op in traced}
     totals: dict[str, float] = defaultdict(float)
     for event in profiler.events():
         if not event.name.startswith("aten::"):
             continue
         owner = event
-        if traced is not None:  # the outermost traced op around it: the one the trace saw
+        if names is not None:  # the outermost traced op around it: the one the trace saw
             caller = event
             while caller is not None:
-                if _name(caller.name) in traced:
+                if _name(caller.name) in names:
                     owner = caller
                 caller = caller.cpu_parent
         own_us = (event.self_device_time_total if dev.type == "cuda"

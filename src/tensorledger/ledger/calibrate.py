@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 from tensorledger.errors import InputError
 from tensorledger.hardware import Calibration, Hardware
 from tensorledger.napkin.transformer import TransformerConfig
+from tensorledger.roofline.model import step_footprint
 
 if TYPE_CHECKING:
     from tensorledger.bench.optiming import OpTime
@@ -128,8 +129,8 @@ def _time_round(timed: _Timed, budget_s: float, name: str) -> None:
     whole = measure(timed.prepared.run, budget_s=budget_s, warmup=1, name=name)
     timed.samples_s += whole.samples_s
     timed.round_medians_s.append(whole.median_s)
-    traced = {op.op.rsplit(".", 1)[0] for op in timed.prediction.ops}  # as the profiler names
-    timed.profiles.append(profile_ops(timed.prepared.run, "cpu", repeats=1, traced=traced))
+    timed.profiles.append(profile_ops(timed.prepared.run, "cpu", repeats=1,
+                                      traced={op.op for op in timed.prediction.ops}))
 
 
 def _run(timed: _Timed) -> Run:
@@ -205,7 +206,7 @@ def fit(samples: Sequence[StepSample], source: str = "") -> Calibration:
                            op_cost_by_footprint=_entry_by_footprint(samples))
 
     def entry(run: Run) -> float:
-        return entering.entry(_footprint(run))
+        return entering.entry(step_footprint(moved for *_, moved in run.ops))
 
     low, high = SCALE_RANGE
     beyond: dict[str, float] = defaultdict(float)  # measured less each run's cost of entry
@@ -275,13 +276,6 @@ def nonnegative_least_squares(rows: Sequence[tuple[float, float, float]]
     return min(((only_x, 0.0), (0.0, only_y)), key=lambda xy: cost(*xy))
 
 
-def _footprint(run: Run) -> float | None:
-    """The mean bytes an op of the run moves, over the ops that move any (as
-    ``roofline.model.step_footprint`` finds it for a traced step)."""
-    moving = [moved for *_, moved in run.ops if moved > 0]
-    return sum(moving) / len(moving) if moving else None
-
-
 def _entry_by_footprint(samples: Sequence[StepSample]) -> tuple[tuple[float, float], ...]:
     """The cost of entering an op against the step's footprint: each run's views (they run
     no kernel, so their own time is entering an op) per view, and the least-squares line
@@ -291,7 +285,7 @@ def _entry_by_footprint(samples: Sequence[StepSample]) -> tuple[tuple[float, flo
     for sample in samples:
         for run in (sample.forward_backward, sample.train):
             count, _, measured_s = run.categories.get("view", (0, 0.0, 0.0))
-            footprint = _footprint(run)
+            footprint = step_footprint(moved for *_, moved in run.ops)
             if count and measured_s > 0 and footprint:
                 points.append((footprint, measured_s / count))
     return _log_line(points, (1e-9, 1e-3))

@@ -122,8 +122,8 @@ def roofline_report(work: Workload, hardware: Hardware, *, measure_step: bool = 
                             name=f"{work.model} {work.step.name}")
             warning = whole.warning
             say("timing each op (profiler)")
-            per_op = profile_ops(step.run, work.device, repeats=timing_runs, traced={
-                record.op.rsplit(".", 1)[0] for record in traced.records})
+            per_op = profile_ops(step.run, work.device, repeats=timing_runs,
+                                 traced={record.op for record in traced.records})
         comparison = compare(prediction, [per_op], whole.median_s,
                              hardware.peak_flop_per_s(prediction.mfu_peak_key))
     return RooflineRun(model=work.model, built_by=work.source.built_by, step=work.step.name,

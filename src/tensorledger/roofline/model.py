@@ -302,7 +302,8 @@ def predict(records: Iterable[OpLike], hardware: Hardware, *, tokens: int | None
     """Predicted time of every op and of the step; MFU against ``mfu_dtype``'s peak (by
     default the matrix peak most of the step's matmul FLOPs ran at)."""
     records = tuple(records)
-    footprint = step_footprint(records) if hardware.calibration is not None else None
+    footprint = step_footprint(r.bytes_read + r.bytes_written for r in records) if (
+        hardware.calibration is not None) else None
     ops = tuple(predict_op(i, r, hardware, footprint) for i, r in enumerate(records))
     time_s = sum(o.time_s for o in ops)
     flops = sum(o.flops for o in ops)
@@ -336,16 +337,13 @@ def predict(records: Iterable[OpLike], hardware: Hardware, *, tokens: int | None
         communication_s=communication_s, overlapped_time_s=overlapped(ops))
 
 
-def step_footprint(records: Iterable[OpLike]) -> float | None:
-    """The mean bytes an op of the step moves, over the ops that move any (``None`` when none
-    does).
+def step_footprint(moved: Iterable[float]) -> float | None:
+    """The mean bytes an op of the step moves, from each op's bytes moved, over the ops that
+    move any (``None`` when none does).
 
-    >>> from types import SimpleNamespace as Op
-    >>> step_footprint([Op(bytes_read=100, bytes_written=50), Op(bytes_read=0, bytes_written=0),
-    ...                 Op(bytes_read=30, bytes_written=20)])
+    >>> step_footprint([150, 0, 50])
     100.0
     """
-    moved = [r.bytes_read + r.bytes_written for r in records]
     moving = [m for m in moved if m > 0]
     return sum(moving) / len(moving) if moving else None
 
