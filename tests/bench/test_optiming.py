@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from tensorledger.bench.optiming import profile_ops
+from tensorledger.bench.optiming import profile_calls, profile_ops
 from tensorledger.trace import trace
 
 
@@ -30,3 +30,25 @@ def test_ops_called_inside_a_traced_op_count_with_it() -> None:
     assert {"aten.t", "aten.mm", "aten.relu"} <= names
     assert names <= {"aten.t", "aten.mm", "aten.relu", "aten.linear", "aten.matmul"}
     assert all(t.time_s > 0 for t in folded)
+
+
+def test_calls_come_in_order_one_step_each() -> None:
+    x = torch.randn(64, 64)
+    w = torch.randn(64, 64)
+
+    def step() -> None:
+        torch.nn.functional.linear(x, w).relu().sum()
+
+    traced = {r.op for r in trace(step).records}
+    runs = profile_calls(step, repeats=3, traced=traced)
+    assert len(runs) == 3
+    for run in runs:
+        # besides the entries of linear and matmul, which decompose above the trace, the
+        # calls the trace records, in its order
+        composite = {"aten.linear", "aten.matmul"}
+        assert [c.op for c in run if c.op not in composite] == ["aten.t", "aten.mm",
+                                                               "aten.relu", "aten.sum"]
+        assert all(c.time_s > 0 for c in run)
+    # profile_ops is the same calls summed by name, per step
+    total = {t.op: t.time_s for t in profile_ops(step, repeats=2, traced=traced)}
+    assert set(total) == {c.op for c in runs[0]}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 import pytest
 
@@ -27,8 +28,8 @@ A = StepSample(
                          kernel_by_phase={("forward-backward", "matmul"): 2e-3,
                                           ("forward-backward", "elementwise"): 1e-3},
                          ops_by_phase={"forward-backward": 50}),
-    train=Run(step_s=40e-3, categories={"matmul": (10, 2e-3, 5e-3), "view": (20, 0.0, 2e-4),
-                                        "elementwise": (30, 1.5e-3, 2.2e-3)},
+    train=Run(step_s=40e-3, categories={"matmul": (10, 2e-3, 4.7e-3), "view": (20, 0.0, 2e-4),
+                                        "elementwise": (30, 1.5e-3, 2.1e-3)},
               kernel_by_phase={("forward-backward", "matmul"): 2e-3,
                                ("forward-backward", "elementwise"): 1e-3,
                                ("optimizer", "elementwise"): 0.5e-3},
@@ -37,8 +38,8 @@ B = StepSample(
     forward_backward=Run(step_s=30e-3, categories={},
                          kernel_by_phase={("forward-backward", "matmul"): 4e-3},
                          ops_by_phase={"forward-backward": 30}),
-    train=Run(step_s=45e-3, categories={"matmul": (10, 4e-3, 9e-3), "view": (20, 0.0, 2e-4),
-                                        "elementwise": (10, 0.5e-3, 0.6e-3)},
+    train=Run(step_s=45e-3, categories={"matmul": (10, 4e-3, 9.3e-3), "view": (20, 0.0, 2e-4),
+                                        "elementwise": (10, 0.5e-3, 0.7e-3)},
               kernel_by_phase={("forward-backward", "matmul"): 4e-3,
                                ("optimizer", "elementwise"): 0.5e-3},
               ops_by_phase={"forward-backward": 30, "optimizer": 10}))
@@ -48,11 +49,13 @@ def test_fit_by_hand() -> None:
     cal = fit([A, B])
     # op cost: views run no kernel: (0.2 + 0.2 ms) / 40 views = 10 µs
     assert cal.op_cost_s == pytest.approx(4e-4 / 40)
-    # matmul: (5 + 9 ms − 20 ops × 10 µs) / (2 + 4 ms) = 13.8 / 6 = 2.3
-    assert cal.scale["matmul"] == pytest.approx(13.8 / 6)
-    # elementwise: (2.2 + 0.6 ms − 40 × 10 µs) / 2 ms = 2.4 / 2 = 1.2
+    # matmul, less 10 ops × 10 µs entering them: A 4.6 ms = 2 ms × s + 10 × c,
+    # B 9.2 ms = 4 ms × s + 10 × c: s = 2.3 and no cost a call
+    assert cal.scale["matmul"] == pytest.approx(2.3)
+    # elementwise: A 2.1 − 0.3 = 1.8 ms over 1.5 ms, B 0.7 − 0.1 = 0.6 ms over 0.5 ms: 1.2
     assert cal.scale["elementwise"] == pytest.approx(1.2)
     assert "view" not in cal.scale
+    assert cal.call_cost_s == {} and cal.piece_cost_s == {}
 
 
 def _steps(sample: StepSample, fb_s: float, train_s: float) -> StepSample:
@@ -182,32 +185,55 @@ def test_between_ops_is_set_beside_the_measured_residual() -> None:
     assert result.between_error == pytest.approx(5e-6 / 10e-6 - 1)  # −50%
 
 
-def _sized(size: float, kernel_s: float, measured_s: float) -> StepSample:
-    run = Run(step_s=1.0, categories={"elementwise": (10, kernel_s, measured_s),
-                                      "view": (10, 0.0, 0.0)},
-              kernel_by_phase={}, ops_by_phase={}, bytes_by_category={"elementwise": size})
-    return StepSample(forward_backward=run, train=run)
+def _copies(ops: int, kernel_s: float, parts: float, measured_s: float) -> StepSample:
+    run = Run(step_s=1.0, categories={"copy": (ops, kernel_s, measured_s),
+                                      "view": (20, 0.0, 2e-4)},
+              kernel_by_phase={}, ops_by_phase={}, pieces={"copy": parts})
+    return StepSample(forward_backward=dataclasses.replace(run, categories={}), train=run)
 
 
-def test_scales_by_size_by_hand() -> None:
-    # scale 1 at 1 KB ops, 4 at 1 MB ops (no op cost: the views took no time)
-    cal = fit([_sized(1e3, 1e-3, 1e-3), _sized(1e6, 1e-3, 4e-3)])
-    (small, large) = cal.scale_by_size["elementwise"]
-    assert small == pytest.approx((1e3, 1.0)) and large == pytest.approx((1e6, 4.0))
-    # log-log between the ends: at 31.6 KB (halfway in log) the factor is √4 = 2
-    assert cal.factor("elementwise", 10**4.5) == pytest.approx(2.0)
-    assert cal.factor("elementwise", 1e9) == pytest.approx(4.0)  # flat beyond the ends
-    assert cal.factor("matmul", 1e6) == 1.0  # a category the fit never saw
-    # three models on a line in log-log: the least-squares line passes through them
-    three = fit([_sized(1e3, 1e-3, 1e-3), _sized(1e6, 1e-3, 4e-3), _sized(10**4.5, 1e-3, 2e-3)])
-    assert three.factor("elementwise", 10**4.5) == pytest.approx(2.0)
+@dataclass(frozen=True)
+class Copy(Op):
+    output_shapes: tuple[tuple[int, ...], ...] = ()
+
+
+def test_a_cost_a_call_and_a_piece_by_hand() -> None:
+    # copies at scale 1.5, 50 µs a call and 10 ns a piece (rows written), 10 µs to enter
+    # each op (20 views of 10 µs): measured = 1.5 × kernel + 50 µs × ops + 10 ns × pieces
+    # + 10 µs × ops
+    runs = [_copies(10, 1e-3, 1e3, 1.5e-3 + 0.5e-3 + 0.01e-3 + 0.1e-3),
+            _copies(20, 3e-3, 5e4, 4.5e-3 + 1.0e-3 + 0.5e-3 + 0.2e-3),
+            _copies(10, 2e-3, 2e5, 3.0e-3 + 0.5e-3 + 2.0e-3 + 0.1e-3)]
+    cal = fit(runs)
+    assert cal.scale["copy"] == pytest.approx(1.5)
+    assert cal.call_cost_s["copy"] == pytest.approx(50e-6)
+    assert cal.piece_cost_s["copy"] == pytest.approx(10e-9)
     text = ('name = "cpu"\nmemory = "8GB"\nmemory_bandwidth = "10GB/s"\n[dense]\n'
             'fp32 = "100GFLOP/s"\n') + calibration_toml(cal)
     chip = parse_hardware_toml(text, "test", "local")
     assert chip.calibration is not None
-    read = chip.calibration.scale_by_size["elementwise"]
-    assert [p for point in read for p in point] == pytest.approx(
-        [p for point in cal.scale_by_size["elementwise"] for p in point])
+    assert chip.calibration.call_cost_s == pytest.approx(cal.call_cost_s)
+    assert chip.calibration.piece_cost_s == pytest.approx(cal.piece_cost_s)
+    # a clone writing (4, 8, 16): 32 rows of 16; 4 kB moved at 10 GB/s = 0.4 µs × 1.5
+    clone = Copy("aten.clone.default", "copy", 0, 2048, 2048, ("fp32",), ("fp32",),
+                 output_shapes=((4, 8, 16),))
+    p = predict_op(0, clone, chip)
+    assert p.time_s == pytest.approx(1.5 * 4096 / 1e10 + 50e-6 + 32 * 10e-9 + 10e-6)
+
+
+def test_costly_elementwise_ops_have_their_own_scale() -> None:
+    cal = Calibration(scale={"elementwise": 1.0, "elementwise-costly": 3.0}, op_cost_s=0.0,
+                      between_ops_s={})
+    chip = dataclasses.replace(CHIP, calibration=cal)
+    moved = 4 * 10**6  # 8 MB at 10 GB/s: 0.8 ms
+    gelu = Op("aten.gelu.default", "elementwise", 0, moved, moved, ("fp32",), ("fp32",))
+    add = Op("aten.add.Tensor", "elementwise", 0, moved, moved, ("fp32",), ("fp32",))
+    assert predict_op(0, gelu, chip).time_s == pytest.approx(3 * 0.8e-3)
+    assert predict_op(0, add, chip).time_s == pytest.approx(0.8e-3)
+    # a profile without the class prices the op at its category's scale
+    plain = dataclasses.replace(chip, calibration=dataclasses.replace(
+        cal, scale={"elementwise": 2.0}))
+    assert predict_op(0, gelu, plain).time_s == pytest.approx(2 * 0.8e-3)
 
 
 def test_a_factor_below_one_stops_at_the_bound() -> None:
@@ -252,7 +278,7 @@ def _with_footprint(run: Run, moved: float, view_s: float) -> Run:
     ``view_s`` each."""
     categories = dict(run.categories) | {"view": (20, 0.0, 20 * view_s)}
     return dataclasses.replace(run, categories=categories,
-                               ops=(("matmul", "forward-backward", 1e-3, 0.0, 0.0, moved),))
+                               ops=(("matmul", "forward-backward", 1e-3, 0.0, 0.0, moved, 0.0),))
 
 
 def test_the_cost_of_entering_an_op_by_the_steps_footprint_by_hand() -> None:
@@ -267,9 +293,11 @@ def test_the_cost_of_entering_an_op_by_the_steps_footprint_by_hand() -> None:
     assert cal.entry(1e5) == pytest.approx(10e-6 * 2**0.5)
     assert cal.entry(1e3) == pytest.approx(10e-6) and cal.entry(1e8) == pytest.approx(20e-6)
     assert cal.entry(None) == pytest.approx(cal.op_cost_s) == pytest.approx(0.6e-3 / 40)
-    # matmul: each run's measured less its own cost of entry, over the kernels:
-    # (5 ms − 10 × 10 µs) + (9 ms − 10 × 20 µs) = 13.7 ms over 6 ms
-    assert cal.scale["matmul"] == pytest.approx(13.7 / 6)
+    # matmul: each run's measured less its own cost of entry: A 4.7 ms − 10 × 10 µs = 4.6 ms
+    # = 2 ms × s + 10 × c, B 9.3 ms − 10 × 20 µs = 9.1 ms = 4 ms × s + 10 × c:
+    # s = 4.5 / 2 = 2.25 and c = (4.6 − 4.5) ms / 10 = 10 µs a call
+    assert cal.scale["matmul"] == pytest.approx(2.25)
+    assert cal.call_cost_s["matmul"] == pytest.approx(10e-6)
     text = ('name = "cpu"\nmemory = "8GB"\nmemory_bandwidth = "10GB/s"\n[dense]\n'
             'fp32 = "100GFLOP/s"\n') + calibration_toml(cal)
     chip = parse_hardware_toml(text, "test", "local")
@@ -293,3 +321,17 @@ def test_a_bad_footprint_curve_is_refused() -> None:
     for bad in ("[[2e6, 1e-5], [1e4, 2e-5]]", "[[1e4, -1e-5]]", '[[1e4, "10us"]]', "3"):
         with pytest.raises(ConfigError, match="op_cost_by_footprint"):
             parse_hardware_toml(base + f"op_cost_by_footprint = {bad}\n", "test", "local")
+
+
+def test_bad_class_costs_and_old_profiles_are_refused() -> None:
+    from tensorledger.errors import ConfigError
+
+    base = ('name = "cpu"\nmemory = "8GB"\nmemory_bandwidth = "10GB/s"\n[dense]\n'
+            'fp32 = "100GFLOP/s"\n[calibration]\n')
+    for key in ("call_cost", "piece_cost"):
+        for bad in ('"20us"', '{ copy = "-1us" }', "{ copy = true }", '{ copy = "fast" }'):
+            with pytest.raises(ConfigError, match=key):
+                parse_hardware_toml(base + f"{key} = {bad}\n", "test", "local")
+    # the size curves of an older calibration: the message says to probe again
+    with pytest.raises(ConfigError, match="probe` again"):
+        parse_hardware_toml(base + "scale_by_size = { copy = [[1e3, 1.0]] }\n", "test", "local")

@@ -40,7 +40,8 @@ def test_measure_on_cpu(cli) -> None:  # type: ignore[no-untyped-def]
     doc = cli("roofline", "--model", "tiny", "--batch", "1", "--seq", "8", "--measure",
               "--budget", "0.05", "--json").json()
     c = doc["comparison"]
-    assert c["measured_step_s"] > 0 and c["matched_by"] == "op name"  # the profiler's
+    # the profiler's calls line up with the trace's, bar the composite ops it also shows
+    assert c["measured_step_s"] > 0 and c["matched_by"].startswith("position (")
     assert c["error"] == pytest.approx(c["predicted_step_s"] / c["measured_step_s"] - 1)
     assert sum(k["predicted_s"] for k in c["categories"]) == pytest.approx(c["predicted_step_s"])
     assert c["measured_mfu"] == pytest.approx(c["flops"] / c["measured_step_s"]

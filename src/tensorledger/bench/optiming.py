@@ -1,12 +1,13 @@
 """Time the aten ops of a step: through the profiler, or by dispatch timing.
 
-``profile_ops`` asks torch's profiler for each op's own time (on the CPU its self CPU time, on
-CUDA its kernels' device time), summed per op name over a few steps: the profiler's cost per
-op is small and stays outside the ops' own times.  ``time_ops`` brackets each op with the
-clock inside a dispatch mode (and synchronises an asynchronous device around it); every op
-then also carries the cost of the mode's call, some microseconds, so it suits large ops.
-Either way the whole-step time comes from ``measure``; what it holds beyond the ops' own
-times is framework time between kernels (Python, autograd, module code).
+``profile_calls`` asks torch's profiler for each call's own time (on the CPU its self CPU
+time, on CUDA its kernels' device time), in call order, step by step (``profile_ops`` sums
+them per op name): the profiler's cost per op is small and stays outside the ops' own
+times.  ``time_ops`` brackets each op with the clock inside a dispatch mode (and synchronises
+an asynchronous device around it); every op then also carries the cost of the mode's call,
+some microseconds, so it suits large ops.  Either way the whole-step time comes from
+``measure``; what it holds beyond the ops' own times is framework time between kernels
+(Python, autograd, module code).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from tensorledger.bench.harness import synchronize
 
-__all__ = ["OpTime", "profile_ops", "time_ops"]
+__all__ = ["OpTime", "profile_calls", "profile_ops", "time_ops"]
 
 
 @dataclass(frozen=True)
@@ -78,18 +79,21 @@ def _native_stderr_silenced() -> Iterator[None]:
         os.close(saved)
 
 
-def profile_ops(step: Callable[[], Any], device: str | torch.device = "cpu", *,
-                repeats: int = 5, traced: Collection[str] | None = None) -> tuple[OpTime, ...]:
-    """Each aten op's own time per step (averaged over ``repeats`` steps), by op name
-    (``aten.mm``: the profiler does not name overloads).
+def profile_calls(step: Callable[[], Any], device: str | torch.device = "cpu", *,
+                  repeats: int = 5, traced: Collection[str] | None = None
+                  ) -> tuple[tuple[OpTime, ...], ...]:
+    """Each aten call's own time, in the order the step made the calls: one tuple per step,
+    ``repeats`` steps each profiled on its own (``aten.mm``: the profiler does not name
+    overloads).
 
     ``traced``: the op names a trace of the step records (``aten.mm.default``; the overload
-    is dropped to match the profiler's names).  The profiler also
-    times the ops a kernel calls inside itself (``_to_copy`` and ``copy_`` inside an
-    optimizer's op, ``as_strided`` inside ``transpose``), which a trace does not see: a mode
-    sees the outermost op of each call.  Each op's own time is then counted with its
-    outermost caller of a traced name, the op the trace prices, so measured and predicted
-    times cover the same work.  An op with no traced caller keeps its own name.
+    is dropped to match the profiler's names).  The profiler also times the ops a kernel calls
+    inside itself (``_to_copy`` and ``copy_`` inside an optimizer's op, ``as_strided`` inside
+    ``transpose``), which a trace does not see: a mode sees the outermost op of each call.
+    Each op's own time is then counted with its outermost caller of a traced name, the call
+    the trace prices, so measured and predicted calls cover the same work and line up one by
+    one (``roofline.compare`` matches them by position).  An op with no traced caller is a
+    call of its own name.
     """
     from torch.profiler import ProfilerActivity, profile
 
@@ -97,29 +101,43 @@ def profile_ops(step: Callable[[], Any], device: str | torch.device = "cpu", *,
     activities = [ProfilerActivity.CPU]
     if dev.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    synchronize(dev)
-    with _native_stderr_silenced(), profile(activities=activities) as profiler:
-        for _ in range(repeats):
-            step()
-        synchronize(dev)
     names = None if traced is None else {op.rsplit(".", 1)[0] if op.count(".") >= 2 else op
                                          for op in traced}
+    runs = []
+    for _ in range(repeats):
+        synchronize(dev)
+        with _native_stderr_silenced(), profile(activities=activities) as profiler:
+            step()
+            synchronize(dev)
+        calls: dict[int, tuple[float, str]] = {}  # the owning call → (its start, its name)
+        own: dict[int, float] = defaultdict(float)
+        for event in profiler.events():
+            if not event.name.startswith("aten::"):
+                continue
+            owner = event
+            if names is not None:  # the outermost traced op around it: the one the trace saw
+                caller = event
+                while caller is not None:
+                    if _name(caller.name) in names:
+                        owner = caller
+                    caller = caller.cpu_parent
+            calls[owner.id] = (owner.time_range.start, _name(owner.name))
+            own[owner.id] += (event.self_device_time_total if dev.type == "cuda"
+                              else event.self_cpu_time_total)
+        runs.append(tuple(OpTime(calls[key][1], own[key] / 1e6)
+                          for key in sorted(calls, key=lambda k: calls[k][0])))
+    return tuple(runs)
+
+
+def profile_ops(step: Callable[[], Any], device: str | torch.device = "cpu", *,
+                repeats: int = 5, traced: Collection[str] | None = None) -> tuple[OpTime, ...]:
+    """Each op name's own time per step, summed over its calls and averaged over ``repeats``
+    steps: :func:`profile_calls` by name, slowest first."""
     totals: dict[str, float] = defaultdict(float)
-    for event in profiler.events():
-        if not event.name.startswith("aten::"):
-            continue
-        owner = event
-        if names is not None:  # the outermost traced op around it: the one the trace saw
-            caller = event
-            while caller is not None:
-                if _name(caller.name) in names:
-                    owner = caller
-                caller = caller.cpu_parent
-        own_us = (event.self_device_time_total if dev.type == "cuda"
-                  else event.self_cpu_time_total)
-        totals[_name(owner.name)] += own_us
-    times = [OpTime(name, us / 1e6 / repeats) for name, us in totals.items()]
-    return tuple(sorted(times, key=lambda t: -t.time_s))
+    for run in profile_calls(step, device, repeats=repeats, traced=traced):
+        for call in run:
+            totals[call.op] += call.time_s / repeats
+    return tuple(sorted((OpTime(name, t) for name, t in totals.items()), key=lambda t: -t.time_s))
 
 
 def _name(profiled: str) -> str:

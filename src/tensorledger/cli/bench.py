@@ -32,7 +32,7 @@ def probe_command(
         "`--hardware local` reads).")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="Small sweep, short budget.")] = False,
     calibrate: Annotated[bool, typer.Option(
-        "--calibrate", help="On a CPU, also fit the profile on whole eager steps of five "
+        "--calibrate", help="On a CPU, also fit the profile on whole eager steps of seven "
         "calibration models (kernels in a step, time between ops: a minute or two more); not "
         "with --quick."
     )] = False,

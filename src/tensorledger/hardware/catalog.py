@@ -125,33 +125,35 @@ class Calibration:
     """How this machine runs a whole eager step, fitted by ``tensorledger probe`` on
     calibration models (never on the workloads it is judged on).
 
-    An op of a step costs ``scale[category] × max(compute, memory)`` (its kernel, at the
-    probed rates: a kernel in a step runs slower than in an isolated loop, strided copies and
-    norms slower than a stream) plus ``op_cost_s`` (entering the op), and between ops the
+    An op of a step costs ``scale[class] × max(compute, memory)`` (its kernel, at the probed
+    rates: a kernel in a step runs slower than in an isolated loop, strided copies and norms
+    slower than a stream), plus ``call_cost_s[class]`` (a kernel's own fixed cost: setting up
+    its loops and threads) and ``piece_cost_s[class]`` for each of its pieces (the rows a copy
+    writes, the batch × heads of an attention: ``roofline.model.pieces``), plus the cost of
+    entering any op (``entry``: ``op_cost_s``, or by the step's footprint); between ops the
     framework spends ``between_ops_s[phase]`` (Python, module code, autograd, the optimizer's
-    loop): ``forward`` and ``backward`` share one figure, ``optimizer`` has its own.
+    loop): ``forward`` and ``backward`` share one figure, ``optimizer`` has its own.  The
+    class of an op is its category, or a finer one (``roofline.model.cost_class``:
+    ``elementwise-costly``, ``normalization-fused``).
     """
 
     scale: Mapping[str, float]
     op_cost_s: float
     between_ops_s: Mapping[str, float]  # "forward-backward" and "optimizer"
     source: str = ""
-    # where calibration models of several sizes disagree: category → ((bytes an op moves,
-    # factor), ...), sizes increasing; it replaces ``scale`` for that category
-    scale_by_size: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     # calibration steps whose rounds disagreed: the machine's speed changed while they ran
     unreliable: tuple[str, ...] = ()
     # the cost of entering an op by the step's footprint, ((mean bytes an op of the step
     # moves, seconds), ...): entering an op costs more in a step whose kernels stream more
     # through the caches; it replaces ``op_cost_s`` where a step's footprint is known
     op_cost_by_footprint: tuple[tuple[float, float], ...] = ()
+    call_cost_s: Mapping[str, float] = field(default_factory=dict)  # class → s an op
+    piece_cost_s: Mapping[str, float] = field(default_factory=dict)  # class → s a piece
 
-    def factor(self, category: str, moved: float) -> float:
-        """The factor on the kernel time of a ``category`` op that moves ``moved`` bytes."""
-        curve = self.scale_by_size.get(category)
-        if curve:
-            return interpolate(curve, moved) if moved > 0 else curve[0][1]
-        return self.scale.get(category, 1.0)
+    def factor(self, kind: str, category: str) -> float:
+        """The factor on the kernel time of an op of class ``kind`` (its category's where the
+        class has none)."""
+        return self.scale.get(kind, self.scale.get(category, 1.0))
 
     def entry(self, footprint: float | None) -> float:
         """The cost of entering an op of a step whose ops move ``footprint`` bytes on
@@ -487,10 +489,12 @@ def _calibration(chip: str, raw: Any, where: str) -> Calibration:
     """``[calibration]`` of a probed profile: ``scale`` (category → factor), ``op_cost`` and
     ``between_ops`` (``forward-backward``, ``optimizer`` → duration)."""
     if not isinstance(raw, dict) or set(raw) - {"scale", "op_cost", "between_ops", "source",
-                                                "scale_by_size", "unreliable",
+                                                "call_cost", "piece_cost", "unreliable",
                                                 "op_cost_by_footprint"}:
-        raise ConfigError(f"{where}: [{chip}.calibration] takes scale, scale_by_size, op_cost, "
-                          "op_cost_by_footprint, between_ops, source and unreliable")
+        raise ConfigError(f"{where}: [{chip}.calibration] takes scale, op_cost, call_cost, "
+                          "piece_cost, op_cost_by_footprint, between_ops, source and "
+                          "unreliable (a profile from an older tensorledger: run `tensorledger "
+                          "probe` again)")
     scales = raw.get("scale", {})
     if not isinstance(scales, dict) or not all(
             isinstance(v, int | float) and not isinstance(v, bool) and 0.01 <= v <= 100
@@ -502,9 +506,18 @@ def _calibration(chip: str, raw: Any, where: str) -> Calibration:
         raise ConfigError(f"{where}: [{chip}.calibration] between_ops must be a table with "
                           "forward-backward and optimizer durations, such as "
                           '{ optimizer = "4us" }')
+    costs = {}
+    for key in ("call_cost", "piece_cost"):
+        table = raw.get(key, {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}: [{chip}.calibration] {key} must be a table of "
+                              f'durations by class, such as {{ copy = "20us" }}')
+        costs[key] = {str(k): _number(chip, f"calibration.{key}.{k}", v, parse_duration,
+                                      where, low=0.0, high=MAX_OP_OVERHEAD_S, example='"20us"')
+                      for k, v in table.items()}
     return Calibration(
         scale={str(k): float(v) for k, v in scales.items()},
-        scale_by_size=_scale_curves(chip, raw.get("scale_by_size", {}), where),
+        call_cost_s=costs["call_cost"], piece_cost_s=costs["piece_cost"],
         op_cost_s=0.0 if "op_cost" not in raw else _number(
             chip, "calibration.op_cost", raw["op_cost"], parse_duration, where, low=0.0,
             high=MAX_OP_OVERHEAD_S, example='"2us"'),
@@ -529,29 +542,6 @@ def _footprint_curve(chip: str, raw: Any, where: str) -> tuple[tuple[float, floa
                           "[[bytes, seconds], ...] with bytes increasing and each cost above 0 "
                           f"and at most {MAX_OP_OVERHEAD_S:g} s")
     return tuple((float(x), float(y)) for x, y in raw)
-
-
-def _scale_curves(chip: str, raw: Any, where: str
-                  ) -> dict[str, tuple[tuple[float, float], ...]]:
-    """``scale_by_size``: category → [[bytes, factor], ...], bytes increasing, factors from
-    0.01 to 100."""
-    def factor(value: Any) -> bool:
-        return isinstance(value, int | float) and not isinstance(value, bool) and (
-            0.01 <= value <= 100)
-
-    curves = {}
-    items: list[tuple[Any, Any]] = list(raw.items()) if isinstance(raw, dict) else [("", None)]
-    for name, points in items:
-        ok = isinstance(points, list) and len(points) >= 1 and all(
-            isinstance(p, list) and len(p) == 2 and _point_value(p[0]) and factor(p[1])
-            for p in points)
-        sizes: list[float] = [float(p[0]) for p in points] if ok else []
-        if not ok or sizes != sorted(set(sizes)):
-            raise ConfigError(f"{where}: [{chip}.calibration] scale_by_size must be a table of "
-                              "[[bytes, factor], ...] with bytes increasing and factors from "
-                              "0.01 to 100")
-        curves[str(name)] = tuple((float(x), float(y)) for x, y in points)
-    return curves
 
 
 def _unreliable(chip: str, raw: Any, where: str) -> tuple[str, ...]:

@@ -4,20 +4,24 @@ The probe times kernels in isolated loops; a training step runs them between oth
 caches, strided inputs, allocator traffic) and spends framework time between them (Python,
 module code, autograd, the optimizer's loop).  ``calibrate`` runs small reference
 Transformers (``CALIBRATION_MODELS``: shapes no benchmark workload uses) for real, times each
-op with the profiler and the whole step with the harness, in rounds taken in turn over every
-step (a spell when the machine runs slower then falls on every model alike, and a step whose
-rounds disagree is named unreliable), and fits, as ratios of sums over the models:
+call with the profiler (matched to the trace's ops by position, so an op name two categories
+share is measured in each) and the whole step with the harness, in rounds taken in turn over
+every step (a spell when the machine runs slower then falls on every model alike, and a step
+whose rounds disagree is named unreliable), and fits, in relative terms over the models:
 
 - ``op_cost_s``: a view's own time (it runs no kernel, so its time is entering an op), and
   ``op_cost_by_footprint``: the same per step against the step's footprint (the mean bytes
   its ops move), a log-log line, since entering an op costs more in a step whose kernels
   stream more through the caches (a view took 5 µs in the smallest model, 14 µs in the
   largest);
-- ``scale[category]``: (measured time of the category − ops × each step's cost of entering
-  an op) / its predicted kernel time at the probed rates;
-- ``between_ops_s``: from whole step times (no profiler), the time per op beyond the scaled
-  kernels and the cost of entering an op — one figure for forward and backward, one for the
-  optimizer — fitted by least squares over every step in relative terms.
+- per cost class (``roofline.model.cost_class``: the category, with costly elementwise ops
+  and fused norms apart), ``scale`` on the kernel time at the probed rates, ``call_cost_s``
+  (a kernel's fixed cost) and ``piece_cost_s`` (a cost for each row a copy writes, or each
+  batch × head an attention loops over: ``roofline.model.pieces``), the non-negative
+  least-squares fit of the class's measured time less the cost of entering its ops;
+- ``between_ops_s``: from whole step times (no profiler), the time per op beyond the priced
+  ops — one figure for forward and backward, one for the optimizer — fitted by least squares
+  over every step in relative terms.
 
 The result is a :class:`~tensorledger.hardware.Calibration` that ``profile_toml`` writes into
 the profile; ``roofline --hardware local`` then predicts with it.
@@ -26,6 +30,7 @@ the profile; ``roofline --hardware local`` then predicts with it.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import statistics
 from collections import defaultdict
@@ -36,19 +41,20 @@ from typing import TYPE_CHECKING
 from tensorledger.errors import InputError
 from tensorledger.hardware import Calibration, Hardware
 from tensorledger.napkin.transformer import TransformerConfig
-from tensorledger.roofline.model import step_footprint
+from tensorledger.roofline.model import cost_class, pieces, step_footprint
 
 if TYPE_CHECKING:
     from tensorledger.bench.optiming import OpTime
     from tensorledger.roofline.model import RooflinePrediction
+    from tensorledger.trace import OpRecord
     from tensorledger.workload.step import PreparedStep
 
 __all__ = ["CALIBRATION_MODELS", "ROUND_SPREAD", "Run", "StepSample", "calibrate",
            "calibration_toml", "fit", "nonnegative_least_squares", "round_spread"]
 
 #: The calibration models: Llama-like (RMSNorm, RoPE, SwiGLU) and GPT-2-like (LayerNorm,
-#: learned positions, GELU), each small (activations in cache) and larger (beyond it), at
-#: shapes no benchmark workload uses.
+#: learned positions, GELU), small (activations in cache), larger (beyond it) and wide (many
+#: narrow heads), at shapes no benchmark workload uses.
 CALIBRATION_MODELS = (
     (TransformerConfig(name="calibration-llama-small", vocab_size=700, context_length=40,
                        d_model=48, n_layers=2, n_heads=3, n_kv_heads=3, d_ff=128,
@@ -68,6 +74,15 @@ CALIBRATION_MODELS = (
     (TransformerConfig(name="calibration-gpt-large", vocab_size=6000, context_length=192,
                        d_model=384, n_layers=2, n_heads=6, mlp="gelu", norm="layernorm",
                        positions="learned", tied_embeddings=True, bias=True), 6, 192),
+    # wide: many short sequences of narrow heads, so that batch × heads (what an attention
+    # kernel loops over) and the rows of a copy vary apart from the bytes they move
+    (TransformerConfig(name="calibration-llama-wide", vocab_size=500, context_length=24,
+                       d_model=32, n_layers=2, n_heads=4, n_kv_heads=4, d_ff=96,
+                       mlp="swiglu", norm="rmsnorm", positions="rope", tied_embeddings=False,
+                       bias=False), 24, 24),
+    (TransformerConfig(name="calibration-gpt-wide", vocab_size=600, context_length=20,
+                       d_model=48, n_layers=2, n_heads=6, mlp="gelu", norm="layernorm",
+                       positions="learned", tied_embeddings=True, bias=True), 20, 20),
 )
 SCALE_RANGE = (0.05, 50.0)
 #: A calibration step whose rounds' medians differ by more than this share of their median is
@@ -80,14 +95,15 @@ class Run:
     """One step of a calibration model, run for real."""
 
     step_s: float  # the harness's median time of the whole step (no profiler)
-    categories: Mapping[str, tuple[int, float, float]]  # (ops, kernel s, the profiler's own s)
-    kernel_by_phase: Mapping[tuple[str, str], float]  # (phase group, category) → kernel s
+    # cost class (roofline.model.cost_class) → (ops, kernel s at the probed rates, the
+    # profiler's own s of its calls)
+    categories: Mapping[str, tuple[int, float, float]]
+    kernel_by_phase: Mapping[tuple[str, str], float]  # (phase group, class) → kernel s
     ops_by_phase: Mapping[str, int]  # "forward-backward" / "optimizer" → ops
-    # category → bytes an op moves, averaged with the ops' kernel times as weights
-    bytes_by_category: Mapping[str, float] = dataclasses.field(default_factory=dict)
-    # each op at the probed rates: (category, phase group, compute s, memory s, roofline
-    # bound s, bytes moved), so the fit can price a step as the calibrated model will
-    ops: tuple[tuple[str, str, float, float, float, float], ...] = ()
+    pieces: Mapping[str, float] = dataclasses.field(default_factory=dict)  # class → pieces
+    # each op at the probed rates: (class, phase group, compute s, memory s, roofline bound
+    # s, bytes moved, pieces), so the fit can price a step as the calibrated model will
+    ops: tuple[tuple[str, str, float, float, float, float, float], ...] = ()
 
 
 def _group(phase: str) -> str:
@@ -99,10 +115,11 @@ class _Timed:
     """One calibration step built and traced, and what its rounds measured."""
 
     prepared: PreparedStep
-    prediction: RooflinePrediction  # at the probed rates
+    records: tuple[OpRecord, ...]  # its trace
+    prediction: RooflinePrediction  # of the records, at the probed rates
     samples_s: list[float] = dataclasses.field(default_factory=list)  # whole-step samples
     round_medians_s: list[float] = dataclasses.field(default_factory=list)
-    # the profiler's own time of each op, one profiled step per round
+    # the profiler's own time of each call, in order, one profiled step per round
     profiles: list[tuple[OpTime, ...]] = dataclasses.field(default_factory=list)
 
 
@@ -119,44 +136,47 @@ def _build(config: TransformerConfig, batch: int, seq: int, step: str,
     prepared = prepare(work, "cpu")
     prepared.run()
     traced, _ = record_step(prepared)
-    return _Timed(prepared, predict(traced.records, hardware))
+    return _Timed(prepared, traced.records, predict(traced.records, hardware))
 
 
 def _time_round(timed: _Timed, budget_s: float, name: str) -> None:
     from tensorledger.bench.harness import measure
-    from tensorledger.bench.optiming import profile_ops
+    from tensorledger.bench.optiming import profile_calls
 
     whole = measure(timed.prepared.run, budget_s=budget_s, warmup=1, name=name)
     timed.samples_s += whole.samples_s
     timed.round_medians_s.append(whole.median_s)
-    timed.profiles.append(profile_ops(timed.prepared.run, "cpu", repeats=1,
-                                      traced={op.op for op in timed.prediction.ops}))
+    timed.profiles += profile_calls(timed.prepared.run, "cpu", repeats=1,
+                                    traced={op.op for op in timed.prediction.ops})
 
 
 def _run(timed: _Timed) -> Run:
     """The :class:`Run` of a step timed over every round: the median of all its samples, and
-    the profiler's own time of each op averaged over the rounds."""
+    each class's calls from the profiler, the median over the rounds."""
     from tensorledger.roofline.compare import compare
 
-    prediction = timed.prediction
+    # the prediction with each op's class as its category: compare() then measures classes
+    prediction = dataclasses.replace(timed.prediction, ops=tuple(
+        dataclasses.replace(op, category=cost_class(op.op, op.category))
+        for op in timed.prediction.ops))
     step_s = statistics.median(timed.samples_s)
     result = compare(prediction, timed.profiles, step_s, 1.0)
     kernel: dict[str, float] = defaultdict(float)
     by_phase: dict[tuple[str, str], float] = defaultdict(float)
     ops: dict[str, int] = defaultdict(int)
-    weighted: dict[str, float] = defaultdict(float)
-    for op in prediction.ops:
-        weighted[op.category] += (op.time_s - op.overhead_s) * op.bytes
+    counted: dict[str, float] = defaultdict(float)
+    for op, traced in zip(prediction.ops, timed.records, strict=True):
         kernel[op.category] += op.time_s - op.overhead_s
         by_phase[_group(op.phase), op.category] += op.time_s - op.overhead_s
         ops[_group(op.phase)] += 1
+        counted[op.category] += pieces(traced)
     return Run(step_s=step_s,
                categories={c.category: (c.ops, kernel[c.category], c.measured_s)
                            for c in result.categories if c.ops},
-               kernel_by_phase=dict(by_phase), ops_by_phase=dict(ops),
-               bytes_by_category={c: weighted[c] / k for c, k in kernel.items() if k > 0},
+               kernel_by_phase=dict(by_phase), ops_by_phase=dict(ops), pieces=dict(counted),
                ops=tuple((op.category, _group(op.phase), op.compute_time_s, op.memory_time_s,
-                          op.ideal_time_s, float(op.bytes)) for op in prediction.ops))
+                          op.ideal_time_s, float(op.bytes), pieces(traced))
+                         for op, traced in zip(prediction.ops, timed.records, strict=True)))
 
 
 def round_spread(medians: Sequence[float]) -> float:
@@ -180,100 +200,126 @@ class StepSample:
 def fit(samples: Sequence[StepSample], source: str = "") -> Calibration:
     """The calibration that reproduces ``samples``.
 
-    The cost of entering an op, by the step's footprint, comes from the views' own times;
-    category scales from the profiler's own times of the train steps' ops, as ratios of sums
-    (those times carry the profiler's cost per op, as a view's time does, so the scale of a
-    category is free of it).  The framework's time
-    between ops, one figure for the forward-backward ops and one for the optimizer's, comes
-    from whole step times, which carry no profiler: each step's time less its scaled kernels
-    and the cost of entering its ops is what its ops spend between them, and the two figures
-    are the non-negative least-squares fit of every step in relative terms
-    (:func:`nonnegative_least_squares` of (ops / step, optimizer ops / step, rest / step)).
-    A fit of sums instead lets the large models' kernel error set the small models'
-    framework time: 84 µs an op where the relative fit found 19 µs, and the tiny preset's
-    step predicted +172% against +18% (the same measured runs).
+    The cost of entering an op, by the step's footprint, comes from the views' own times.
+    Each class's kernel scale, cost a call and cost a piece come from the profiler's own
+    times of its calls in every run (those times carry the profiler's cost per op, as a
+    view's time does, so the figures are free of it): the measured time less the cost of
+    entering the ops is fitted by :func:`nonnegative_least_squares` as scale × kernel time +
+    cost a call × ops + cost a piece × pieces, in relative terms (each run's row divided by
+    its measured time), so a small model counts as much as a large one.  The framework's
+    time between ops, one figure for the forward-backward ops and one for the optimizer's,
+    comes from whole step times, which carry no profiler: each step's time less its priced
+    ops is what its ops spend between them, and the two figures are the relative fit of
+    every step ((ops / step, optimizer ops / step, rest / step)).  A fit of sums instead lets
+    the large models' kernel error set the small models' framework time: 84 µs an op where
+    the relative fit found 19 µs, and the tiny preset's step predicted +172% against +18%
+    (the same measured runs).
     """
-    ops: dict[str, int] = defaultdict(int)
-    kernel: dict[str, float] = defaultdict(float)
-    measured: dict[str, float] = defaultdict(float)
+    ops = 0
+    views = 0.0
     for sample in samples:
-        for name, (count, kernel_s, measured_s) in sample.train.categories.items():
-            ops[name] += count
-            kernel[name] += kernel_s
-            measured[name] += measured_s
-    op_cost = measured["view"] / ops["view"] if ops.get("view") else 0.0
-    entering = Calibration(scale={}, op_cost_s=op_cost, between_ops_s={},
+        count, _, measured_s = sample.train.categories.get("view", (0, 0.0, 0.0))
+        ops += count
+        views += measured_s
+    entering = Calibration(scale={}, op_cost_s=views / ops if ops else 0.0, between_ops_s={},
                            op_cost_by_footprint=_entry_by_footprint(samples))
 
     def entry(run: Run) -> float:
-        return entering.entry(step_footprint(moved for *_, moved in run.ops))
+        return entering.entry(step_footprint(moved for *_, moved, _ in run.ops))
 
-    low, high = SCALE_RANGE
-    beyond: dict[str, float] = defaultdict(float)  # measured less each run's cost of entry
-    for sample in samples:
-        for name, (count, _, measured_s) in sample.train.categories.items():
-            beyond[name] += measured_s - count * entry(sample.train)
-    scale = {name: min(high, max(low, beyond[name] / kernel[name]))
-             for name in kernel if kernel[name] > 0 and name != "view"}
-
-    curves = _by_size(samples, entry)
-    draft = dataclasses.replace(entering, scale=scale, source=source, scale_by_size=curves)
-
-    def kernels(run: Run) -> float:
-        """The run's kernels as the calibrated model prices them (each op's factor at its
-        size, never below its roofline bound); by category sums where no ops were kept."""
-        if run.ops:
-            return sum(max(compute * factor, memory * factor, bound)
-                       for category, _, compute, memory, bound, moved in run.ops
-                       for factor in (draft.factor(category, moved),))
-        return sum(scale.get(category, 1.0) * seconds
-                   for (_, category), seconds in run.kernel_by_phase.items())
-
-    # the framework's time per op beyond entering it, by phase: the least-squares fit of every
-    # whole step (forward-backward and train, each model) in relative terms, so a small
-    # model, whose step is mostly this time, counts as much as a large one
-    rows = []
+    rows: dict[str, list[tuple[float, ...]]] = defaultdict(list)
     for sample in samples:
         for run in (sample.forward_backward, sample.train):
-            if run.step_s <= 0:
-                continue
-            fb = run.ops_by_phase.get("forward-backward", 0)
-            opt = run.ops_by_phase.get("optimizer", 0)
-            known = kernels(run) + (fb + opt) * entry(run)
-            rows.append((fb / run.step_s, opt / run.step_s, 1.0 - known / run.step_s))
-    fb_between, opt_between = nonnegative_least_squares(rows)
+            for name, (count, kernel_s, measured_s) in run.categories.items():
+                if name != "view" and measured_s > 0:
+                    rows[name].append((kernel_s / measured_s, count / measured_s,
+                                       run.pieces.get(name, 0.0) / measured_s,
+                                       1.0 - count * entry(run) / measured_s))
+    low, high = SCALE_RANGE
+    scale, call, piece = {}, {}, {}
+    for name, found in rows.items():
+        factor, per_call, per_piece = nonnegative_least_squares(found)
+        scale[name] = min(high, max(low, factor))
+        if per_call:
+            call[name] = per_call
+        if per_piece:
+            piece[name] = per_piece
+    draft = dataclasses.replace(entering, scale=scale, call_cost_s=call, piece_cost_s=piece,
+                                source=source)
+
+    def priced(run: Run) -> float:
+        """The run's ops as the calibrated model prices them, less the time between ops
+        (each op's scaled kernel, never below its roofline bound, its class's costs and the
+        cost of entering it); by class sums where no ops were kept."""
+        if run.ops:
+            return sum(max(compute * draft.factor(kind, kind), memory * draft.factor(kind, kind),
+                           bound) + call.get(kind, 0.0) + piece.get(kind, 0.0) * parts
+                       for kind, _, compute, memory, bound, _, parts in run.ops
+                       ) + len(run.ops) * entry(run)
+        return sum(scale.get(kind, 1.0) * seconds
+                   for (_, kind), seconds in run.kernel_by_phase.items()) + sum(
+            run.ops_by_phase.values()) * entry(run)
+
+    between = []
+    for sample in samples:
+        for run in (sample.forward_backward, sample.train):
+            if run.step_s > 0:
+                between.append((run.ops_by_phase.get("forward-backward", 0) / run.step_s,
+                                run.ops_by_phase.get("optimizer", 0) / run.step_s,
+                                1.0 - priced(run) / run.step_s))
+    fb_between, opt_between = nonnegative_least_squares(between)
     return dataclasses.replace(draft, between_ops_s={"forward-backward": fb_between,
                                                      "optimizer": opt_between})
 
 
-def nonnegative_least_squares(rows: Sequence[tuple[float, float, float]]
-                              ) -> tuple[float, float]:
-    """(x, y) ≥ 0 minimising Σ (a·x + b·y − c)² over the rows (a, b, c): the normal
-    equations, and where a figure would come out negative it is 0 and the other is fitted
-    alone.
+def nonnegative_least_squares(rows: Sequence[tuple[float, ...]]) -> tuple[float, ...]:
+    """x ≥ 0 minimising Σ (a·x − c)² over the rows (a₁, …, aₙ, c): of the least-squares
+    solutions on each subset of the columns (the others held at 0), the best with no
+    negative figure.  n is small (at most 3 here), so trying every subset is exact and cheap;
+    a column of zeros is left at 0.
 
     >>> nonnegative_least_squares([(1, 0, 2), (0, 1, 3), (1, 1, 5)])
     (2.0, 3.0)
     >>> nonnegative_least_squares([(1, 0, -1), (1, 1, 1)])  # x alone would be negative
     (0.0, 1.0)
+    >>> # 2·2 + 1 = 5 and 2·4 + 1 = 9; the third column is all zeros
+    >>> [round(v, 9) for v in nonnegative_least_squares([(2, 1, 0, 5), (4, 1, 0, 9)])]
+    [2.0, 1.0, 0.0]
     """
-    aa = sum(a * a for a, _, _ in rows)
-    bb = sum(b * b for _, b, _ in rows)
-    ab = sum(a * b for a, b, _ in rows)
-    ac = sum(a * c for a, _, c in rows)
-    bc = sum(b * c for _, b, c in rows)
-    det = aa * bb - ab * ab
-    if det > 1e-12 * max(aa * bb, 1e-300):
-        x, y = (ac * bb - bc * ab) / det, (bc * aa - ac * ab) / det
-        if x >= 0 and y >= 0:
-            return x, y
-    only_x = max(0.0, ac / aa) if aa else 0.0
-    only_y = max(0.0, bc / bb) if bb else 0.0
+    width = len(rows[0]) - 1 if rows else 0
+    best: tuple[float, tuple[float, ...]] = (math.inf, (0.0,) * width)
+    for size in range(1, width + 1):
+        for columns in itertools.combinations(range(width), size):
+            solved = _solve([[sum(r[i] * r[j] for r in rows) for j in columns] for i in columns],
+                            [sum(r[i] * r[-1] for r in rows) for i in columns])
+            if solved is None or min(solved) < 0:
+                continue
+            x = [0.0] * width
+            for column, value in zip(columns, solved, strict=True):
+                x[column] = value
+            cost = sum((sum(a * v for a, v in zip(r, x, strict=False)) - r[-1]) ** 2
+                       for r in rows)
+            if cost < best[0] * (1 - 1e-12):  # a larger subset must fit better, not as well
+                best = (cost, tuple(x))
+    return best[1]
 
-    def cost(x: float, y: float) -> float:
-        return sum((a * x + b * y - c) ** 2 for a, b, c in rows)
 
-    return min(((only_x, 0.0), (0.0, only_y)), key=lambda xy: cost(*xy))
+def _solve(matrix: list[list[float]], right: list[float]) -> list[float] | None:
+    """The solution of a small linear system by elimination with partial pivoting; None when
+    it is singular."""
+    n = len(right)
+    rows = [[*row, value] for row, value in zip(matrix, right, strict=True)]
+    scale = max((abs(v) for row in matrix for v in row), default=0.0)
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(rows[r][col]))
+        if abs(rows[pivot][col]) <= 1e-12 * scale:
+            return None
+        rows[col], rows[pivot] = rows[pivot], rows[col]
+        for r in range(n):
+            if r != col:
+                f = rows[r][col] / rows[col][col]
+                rows[r] = [a - f * b for a, b in zip(rows[r], rows[col], strict=True)]
+    return [rows[i][n] / rows[i][i] for i in range(n)]
 
 
 def _entry_by_footprint(samples: Sequence[StepSample]) -> tuple[tuple[float, float], ...]:
@@ -285,7 +331,7 @@ def _entry_by_footprint(samples: Sequence[StepSample]) -> tuple[tuple[float, flo
     for sample in samples:
         for run in (sample.forward_backward, sample.train):
             count, _, measured_s = run.categories.get("view", (0, 0.0, 0.0))
-            footprint = step_footprint(moved for *_, moved in run.ops)
+            footprint = step_footprint(moved for *_, moved, _ in run.ops)
             if count and measured_s > 0 and footprint:
                 points.append((footprint, measured_s / count))
     return _log_line(points, (1e-9, 1e-3))
@@ -312,23 +358,7 @@ def _log_line(points: Sequence[tuple[float, float]], clamp: tuple[float, float]
                  for x in (min(xs), max(xs)))
 
 
-def _by_size(samples: Sequence[StepSample], entry: Callable[[Run], float]
-             ) -> dict[str, tuple[tuple[float, float], ...]]:
-    """Per category, each model's own scale at its typical op size, and the least-squares
-    line through them in log-log, kept as its two ends (flat beyond them)."""
-    points: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for sample in samples:
-        run = sample.train
-        for name, (count, kernel_s, measured_s) in run.categories.items():
-            size = run.bytes_by_category.get(name, 0.0)
-            value = (measured_s - count * entry(run)) / kernel_s if kernel_s > 0 else 0.0
-            if name != "view" and size > 0 and value > 0:
-                points[name].append((size, value))
-    curves = {name: _log_line(found, SCALE_RANGE) for name, found in points.items()}
-    return {name: curve for name, curve in curves.items() if curve}
-
-
-def calibrate(hardware: Hardware, *, budget_s: float = 2.0, rounds: int = 3,
+def calibrate(hardware: Hardware, *, budget_s: float = 3.0, rounds: int = 5,
               progress: Callable[[str], None] | None = None) -> Calibration:
     """Fit ``hardware``'s (a probed profile's) calibration on this CPU; see the module.
 
@@ -359,9 +389,9 @@ def calibrate(hardware: Hardware, *, budget_s: float = 2.0, rounds: int = 3,
     fitted = fit([StepSample(*runs[i:i + 2]) for i in range(0, len(runs), 2)],
                  source="fitted by tensorledger probe on " + ", ".join(
                      f"{c.name} (batch {b} × seq {s})" for c, b, s in CALIBRATION_MODELS) +
-                 f": forward-backward and train steps in fp32, {rounds} rounds each; category "
-                 "scales from the profiler's own time per op, the time between ops from the "
-                 "harness's whole-step times")
+                 f": forward-backward and train steps in fp32, {rounds} rounds each; class "
+                 "scales and costs from the profiler's own time of each call, the time between "
+                 "ops from the harness's whole-step times")
     return dataclasses.replace(fitted, unreliable=unreliable)
 
 
@@ -371,8 +401,9 @@ def calibration_toml(calibration: Calibration) -> str:
         calibration.scale.items()))
     between = ", ".join(f'"{k}" = "{v * 1e9!r}ns"' for k, v in
                         calibration.between_ops_s.items())
-    by_size = ", ".join(f"{name} = [{', '.join(f'[{x!r}, {y!r}]' for x, y in points)}]"
-                        for name, points in sorted(calibration.scale_by_size.items()))
+    costs = {key: ", ".join(f'{name} = "{value * 1e9!r}ns"' for name, value in sorted(
+        table.items())) for key, table in (("call_cost", calibration.call_cost_s),
+                                           ("piece_cost", calibration.piece_cost_s))}
     unreliable = ", ".join(f'"{u}"' for u in calibration.unreliable)
     footprint = ", ".join(f"[{x!r}, {y!r}]" for x, y in calibration.op_cost_by_footprint)
     return "\n".join([
@@ -381,7 +412,7 @@ def calibration_toml(calibration: Calibration) -> str:
         f'op_cost = "{calibration.op_cost_s * 1e9!r}ns"',
         f"scale = {{ {scales} }}",
         f"between_ops = {{ {between} }}",
-        *([f"scale_by_size = {{ {by_size} }}"] if by_size else []),
+        *(f"{key} = {{ {table} }}" for key, table in costs.items() if table),
         *([f"op_cost_by_footprint = [{footprint}]"] if footprint else []),
         *([f"unreliable = [{unreliable}]"] if unreliable else []),
     ]) + "\n"

@@ -90,7 +90,7 @@ def roofline_report(work: Workload, hardware: Hardware, *, measure_step: bool = 
     the by-module rows to that many components (``None``: the innermost module).
     """
     from tensorledger.bench.harness import measure
-    from tensorledger.bench.optiming import profile_ops
+    from tensorledger.bench.optiming import profile_calls
 
     if timing_runs < 1:
         raise InputError(f"timing runs must be at least 1, got {timing_runs}")
@@ -122,9 +122,9 @@ def roofline_report(work: Workload, hardware: Hardware, *, measure_step: bool = 
                             name=f"{work.model} {work.step.name}")
             warning = whole.warning
             say("timing each op (profiler)")
-            per_op = profile_ops(step.run, work.device, repeats=timing_runs,
-                                 traced={record.op for record in traced.records})
-        comparison = compare(prediction, [per_op], whole.median_s,
+            calls = profile_calls(step.run, work.device, repeats=timing_runs,
+                                  traced={record.op for record in traced.records})
+        comparison = compare(prediction, calls, whole.median_s,
                              hardware.peak_flop_per_s(prediction.mfu_peak_key))
     return RooflineRun(model=work.model, built_by=work.source.built_by, step=work.step.name,
                        batch=work.batch, seq=work.seq, device=work.device,

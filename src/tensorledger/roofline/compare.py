@@ -1,7 +1,9 @@
 """Predicted against measured: per category and for the whole step, with the error shown.
 
-Measured per-op times (from dispatch timing, or per op name from the profiler) are matched
-to the predicted ops by position when both runs dispatched the same ops, else by op name.
+Measured per-call times (from dispatch timing, or the profiler's calls in order) are matched
+to the predicted ops by position, where the two sequences of names agree (an op one side lacks
+shifts nothing after it), else by op name; each category's measured time is the median over
+the runs of its calls' sum, so one slow run does not move it.
 The whole-step time comes from the benchmark harness; what it holds beyond the ops' own
 times (Python, autograd bookkeeping, module code) is reported as ``unattributed_s``.  The two
 come from separate runs, so on a busy machine the ops can sum to more than the step: then the
@@ -10,6 +12,7 @@ residual is 0, not negative, and ``ops_exceed_step`` says the measurement is noi
 
 from __future__ import annotations
 
+import difflib
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
@@ -50,7 +53,7 @@ class Comparison:
     measured_ops_s: float  # the sum of the ops' own measured times
     unattributed_s: float  # measured step − measured ops, never below 0
     ops_exceed_step: bool  # the ops' own times sum to more than the step: a noisy measurement
-    matched_by: str  # "position" or "op name"
+    matched_by: str  # "position", "op name", or "position (N of M calls by op name)"
     categories: tuple[CategoryComparison, ...]
     flops: int
     peak_flop_per_s: float
@@ -62,11 +65,18 @@ class Comparison:
                        f"measured {show_time(self.measured_step_s)}", f"error {self.error:+.1%}")
 
 
-def _median_times(runs: Sequence[Sequence[TimedOp]]) -> tuple[list[str], list[float]] | None:
-    names = [o.op for o in runs[0]]
-    if any([o.op for o in run] != names for run in runs):
-        return None
-    return names, [statistics.median(run[i].time_s for run in runs) for i in range(len(names))]
+def _bare(op: str) -> str:
+    """An op's name without its overload, as the profiler names it: ``aten.mm.default`` →
+    ``aten.mm``."""
+    return op.rsplit(".", 1)[0] if op.count(".") >= 2 else op
+
+
+def _aligned(predicted: Sequence[str], timed: Sequence[str]) -> dict[int, int]:
+    """Which predicted op each timed call is, where the two sequences of names agree: their
+    matching blocks (``difflib``), so an op that one side has and the other lacks (a
+    ``detach`` the profiler does not show) shifts nothing after it."""
+    matcher = difflib.SequenceMatcher(a=predicted, b=timed, autojunk=False)
+    return {j + k: i + k for i, j, size in matcher.get_matching_blocks() for k in range(size)}
 
 
 def _category(op: str, known: dict[str, str]) -> str:
@@ -87,22 +97,30 @@ def compare(prediction: RooflinePrediction, runs: Sequence[Sequence[TimedOp]],
     for op in prediction.ops:  # the time between ops is set beside the measured residual
         predicted[op.category] += op.time_s - op.between_ops_s
         counts[op.category] += 1
-    medians = _median_times(runs) if runs else None
-    predicted_names = [o.op for o in prediction.ops]
-    if medians is not None and medians[0] == predicted_names:
-        matched_by = "position"
-        for op, time_s in zip(prediction.ops, medians[1], strict=True):
-            measured[op.category] += time_s
-    else:
-        matched_by = "op name"
-        category_of = {o.op: o.category for o in prediction.ops}
-        # the profiler names ops without their overload: "aten.mm" for "aten.mm.default"
-        category_of.update({o.op.rsplit(".", 1)[0]: o.category for o in prediction.ops
-                            if o.op.count(".") >= 2 and o.op.rsplit(".", 1)[0] not in
-                            category_of})
-        for run in runs:
-            for timed in run:
-                measured[_category(timed.op, category_of)] += timed.time_s / len(runs)
+    names = [_bare(o.op) for o in prediction.ops]
+    category_of = {name: o.category for name, o in zip(names, prediction.ops, strict=True)}
+    category_of.update({o.op: o.category for o in prediction.ops})
+    totals = []  # per run: category → its calls' own time
+    by_name = 0
+    alignments: dict[tuple[str, ...], dict[int, int]] = {}  # runs mostly make the same calls
+    for run in runs:
+        spelled = tuple(_bare(call.op) for call in run)
+        if spelled not in alignments:
+            alignments[spelled] = _aligned(names, spelled)
+        found = alignments[spelled]
+        total: dict[str, float] = defaultdict(float)
+        for j, call in enumerate(run):
+            if j in found:
+                total[prediction.ops[found[j]].category] += call.time_s
+            else:
+                total[_category(call.op, category_of)] += call.time_s
+                by_name += 1
+        totals.append(total)
+    for category in {c for total in totals for c in total}:
+        measured[category] = statistics.median(total.get(category, 0.0) for total in totals)
+    calls = sum(len(run) for run in runs)
+    matched_by = ("position" if not by_name else "op name" if by_name == calls else
+                  f"position ({by_name} of {calls} calls by op name)")
     categories = tuple(sorted(
         (CategoryComparison(category=c, ops=counts.get(c, 0), predicted_s=predicted.get(c, 0.0),
                             measured_s=measured.get(c, 0.0),

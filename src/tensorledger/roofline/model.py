@@ -37,6 +37,7 @@ from tensorledger.summary import show_bytes, show_count, show_flops, show_time, 
 
 __all__ = [
     "BASES",
+    "COSTLY_ELEMENTWISE",
     "TENSOR_CORE_CATEGORIES",
     "OpLike",
     "OpPrediction",
@@ -44,6 +45,8 @@ __all__ = [
     "TimeTotal",
     "ceiling",
     "compute_key_for",
+    "cost_class",
+    "pieces",
     "predict",
     "predict_op",
 ]
@@ -205,10 +208,12 @@ def predict_op(index: int, op: OpLike, hardware: Hardware,
         overhead = 0.0  # no kernel to launch; its dispatch overlaps the GPU's queued work
     calibration = hardware.calibration
     if calibration is not None:  # a probed machine's fit of whole steps (Calibration)
-        factor = calibration.factor(op.category, moved)
+        kind = cost_class(op.op, op.category)
+        factor = calibration.factor(kind, op.category)
         compute, memory = compute * factor, memory * factor
         between = calibration.between(op.phase)
-        overhead = calibration.entry(footprint) + between
+        overhead = (calibration.entry(footprint) + calibration.call_cost_s.get(kind, 0.0)
+                    + calibration.piece_cost_s.get(kind, 0.0) * pieces(op) + between)
     if overhead == 0 and moved == 0 and op.flops == 0:
         bound = "free"
     elif overhead > max(compute, memory):
@@ -335,6 +340,58 @@ def predict(records: Iterable[OpLike], hardware: Hardware, *, tokens: int | None
         bound_bandwidth="the fastest bandwidth measured (from cache where a buffer fits)"
         if hardware.curves.get("bandwidth") else "datasheet bandwidth",
         communication_s=communication_s, overlapped_time_s=overlapped(ops))
+
+
+#: Normalization ops that are one kernel for the whole norm (the others are the parts of a
+#: norm written out: mul, pow, mean, rsqrt), and elementwise ops that cost more an element
+#: than a stream of adds: division, roots, powers and transcendental functions.
+_FUSED = ("norm", "softmax")
+COSTLY_ELEMENTWISE = frozenset({
+    "aten.div", "aten.div_", "aten.addcdiv", "aten.addcdiv_", "aten.sqrt", "aten.rsqrt",
+    "aten.pow", "aten.exp", "aten.log", "aten.tanh", "aten.tanh_backward", "aten.sigmoid",
+    "aten.sigmoid_backward", "aten.sin", "aten.cos", "aten.erf", "aten.gelu",
+    "aten.gelu_backward", "aten.silu", "aten.silu_backward"})
+
+
+def cost_class(op: str, category: str) -> str:
+    """The class a calibration prices an op by: its category, with fused norms and costly
+    elementwise ops apart.
+
+    >>> cost_class("aten.gelu.default", "elementwise"), cost_class("aten.add.Tensor", "elementwise")
+    ('elementwise-costly', 'elementwise')
+    >>> cost_class("aten.native_layer_norm.default", "normalization")
+    'normalization-fused'
+    >>> cost_class("aten.mul.Tensor", "normalization")  # a part of an RMSNorm written out
+    'normalization'
+    """
+    name = op.rsplit(".", 1)[0] if op.count(".") >= 2 else op
+    if category == "elementwise" and name in COSTLY_ELEMENTWISE:
+        return "elementwise-costly"
+    if category == "normalization" and any(word in name for word in _FUSED):
+        return "normalization-fused"
+    return category
+
+
+def pieces(op: Any) -> float:
+    """What an op's kernel time grows with beyond its bytes and FLOPs: the rows a copy writes
+    (its output's last dimension is the longest run it moves in one piece, so a rotary
+    embedding's copies of 8-float halves cost more a byte than a matrix's), and the batch ×
+    heads an attention kernel loops over; 0 for other ops, or where shapes are not known.
+
+    >>> from types import SimpleNamespace as Rec
+    >>> pieces(Rec(category="copy", output_shapes=((16, 2, 32, 2, 8),)))  # 16·2·32·2 rows
+    2048.0
+    >>> pieces(Rec(category="attention", input_shapes=((16, 4, 32, 16), (16, 2, 32, 16))))
+    64.0
+    """
+    if op.category == "copy":
+        return float(sum(math.prod(shape) // shape[-1] if shape and shape[-1] else
+                         (0 if shape else 1) for shape in getattr(op, "output_shapes", ())))
+    if op.category == "attention":
+        shapes = getattr(op, "input_shapes", ())
+        if shapes and len(shapes[0]) == 4:
+            return float(shapes[0][0] * shapes[0][1])
+    return 0.0
 
 
 def step_footprint(moved: Iterable[float]) -> float | None:
