@@ -24,21 +24,21 @@ from tests.roofline.test_model import Op
 
 # two calibration models: per category (ops, predicted kernel s, the profiler's own s)
 A = StepSample(
-    forward_backward=Run(step_s=20e-3, categories={},
+    forward_backward=Run(step_s=20e-3, classes={},
                          kernel_by_phase={("forward-backward", "matmul"): 2e-3,
                                           ("forward-backward", "elementwise"): 1e-3},
                          ops_by_phase={"forward-backward": 50}),
-    train=Run(step_s=40e-3, categories={"matmul": (10, 2e-3, 4.7e-3), "view": (20, 0.0, 2e-4),
+    train=Run(step_s=40e-3, classes={"matmul": (10, 2e-3, 4.7e-3), "view": (20, 0.0, 2e-4),
                                         "elementwise": (30, 1.5e-3, 2.1e-3)},
               kernel_by_phase={("forward-backward", "matmul"): 2e-3,
                                ("forward-backward", "elementwise"): 1e-3,
                                ("optimizer", "elementwise"): 0.5e-3},
               ops_by_phase={"forward-backward": 50, "optimizer": 20}))
 B = StepSample(
-    forward_backward=Run(step_s=30e-3, categories={},
+    forward_backward=Run(step_s=30e-3, classes={},
                          kernel_by_phase={("forward-backward", "matmul"): 4e-3},
                          ops_by_phase={"forward-backward": 30}),
-    train=Run(step_s=45e-3, categories={"matmul": (10, 4e-3, 9.3e-3), "view": (20, 0.0, 2e-4),
+    train=Run(step_s=45e-3, classes={"matmul": (10, 4e-3, 9.3e-3), "view": (20, 0.0, 2e-4),
                                         "elementwise": (10, 0.5e-3, 0.7e-3)},
               kernel_by_phase={("forward-backward", "matmul"): 4e-3,
                                ("optimizer", "elementwise"): 0.5e-3},
@@ -82,9 +82,9 @@ def test_the_time_between_ops_is_fitted_on_whole_steps() -> None:
 def test_the_fit_reproduces_its_samples() -> None:
     cal = fit([A_EXACT, B_EXACT])
     for name in ("matmul", "elementwise"):
-        predicted = sum(s.train.categories[name][1] * cal.scale[name] +
-                        s.train.categories[name][0] * cal.op_cost_s for s in (A, B))
-        assert predicted == pytest.approx(sum(s.train.categories[name][2] for s in (A, B)))
+        predicted = sum(s.train.classes[name][1] * cal.scale[name] +
+                        s.train.classes[name][0] * cal.op_cost_s for s in (A, B))
+        assert predicted == pytest.approx(sum(s.train.classes[name][2] for s in (A, B)))
     # every whole step: scaled kernels plus the per-op costs
     per_op = {g: cal.op_cost_s + cal.between(g) for g in ("forward", "optimizer")}
     for sample in (A_EXACT, B_EXACT):
@@ -186,10 +186,10 @@ def test_between_ops_is_set_beside_the_measured_residual() -> None:
 
 
 def _copies(ops: int, kernel_s: float, parts: float, measured_s: float) -> StepSample:
-    run = Run(step_s=1.0, categories={"copy": (ops, kernel_s, measured_s),
+    run = Run(step_s=1.0, classes={"copy": (ops, kernel_s, measured_s),
                                       "view": (20, 0.0, 2e-4)},
               kernel_by_phase={}, ops_by_phase={}, pieces={"copy": parts})
-    return StepSample(forward_backward=dataclasses.replace(run, categories={}), train=run)
+    return StepSample(forward_backward=dataclasses.replace(run, classes={}), train=run)
 
 
 @dataclass(frozen=True)
@@ -276,8 +276,8 @@ def test_calibrate_times_every_step_in_rounds(monkeypatch: pytest.MonkeyPatch) -
 def _with_footprint(run: Run, moved: float, view_s: float) -> Run:
     """``run`` with one op that moves ``moved`` bytes (its footprint) and 20 views that take
     ``view_s`` each."""
-    categories = dict(run.categories) | {"view": (20, 0.0, 20 * view_s)}
-    return dataclasses.replace(run, categories=categories,
+    classes = dict(run.classes) | {"view": (20, 0.0, 20 * view_s)}
+    return dataclasses.replace(run, classes=classes,
                                ops=(("matmul", "forward-backward", 1e-3, 0.0, 0.0, moved, 0.0),))
 
 

@@ -97,7 +97,7 @@ class Run:
     step_s: float  # the harness's median time of the whole step (no profiler)
     # cost class (roofline.model.cost_class) → (ops, kernel s at the probed rates, the
     # profiler's own s of its calls)
-    categories: Mapping[str, tuple[int, float, float]]
+    classes: Mapping[str, tuple[int, float, float]]
     kernel_by_phase: Mapping[tuple[str, str], float]  # (phase group, class) → kernel s
     ops_by_phase: Mapping[str, int]  # "forward-backward" / "optimizer" → ops
     pieces: Mapping[str, float] = dataclasses.field(default_factory=dict)  # class → pieces
@@ -171,7 +171,7 @@ def _run(timed: _Timed) -> Run:
         ops[_group(op.phase)] += 1
         counted[op.category] += pieces(traced)
     return Run(step_s=step_s,
-               categories={c.category: (c.ops, kernel[c.category], c.measured_s)
+               classes={c.category: (c.ops, kernel[c.category], c.measured_s)
                            for c in result.categories if c.ops},
                kernel_by_phase=dict(by_phase), ops_by_phase=dict(ops), pieces=dict(counted),
                ops=tuple((op.category, _group(op.phase), op.compute_time_s, op.memory_time_s,
@@ -218,7 +218,7 @@ def fit(samples: Sequence[StepSample], source: str = "") -> Calibration:
     ops = 0
     views = 0.0
     for sample in samples:
-        count, _, measured_s = sample.train.categories.get("view", (0, 0.0, 0.0))
+        count, _, measured_s = sample.train.classes.get("view", (0, 0.0, 0.0))
         ops += count
         views += measured_s
     entering = Calibration(scale={}, op_cost_s=views / ops if ops else 0.0, between_ops_s={},
@@ -230,7 +230,7 @@ def fit(samples: Sequence[StepSample], source: str = "") -> Calibration:
     rows: dict[str, list[tuple[float, ...]]] = defaultdict(list)
     for sample in samples:
         for run in (sample.forward_backward, sample.train):
-            for name, (count, kernel_s, measured_s) in run.categories.items():
+            for name, (count, kernel_s, measured_s) in run.classes.items():
                 if name != "view" and measured_s > 0:
                     rows[name].append((kernel_s / measured_s, count / measured_s,
                                        run.pieces.get(name, 0.0) / measured_s,
@@ -330,7 +330,7 @@ def _entry_by_footprint(samples: Sequence[StepSample]) -> tuple[tuple[float, flo
     points = []
     for sample in samples:
         for run in (sample.forward_backward, sample.train):
-            count, _, measured_s = run.categories.get("view", (0, 0.0, 0.0))
+            count, _, measured_s = run.classes.get("view", (0, 0.0, 0.0))
             footprint = step_footprint(moved for *_, moved, _ in run.ops)
             if count and measured_s > 0 and footprint:
                 points.append((footprint, measured_s / count))
