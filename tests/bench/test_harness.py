@@ -60,3 +60,17 @@ def test_bad_arguments() -> None:
         measure(lambda: None, min_repeats=0)
     synchronize("cpu")
     synchronize("meta")
+
+
+def test_pooled_measurements_by_hand() -> None:
+    from tensorledger.bench.harness import pooled
+
+    a = _statistics("step", "cpu", "perf_counter", 2, 1, [4.0, 1.0, 3.0])
+    b = _statistics("step", "cpu", "perf_counter", 0, 2, [2.0, 5.0])
+    m = pooled([a, b])
+    # the five samples 1..5: median 3, quartiles 2 and 4, as one measurement of them
+    assert m.samples_s == (4.0, 1.0, 3.0, 2.0, 5.0)
+    assert (m.median_s, m.min_s, m.max_s, m.q1_s, m.q3_s) == (3.0, 1.0, 5.0, 2.0, 4.0)
+    assert m.warmup == 2 and m.number == 1 and m.name == "step"
+    with pytest.raises(InputError):
+        pooled([])

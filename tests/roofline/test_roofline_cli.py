@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,3 +71,37 @@ def test_local_without_profile(cli, tmp_path: Path, monkeypatch) -> None:  # typ
     monkeypatch.setenv("TENSORLEDGER_HOME", str(tmp_path))
     assert_one_line_error(cli("roofline", "--model", "tiny", "--hardware", "local"),
                           "tensorledger probe")
+
+
+def test_measure_takes_the_step_and_its_ops_in_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whole steps and a profiled step in turn, so a spell falls on both alike; the step's
+    time is the median of every round's samples, a category's the median of the rounds."""
+    import statistics
+
+    import tensorledger.bench.harness as harness
+    import tensorledger.bench.optiming as optiming
+    from tensorledger.ledger.roofline import roofline_report
+    from tensorledger.workload import resolve_workload
+
+    order: list[str] = []
+    samples: list[float] = []
+    real_measure, real_calls = harness.measure, optiming.profile_calls
+
+    def measure(*args: Any, **kwargs: Any) -> Any:
+        order.append("step")
+        part = real_measure(*args, **kwargs)
+        samples.extend(part.samples_s)
+        return part
+
+    def profile_calls(*args: Any, **kwargs: Any) -> Any:
+        order.append(f"profile × {kwargs['repeats']}")
+        return real_calls(*args, **kwargs)
+
+    monkeypatch.setattr(harness, "measure", measure)
+    monkeypatch.setattr(optiming, "profile_calls", profile_calls)
+    work = resolve_workload("tiny", batch=1, seq=8, precision="fp32", device="cpu")
+    run = roofline_report(work, get_hardware("h100"), measure_step=True, budget_s=0.03,
+                          timing_runs=3)
+    assert order == ["step", "profile × 1"] * 3
+    assert run.comparison is not None
+    assert run.comparison.measured_step_s == pytest.approx(statistics.median(samples))

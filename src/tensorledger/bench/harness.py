@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,7 @@ import torch
 from tensorledger.errors import DeviceError, InputError
 from tensorledger.summary import show_time, summary
 
-__all__ = ["HIGH_SPREAD", "Measurement", "measure", "synchronize"]
+__all__ = ["HIGH_SPREAD", "Measurement", "measure", "pooled", "synchronize"]
 
 #: Interquartile range above this fraction of the median earns a warning.
 HIGH_SPREAD = 0.10
@@ -81,6 +81,17 @@ def _statistics(name: str, device: str, timer: str, warmup: int, number: int,
                        samples_s=tuple(samples), median_s=median, min_s=ordered[0],
                        max_s=ordered[-1], q1_s=q1, q3_s=q3, iqr_s=iqr, spread=spread,
                        warning=warning)
+
+
+def pooled(parts: Sequence[Measurement]) -> Measurement:
+    """One measurement of the samples of ``parts`` (of one function, taken in rounds with
+    other work between them), with its statistics over them all."""
+    if not parts:
+        raise InputError("pooled needs at least one measurement")
+    first = parts[0]
+    return _statistics(first.name, first.device, first.timer, first.warmup,
+                       min(part.number for part in parts),
+                       [sample for part in parts for sample in part.samples_s])
 
 
 def measure(fn: Callable[[], Any], *, device: str | torch.device = "cpu", name: str = "",

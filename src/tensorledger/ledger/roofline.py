@@ -85,12 +85,14 @@ def roofline_report(work: Workload, hardware: Hardware, *, measure_step: bool = 
     """Predict (and with ``measure_step``, measure) one step of ``work`` on ``hardware``.
 
     With a measurement the step is built on the workload's device (cpu or cuda), run once to
-    warm up (optimizer state, allocator, caches), then traced, timed as a whole (``measure``)
-    and op by op (the profiler's own time of each op).  ``depth`` cuts the module names of
+    warm up (optimizer state, allocator, caches), then traced, and timed in ``timing_runs``
+    rounds, each ``budget_s / timing_runs`` of whole steps (``measure``) and one step op by op
+    (the profiler's own time of each call): the step's time is the median of every sample, a
+    category's the median over the profiled steps.  ``depth`` cuts the module names of
     the by-module rows to that many components (``None``: the innermost module).
     """
-    from tensorledger.bench.harness import measure
-    from tensorledger.bench.optiming import profile_calls
+    from tensorledger.bench.harness import Measurement, measure, pooled
+    from tensorledger.bench.optiming import OpTime, profile_calls
 
     if timing_runs < 1:
         raise InputError(f"timing runs must be at least 1, got {timing_runs}")
@@ -117,13 +119,21 @@ def roofline_report(work: Workload, hardware: Hardware, *, measure_step: bool = 
             step.run()  # steady state: the first step creates optimizer state, warms caches
             traced, _ = record_step(step)
             prediction = predict(traced.records, hardware, tokens=work.tokens)
-            say("timing the whole step")
-            whole = measure(step.run, device=work.device, budget_s=budget_s, warmup=2,
-                            name=f"{work.model} {work.step.name}")
+            # rounds: the whole step, then one profiled step, in turn, so that a spell when
+            # the machine runs slower falls on the step and on its ops alike
+            parts: list[Measurement] = []
+            calls: list[tuple[OpTime, ...]] = []
+            for index in range(timing_runs):
+                say(f"timing the whole step and each op (profiler), round {index + 1} of "
+                    f"{timing_runs}")
+                parts.append(measure(step.run, device=work.device,
+                                     budget_s=budget_s / timing_runs,
+                                     warmup=2 if index == 0 else 0, min_repeats=1,
+                                     name=f"{work.model} {work.step.name}"))
+                calls += profile_calls(step.run, work.device, repeats=1,
+                                       traced={record.op for record in traced.records})
+            whole = pooled(parts)
             warning = whole.warning
-            say("timing each op (profiler)")
-            calls = profile_calls(step.run, work.device, repeats=timing_runs,
-                                  traced={record.op for record in traced.records})
         comparison = compare(prediction, calls, whole.median_s,
                              hardware.peak_flop_per_s(prediction.mfu_peak_key))
     return RooflineRun(model=work.model, built_by=work.source.built_by, step=work.step.name,
