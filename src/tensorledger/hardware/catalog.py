@@ -486,7 +486,8 @@ def _chip(chip: str, raw: Any, where: str, origin: str) -> Hardware:
 
 
 def _calibration(chip: str, raw: Any, where: str) -> Calibration:
-    """``[calibration]`` of a probed profile: ``scale`` (category → factor), ``op_cost`` and
+    """``[calibration]`` of a probed profile: ``scale`` (cost class → factor), ``call_cost``
+    and ``piece_cost`` (cost class → duration), ``op_cost`` and ``op_cost_by_footprint``, and
     ``between_ops`` (``forward-backward``, ``optimizer`` → duration)."""
     if not isinstance(raw, dict) or set(raw) - {"scale", "op_cost", "between_ops", "source",
                                                 "call_cost", "piece_cost", "unreliable",
