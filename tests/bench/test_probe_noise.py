@@ -105,3 +105,26 @@ def test_predictions_with_an_unreliable_profile_say_so(cli, tmp_path: Path) -> N
     import json
 
     assert json.loads(as_json.stdout)["hardware_unreliable"] == ["matmul fp32 256 (spread 40%)"]
+
+
+def test_the_matmul_sweep_is_timed_in_rounds_over_every_size() -> None:
+    said: list[str] = []
+    result = probe("cpu", clock=FakeClock([1e-3]), rounds=3, progress=said.append, **SMALL)
+    sweep = [line for line in said if line.startswith("matmul")]
+    # the first round over both sizes, then two more rounds taken in turn
+    assert sweep == ["matmul fp32 16×16", "matmul fp32 32×32",
+                     "matmul fp32 16×16, round 2 of 3", "matmul fp32 32×32, round 2 of 3",
+                     "matmul fp32 16×16, round 3 of 3", "matmul fp32 32×32, round 3 of 3"]
+    # every sample 1 ms: the pooled median, and 2·n³ FLOPs over it
+    assert [p.n for p in result.matmul] == [16, 32]
+    assert [x for p in result.matmul for x in (p.median_s, p.flop_per_s)] == pytest.approx(
+        [1e-3, 2 * 16**3 / 1e-3, 1e-3, 2 * 32**3 / 1e-3])
+    assert result.unreliable == ()
+
+
+def test_a_size_slower_than_the_limit_is_measured_once() -> None:
+    said: list[str] = []
+    probe("cpu", clock=FakeClock([2.0]), rounds=3, slow_call_s=1.0, progress=said.append,
+          **SMALL)
+    # 2 s a call: the sweep stops after the first size, which no later round takes again
+    assert [line for line in said if line.startswith("matmul")] == ["matmul fp32 16×16"]

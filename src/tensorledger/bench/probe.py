@@ -13,9 +13,13 @@
 
 The profile is TOML in the catalog's own format, so ``load_hardware_file`` reads it back.
 
-Noise: every figure is timed as repeated samples; when their spread (interquartile range over
-the median) is wider than ``max_spread``, the figure is measured again, up to ``retries``
-times (not a figure slower than ``slow_call_s`` per call), and the tightest attempt kept.  A
+Noise: every figure is timed as repeated samples.  The matmul sweep is timed in ``rounds``
+rounds taken in turn over every size, their samples pooled, so that a spell when the machine
+runs slower falls on every size alike rather than bending the curve at one (one 256² point at
+a third of its neighbours' rate once set a calibration's matmul scale to 0.71 against 1.02).
+Any other figure whose spread (interquartile range over the median) is wider than
+``max_spread`` is measured again, up to ``retries`` times (not a figure slower than
+``slow_call_s`` per call), and the tightest attempt kept.  A
 figure that stays wide is named in the profile's ``unreliable`` list, and every prediction made
 against the profile says so.
 """
@@ -32,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tensorledger.bench.harness import Measurement, measure
+from tensorledger.bench.harness import Measurement, measure, pooled
 from tensorledger.devices import resolve_device
 from tensorledger.dtypes import resolve_dtype
 from tensorledger.summary import show_bytes, show_time, summary
@@ -104,6 +108,16 @@ class _Timer:
     slow_call_s: float = 1.0  # a figure this slow per call is not measured again
     unreliable: list[str] = field(default_factory=list)
 
+    def once(self, fn: Callable[[], Any], label: str, **options: Any) -> Measurement:
+        """One measurement, neither repeated nor judged (a round of a sweep)."""
+        return measure(fn, device=self.device, clock=self.clock, name=label, **options)
+
+    def judge(self, result: Measurement, label: str) -> Measurement:
+        """Name ``label`` among the unreliable figures if ``result`` spreads too wide."""
+        if result.spread > self.max_spread:
+            self.unreliable.append(f"{label} (spread {result.spread:.0%})")
+        return result
+
     def __call__(self, fn: Callable[[], Any], label: str, **options: Any) -> Measurement:
         best: Measurement | None = None
         for _ in range(1 + self.retries):
@@ -113,9 +127,7 @@ class _Timer:
             if result.spread <= self.max_spread or result.median_s > self.slow_call_s:
                 break
         assert best is not None
-        if best.spread > self.max_spread:
-            self.unreliable.append(f"{label} (spread {best.spread:.0%})")
-        return best
+        return self.judge(best, label)
 
 
 def _device_name(device: torch.device) -> tuple[str, int]:
@@ -143,10 +155,11 @@ def _last_level_cache_bytes() -> int:
     return max(sizes, default=32 * 2**20)
 
 
-def _matmul_point(timer: _Timer, dtype: str, n: int, budget_s: float,
-                  cold_bytes: int = 0) -> MatmulPoint:
-    """An n×n×n matmul; the left operand rotates through ``cold_bytes`` of copies, so it
-    comes from memory as an activation does in a training step, not from a warm cache."""
+def _matmul_round(timer: _Timer, dtype: str, n: int, budget_s: float,
+                  cold_bytes: int = 0) -> Measurement:
+    """One round of an n×n×n matmul; the left operand rotates through ``cold_bytes`` of
+    copies, so it comes from memory as an activation does in a training step, not from a warm
+    cache."""
     device = timer.device
     torch_dtype = getattr(torch, resolve_dtype(dtype).torch_name or "float32")
     operand_bytes = n * n * torch.empty((), dtype=torch_dtype).element_size()
@@ -154,10 +167,45 @@ def _matmul_point(timer: _Timer, dtype: str, n: int, budget_s: float,
              for _ in range(max(1, -(-cold_bytes // operand_bytes)))]
     b = torch.randn(n, n, device=device).to(torch_dtype)
     turn = itertools.cycle(lefts)
-    result = timer(lambda: next(turn) @ b, f"matmul {dtype} {n}", budget_s=budget_s,
-                   min_repeats=3, warmup=2)
-    flops = 2 * n**3
-    return MatmulPoint(dtype, n, flops, result.median_s, flops / result.median_s)
+    return timer.once(lambda: next(turn) @ b, f"matmul {dtype} {n}", budget_s=budget_s,
+                      min_repeats=3, warmup=2)
+
+
+def _matmul_sweep(timer: _Timer, dtypes: Sequence[str], sizes: Sequence[int],
+                  budget_s: float, rounds: int, cold_bytes: int, slow_call_s: float,
+                  say: Callable[[str], None]) -> tuple[list[MatmulPoint], list[str]]:
+    """Every dtype's matmuls over ``sizes``, in ``rounds`` rounds taken in turn over all of
+    them (``budget_s / rounds`` each), their samples pooled: a spell when the machine runs
+    slower falls on every size alike rather than bending the curve at one.  A dtype the
+    device has no kernel for is skipped; sizes beyond one slower than ``slow_call_s`` a call
+    are left out, as they would only take longer."""
+    parts: dict[tuple[str, int], list[Measurement]] = {}
+    skipped: list[str] = []
+    for dtype in dtypes:  # the first round, which decides what the others take
+        for n in sorted(sizes):
+            say(f"matmul {dtype} {n}×{n}")
+            try:
+                result = _matmul_round(timer, dtype, n, budget_s / rounds, cold_bytes)
+            except RuntimeError:  # the device has no kernel for this dtype
+                skipped.append(dtype)
+                break
+            parts[dtype, n] = [result]
+            if result.median_s > slow_call_s:
+                break
+    # a size slower than slow_call_s a call is not measured again (fp16 on a CPU without
+    # fp16 units runs a thousand times slower than fp32)
+    again = [key for key, (first,) in parts.items() if first.median_s <= slow_call_s]
+    for index in range(1, rounds):
+        for dtype, n in again:
+            say(f"matmul {dtype} {n}×{n}, round {index + 1} of {rounds}")
+            parts[dtype, n].append(_matmul_round(timer, dtype, n, budget_s / rounds,
+                                                 cold_bytes))
+    points = []
+    for (dtype, n), found in parts.items():
+        result = timer.judge(pooled(found), f"matmul {dtype} {n}")
+        flops = 2 * n**3
+        points.append(MatmulPoint(dtype, n, flops, result.median_s, flops / result.median_s))
+    return points, skipped
 
 
 def _attention_point(timer: _Timer, seq: int, budget_s: float) -> MatmulPoint:
@@ -250,7 +298,7 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
           budget_s: float = 0.5, slow_call_s: float = 1.0, bandwidth_sweep: bool = True,
           attention_seqs: Sequence[int] | None = None,
           progress: Progress | None = None, max_spread: float = 0.10, retries: int = 2,
-          clock: Callable[[], float] = time.perf_counter) -> ProbeResult:
+          rounds: int = 3, clock: Callable[[], float] = time.perf_counter) -> ProbeResult:
     """Measure the ceilings of ``device``.  ``progress`` is told each step as it starts.
 
     A dtype's sweep stops early once one call takes longer than ``slow_call_s`` (fp16 on a
@@ -259,8 +307,8 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
     profile's bandwidth curve (small buffers stream from cache; new outputs cost page faults);
     ``attention_seqs`` are the sequence lengths at which causal attention (forward and
     backward) is measured (``()`` for none; by default a sweep that suits the device).
-    ``max_spread`` and ``retries``: see the module docstring; ``clock`` times the samples (a
-    test passes a fake one).
+    ``max_spread``, ``retries`` and ``rounds``: see the module docstring; ``clock`` times the
+    samples (a test passes a fake one).
     """
     dev = resolve_device(device, ("cpu", "cuda"))
     timer = _Timer(dev, clock, max_spread, retries, slow_call_s)
@@ -269,22 +317,11 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
     if sizes is None:
         sizes = ((256, 512, 1024, 2048, 4096, 8192) if dev.type == "cuda"
                  else (64, 128, 256, 512, 1024, 2048))
-    points: list[MatmulPoint] = []
-    skipped: list[str] = []
     # inputs rotate through twice the last-level cache, as a step's activations do; a GPU's
     # cache is small beside its tensors, so there the same buffers serve
     cold = 0 if dev.type == "cuda" else 2 * _last_level_cache_bytes()
-    for dtype in dtypes:
-        for n in sorted(sizes):
-            say(f"matmul {dtype} {n}×{n}")
-            try:
-                point = _matmul_point(timer, dtype, n, budget_s, cold)
-            except RuntimeError:  # the device has no kernel for this dtype
-                skipped.append(dtype)
-                break
-            points.append(point)
-            if point.median_s > slow_call_s:  # larger sizes would only take longer
-                break
+    points, skipped = _matmul_sweep(timer, dtypes, sizes, budget_s, max(1, rounds), cold,
+                                    slow_call_s, say)
     attention: list[MatmulPoint] = []
     if attention_seqs is None:
         attention_seqs = (128, 256, 512, 1024) if dev.type == "cpu" else (512, 1024, 2048, 4096)
