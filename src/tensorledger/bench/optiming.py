@@ -24,9 +24,11 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tensorledger.bench.harness import synchronize
+from tensorledger.bench import harness
+from tensorledger.bench.harness import Measurement, synchronize
+from tensorledger.costs import packet
 
-__all__ = ["OpTime", "profile_calls", "profile_ops", "time_ops"]
+__all__ = ["OpTime", "profile_calls", "profile_ops", "time_ops", "timed_round"]
 
 
 @dataclass(frozen=True)
@@ -101,8 +103,7 @@ def profile_calls(step: Callable[[], Any], device: str | torch.device = "cpu", *
     activities = [ProfilerActivity.CPU]
     if dev.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    names = None if traced is None else {op.rsplit(".", 1)[0] if op.count(".") >= 2 else op
-                                         for op in traced}
+    names = None if traced is None else {packet(op) for op in traced}
     runs = []
     for _ in range(repeats):
         synchronize(dev)
@@ -127,6 +128,18 @@ def profile_calls(step: Callable[[], Any], device: str | torch.device = "cpu", *
         runs.append(tuple(OpTime(calls[key][1], own[key] / 1e6)
                           for key in sorted(calls, key=lambda k: calls[k][0])))
     return tuple(runs)
+
+
+def timed_round(step: Callable[[], Any], device: str | torch.device, traced: Collection[str],
+                *, budget_s: float, name: str = "", **options: Any
+                ) -> tuple[Measurement, tuple[OpTime, ...]]:
+    """One round of a step timed both ways: whole steps for ``budget_s`` (``measure``, with
+    ``options``), then one step call by call (:func:`profile_calls`).  Callers take rounds in
+    turn, so that a spell when the machine runs slower falls on the whole step and on its
+    calls alike."""
+    whole = harness.measure(step, device=device, budget_s=budget_s, name=name, **options)
+    (calls,) = profile_calls(step, device, repeats=1, traced=traced)
+    return whole, calls
 
 
 def profile_ops(step: Callable[[], Any], device: str | torch.device = "cpu", *,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from tensorledger.costs.attention import attention_backward_flops, attention_flops
 from tensorledger.costs.elementwise import ELEMENTWISE_FLOPS, REDUCTION_FLOPS, reduction_flops
 from tensorledger.costs.matmul import conv_flops, mm_flops
-from tensorledger.costs.registry import CATEGORIES, Rule, lookup, register, rules
+from tensorledger.costs.registry import CATEGORIES, Rule, lookup, packet, register, rules
 
 __all__ = [
     "CATEGORIES",
@@ -22,6 +22,7 @@ __all__ = [
     "conv_flops",
     "lookup",
     "mm_flops",
+    "packet",
     "reduction_flops",
     "register",
     "rules",

@@ -36,6 +36,7 @@ __all__ = [
     "Rule",
     "lookup",
     "numel",
+    "packet",
     "register",
     "rules",
     "shape",
@@ -92,6 +93,16 @@ def register(*ops: str, category: str, moves: Moves = "io", bytes_read: ReadRule
         return flops
 
     return decorate
+
+
+def packet(op: str) -> str:
+    """An op's name without its overload, as rules and the profiler name it; a name already
+    without one stays.
+
+    >>> packet("aten.mm.default"), packet("aten.mm")
+    ('aten.mm', 'aten.mm')
+    """
+    return op.rsplit(".", 1)[0] if op.count(".") >= 2 else op
 
 
 def lookup(op: str) -> Rule | None:

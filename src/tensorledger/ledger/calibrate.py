@@ -140,14 +140,13 @@ def _build(config: TransformerConfig, batch: int, seq: int, step: str,
 
 
 def _time_round(timed: _Timed, budget_s: float, name: str) -> None:
-    from tensorledger.bench.harness import measure
-    from tensorledger.bench.optiming import profile_calls
+    from tensorledger.bench.optiming import timed_round
 
-    whole = measure(timed.prepared.run, budget_s=budget_s, warmup=1, name=name)
+    whole, calls = timed_round(timed.prepared.run, "cpu", {op.op for op in timed.prediction.ops},
+                               budget_s=budget_s, name=name, warmup=1)
     timed.samples_s += whole.samples_s
     timed.round_medians_s.append(whole.median_s)
-    timed.profiles += profile_calls(timed.prepared.run, "cpu", repeats=1,
-                                    traced={op.op for op in timed.prediction.ops})
+    timed.profiles.append(calls)
 
 
 def _run(timed: _Timed) -> Run:

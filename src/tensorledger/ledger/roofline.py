@@ -91,8 +91,8 @@ def roofline_report(work: Workload, hardware: Hardware, *, measure_step: bool = 
     category's the median over the profiled steps.  ``depth`` cuts the module names of
     the by-module rows to that many components (``None``: the innermost module).
     """
-    from tensorledger.bench.harness import Measurement, measure, pooled
-    from tensorledger.bench.optiming import OpTime, profile_calls
+    from tensorledger.bench.harness import Measurement, pooled
+    from tensorledger.bench.optiming import OpTime, timed_round
 
     if timing_runs < 1:
         raise InputError(f"timing runs must be at least 1, got {timing_runs}")
@@ -123,15 +123,16 @@ def roofline_report(work: Workload, hardware: Hardware, *, measure_step: bool = 
             # the machine runs slower falls on the step and on its ops alike
             parts: list[Measurement] = []
             calls: list[tuple[OpTime, ...]] = []
+            names = {record.op for record in traced.records}
             for index in range(timing_runs):
                 say(f"timing the whole step and each op (profiler), round {index + 1} of "
                     f"{timing_runs}")
-                parts.append(measure(step.run, device=work.device,
-                                     budget_s=budget_s / timing_runs,
-                                     warmup=2 if index == 0 else 0, min_repeats=1,
-                                     name=f"{work.model} {work.step.name}"))
-                calls += profile_calls(step.run, work.device, repeats=1,
-                                       traced={record.op for record in traced.records})
+                whole, profiled = timed_round(step.run, work.device, names,
+                                              budget_s=budget_s / timing_runs,
+                                              name=f"{work.model} {work.step.name}",
+                                              warmup=2 if index == 0 else 0, min_repeats=1)
+                parts.append(whole)
+                calls.append(profiled)
             whole = pooled(parts)
             warning = whole.warning
         comparison = compare(prediction, calls, whole.median_s,

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from tensorledger.costs import lookup
+from tensorledger.costs import lookup, packet
 from tensorledger.roofline.model import RooflinePrediction
 from tensorledger.summary import show_time, summary
 
@@ -65,12 +65,6 @@ class Comparison:
     def __repr__(self) -> str:
         return summary("Comparison", self.hardware, f"predicted {show_time(self.predicted_step_s)}",
                        f"measured {show_time(self.measured_step_s)}", f"error {self.error:+.1%}")
-
-
-def _bare(op: str) -> str:
-    """An op's name without its overload, as the profiler names it: ``aten.mm.default`` →
-    ``aten.mm``."""
-    return op.rsplit(".", 1)[0] if op.count(".") >= 2 else op
 
 
 def _aligned(predicted: Sequence[str], timed: Sequence[str]) -> dict[int, int]:
@@ -152,14 +146,14 @@ def compare(prediction: RooflinePrediction, runs: Sequence[Sequence[TimedOp]],
     for op in prediction.ops:  # the time between ops is set beside the measured residual
         predicted[op.category] += op.time_s - op.between_ops_s
         counts[op.category] += 1
-    names = [_bare(o.op) for o in prediction.ops]
+    names = [packet(o.op) for o in prediction.ops]
     category_of = {name: o.category for name, o in zip(names, prediction.ops, strict=True)}
     category_of.update({o.op: o.category for o in prediction.ops})
     totals = []  # per run: category → its calls' own time
     by_name = 0
     alignments: dict[tuple[str, ...], dict[int, int]] = {}  # runs mostly make the same calls
     for run in runs:
-        spelled = tuple(_bare(call.op) for call in run)
+        spelled = tuple(packet(call.op) for call in run)
         if spelled not in alignments:
             alignments[spelled] = _aligned(names, spelled)
         found = alignments[spelled]

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tensorledger.costs import packet
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
 from tensorledger.roofline.collectives import CollectiveKind, collective_time
@@ -364,7 +365,7 @@ def cost_class(op: str, category: str) -> str:
     >>> cost_class("aten.mul.Tensor", "normalization")  # a part of an RMSNorm written out
     'normalization'
     """
-    name = op.rsplit(".", 1)[0] if op.count(".") >= 2 else op
+    name = packet(op)
     if category == "elementwise" and name in COSTLY_ELEMENTWISE:
         return "elementwise-costly"
     if category == "normalization" and any(word in name for word in _FUSED):
