@@ -8,8 +8,11 @@ model at two sizes, and a user's factory (examples/own_model.py).  Targets: the 
 within 10%, every category above 5% of the measured step within 25%.  The runs go round the
 workloads in turn; each workload's measured steps across its runs are set beside the spread
 the target allows one prediction (the slowest at most 11/9 of the fastest), so a machine whose
-speed wanders says so.  Prints a table, then one JSON line.  Run it on a quiet machine: the
-error of a busy one is the machine's.
+speed wanders says so.  Within a run, each workload is timed in ``--rounds`` rounds taken in
+turn over the five (``ledger.roofline.StepTiming``), so a spell when the machine runs faster
+or slower falls on every workload alike, and each workload's figure is the median over the
+whole run rather than over a few seconds of it.  Prints a table, then one JSON line.  Run it
+on a quiet machine: the error of a busy one is the machine's.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from tensorledger.bench import probe, profile_toml
 from tensorledger.hardware import Hardware, load_hardware_file
 from tensorledger.hardware.catalog import parse_hardware_toml
 from tensorledger.ledger.calibrate import calibrate, calibration_toml
-from tensorledger.ledger.roofline import roofline_report
+from tensorledger.ledger.roofline import StepTiming
 from tensorledger.models import get_preset
 from tensorledger.workload import ModelSource, resolve_source, resolve_workload
 
@@ -76,6 +79,10 @@ def _profile(path: str | None) -> Hardware:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=8,
+                        help="rounds of each workload in a run, taken in turn over the five")
+    parser.add_argument("--budget", type=float, default=4.0,
+                        help="seconds of whole steps of each workload in a run, over its rounds")
     parser.add_argument("--profile", help="a calibrated profile to use instead of probing")
     args = parser.parse_args()
     chip = _profile(args.profile)
@@ -87,12 +94,20 @@ def main() -> None:
           "profile unreliable")
     print(f"{'workload':<42}{'run':>4}{'predicted':>12}{'measured':>12}{'error':>9}  "
           "categories above 5% (error)")
-    # the runs go round the workloads in turn, so each workload's runs fall minutes apart
+    # the runs follow one another, minutes apart; within a run the rounds go round the
+    # workloads in turn
     works = [(label, resolve_workload(source, batch=batch, seq=seq, precision="fp32",
                                       device="cpu")) for label, source, batch, seq in WORKLOADS]
     for run_index in range(args.runs):
-        for label, work in works:
-            run = roofline_report(work, chip, measure_step=True, budget_s=2.0)
+        timings = [(label, StepTiming(work, chip)) for label, work in works]
+        for round_index in range(args.rounds):
+            print(f"  run {run_index}, round {round_index + 1} of {args.rounds}",
+                  file=sys.stderr, flush=True)
+            for _, timing in timings:
+                # another workload ran just before: one step untimed warms its caches again
+                timing.round(args.budget / args.rounds, warmup=1)
+        for label, timing in timings:
+            run = timing.report()
             c = run.comparison
             assert c is not None
             big = {x.category: x.error for x in c.categories

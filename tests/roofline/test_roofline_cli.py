@@ -105,3 +105,40 @@ def test_measure_takes_the_step_and_its_ops_in_rounds(monkeypatch: pytest.Monkey
     assert order == ["step", "profile × 1"] * 3
     assert run.comparison is not None
     assert run.comparison.measured_step_s == pytest.approx(statistics.median(samples))
+
+
+def test_step_timings_take_their_rounds_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two workloads timed in rounds taken in turn (as bench_roofline does): each round times
+    its own step, and each report's measured step is the median of its own rounds' samples
+    only, never the other workload's."""
+    import statistics
+
+    import tensorledger.bench.harness as harness
+    from tensorledger.errors import InputError
+    from tensorledger.ledger.roofline import StepTiming
+    from tensorledger.workload import resolve_workload
+
+    order: list[Any] = []
+    real_measure = harness.measure
+
+    def measure(step: Any, **kwargs: Any) -> Any:
+        order.append(step)  # which workload's step this round times
+        return real_measure(step, **kwargs)
+
+    monkeypatch.setattr(harness, "measure", measure)
+    chip = get_hardware("h100")
+    small, wide = (StepTiming(resolve_workload("tiny", batch=batch, seq=8, precision="fp32",
+                                               device="cpu"), chip) for batch in (1, 3))
+    with pytest.raises(InputError, match="take one round at least"):
+        small.report()
+    for _ in range(2):
+        for timing in (small, wide):
+            timing.round(0.02, warmup=1)
+    assert order == [small.step.run, wide.step.run] * 2
+    assert len(small.parts) == len(wide.parts) == 2 and len(small.calls) == 2
+    for timing in (small, wide):
+        run = timing.report()
+        assert run.comparison is not None
+        own = [s for part in timing.parts for s in part.samples_s]
+        assert run.comparison.measured_step_s == pytest.approx(statistics.median(own))
+        assert run.batch == timing.work.batch

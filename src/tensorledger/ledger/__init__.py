@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from tensorledger.ledger.account import Ledger, RunCost, account_workload
 from tensorledger.ledger.memory import memory_report, step_facts
-from tensorledger.ledger.roofline import RooflineRun, roofline_report
+from tensorledger.ledger.roofline import RooflineRun, StepTiming, roofline_report
 from tensorledger.ledger.trace import TraceReport, trace_report
 
 __all__ = [
            "Ledger",
            "RooflineRun",
            "RunCost",
+           "StepTiming",
            "TraceReport",
            "account_workload",
            "memory_report",

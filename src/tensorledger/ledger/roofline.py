@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
@@ -18,7 +19,10 @@ from tensorledger.roofline.modules import ModuleTime, module_times
 from tensorledger.summary import show_time, summary
 from tensorledger.workload import Workload, placement, prepare, record_step, trace_workload
 
-__all__ = ["RooflineRun", "roofline_report"]
+if TYPE_CHECKING:
+    from tensorledger.trace import Trace
+
+__all__ = ["RooflineRun", "StepTiming", "roofline_report"]
 
 
 @dataclass(frozen=True)
@@ -78,65 +82,106 @@ class RooflineRun:
         return importlib.import_module("tensorledger.report.render").render(self)
 
 
+class StepTiming:
+    """A workload's step run for real beside its prediction, in rounds.
+
+    Built, the step is made on the workload's device (cpu or cuda), run once to warm up
+    (optimizer state, allocator, caches), traced and predicted.  Each :meth:`round` then
+    times ``budget_s`` of whole steps (``measure``) and one step op by op (the profiler's own
+    time of each call); :meth:`compared` sets every round beside the prediction: the step's
+    time is the median of every sample, a category's the median over the profiled steps.
+    ``roofline_report`` takes one workload's rounds one after another; a benchmark of
+    several workloads can take theirs in turn, so that a spell when the machine runs slower
+    falls on every workload alike rather than on one.
+    """
+
+    def __init__(self, work: Workload, hardware: Hardware, *,
+                 progress: Callable[[str], None] | None = None) -> None:
+        if not work.layout.single:
+            raise InputError(f"--measure runs one device for real; a layout of "
+                             f"{work.layout.count} is traced on fake ranks (measure it under "
+                             "torchrun)")
+        if work.device not in ("cpu", "cuda"):
+            raise InputError(f"--measure runs the step for real: use --device cpu or cuda "
+                             f"(got {work.device})")
+        from tensorledger.bench.harness import Measurement
+        from tensorledger.bench.optiming import OpTime
+
+        say = progress or (lambda _: None)
+        self.work, self.hardware = work, hardware
+        with placement(work.device) as target:
+            say(f"building {work.model} on {work.device}")
+            self.step = prepare(work, target)
+            say("running the first step")
+            self.step.run()  # steady state: the first step creates optimizer state
+            self.traced, _ = record_step(self.step)
+        self.prediction = predict(self.traced.records, hardware, tokens=work.tokens)
+        self.names = {record.op for record in self.traced.records}
+        self.parts: list[Measurement] = []  # each round's whole steps
+        self.calls: list[tuple[OpTime, ...]] = []  # each round's profiled step, in order
+
+    def round(self, budget_s: float, *, warmup: int = 0) -> None:
+        """One round: ``warmup`` steps untimed, whole steps for ``budget_s``, then one step
+        profiled call by call."""
+        from tensorledger.bench.optiming import timed_round
+
+        work = self.work
+        whole, profiled = timed_round(self.step.run, work.device, self.names,
+                                      budget_s=budget_s,
+                                      name=f"{work.model} {work.step.name}", warmup=warmup,
+                                      min_repeats=1)
+        self.parts.append(whole)
+        self.calls.append(profiled)
+
+    def compared(self) -> tuple[Comparison, str | None]:
+        """The rounds so far beside the prediction, and the harness's warning, if any."""
+        from tensorledger.bench.harness import pooled
+
+        if not self.parts:
+            raise InputError("a step timing compares its rounds: take one round at least")
+        whole = pooled(self.parts)
+        return compare(self.prediction, self.calls, whole.median_s,
+                       self.hardware.peak_flop_per_s(self.prediction.mfu_peak_key)
+                       ), whole.warning
+
+    def report(self, *, depth: int | None = None) -> RooflineRun:
+        """The :class:`RooflineRun` of the rounds so far."""
+        comparison, warning = self.compared()
+        return _report(self.work, self.hardware, self.traced, self.prediction, comparison,
+                       warning, depth)
+
+
 def roofline_report(work: Workload, hardware: Hardware, *, measure_step: bool = False,
                     budget_s: float = 2.0, timing_runs: int = 5,
                     depth: int | None = None,
                     progress: Callable[[str], None] | None = None) -> RooflineRun:
     """Predict (and with ``measure_step``, measure) one step of ``work`` on ``hardware``.
 
-    With a measurement the step is built on the workload's device (cpu or cuda), run once to
-    warm up (optimizer state, allocator, caches), then traced, and timed in ``timing_runs``
-    rounds, each ``budget_s / timing_runs`` of whole steps (``measure``) and one step op by op
-    (the profiler's own time of each call): the step's time is the median of every sample, a
-    category's the median over the profiled steps.  ``depth`` cuts the module names of
+    With a measurement the step is a :class:`StepTiming`, timed in ``timing_runs`` rounds of
+    ``budget_s / timing_runs`` each, one after another.  ``depth`` cuts the module names of
     the by-module rows to that many components (``None``: the innermost module).
     """
-    from tensorledger.bench.harness import Measurement, pooled
-    from tensorledger.bench.optiming import OpTime, timed_round
-
     if timing_runs < 1:
         raise InputError(f"timing runs must be at least 1, got {timing_runs}")
     if not budget_s >= 0 or budget_s == float("inf"):
         raise InputError(f"--budget must be a number of seconds, 0 or more, got {budget_s:g}")
-    if measure_step and not work.layout.single:
-        raise InputError(f"--measure runs one device for real; a layout of "
-                         f"{work.layout.count} is traced on fake ranks (measure it under "
-                         "torchrun)")
-    if measure_step and work.device not in ("cpu", "cuda"):
-        raise InputError(f"--measure runs the step for real: use --device cpu or cuda (got "
-                         f"{work.device})")
-    comparison = None
-    warning = None
-    say = progress or (lambda _: None)
     if not measure_step:
         traced = trace_workload(work, progress=progress).trace
-        prediction = predict(traced.records, hardware, tokens=work.tokens)
-    else:
-        with placement(work.device) as target:
-            say(f"building {work.model} on {work.device}")
-            step = prepare(work, target)
-            say("running the first step")
-            step.run()  # steady state: the first step creates optimizer state, warms caches
-            traced, _ = record_step(step)
-            prediction = predict(traced.records, hardware, tokens=work.tokens)
-            # rounds: the whole step, then one profiled step, in turn, so that a spell when
-            # the machine runs slower falls on the step and on its ops alike
-            parts: list[Measurement] = []
-            calls: list[tuple[OpTime, ...]] = []
-            names = {record.op for record in traced.records}
-            for index in range(timing_runs):
-                say(f"timing the whole step and each op (profiler), round {index + 1} of "
-                    f"{timing_runs}")
-                whole, profiled = timed_round(step.run, work.device, names,
-                                              budget_s=budget_s / timing_runs,
-                                              name=f"{work.model} {work.step.name}",
-                                              warmup=2 if index == 0 else 0, min_repeats=1)
-                parts.append(whole)
-                calls.append(profiled)
-            whole = pooled(parts)
-            warning = whole.warning
-        comparison = compare(prediction, calls, whole.median_s,
-                             hardware.peak_flop_per_s(prediction.mfu_peak_key))
+        return _report(work, hardware, traced, predict(traced.records, hardware,
+                                                       tokens=work.tokens), None, None, depth)
+    say = progress or (lambda _: None)
+    timing = StepTiming(work, hardware, progress=progress)
+    for index in range(timing_runs):
+        say(f"timing the whole step and each op (profiler), round {index + 1} of "
+            f"{timing_runs}")
+        # the rounds follow one another: after the first, the step's caches are warm
+        timing.round(budget_s / timing_runs, warmup=2 if index == 0 else 0)
+    return timing.report(depth=depth)
+
+
+def _report(work: Workload, hardware: Hardware, traced: Trace, prediction: RooflinePrediction,
+            comparison: Comparison | None, warning: str | None,
+            depth: int | None) -> RooflineRun:
     return RooflineRun(model=work.model, built_by=work.source.built_by, step=work.step.name,
                        batch=work.batch, seq=work.seq, device=work.device,
                        precision=work.precision.name, tokens=work.tokens,
