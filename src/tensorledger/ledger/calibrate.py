@@ -17,8 +17,9 @@ whose rounds disagree is named unreliable), and fits, in relative terms over the
 - per cost class (``roofline.model.cost_class``: the category, with costly elementwise ops
   and fused norms apart), ``scale`` on the kernel time at the probed rates, ``call_cost_s``
   (a kernel's fixed cost) and ``piece_cost_s`` (a cost for each row a copy writes, or each
-  batch × head an attention loops over: ``roofline.model.pieces``), the non-negative
-  least-squares fit of the class's measured time less the cost of entering its ops;
+  block of batch × heads × query blocks an attention loops over: ``roofline.model.pieces``),
+  the non-negative least-squares fit of the class's measured time less the cost of entering
+  its ops;
 - ``between_ops_s``: from whole step times (no profiler), the time per op beyond the priced
   ops — one figure for forward and backward, one for the optimizer — fitted by least squares
   over every step in relative terms.
@@ -74,8 +75,9 @@ CALIBRATION_MODELS = (
     (TransformerConfig(name="calibration-gpt-large", vocab_size=6000, context_length=192,
                        d_model=384, n_layers=2, n_heads=6, mlp="gelu", norm="layernorm",
                        positions="learned", tied_embeddings=True, bias=True), 6, 192),
-    # wide: many short sequences of narrow heads, so that batch × heads (what an attention
-    # kernel loops over) and the rows of a copy vary apart from the bytes they move
+    # wide: many short sequences of narrow heads, so that the blocks an attention kernel
+    # loops over (batch × heads × query blocks) and the rows of a copy vary apart from the
+    # bytes they move
     (TransformerConfig(name="calibration-llama-wide", vocab_size=500, context_length=24,
                        d_model=32, n_layers=2, n_heads=4, n_kv_heads=4, d_ff=96,
                        mlp="swiglu", norm="rmsnorm", positions="rope", tied_embeddings=False,

@@ -376,22 +376,30 @@ def cost_class(op: str, category: str) -> str:
 def pieces(op: Any) -> float:
     """What an op's kernel time grows with beyond its bytes and FLOPs: the rows a copy writes
     (its output's last dimension is the longest run it moves in one piece, so a rotary
-    embedding's copies of 8-float halves cost more a byte than a matrix's), and the batch ×
-    heads an attention kernel loops over; 0 for other ops, or where shapes are not known.
+    embedding's copies of 8-float halves cost more a byte than a matrix's), and the blocks an
+    attention kernel loops over: batch × heads × query blocks, as PyTorch's CPU flash attention
+    splits the queries (blocks of 32 positions; of 64 from 192 positions, of 256 from 768);
+    0 for other ops, or where shapes are not known.
 
     >>> from types import SimpleNamespace as Rec
     >>> pieces(Rec(category="copy", output_shapes=((16, 2, 32, 2, 8),)))  # 16·2·32·2 rows
     2048.0
     >>> pieces(Rec(category="attention", input_shapes=((16, 4, 32, 16), (16, 2, 32, 16))))
     64.0
+    >>> pieces(Rec(category="attention", input_shapes=((3, 3, 40, 16),)))  # 3·3 · ⌈40/32⌉
+    18.0
+    >>> pieces(Rec(category="attention", input_shapes=((4, 8, 256, 32),)))  # 4·8 · ⌈256/64⌉
+    128.0
     """
     if op.category == "copy":
         return float(sum(math.prod(shape) // shape[-1] if shape and shape[-1] else
                          (0 if shape else 1) for shape in getattr(op, "output_shapes", ())))
     if op.category == "attention":
         shapes = getattr(op, "input_shapes", ())
-        if shapes and len(shapes[0]) == 4:
-            return float(shapes[0][0] * shapes[0][1])
+        if shapes and len(shapes[0]) == 4:  # (batch, heads, queries, head width)
+            batch, heads, queries, _ = shapes[0]
+            block = 256 if queries >= 768 else 64 if queries >= 192 else 32
+            return float(batch * heads * -(-queries // block))
     return 0.0
 
 
