@@ -17,7 +17,7 @@ whose rounds disagree is named unreliable), and fits, in relative terms over the
 - per cost class (``roofline.model.cost_class``: the category, with costly elementwise ops
   and fused norms apart), ``scale`` on the kernel time at the probed rates, ``call_cost_s``
   (a kernel's fixed cost) and ``piece_cost_s`` (a cost for each row a copy writes, or each
-  block of batch × heads × query blocks an attention loops over: ``roofline.model.pieces``),
+  block an attention loops over, batch × heads × query blocks: ``roofline.model.pieces``),
   the non-negative least-squares fit of the class's measured time less the cost of entering
   its ops;
 - ``between_ops_s``: from whole step times (no profiler), the time per op beyond the priced

@@ -390,6 +390,8 @@ def pieces(op: Any) -> float:
     18.0
     >>> pieces(Rec(category="attention", input_shapes=((4, 8, 256, 32),)))  # 4·8 · ⌈256/64⌉
     128.0
+    >>> pieces(Rec(category="attention", input_shapes=((1, 2, 1024, 64),)))  # 1·2 · ⌈1024/256⌉
+    8.0
     """
     if op.category == "copy":
         return float(sum(math.prod(shape) // shape[-1] if shape and shape[-1] else
