@@ -82,9 +82,9 @@ def _profile(path: str | None) -> Hardware:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=8,
+    parser.add_argument("--rounds", type=int, default=12,
                         help="rounds of each workload in a run, taken in turn over the five")
-    parser.add_argument("--budget", type=float, default=4.0,
+    parser.add_argument("--budget", type=float, default=6.0,
                         help="seconds of whole steps of each workload in a run, over its rounds")
     parser.add_argument("--profile", help="a calibrated profile to use instead of probing")
     args = parser.parse_args()

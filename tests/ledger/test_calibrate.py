@@ -310,7 +310,36 @@ def test_the_cost_of_entering_an_op_by_the_steps_footprint_by_hand() -> None:
     assert [o.overhead_s - o.between_ops_s for o in prediction.ops] == pytest.approx(
         [cal.entry(505.0)] * 2)
     assert predict_op(0, cheap, chip, footprint=1e5).overhead_s == pytest.approx(
-        10e-6 * 2**0.5 + chip.calibration.between("forward"))
+        10e-6 * 2**0.5 + chip.calibration.between("forward", 1e5))
+
+
+def test_the_time_between_ops_grows_with_the_footprint_as_entering_an_op_does() -> None:
+    # both runs of A move 10 kB an op, their views take 10 µs; B's 1 MB and 20 µs: entering an
+    # op costs 15 µs on average ((20 · 10 + 20 · 20) µs / 40 views), so A's ops are at 2/3 of
+    # it and B's at 4/3.  Each run is one matmul op priced 2.25 × 1 ms + 10 µs a call + its
+    # entry (as fitted in the test above): A 2.27 ms, B 2.28 ms.  300 µs between
+    # forward-backward ops and 600 µs between optimizer ops at 15 µs, scaled by 2/3 and 4/3:
+    # A forward-backward: 2.27 + 50 · 0.2 = 12.27 ms; train: + 20 · 0.4 = 20.27 ms
+    # B forward-backward: 2.28 + 30 · 0.4 = 14.28 ms; train: + 10 · 0.8 = 22.28 ms
+    def run(base: Run, moved: float, view_s: float, step_s: float) -> Run:
+        return dataclasses.replace(_with_footprint(base, moved, view_s), step_s=step_s)
+
+    a = StepSample(run(A.forward_backward, 1e4, 10e-6, 12.27e-3),
+                   run(A.train, 1e4, 10e-6, 20.27e-3))
+    b = StepSample(run(B.forward_backward, 1e6, 20e-6, 14.28e-3),
+                   run(B.train, 1e6, 20e-6, 22.28e-3))
+    cal = fit([a, b])
+    assert cal.op_cost_s == pytest.approx(15e-6)
+    assert cal.between_ops_s["forward-backward"] == pytest.approx(300e-6)
+    assert cal.between_ops_s["optimizer"] == pytest.approx(600e-6)
+    assert cal.between("forward", 1e4) == pytest.approx(200e-6)
+    assert cal.between("optimizer", 1e6) == pytest.approx(800e-6)
+    # 100 kB: entering costs 10 µs × 2^0.5, so 300 µs × 10 · 2^0.5 / 15 = 282.8 µs
+    assert cal.between("backward", 1e5) == pytest.approx(200e-6 * 2**0.5)
+    assert cal.between("forward", None) == pytest.approx(300e-6)  # footprint not known
+    add = Op("aten.add.Tensor", "elementwise", 0, 500, 500, ("fp32",), ("fp32",))
+    op = predict_op(0, add, dataclasses.replace(CHIP, calibration=cal), footprint=1e5)
+    assert op.between_ops_s == pytest.approx(200e-6 * 2**0.5)
 
 
 def test_a_bad_footprint_curve_is_refused() -> None:

@@ -132,8 +132,9 @@ class Calibration:
     writes, the batch × heads × query blocks of an attention: ``roofline.model.pieces``),
     plus the cost of entering any op (``entry``: ``op_cost_s``, or by the step's footprint);
     between ops the framework spends ``between_ops_s[phase]`` (Python, module code, autograd,
-    the optimizer's loop): ``forward`` and ``backward`` share one figure, ``optimizer`` has
-    its own.  The class of an op is its category, or a finer one (``roofline.model.cost_class``:
+    the optimizer's loop), growing with the step's footprint as entering an op does
+    (``between``): ``forward`` and ``backward`` share one figure, ``optimizer`` has its own.
+    The class of an op is its category, or a finer one (``roofline.model.cost_class``:
     ``elementwise-costly``, ``normalization-fused``).
     """
 
@@ -162,9 +163,17 @@ class Calibration:
             return interpolate(self.op_cost_by_footprint, footprint)
         return self.op_cost_s
 
-    def between(self, phase: str) -> float:
+    def between(self, phase: str, footprint: float | None = None) -> float:
+        """The framework's time before an op of ``phase`` in a step whose ops move
+        ``footprint`` bytes on average: ``between_ops_s`` of its phase where entering an op
+        costs ``op_cost_s``, in proportion to ``entry(footprint)`` elsewhere (the framework's
+        code and data, like an op's entry, are evicted by kernels that stream more)."""
         key = "optimizer" if phase == "optimizer" else "forward-backward"
-        return self.between_ops_s.get(key, 0.0)
+        return self.between_ops_s.get(key, 0.0) * self.footprint_ratio(footprint)
+
+    def footprint_ratio(self, footprint: float | None) -> float:
+        """``entry(footprint) / op_cost_s``: 1 where either is not known."""
+        return self.entry(footprint) / self.op_cost_s if self.op_cost_s > 0 else 1.0
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ whose rounds disagree is named unreliable), and fits, in relative terms over the
   the non-negative least-squares fit of the class's measured time less the cost of entering
   its ops;
 - ``between_ops_s``: from whole step times (no profiler), the time per op beyond the priced
-  ops — one figure for forward and backward, one for the optimizer — fitted by least squares
+  ops — one figure for forward and backward, one for the optimizer, each growing with the
+  step's footprint in proportion to the cost of entering an op — fitted by least squares
   over every step in relative terms.
 
 The result is a :class:`~tensorledger.hardware.Calibration` that ``profile_toml`` writes into
@@ -50,8 +51,9 @@ if TYPE_CHECKING:
     from tensorledger.trace import OpRecord
     from tensorledger.workload.step import PreparedStep
 
-__all__ = ["CALIBRATION_MODELS", "ROUND_SPREAD", "Run", "StepSample", "calibrate",
-           "calibration_toml", "fit", "nonnegative_least_squares", "round_spread"]
+__all__ = ["CALIBRATION_BUDGET_S", "CALIBRATION_MODELS", "CALIBRATION_ROUNDS", "ROUND_SPREAD",
+           "Run", "StepSample", "calibrate", "calibration_toml", "fit",
+           "nonnegative_least_squares", "round_spread"]
 
 #: The calibration models: Llama-like (RMSNorm, RoPE, SwiGLU) and GPT-2-like (LayerNorm,
 #: learned positions, GELU), small (activations in cache), larger (beyond it) and wide (many
@@ -90,6 +92,12 @@ SCALE_RANGE = (0.05, 50.0)
 #: A calibration step whose rounds' medians differ by more than this share of their median is
 #: named unreliable: the machine's speed changed while it was calibrated.
 ROUND_SPREAD = 0.10
+#: Rounds and seconds of whole steps a calibration takes by default.  A machine whose speed
+#: wanders over tens of seconds moves a short calibration with it: four calibrations of five
+#: rounds in 3 s, back to back on a 2-core VM, predicted the tiny preset's 4 × 32 step at 18.1,
+#: 20.9, 22.1 and 19.5 ms; the same samples pooled in pairs (ten rounds in 6 s) at 19.3 to
+#: 21.2 ms, half the spread.
+CALIBRATION_ROUNDS, CALIBRATION_BUDGET_S = 10, 6.0
 
 
 @dataclass(frozen=True)
@@ -211,7 +219,11 @@ def fit(samples: Sequence[StepSample], source: str = "") -> Calibration:
     time between ops, one figure for the forward-backward ops and one for the optimizer's,
     comes from whole step times, which carry no profiler: each step's time less its priced
     ops is what its ops spend between them, and the two figures are the relative fit of
-    every step ((ops / step, optimizer ops / step, rest / step)).  A fit of sums instead lets
+    every step ((ops × r / step, optimizer ops × r / step, rest / step), r the step's cost of
+    entering an op over ``op_cost_s``: the framework's time grows with the footprint as an
+    op's entry does; one figure an op whatever the footprint predicted 5.3 ms between the ops
+    of the GPT-2-shaped d256 step, where 7.4 to 16.7 ms were measured, and 8.6 ms with it,
+    while the tiny preset's 4.5 ms became 4.0 against 2.7 to 4.1).  A fit of sums instead lets
     the large models' kernel error set the small models' framework time: 84 µs an op where
     the relative fit found 19 µs, and the tiny preset's step predicted +172% against +18%
     (the same measured runs).
@@ -264,9 +276,12 @@ def fit(samples: Sequence[StepSample], source: str = "") -> Calibration:
     between = []
     for sample in samples:
         for run in (sample.forward_backward, sample.train):
-            if run.step_s > 0:
-                between.append((run.ops_by_phase.get("forward-backward", 0) / run.step_s,
-                                run.ops_by_phase.get("optimizer", 0) / run.step_s,
+            if run.step_s > 0:  # an op's time between ops grows with the step's footprint
+                ratio = entering.footprint_ratio(
+                    step_footprint(moved for *_, moved, _ in run.ops))
+                between.append((run.ops_by_phase.get("forward-backward", 0) * ratio
+                                / run.step_s,
+                                run.ops_by_phase.get("optimizer", 0) * ratio / run.step_s,
                                 1.0 - priced(run) / run.step_s))
     fb_between, opt_between = nonnegative_least_squares(between)
     return dataclasses.replace(draft, between_ops_s={"forward-backward": fb_between,
@@ -359,7 +374,8 @@ def _log_line(points: Sequence[tuple[float, float]], clamp: tuple[float, float]
                  for x in (min(xs), max(xs)))
 
 
-def calibrate(hardware: Hardware, *, budget_s: float = 3.0, rounds: int = 5,
+def calibrate(hardware: Hardware, *, budget_s: float = CALIBRATION_BUDGET_S,
+              rounds: int = CALIBRATION_ROUNDS,
               progress: Callable[[str], None] | None = None) -> Calibration:
     """Fit ``hardware``'s (a probed profile's) calibration on this CPU; see the module.
 

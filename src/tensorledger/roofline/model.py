@@ -212,7 +212,7 @@ def predict_op(index: int, op: OpLike, hardware: Hardware,
         kind = cost_class(op.op, op.category)
         factor = calibration.factor(kind, op.category)
         compute, memory = compute * factor, memory * factor
-        between = calibration.between(op.phase)
+        between = calibration.between(op.phase, footprint)
         overhead = (calibration.entry(footprint) + calibration.call_cost_s.get(kind, 0.0)
                     + calibration.piece_cost_s.get(kind, 0.0) * pieces(op) + between)
     if overhead == 0 and moved == 0 and op.flops == 0:
