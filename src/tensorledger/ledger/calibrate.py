@@ -114,6 +114,9 @@ class Run:
     # each op at the probed rates: (class, phase group, compute s, memory s, roofline bound
     # s, bytes moved, pieces), so the fit can price a step as the calibrated model will
     ops: tuple[tuple[str, str, float, float, float, float, float], ...] = ()
+    # the profiler's own time of all the step's calls (0: not profiled); the step less it is
+    # the time between ops that ``--measure`` shows
+    ops_s: float = 0.0
 
 
 def _group(phase: str) -> str:
@@ -185,7 +188,8 @@ def _run(timed: _Timed) -> Run:
                kernel_by_phase=dict(by_phase), ops_by_phase=dict(ops), pieces=dict(counted),
                ops=tuple((op.category, _group(op.phase), op.compute_time_s, op.memory_time_s,
                           op.ideal_time_s, float(op.bytes), pieces(traced))
-                         for op, traced in zip(prediction.ops, timed.records, strict=True)))
+                         for op, traced in zip(prediction.ops, timed.records, strict=True)),
+               ops_s=result.measured_ops_s)
 
 
 def round_spread(medians: Sequence[float]) -> float:
@@ -217,13 +221,17 @@ def fit(samples: Sequence[StepSample], source: str = "") -> Calibration:
     cost a call × ops + cost a piece × pieces, in relative terms (each run's row divided by
     its measured time), so a small model counts as much as a large one.  The framework's
     time between ops, one figure for the forward-backward ops and one for the optimizer's,
-    comes from whole step times, which carry no profiler: each step's time less its priced
-    ops is what its ops spend between them, and the two figures are the relative fit of
-    every step ((ops × r / step, optimizer ops × r / step, rest / step), r the step's cost of
-    entering an op over ``op_cost_s``: the framework's time grows with the footprint as an
-    op's entry does; one figure an op whatever the footprint predicted 5.3 ms between the ops
-    of the GPT-2-shaped d256 step, where 7.4 to 16.7 ms were measured, and 8.6 ms with it,
-    while the tiny preset's 4.5 ms became 4.0 against 2.7 to 4.1).  A fit of sums instead lets
+    comes from whole step times, which carry no profiler: each step's time less the
+    profiler's own times of its calls (``Run.ops_s``; its ops as priced where a run was not
+    profiled) is what it spends between ops, the residual ``--measure`` sets beside the
+    prediction, and the two figures are the relative fit of every step ((ops × r / step,
+    optimizer ops × r / step, rest / step), r the step's cost of entering an op over
+    ``op_cost_s``: the framework's time grows with the footprint as an op's entry does).
+    Four calibrations pooled, beside three timings of the benchmark's workloads: one figure
+    an op whatever the footprint, fitted on the priced ops, put 5.3 ms between the ops of the
+    GPT-2-shaped d256 step, 8.6 ms with the footprint, 13.2 ms fitted on the measured ops,
+    where 23 to 32 ms were measured; the held-aside model's 1.2, 1.5 and 2.1 ms against 1.7
+    to 2.5 ms (the priced ops took up the calibration's kernel error).  A fit of sums instead lets
     the large models' kernel error set the small models' framework time: 84 µs an op where
     the relative fit found 19 µs, and the tiny preset's step predicted +172% against +18%
     (the same measured runs).
@@ -279,10 +287,11 @@ def fit(samples: Sequence[StepSample], source: str = "") -> Calibration:
             if run.step_s > 0:  # an op's time between ops grows with the step's footprint
                 ratio = entering.footprint_ratio(
                     step_footprint(moved for *_, moved, _ in run.ops))
+                ops_s = run.ops_s or priced(run)  # a run not profiled: its ops as priced
                 between.append((run.ops_by_phase.get("forward-backward", 0) * ratio
                                 / run.step_s,
                                 run.ops_by_phase.get("optimizer", 0) * ratio / run.step_s,
-                                1.0 - priced(run) / run.step_s))
+                                1.0 - ops_s / run.step_s))
     fb_between, opt_between = nonnegative_least_squares(between)
     return dataclasses.replace(draft, between_ops_s={"forward-backward": fb_between,
                                                      "optimizer": opt_between})
