@@ -20,10 +20,10 @@ whose rounds disagree is named unreliable), and fits, in relative terms over the
   block an attention loops over, batch × heads × query blocks: ``roofline.model.pieces``),
   the non-negative least-squares fit of the class's measured time less the cost of entering
   its ops;
-- ``between_ops_s``: from whole step times (no profiler), the time per op beyond the priced
-  ops — one figure for forward and backward, one for the optimizer, each growing with the
-  step's footprint in proportion to the cost of entering an op — fitted by least squares
-  over every step in relative terms.
+- ``between_ops_s``: from whole step times (no profiler), the time per op beyond the
+  profiler's own times of the step's calls — one figure for forward and backward, one for
+  the optimizer, each growing with the step's footprint in proportion to the cost of
+  entering an op — fitted by least squares over every step in relative terms.
 
 The result is a :class:`~tensorledger.hardware.Calibration` that ``profile_toml`` writes into
 the profile; ``roofline --hardware local`` then predicts with it.
