@@ -119,6 +119,11 @@ class Run:
     ops_s: float = 0.0
 
 
+def _footprint(run: Run) -> float | None:
+    """The mean bytes an op of ``run`` moves (``roofline.model.step_footprint``)."""
+    return step_footprint(moved for *_, moved, _ in run.ops)
+
+
 def _group(phase: str) -> str:
     return "optimizer" if phase == "optimizer" else "forward-backward"
 
@@ -246,7 +251,7 @@ def fit(samples: Sequence[StepSample], source: str = "") -> Calibration:
                            op_cost_by_footprint=_entry_by_footprint(samples))
 
     def entry(run: Run) -> float:
-        return entering.entry(step_footprint(moved for *_, moved, _ in run.ops))
+        return entering.entry(_footprint(run))
 
     rows: dict[str, list[tuple[float, ...]]] = defaultdict(list)
     for sample in samples:
@@ -285,8 +290,7 @@ def fit(samples: Sequence[StepSample], source: str = "") -> Calibration:
     for sample in samples:
         for run in (sample.forward_backward, sample.train):
             if run.step_s > 0:  # an op's time between ops grows with the step's footprint
-                ratio = entering.footprint_ratio(
-                    step_footprint(moved for *_, moved, _ in run.ops))
+                ratio = entering.footprint_ratio(_footprint(run))
                 ops_s = run.ops_s or priced(run)  # a run not profiled: its ops as priced
                 between.append((run.ops_by_phase.get("forward-backward", 0) * ratio
                                 / run.step_s,
@@ -356,7 +360,7 @@ def _entry_by_footprint(samples: Sequence[StepSample]) -> tuple[tuple[float, flo
     for sample in samples:
         for run in (sample.forward_backward, sample.train):
             count, _, measured_s = run.classes.get("view", (0, 0.0, 0.0))
-            footprint = step_footprint(moved for *_, moved, _ in run.ops)
+            footprint = _footprint(run)
             if count and measured_s > 0 and footprint:
                 points.append((footprint, measured_s / count))
     return _log_line(points, (1e-9, 1e-3))
