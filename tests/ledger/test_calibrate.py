@@ -255,6 +255,25 @@ def test_costly_elementwise_ops_have_their_own_scale() -> None:
     assert predict_op(0, gelu, plain).time_s == pytest.approx(2 * 0.8e-3)
 
 
+def test_a_costly_op_pays_a_cost_a_flop_and_a_dividing_op_its_own_scale() -> None:
+    cal = Calibration(scale={"elementwise": 1.0, "elementwise-costly": 1.0,
+                             "elementwise-dividing": 0.5}, op_cost_s=0.0, between_ops_s={},
+                      piece_cost_s={"elementwise-costly": 1e-9})
+    chip = dataclasses.replace(CHIP, calibration=cal)
+    n = 10**6  # floats in, floats out: 8 MB at 10 GB/s = 0.8 ms
+    gelu = Op("aten.gelu.default", "elementwise", 20 * n, 4 * n, 4 * n, ("fp32",), ("fp32",))
+    silu = Op("aten.silu.default", "elementwise", 4 * n, 4 * n, 4 * n, ("fp32",), ("fp32",))
+    div = Op("aten.div.Tensor", "elementwise", n, 4 * n, 4 * n, ("fp32",), ("fp32",))
+    # GELU: 0.8 ms + 20·10⁶ FLOPs × 1 ns; SiLU: 0.8 ms + 4·10⁶ × 1 ns
+    assert predict_op(0, gelu, chip).time_s == pytest.approx(0.8e-3 + 20e-3)
+    assert predict_op(0, silu, chip).time_s == pytest.approx(0.8e-3 + 4e-3)
+    # a division: its own scale, no cost a FLOP; 0.5 × 0.8 ms is below the bound of 0.8 ms
+    assert predict_op(0, div, chip).time_s == pytest.approx(0.8e-3)
+    slow = dataclasses.replace(chip, calibration=dataclasses.replace(
+        cal, scale={"elementwise": 1.0, "elementwise-dividing": 1.5}))
+    assert predict_op(0, div, slow).time_s == pytest.approx(1.5 * 0.8e-3)
+
+
 def test_a_factor_below_one_stops_at_the_bound() -> None:
     fast = Calibration(scale={"elementwise": 0.1}, op_cost_s=0.0, between_ops_s={})
     chip = dataclasses.replace(CHIP, calibration=fast)

@@ -129,13 +129,14 @@ class Calibration:
     rates: a kernel in a step runs slower than in an isolated loop, strided copies and norms
     slower than a stream), plus ``call_cost_s[class]`` (a kernel's own fixed cost: setting up
     its loops and threads) and ``piece_cost_s[class]`` for each of its pieces (the rows a copy
-    writes, the batch × heads × query blocks of an attention: ``roofline.model.pieces``),
+    writes, the batch × heads × query blocks of an attention, the FLOPs of a costly
+    elementwise op: ``roofline.model.pieces``),
     plus the cost of entering any op (``entry``: ``op_cost_s``, or by the step's footprint);
     between ops the framework spends ``between_ops_s[phase]`` (Python, module code, autograd,
     the optimizer's loop), growing with the step's footprint as entering an op does
     (``between``): ``forward`` and ``backward`` share one figure, ``optimizer`` has its own.
     The class of an op is its category, or a finer one (``roofline.model.cost_class``:
-    ``elementwise-costly``, ``normalization-fused``).
+    ``elementwise-costly``, ``elementwise-dividing``, ``normalization-fused``).
     """
 
     scale: Mapping[str, float]

@@ -14,10 +14,11 @@ whose rounds disagree is named unreliable), and fits, in relative terms over the
   its ops move), a log-log line, since entering an op costs more in a step whose kernels
   stream more through the caches (a view took 5 µs in the smallest model, 14 µs in the
   largest);
-- per cost class (``roofline.model.cost_class``: the category, with costly elementwise ops
-  and fused norms apart), ``scale`` on the kernel time at the probed rates, ``call_cost_s``
-  (a kernel's fixed cost) and ``piece_cost_s`` (a cost for each row a copy writes, or each
-  block an attention loops over, batch × heads × query blocks: ``roofline.model.pieces``),
+- per cost class (``roofline.model.cost_class``: the category, with costly and dividing
+  elementwise ops and fused norms apart), ``scale`` on the kernel time at the probed rates,
+  ``call_cost_s`` (a kernel's fixed cost) and ``piece_cost_s`` (a cost for each row a copy
+  writes, each block an attention loops over, batch × heads × query blocks, or each FLOP
+  of a costly elementwise op such as GELU: ``roofline.model.pieces``),
   the non-negative least-squares fit of the class's measured time less the cost of entering
   its ops;
 - ``between_ops_s``: from whole step times (no profiler), the time per op beyond the

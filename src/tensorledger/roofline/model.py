@@ -39,6 +39,7 @@ from tensorledger.summary import show_bytes, show_count, show_flops, show_time, 
 __all__ = [
     "BASES",
     "COSTLY_ELEMENTWISE",
+    "DIVIDING_ELEMENTWISE",
     "TENSOR_CORE_CATEGORIES",
     "OpLike",
     "OpPrediction",
@@ -344,22 +345,28 @@ def predict(records: Iterable[OpLike], hardware: Hardware, *, tokens: int | None
 
 
 #: Normalization ops that are one kernel for the whole norm (the others are the parts of a
-#: norm written out: mul, pow, mean, rsqrt), and elementwise ops that cost more an element
-#: than a stream of adds: division, roots, powers and transcendental functions.
+#: norm written out: mul, pow, mean, rsqrt); elementwise ops that divide or take roots (one
+#: slow instruction an element); and elementwise ops whose time grows with their arithmetic:
+#: powers and transcendental functions, which a calibration prices a FLOP (``pieces``) — on
+#: a 2-core EPYC, priced with division and roots as one class by bytes, GELU's step time
+#: came out 50–67% under its measured time and ``addcdiv_``'s 2.3 to 5.5 times over it.
 _FUSED = ("norm", "softmax")
+DIVIDING_ELEMENTWISE = frozenset({
+    "aten.div", "aten.div_", "aten.addcdiv", "aten.addcdiv_", "aten.sqrt", "aten.rsqrt"})
 COSTLY_ELEMENTWISE = frozenset({
-    "aten.div", "aten.div_", "aten.addcdiv", "aten.addcdiv_", "aten.sqrt", "aten.rsqrt",
     "aten.pow", "aten.exp", "aten.log", "aten.tanh", "aten.tanh_backward", "aten.sigmoid",
     "aten.sigmoid_backward", "aten.sin", "aten.cos", "aten.erf", "aten.gelu",
     "aten.gelu_backward", "aten.silu", "aten.silu_backward"})
 
 
 def cost_class(op: str, category: str) -> str:
-    """The class a calibration prices an op by: its category, with fused norms and costly
-    elementwise ops apart.
+    """The class a calibration prices an op by: its category, with fused norms, dividing
+    and costly elementwise ops apart.
 
     >>> cost_class("aten.gelu.default", "elementwise"), cost_class("aten.add.Tensor", "elementwise")
     ('elementwise-costly', 'elementwise')
+    >>> cost_class("aten.addcdiv_.default", "elementwise")
+    'elementwise-dividing'
     >>> cost_class("aten.native_layer_norm.default", "normalization")
     'normalization-fused'
     >>> cost_class("aten.mul.Tensor", "normalization")  # a part of an RMSNorm written out
@@ -368,6 +375,8 @@ def cost_class(op: str, category: str) -> str:
     name = packet(op)
     if category == "elementwise" and name in COSTLY_ELEMENTWISE:
         return "elementwise-costly"
+    if category == "elementwise" and name in DIVIDING_ELEMENTWISE:
+        return "elementwise-dividing"
     if category == "normalization" and any(word in name for word in _FUSED):
         return "normalization-fused"
     return category
@@ -379,7 +388,8 @@ def pieces(op: Any) -> float:
     embedding's copies of 8-float halves cost more a byte than a matrix's), and the blocks an
     attention kernel loops over: batch × heads × query blocks, as PyTorch's CPU flash attention
     splits the queries (blocks of 32 positions; of 64 from 192 positions, of 256 from 768);
-    0 for other ops, or where shapes are not known.
+    the FLOPs of a costly elementwise op (``COSTLY_ELEMENTWISE``: GELU's 20 an element
+    against SiLU's 4, ``costs.elementwise``); 0 for other ops, or where shapes are not known.
 
     >>> from types import SimpleNamespace as Rec
     >>> pieces(Rec(category="copy", output_shapes=((16, 2, 32, 2, 8),)))  # 16·2·32·2 rows
@@ -392,6 +402,10 @@ def pieces(op: Any) -> float:
     128.0
     >>> pieces(Rec(category="attention", input_shapes=((1, 2, 1024, 64),)))  # 1·2 · ⌈1024/256⌉
     8.0
+    >>> pieces(Rec(category="elementwise", op="aten.gelu.default", flops=20 * 1024))
+    20480.0
+    >>> pieces(Rec(category="elementwise", op="aten.add.Tensor", flops=1024))
+    0.0
     """
     if op.category == "copy":
         return float(sum(math.prod(shape) // shape[-1] if shape and shape[-1] else
@@ -402,6 +416,8 @@ def pieces(op: Any) -> float:
             batch, heads, queries, _ = shapes[0]
             block = 256 if queries >= 768 else 64 if queries >= 192 else 32
             return float(batch * heads * -(-queries // block))
+    if op.category == "elementwise" and packet(getattr(op, "op", "")) in COSTLY_ELEMENTWISE:
+        return float(getattr(op, "flops", 0))
     return 0.0
 
 
