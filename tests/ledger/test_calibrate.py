@@ -98,6 +98,21 @@ def test_the_time_between_ops_is_the_step_less_its_profiled_ops() -> None:
     assert cal.scale == pytest.approx(fit([A, B]).scale)
 
 
+def test_the_time_between_ops_is_measured_round_by_round_where_it_was() -> None:
+    # the same runs, each with its residual measured round by round (Run.between_s), which
+    # the fit takes over the step less its pooled calls: A's forward-backward 15 ms over 50
+    # ops, B's 9 ms over 30 ops (300 µs an op); the trains 33 and 18 ms, as above
+    def profiled(run: Run, step_s: float, between_s: float) -> Run:
+        return dataclasses.replace(run, step_s=step_s, ops_s=step_s / 2, between_s=between_s)
+
+    cal = fit([StepSample(profiled(A.forward_backward, 20e-3, 15e-3),
+                          profiled(A.train, 40e-3, 33e-3)),
+               StepSample(profiled(B.forward_backward, 30e-3, 9e-3),
+                          profiled(B.train, 39e-3, 18e-3))])
+    assert cal.between_ops_s["forward-backward"] == pytest.approx(300e-6)
+    assert cal.between_ops_s["optimizer"] == pytest.approx(900e-6)
+
+
 def test_the_fit_reproduces_its_samples() -> None:
     cal = fit([A_EXACT, B_EXACT])
     for name in ("matmul", "elementwise"):

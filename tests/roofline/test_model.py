@@ -156,6 +156,20 @@ def test_compare_by_position_and_by_name() -> None:
     assert result.error == pytest.approx(prediction.time_s / 8e-6 - 1)
     assert result.measured_mfu == pytest.approx((2 * n**3 + n * n) / 8e-6 / 989.5e12)
 
+    # taken in rounds, each run beside its round's median step: the time between ops is
+    # the median over the rounds of step less calls, (7 − 4, 12 − 8, 9 − 6) µs → 3 µs, where
+    # the pooled step less the categories' medians gives 8 − 6 = 2 µs
+    rounds = compare(prediction, runs, measured_step_s=8e-6, peak_flop_per_s=989.5e12,
+                     round_steps_s=[7e-6, 12e-6, 9e-6])
+    assert rounds.unattributed_s == pytest.approx(3e-6) == rounds.residual_s
+    assert rounds.measured_ops_s == result.measured_ops_s and not rounds.ops_exceed_step
+    # rounds whose calls outrun their steps, (3 − 4, 9 − 8, 5 − 6) µs: a median of −1 µs,
+    # shown as 0 and flagged
+    busy = compare(prediction, runs, measured_step_s=8e-6, peak_flop_per_s=989.5e12,
+                   round_steps_s=[3e-6, 9e-6, 5e-6])
+    assert busy.residual_s == pytest.approx(-1e-6)
+    assert busy.unattributed_s == 0.0 and busy.ops_exceed_step
+
     shuffled = [(OpTime("aten.relu.default", 2e-6), OpTime("aten.mm.default", 4e-6))]
     by_name = compare(prediction, shuffled, measured_step_s=8e-6, peak_flop_per_s=989.5e12)
     assert by_name.matched_by == "position (1 of 2 calls by op name)"  # relu lines up

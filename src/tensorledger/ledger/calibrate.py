@@ -22,9 +22,9 @@ whose rounds disagree is named unreliable), and fits, in relative terms over the
   the non-negative least-squares fit of the class's measured time less the cost of entering
   its ops;
 - ``between_ops_s``: from whole step times (no profiler), the time per op beyond the
-  profiler's own times of the step's calls — one figure for forward and backward, one for
-  the optimizer, each growing with the step's footprint in proportion to the cost of
-  entering an op — fitted by least squares over every step in relative terms.
+  profiler's own times of the step's calls, round by round — one figure for forward and
+  backward, one for the optimizer, each growing with the step's footprint in proportion to
+  the cost of entering an op — fitted by least squares over every step in relative terms.
 
 The result is a :class:`~tensorledger.hardware.Calibration` that ``profile_toml`` writes into
 the profile; ``roofline --hardware local`` then predicts with it.
@@ -118,6 +118,9 @@ class Run:
     # the profiler's own time of all the step's calls (0: not profiled); the step less it is
     # the time between ops that ``--measure`` shows
     ops_s: float = 0.0
+    # the step less its profiled calls, round by round (compare's residual_s); None: not
+    # profiled
+    between_s: float | None = None
 
 
 def _footprint(run: Run) -> float | None:
@@ -178,7 +181,7 @@ def _run(timed: _Timed) -> Run:
         dataclasses.replace(op, category=cost_class(op.op, op.category))
         for op in timed.prediction.ops))
     step_s = statistics.median(timed.samples_s)
-    result = compare(prediction, timed.profiles, step_s, 1.0)
+    result = compare(prediction, timed.profiles, step_s, 1.0, timed.round_medians_s)
     kernel: dict[str, float] = defaultdict(float)
     by_phase: dict[tuple[str, str], float] = defaultdict(float)
     ops: dict[str, int] = defaultdict(int)
@@ -195,7 +198,7 @@ def _run(timed: _Timed) -> Run:
                ops=tuple((op.category, _group(op.phase), op.compute_time_s, op.memory_time_s,
                           op.ideal_time_s, float(op.bytes), pieces(traced))
                          for op, traced in zip(prediction.ops, timed.records, strict=True)),
-               ops_s=result.measured_ops_s)
+               ops_s=result.measured_ops_s, between_s=result.residual_s)
 
 
 def round_spread(medians: Sequence[float]) -> float:
@@ -228,9 +231,10 @@ def fit(samples: Sequence[StepSample], source: str = "") -> Calibration:
     its measured time), so a small model counts as much as a large one.  The framework's
     time between ops, one figure for the forward-backward ops and one for the optimizer's,
     comes from whole step times, which carry no profiler: each step's time less the
-    profiler's own times of its calls (``Run.ops_s``; its ops as priced where a run was not
-    profiled) is what it spends between ops, the residual ``--measure`` sets beside the
-    prediction, and the two figures are the relative fit of every step ((ops × r / step,
+    profiler's own times of its calls, round by round, the median over the rounds
+    (``Run.between_s``, the residual ``--measure`` sets beside the prediction; the step
+    less its ops as priced where a run was not profiled) is what it spends between ops,
+    and the two figures are the relative fit of every step ((ops × r / step,
     optimizer ops × r / step, rest / step), r the step's cost of entering an op over
     ``op_cost_s``: the framework's time grows with the footprint as an op's entry does).
     Four calibrations pooled, beside three timings of the benchmark's workloads: one figure
@@ -292,11 +296,12 @@ def fit(samples: Sequence[StepSample], source: str = "") -> Calibration:
         for run in (sample.forward_backward, sample.train):
             if run.step_s > 0:  # an op's time between ops grows with the step's footprint
                 ratio = entering.footprint_ratio(_footprint(run))
-                ops_s = run.ops_s or priced(run)  # a run not profiled: its ops as priced
+                rest = (run.between_s if run.between_s is not None else
+                        run.step_s - (run.ops_s or priced(run)))  # not profiled: as priced
                 between.append((run.ops_by_phase.get("forward-backward", 0) * ratio
                                 / run.step_s,
                                 run.ops_by_phase.get("optimizer", 0) * ratio / run.step_s,
-                                1.0 - ops_s / run.step_s))
+                                rest / run.step_s))
     fb_between, opt_between = nonnegative_least_squares(between)
     return dataclasses.replace(draft, between_ops_s={"forward-backward": fb_between,
                                                      "optimizer": opt_between})

@@ -141,8 +141,8 @@ class StepTiming:
             raise InputError("a step timing compares its rounds: take one round at least")
         whole = pooled(self.parts)
         return compare(self.prediction, self.calls, whole.median_s,
-                       self.hardware.peak_flop_per_s(self.prediction.mfu_peak_key)
-                       ), whole.warning
+                       self.hardware.peak_flop_per_s(self.prediction.mfu_peak_key),
+                       [part.median_s for part in self.parts]), whole.warning
 
     def report(self, *, depth: int | None = None) -> RooflineRun:
         """The :class:`RooflineRun` of the rounds so far."""

@@ -5,8 +5,12 @@ to the predicted ops by position, where the two sequences of names agree (an op 
 shifts nothing after it), else by op name; each category's measured time is the median over
 the runs of its calls' sum, so one slow run does not move it.
 The whole-step time comes from the benchmark harness; what it holds beyond the ops' own
-times (Python, autograd bookkeeping, module code) is reported as ``unattributed_s``.  The two
-come from separate runs, so on a busy machine the ops can sum to more than the step: then the
+times (Python, autograd bookkeeping, module code) is reported as ``unattributed_s``: where the
+runs were taken in rounds beside whole steps, the median over the rounds of each round's
+step less its run's calls (a difference of two measurements seconds apart: on a 2-core VM
+whose speed wanders, it put 8.2, 10.0 and 8.7 ms between the ops of one step in three runs,
+where the pooled step less the pooled calls put −3.4, 9.5 and 5.4 ms).  The two come from
+separate runs, so on a busy machine the ops can sum to more than the step: then the
 residual is 0, not negative, and ``ops_exceed_step`` says the measurement is noisy.
 """
 
@@ -55,6 +59,7 @@ class Comparison:
     measured_ops_s: float  # the sum of the ops' own measured times
     unattributed_s: float  # measured step − measured ops, never below 0
     ops_exceed_step: bool  # the ops' own times sum to more than the step: a noisy measurement
+    residual_s: float  # the step less its ops, as measured: below 0 when they exceed it
     matched_by: str  # "position", "op name", or "position (N of M calls by op name)"
     categories: tuple[CategoryComparison, ...]
     flops: int
@@ -138,8 +143,14 @@ def _category(op: str, known: dict[str, str]) -> str:
 
 
 def compare(prediction: RooflinePrediction, runs: Sequence[Sequence[TimedOp]],
-            measured_step_s: float, peak_flop_per_s: float) -> Comparison:
-    """Set the prediction beside per-op timing runs and the measured step time."""
+            measured_step_s: float, peak_flop_per_s: float,
+            round_steps_s: Sequence[float] | None = None) -> Comparison:
+    """Set the prediction beside per-op timing runs and the measured step time.
+
+    ``round_steps_s``: where the runs were taken in rounds, each beside whole steps timed
+    just before it, the median step of each round, one a run; the time between ops is then
+    the median over the rounds of the round's step less its run's calls, a difference of two
+    measurements seconds apart rather than minutes."""
     measured: dict[str, float] = defaultdict(float)
     predicted: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
@@ -179,14 +190,19 @@ def compare(prediction: RooflinePrediction, runs: Sequence[Sequence[TimedOp]],
         key=lambda c: -c.measured_s))
     ops_s = sum(measured.values())
     between = sum(o.between_ops_s for o in prediction.ops)
-    residual = max(0.0, measured_step_s - ops_s)
+    if round_steps_s is not None and len(round_steps_s) == len(runs) and runs:
+        raw = statistics.median(step - sum(call.time_s for call in run)
+                                for step, run in zip(round_steps_s, runs, strict=True))
+    else:
+        raw = measured_step_s - ops_s
+    residual = max(0.0, raw)
     return Comparison(
         hardware=prediction.hardware, predicted_step_s=prediction.time_s,
         measured_step_s=measured_step_s, error=prediction.time_s / measured_step_s - 1,
         predicted_between_s=between,
         between_error=between / residual - 1 if between and residual else float("nan"),
         measured_ops_s=ops_s, unattributed_s=residual,
-        ops_exceed_step=ops_s > measured_step_s, matched_by=matched_by,
+        ops_exceed_step=raw < 0, residual_s=raw, matched_by=matched_by,
         categories=categories, flops=prediction.flops, peak_flop_per_s=peak_flop_per_s,
         predicted_mfu=prediction.flops / prediction.time_s / peak_flop_per_s
         if prediction.time_s else 0.0,
