@@ -57,7 +57,7 @@ class Comparison:
     predicted_between_s: float  # of the predicted step, the framework's time between ops
     between_error: float  # predicted between / measured residual − 1; nan when either is 0
     measured_ops_s: float  # the sum of the ops' own measured times
-    unattributed_s: float  # measured step − measured ops, never below 0
+    unattributed_s: float  # residual_s, never below 0
     ops_exceed_step: bool  # the ops' own times sum to more than the step: a noisy measurement
     residual_s: float  # the step less its ops, as measured: below 0 when they exceed it
     matched_by: str  # "position", "op name", or "position (N of M calls by op name)"
