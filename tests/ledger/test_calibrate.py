@@ -314,16 +314,60 @@ def test_calibrate_times_every_step_in_rounds(monkeypatch: pytest.MonkeyPatch) -
     chip = Hardware(id="local", name="cpu", memory_bytes=8e9, memory_bandwidth_bytes_per_s=1e10,
                     dense_flop_per_s={"fp32": 1e11}, origin="test", op_overhead_s=1e-6)
     cal = calibration.calibrate(chip, budget_s=0.02, rounds=2, progress=said.append)
-    # 2 models × 2 steps, each timed in 2 rounds taken in turn
+    # 2 models × 2 steps, each timed in 2 rounds taken in turn, then (every spread above the
+    # threshold) in 2 rounds more
     rounds = [line for line in said if line.startswith("calibration round")]
-    assert rounds == [f"calibration round {r} of 2: cal-{m} {s} step" for r in (1, 2)
+    assert rounds == [f"calibration round {r} of {last}: cal-{m} {s} step"
+                      for r, last in ((1, 2), (2, 2), (3, 4), (4, 4))
                       for m in "ab" for s in ("forward-backward", "train")]
     assert [u.split(" (rounds differ by")[0] for u in cal.unreliable] == [
         f"calibration cal-{m} {s} step" for m in "ab" for s in ("forward-backward", "train")]
-    assert "2 rounds each" in cal.source and cal.scale["matmul"] > 0
+    assert "4 rounds each" in cal.source and cal.scale["matmul"] > 0
     assert min(cal.between_ops_s.values()) >= 0
     with pytest.raises(InputError):
         calibration.calibrate(chip, rounds=0)
+
+
+@pytest.mark.parametrize(("second", "named"), [((1e-3, 3e-3), False), ((3e-3, 5e-3), True)])
+def test_a_calibration_whose_rounds_differ_is_measured_again(
+        monkeypatch: pytest.MonkeyPatch, second: tuple[float, float], named: bool) -> None:
+    import tensorledger.ledger.calibrate as calibration
+    from tensorledger.napkin.transformer import TransformerConfig
+
+    small = TransformerConfig(name="cal-a", vocab_size=64, context_length=8, d_model=16,
+                              n_layers=1, n_heads=2, n_kv_heads=2, d_ff=32, mlp="swiglu",
+                              norm="rmsnorm", positions="rope", tied_embeddings=False,
+                              bias=False)
+    monkeypatch.setattr(calibration, "CALIBRATION_MODELS", ((small, 2, 8),))
+    real = calibration._time_round
+    # a fake clock: each step's two rounds take 1 and 3 ms (a spread of (3 − 1) / 2 = 100%),
+    # then ``second``: 1 and 3 ms again (the same median, 2 ms: reproduced), or 3 and 5 ms
+    # (median 4 ms, moved by (4 − 2) / 3 = 67% of the pooled 3 ms: named); the rounds go
+    # round both steps in turn
+    times = iter([1e-3, 1e-3, 3e-3, 3e-3] + [t for t in second for _ in range(2)])
+
+    def fake(timed, budget_s, name):  # type: ignore[no-untyped-def]
+        before = len(timed.samples_s)
+        real(timed, budget_s, name)
+        step = next(times)
+        del timed.samples_s[before:]  # the round's samples: one, faked
+        timed.samples_s.append(step)
+        timed.round_medians_s[-1] = step
+
+    monkeypatch.setattr(calibration, "_time_round", fake)
+    said: list[str] = []
+    chip = Hardware(id="local", name="cpu", memory_bytes=8e9, memory_bandwidth_bytes_per_s=1e10,
+                    dense_flop_per_s={"fp32": 1e11}, origin="test", op_overhead_s=1e-6)
+    cal = calibration.calibrate(chip, budget_s=0.01, rounds=2, progress=said.append)
+    assert ("calibration: the rounds of 2 of 2 steps differ by more than 10%; measuring every "
+            "step again in 2 rounds more") in said
+    assert "4 rounds each" in cal.source
+    if named:
+        assert cal.unreliable == tuple(
+            f"calibration cal-a {s} step (rounds differ by 100%; measured again, its median "
+            "moved by 67%)" for s in ("forward-backward", "train"))
+    else:
+        assert cal.unreliable == ()
 
 
 def _with_footprint(run: Run, moved: float, view_s: float) -> Run:

@@ -33,7 +33,8 @@ def probe_command(
     quick: Annotated[bool, typer.Option("--quick", help="Small sweep, short budget.")] = False,
     calibrate: Annotated[bool, typer.Option(
         "--calibrate", help="On a CPU, also fit the profile on whole eager steps of seven "
-        "calibration models (kernels in a step, time between ops: about four minutes more); not "
+        "calibration models (kernels in a step, time between ops: about four minutes more, "
+        "eight where the machine's speed wanders and the steps are measured again); not "
         "with --quick."
     )] = False,
     collectives: Annotated[bool, typer.Option(
