@@ -79,13 +79,19 @@ def test_the_time_between_ops_is_fitted_on_whole_steps() -> None:
     assert cal.between_ops_s["optimizer"] == pytest.approx(500e-6)
 
 
-def test_the_time_between_ops_is_the_step_less_its_profiled_ops() -> None:
+@pytest.mark.parametrize("round_by_round", [False, True])
+def test_the_time_between_ops_is_the_step_less_its_profiled_ops(round_by_round: bool) -> None:
     # the profiler's own time of every call, beside the whole step: what is left is between ops
     # A forward-backward: (20 − 5) ms over 50 ops = 300 µs
     # A train: 40 − 7 = 33 ms = 50 × 0.3 ms + 20 optimizer ops × 0.9 ms
     # B forward-backward: (30 − 21) ms over 30 ops = 300 µs
     # B train: 39 − 21 = 18 ms = 30 × 0.3 ms + 10 × 0.9 ms
+    # Round by round, each run carries that residual as measured (Run.between_s), which the
+    # fit takes over the step less its pooled calls (here set to half the step, to differ)
     def profiled(run: Run, step_s: float, ops_s: float) -> Run:
+        if round_by_round:
+            return dataclasses.replace(run, step_s=step_s, ops_s=step_s / 2,
+                                       between_s=step_s - ops_s)
         return dataclasses.replace(run, step_s=step_s, ops_s=ops_s)
 
     cal = fit([StepSample(profiled(A.forward_backward, 20e-3, 5e-3),
@@ -96,21 +102,6 @@ def test_the_time_between_ops_is_the_step_less_its_profiled_ops() -> None:
     assert cal.between_ops_s["optimizer"] == pytest.approx(900e-6)
     # the kernel scales come from the same runs as before: the whole steps do not move them
     assert cal.scale == pytest.approx(fit([A, B]).scale)
-
-
-def test_the_time_between_ops_is_measured_round_by_round_where_it_was() -> None:
-    # the same runs, each with its residual measured round by round (Run.between_s), which
-    # the fit takes over the step less its pooled calls: A's forward-backward 15 ms over 50
-    # ops, B's 9 ms over 30 ops (300 µs an op); the trains 33 and 18 ms, as above
-    def profiled(run: Run, step_s: float, between_s: float) -> Run:
-        return dataclasses.replace(run, step_s=step_s, ops_s=step_s / 2, between_s=between_s)
-
-    cal = fit([StepSample(profiled(A.forward_backward, 20e-3, 15e-3),
-                          profiled(A.train, 40e-3, 33e-3)),
-               StepSample(profiled(B.forward_backward, 30e-3, 9e-3),
-                          profiled(B.train, 39e-3, 18e-3))])
-    assert cal.between_ops_s["forward-backward"] == pytest.approx(300e-6)
-    assert cal.between_ops_s["optimizer"] == pytest.approx(900e-6)
 
 
 def test_the_fit_reproduces_its_samples() -> None:
