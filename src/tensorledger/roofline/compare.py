@@ -190,7 +190,7 @@ def compare(prediction: RooflinePrediction, runs: Sequence[Sequence[TimedOp]],
         key=lambda c: -c.measured_s))
     ops_s = sum(measured.values())
     between = sum(o.between_ops_s for o in prediction.ops)
-    if round_steps_s is not None and len(round_steps_s) == len(runs) and runs:
+    if round_steps_s is not None and runs:  # one step a run: zip(strict) holds to it
         raw = statistics.median(step - sum(call.time_s for call in run)
                                 for step, run in zip(round_steps_s, runs, strict=True))
     else:

@@ -349,7 +349,7 @@ def predict(records: Iterable[OpLike], hardware: Hardware, *, tokens: int | None
 #: slow instruction an element); and elementwise ops whose time grows with their arithmetic:
 #: powers and transcendental functions, which a calibration prices a FLOP (``pieces``) — on
 #: a 2-core EPYC, priced with division and roots as one class by bytes, GELU's time in a
-#: step came out 50–67% under its measured time and ``addcdiv_``'s 2.3 to 5.5 times over it.
+#: step came out 41–63% under its measured time and ``addcdiv_``'s 3.8 to 5.5 times over it.
 _FUSED = ("norm", "softmax")
 DIVIDING_ELEMENTWISE = frozenset({
     "aten.div", "aten.div_", "aten.addcdiv", "aten.addcdiv_", "aten.sqrt", "aten.rsqrt"})
