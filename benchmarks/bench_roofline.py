@@ -11,8 +11,12 @@ the target allows one prediction (the slowest at most 11/9 of the fastest), so a
 speed wanders says so.  Within a run, each workload is timed in ``--rounds`` rounds taken in
 turn over the five (``ledger.roofline.StepTiming``), so a spell when the machine runs faster
 or slower falls on every workload alike, and each workload's figure is the median over the
-whole run rather than over a few seconds of it.  Prints a table, then one JSON line.  Run it
-on a quiet machine: the error of a busy one is the machine's.
+whole run rather than over a few seconds of it.  Each category's measured figure and the
+time between ops carry their 95% interval (``roofline.compare.median_interval``): a miss whose
+prediction lies inside it is marked ``*``, one the measurement cannot tell from right, and the
+time between ops measured across runs is set beside the spread its target allows.  Prints a
+table, then one JSON line.  Run it on a quiet machine: the error of a busy one is the
+machine's.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ STEP_TARGET, CATEGORY_TARGET, CATEGORY_SHARE = 0.10, 0.25, 0.05
 # One prediction is within the target of every run only if the slowest run is at most
 # (1 + target) / (1 − target) of the fastest: beyond that the machine, not the model, decides.
 ALLOWED_SPREAD = (1 + STEP_TARGET) / (1 - STEP_TARGET) - 1
+ALLOWED_CATEGORY_SPREAD = (1 + CATEGORY_TARGET) / (1 - CATEGORY_TARGET) - 1
 
 
 def _gpt2_shaped(name: str, d_model: int, layers: int, heads: int, vocab: int,
@@ -60,6 +65,10 @@ WORKLOADS = (  # (label, source, batch, seq)
     ("own_model.py (held aside), batch 4 × 64",
      resolve_source(f"{ROOT / 'examples' / 'own_model.py'}:make_model"), 4, 64),
 )
+
+
+def _inside(value: float, interval: tuple[float, float] | None) -> bool:
+    return interval is not None and interval[0] <= value <= interval[1]
 
 
 def _profile(path: str | None) -> Hardware:
@@ -92,6 +101,7 @@ def main() -> None:
     rows: list[dict[str, object]] = []
     errors: list[float] = []
     measured_by: dict[str, list[float]] = {label: [] for label, *_ in WORKLOADS}
+    between_by: dict[str, list[float]] = {label: [] for label, *_ in WORKLOADS}
     print(f"{torch.get_num_threads()} threads; fp32 train steps (AdamW); chip {chip.id}, "
           f"calibrated: {chip.calibration is not None}; {len(chip.unreliable)} figures of the "
           "profile unreliable")
@@ -115,18 +125,28 @@ def main() -> None:
             assert c is not None
             big = {x.category: x.error for x in c.categories
                    if x.measured_s >= CATEGORY_SHARE * c.measured_step_s}
+            # a prediction inside the measured median's 95% interval: the measurement cannot
+            # tell it from right
+            inside = {x.category: _inside(x.predicted_s, x.measured_interval_s)
+                      for x in c.categories if x.category in big}
             if c.unattributed_s >= CATEGORY_SHARE * c.measured_step_s:
                 big["(between ops)"] = c.between_error
+                inside["(between ops)"] = _inside(c.predicted_between_s, c.residual_interval_s)
             errors.append(abs(c.error))
             measured_by[label].append(c.measured_step_s)
+            between_by[label].append(c.residual_s)
             rows.append({"workload": label, "run": run_index, "error": c.error,
                          "predicted_step_s": c.predicted_step_s,
                          "measured_step_s": c.measured_step_s, "categories": big,
+                         "prediction_inside_measured_interval": inside,
                          "pass": abs(c.error) <= STEP_TARGET and all(
                              abs(e) <= CATEGORY_TARGET for e in big.values())})
-            shown = ", ".join(f"{k} {v:+.0%}" for k, v in big.items())
+            shown = ", ".join(
+                f"{k} {v:+.0%}{'*' if inside[k] and abs(v) > CATEGORY_TARGET else ''}"
+                for k, v in big.items())
             print(f"{label:<42}{run_index:>4}{c.predicted_step_s * 1e3:>10.1f}ms"
                   f"{c.measured_step_s * 1e3:>10.1f}ms{c.error:>+9.1%}  {shown}", flush=True)
+    print("(* a miss whose prediction lies inside the measured median's 95% interval)")
     noise = {}
     print(f"\nmeasured step across runs (one prediction within {STEP_TARGET:.0%} of every run "
           f"needs slowest / fastest − 1 ≤ {ALLOWED_SPREAD:.1%}):")
@@ -135,11 +155,24 @@ def main() -> None:
         verdict = ("the machine's noise alone exceeds the target"
                    if noise[label] > ALLOWED_SPREAD else "")
         print(f"  {label:<42}{noise[label]:>7.1%}  {verdict}")
+    between_noise = {}
+    print(f"\ntime between ops measured across runs (one prediction within "
+          f"{CATEGORY_TARGET:.0%} of every run needs slowest / fastest − 1 ≤ "
+          f"{ALLOWED_CATEGORY_SPREAD:.1%}):")
+    for label, _ in works:
+        low, high = min(between_by[label]), max(between_by[label])
+        between_noise[label] = high / low - 1 if low > 0 else float("inf")
+        shown = ", ".join(f"{v * 1e3:.2f}" for v in between_by[label])
+        verdict = ("the machine's noise alone exceeds the target"
+                   if between_noise[label] > ALLOWED_CATEGORY_SPREAD else "")
+        print(f"  {label:<42}{shown:>24} ms  {between_noise[label]:>7.1%}  {verdict}")
     print(json.dumps({"benchmark": "roofline_cpu_calibrated", "runs": rows,
                       "median_abs_step_error": statistics.median(errors),
                       "max_abs_step_error": max(errors),
                       "measured_spread_across_runs": noise,
                       "allowed_spread_across_runs": ALLOWED_SPREAD,
+                      "between_ops_spread_across_runs": between_noise,
+                      "allowed_between_ops_spread_across_runs": ALLOWED_CATEGORY_SPREAD,
                       "unreliable_profile_figures": list(chip.unreliable),
                       "target_step_error": STEP_TARGET, "target_category_error": CATEGORY_TARGET,
                       "pass": all(r["pass"] for r in rows)}))

@@ -135,6 +135,56 @@ def test_compare_lines_calls_up_by_position_where_names_are_shared() -> None:
     assert result.matched_by == "position (3 of 12 calls by op name)"
 
 
+def test_median_interval_by_hand_and_by_simulation() -> None:
+    """The interval's order statistics by hand, and its coverage by a second path: drawing
+    samples of a known median and counting how often the interval holds it."""
+    import random
+
+    from tensorledger.roofline.compare import median_interval
+
+    # n = 20: P(B ≤ 5) = (1 + 20 + 190 + 1140 + 4845 + 15504) / 2²⁰ = 2.07% ≤ 2.5%, while
+    # P(B ≤ 6) adds 38760 / 2²⁰ (5.77%): the 6th smallest and the 6th largest
+    values = [float(v) for v in range(100, 120)]
+    assert median_interval(values) == (105.0, 114.0)
+    # n = 6: P(B = 0) = 1/64 = 1.6%: the smallest and the largest; n = 5: 3.1%, none
+    assert median_interval([4.0, 1.0, 6.0, 2.0, 5.0, 3.0]) == (1.0, 6.0)
+    assert median_interval([1.0] * 5) is None
+    assert median_interval([1.0] * 5, coverage=0.9) == (1.0, 1.0)  # 3.1% ≤ 5%
+    # coverage: 12 draws from an exponential of median ln 2, 4000 times; the interval (3rd,
+    # 10th) holds the median with probability 1 − 2 · 79/4096 = 96.1% (a binomial standard
+    # error of 0.3% over 4000 tries)
+    rng = random.Random(7)
+    held = 0
+    for _ in range(4000):
+        found = median_interval([rng.expovariate(1.0) for _ in range(12)])
+        assert found is not None
+        held += found[0] <= math.log(2) <= found[1]
+    assert held / 4000 == pytest.approx(1 - 2 * 79 / 4096, abs=0.012)
+
+
+def test_compare_gives_each_median_its_interval() -> None:
+    """The categories' medians over the runs and the residual's over the rounds carry their
+    intervals: with 6 rounds, the smallest and largest of each."""
+    from tensorledger.bench.optiming import OpTime
+    from tensorledger.roofline.compare import compare
+
+    prediction = predict([Op("aten.relu.default", "elementwise", 10, 40, 40)], H100)
+    calls = [2e-6, 3e-6, 9e-6, 4e-6, 1e-6, 5e-6]
+    steps = [10e-6, 8e-6, 12e-6, 10e-6, 7e-6, 6e-6]
+    runs = [(OpTime("aten.relu.default", t),) for t in calls]
+    result = compare(prediction, runs, measured_step_s=9e-6, peak_flop_per_s=1.0,
+                     round_steps_s=steps)
+    (relu,) = result.categories
+    assert relu.measured_interval_s == pytest.approx((1e-6, 9e-6))
+    # rounds' residuals: 8, 5, 3, 6, 6, 1 µs → median 5.5 µs, interval 1 to 8 µs
+    assert result.residual_s == pytest.approx(5.5e-6)
+    assert result.residual_interval_s == pytest.approx((1e-6, 8e-6))
+    # five runs are too few for a 95% interval; runs without rounds give the residual none
+    fewer = compare(prediction, runs[:5], measured_step_s=9e-6, peak_flop_per_s=1.0)
+    assert fewer.categories[0].measured_interval_s is None
+    assert fewer.residual_interval_s is None
+
+
 def test_compare_by_position_and_by_name() -> None:
     from tensorledger.bench.optiming import OpTime
     from tensorledger.roofline.compare import compare

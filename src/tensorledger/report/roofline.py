@@ -96,21 +96,28 @@ def _error(value: float) -> str:
     return "—" if math.isnan(value) else f"{value:+.1%}"
 
 
+def _interval(found: tuple[float, float] | None) -> str:
+    return "" if found is None else f"{format_duration(found[0])} to {format_duration(found[1])}"
+
+
 def comparison_table(result: Comparison) -> View:
     table = Table(title=f"Predicted against measured on {result.hardware}",
                   title_justify="left", header_style="bold")
-    for column in ("category", "ops", "predicted", "measured", "error"):
+    for column in ("category", "ops", "predicted", "measured", "95% interval", "error"):
         table.add_column(column, justify="left" if column == "category" else "right")
     for c in result.categories:
         table.add_row(c.category, str(c.ops), format_duration(c.predicted_s),
-                      format_duration(c.measured_s), _error(c.error))
+                      format_duration(c.measured_s), _interval(c.measured_interval_s),
+                      _error(c.error))
     between = result.predicted_between_s
     table.add_row("(between ops: Python, autograd)", "",
                   format_duration(between) if between else "",
                   format_duration(result.unattributed_s),
+                  _interval(result.residual_interval_s),
                   "" if math.isnan(result.between_error) else _error(result.between_error))
     table.add_row("whole step", "", format_duration(result.predicted_step_s),
-                  format_duration(result.measured_step_s), _error(result.error), style="bold")
+                  format_duration(result.measured_step_s), "", _error(result.error),
+                  style="bold")
     notes = ["warning: the ops' own times sum to more than the whole step (by "
              f"{format_duration(-result.residual_s)}, the median over the rounds): the two "
              "runs disagree, so the machine was busy; measure again"
@@ -119,7 +126,11 @@ def comparison_table(result: Comparison) -> View:
             f"MFU: predicted {format_sci(result.predicted_mfu, 3)}, measured "
             f"{format_sci(result.measured_mfu, 3)} "
             f"(counted FLOPs / step time / {format_flop_rate(result.peak_flop_per_s)}); per-op "
-            f"times matched by {result.matched_by}"]
+            f"times matched by {result.matched_by}",
+            "95% interval: holds the median that each measured figure estimates (over the "
+            "profiled steps; between ops, over the rounds) with at least 95% probability, "
+            "whatever the noise's shape; a prediction inside it is one the measurement cannot "
+            "tell from right"]
 
 
 #: Peaks closer than this fraction share one drawn line: apart they would be indistinguishable.
