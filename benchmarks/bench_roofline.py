@@ -8,8 +8,10 @@ model at two sizes, and a user's factory (examples/own_model.py).  Targets: the 
 within 10%, every category above 5% of the measured step within 25%.  The runs go round the
 workloads in turn; each workload's measured steps across its runs are set beside the spread
 the target allows one prediction (the slowest at most 11/9 of the fastest), so a machine whose
-speed wanders says so.  Within a run, each workload is timed in ``--rounds`` rounds taken in
-turn over the five (``ledger.roofline.StepTiming``), so a spell when the machine runs faster
+speed wanders says so; a step the calibration ran (``CALIBRATION_MODELS[0]``), timed in the
+same rounds, shows how far the machine's speed moved since the calibration.  Within a run,
+each workload is timed in ``--rounds`` rounds taken in turn over the five (and that step;
+``ledger.roofline.StepTiming``), so a spell when the machine runs faster
 or slower falls on every workload alike, and each workload's figure is the median over the
 whole run rather than over a few seconds of it.  Each category's measured figure and the
 time between ops carry their 95% interval (``roofline.compare.median_interval``): a miss whose
@@ -34,7 +36,7 @@ import torch
 from tensorledger.bench import probe, profile_toml
 from tensorledger.hardware import Hardware, load_hardware_file
 from tensorledger.hardware.catalog import parse_hardware_toml
-from tensorledger.ledger.calibrate import calibrate, calibration_toml
+from tensorledger.ledger.calibrate import CALIBRATION_MODELS, calibrate, calibration_toml
 from tensorledger.ledger.roofline import StepTiming
 from tensorledger.models import get_preset
 from tensorledger.workload import ModelSource, resolve_source, resolve_workload
@@ -65,6 +67,15 @@ WORKLOADS = (  # (label, source, batch, seq)
     ("own_model.py (held aside), batch 4 × 64",
      resolve_source(f"{ROOT / 'examples' / 'own_model.py'}:make_model"), 4, 64),
 )
+
+
+# A step the calibration itself ran and fitted, timed in every run beside the workloads: its
+# error is mostly how far the machine's speed moved since the calibration (not judged).
+_REFERENCE_CONFIG, _REFERENCE_BATCH, _REFERENCE_SEQ = CALIBRATION_MODELS[0]
+REFERENCE = (f"{_REFERENCE_CONFIG.name} (calibrated on)",
+             ModelSource(label=_REFERENCE_CONFIG.name, kind="preset", builder="reference",
+                         name=_REFERENCE_CONFIG.name, config=_REFERENCE_CONFIG),
+             _REFERENCE_BATCH, _REFERENCE_SEQ)
 
 
 def _inside(value: float, interval: tuple[float, float] | None) -> bool:
@@ -111,14 +122,19 @@ def main() -> None:
     # workloads in turn
     works = [(label, resolve_workload(source, batch=batch, seq=seq, precision="fp32",
                                       device="cpu")) for label, source, batch, seq in WORKLOADS]
+    _, source, batch, seq = REFERENCE
+    reference = resolve_workload(source, batch=batch, seq=seq, precision="fp32", device="cpu")
+    drift: list[float] = []
     for run_index in range(args.runs):
         timings = [(label, StepTiming(work, chip)) for label, work in works]
+        steady = StepTiming(reference, chip)
         for round_index in range(args.rounds):
             print(f"  run {run_index}, round {round_index + 1} of {args.rounds}",
                   file=sys.stderr, flush=True)
-            for _, timing in timings:
+            for timing in (*(t for _, t in timings), steady):
                 # another workload ran just before: one step untimed warms its caches again
                 timing.round(args.budget / args.rounds, warmup=1)
+        drift.append(steady.compared()[0].error)
         for label, timing in timings:
             run = timing.report()
             c = run.comparison
@@ -147,6 +163,9 @@ def main() -> None:
             print(f"{label:<42}{run_index:>4}{c.predicted_step_s * 1e3:>10.1f}ms"
                   f"{c.measured_step_s * 1e3:>10.1f}ms{c.error:>+9.1%}  {shown}", flush=True)
     print("(* a miss whose prediction lies inside the measured median's 95% interval)")
+    print(f"\n{REFERENCE[0]}, {REFERENCE[2]} × {REFERENCE[3]}, timed in the same rounds: error "
+          + ", ".join(f"{e:+.1%}" for e in drift) + " by run (a step the calibration fitted: "
+          "mostly how far the machine's speed moved since it)")
     noise = {}
     print(f"\nmeasured step across runs (one prediction within {STEP_TARGET:.0%} of every run "
           f"needs slowest / fastest − 1 ≤ {ALLOWED_SPREAD:.1%}):")
@@ -155,17 +174,19 @@ def main() -> None:
         verdict = ("the machine's noise alone exceeds the target"
                    if noise[label] > ALLOWED_SPREAD else "")
         print(f"  {label:<42}{noise[label]:>7.1%}  {verdict}")
-    between_noise = {}
+    between_noise: dict[str, float | None] = {}
     print(f"\ntime between ops measured across runs (one prediction within "
           f"{CATEGORY_TARGET:.0%} of every run needs slowest / fastest − 1 ≤ "
           f"{ALLOWED_CATEGORY_SPREAD:.1%}):")
     for label, _ in works:
         low, high = min(between_by[label]), max(between_by[label])
-        between_noise[label] = high / low - 1 if low > 0 else float("inf")
+        wide = high / low - 1 if low > 0 else None  # None: a run measured none at all
+        between_noise[label] = wide
         shown = ", ".join(f"{v * 1e3:.2f}" for v in between_by[label])
         verdict = ("the machine's noise alone exceeds the target"
-                   if between_noise[label] > ALLOWED_CATEGORY_SPREAD else "")
-        print(f"  {label:<42}{shown:>24} ms  {between_noise[label]:>7.1%}  {verdict}")
+                   if wide is None or wide > ALLOWED_CATEGORY_SPREAD else "")
+        spread = "a run ≤ 0" if wide is None else f"{wide:.1%}"
+        print(f"  {label:<42}{shown:>24} ms  {spread:>9}  {verdict}")
     print(json.dumps({"benchmark": "roofline_cpu_calibrated", "runs": rows,
                       "median_abs_step_error": statistics.median(errors),
                       "max_abs_step_error": max(errors),
@@ -173,6 +194,7 @@ def main() -> None:
                       "allowed_spread_across_runs": ALLOWED_SPREAD,
                       "between_ops_spread_across_runs": between_noise,
                       "allowed_between_ops_spread_across_runs": ALLOWED_CATEGORY_SPREAD,
+                      "calibrated_step_error_by_run": drift,
                       "unreliable_profile_figures": list(chip.unreliable),
                       "target_step_error": STEP_TARGET, "target_category_error": CATEGORY_TARGET,
                       "pass": all(r["pass"] for r in rows)}))
