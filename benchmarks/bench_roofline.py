@@ -1,8 +1,7 @@
 """Predicted against measured training steps on this CPU: the calibrated local profile.
 
-Probes this machine (and calibrates on the calibration models of
-``tensorledger.ledger.calibrate``) into a temporary profile — or reads ``--profile FILE`` —
-then, ``--runs`` times, predicts and measures a whole fp32 AdamW training step of five
+Probes this machine into a temporary profile — or reads ``--profile FILE`` — then, ``--runs``
+times, predicts and measures a whole fp32 AdamW training step of five
 workloads the calibration never ran: the tiny preset at two sizes, a GPT-2-shaped reference
 model at two sizes, and a user's factory (examples/own_model.py).  Targets: the whole step
 within 10%, every category above 5% of the measured step within 25%.  The runs go round the
@@ -13,7 +12,11 @@ same rounds, shows how far the machine's speed moved since the calibration.  Wit
 each workload is timed in ``--rounds`` rounds taken in turn over the five (and that step;
 ``ledger.roofline.StepTiming``), so a spell when the machine runs faster
 or slower falls on every workload alike, and each workload's figure is the median over the
-whole run rather than over a few seconds of it.  Each category's measured figure and the
+whole run rather than over a few seconds of it.  Without ``--profile``, each run also fits its
+own calibration (``ledger.calibrate.CalibrationRounds``: the calibration models, never the
+workloads) on steps timed in the same rounds, so the calibration and the steps it is judged
+on see the same machine; ``--calibrate-once`` calibrates once after the probe instead, as
+``tensorledger probe`` does.  Each category's measured figure and the
 time between ops carry their 95% interval (``roofline.compare.median_interval``): a miss whose
 prediction lies inside it is marked ``*``, one the measurement cannot tell from right, and the
 time between ops measured across runs is set beside the spread its target allows.  Prints a
@@ -36,7 +39,12 @@ import torch
 from tensorledger.bench import probe, profile_toml
 from tensorledger.hardware import Hardware, load_hardware_file
 from tensorledger.hardware.catalog import parse_hardware_toml
-from tensorledger.ledger.calibrate import CALIBRATION_MODELS, calibrate, calibration_toml
+from tensorledger.ledger.calibrate import (
+    CALIBRATION_MODELS,
+    CalibrationRounds,
+    calibrate,
+    calibration_toml,
+)
 from tensorledger.ledger.roofline import StepTiming
 from tensorledger.models import get_preset
 from tensorledger.workload import ModelSource, resolve_source, resolve_workload
@@ -82,16 +90,21 @@ def _inside(value: float, interval: tuple[float, float] | None) -> bool:
     return interval is not None and interval[0] <= value <= interval[1]
 
 
-def _profile(path: str | None) -> Hardware:
+def _say(step: str) -> None:
+    print(f"  {step}", file=sys.stderr, flush=True)
+
+
+def _profile(path: str | None, once: bool) -> Hardware:
+    """The chip the runs predict on: ``path``'s profile, else this machine probed, and with
+    ``once`` calibrated right after (as ``tensorledger probe`` does); else uncalibrated: each
+    run then fits its own calibration in its rounds."""
     if path:
         return load_hardware_file(path)
-    def say(step: str) -> None:
-        print(f"  {step}", file=sys.stderr)
-
-    result = probe("cpu", dtypes=("fp32",), progress=say)  # the workloads run in fp32
+    result = probe("cpu", dtypes=("fp32",), progress=_say)  # the workloads run in fp32
     text = profile_toml(result)
-    fitted = calibrate(parse_hardware_toml(text, "probe", "local"), progress=say)
-    text = profile_toml(result, calibration=calibration_toml(fitted))
+    if once:
+        fitted = calibrate(parse_hardware_toml(text, "probe", "local"), progress=_say)
+        text = profile_toml(result, calibration=calibration_toml(fitted))
     with tempfile.TemporaryDirectory() as folder:
         target = Path(folder) / "local.toml"
         target.write_text(text)
@@ -107,15 +120,23 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=6.0,
                         help="seconds of whole steps of each workload in a run, over its rounds")
     parser.add_argument("--profile", help="a calibrated profile to use instead of probing")
+    parser.add_argument("--calibrate-once", action="store_true",
+                        help="calibrate once after the probe, as `tensorledger probe` does, "
+                        "rather than in each run's rounds")
     args = parser.parse_args()
-    chip = _profile(args.profile)
+    chip = _profile(args.profile, args.calibrate_once)
+    # without a calibrated profile, each run fits its calibration on the calibration models'
+    # steps timed in the same rounds as the workloads: a spell when the machine runs slower
+    # falls on both alike
+    in_rounds = chip.calibration is None
     rows: list[dict[str, object]] = []
     errors: list[float] = []
     measured_by: dict[str, list[float]] = {label: [] for label, *_ in WORKLOADS}
     between_by: dict[str, list[float]] = {label: [] for label, *_ in WORKLOADS}
+    how = ("in each run, on the calibration models timed in the same rounds" if in_rounds else
+           "once, before the runs")
     print(f"{torch.get_num_threads()} threads; fp32 train steps (AdamW); chip {chip.id}, "
-          f"calibrated: {chip.calibration is not None}; {len(chip.unreliable)} figures of the "
-          "profile unreliable")
+          f"calibrated {how}; {len(chip.unreliable)} figures of the probe unreliable")
     print(f"{'workload':<42}{'run':>4}{'predicted':>12}{'measured':>12}{'error':>9}  "
           "categories above 5% (error)")
     # the runs follow one another, minutes apart; within a run the rounds go round the
@@ -128,12 +149,21 @@ def main() -> None:
     for run_index in range(args.runs):
         timings = [(label, StepTiming(work, chip)) for label, work in works]
         steady = StepTiming(reference, chip)
+        session = CalibrationRounds(chip, progress=_say) if in_rounds else None
         for round_index in range(args.rounds):
             print(f"  run {run_index}, round {round_index + 1} of {args.rounds}",
                   file=sys.stderr, flush=True)
+            if session is not None:
+                session.round(args.budget / args.rounds, f"{round_index + 1} of {args.rounds}")
             for timing in (*(t for _, t in timings), steady):
                 # another workload ran just before: one step untimed warms its caches again
                 timing.round(args.budget / args.rounds, warmup=1)
+        if session is not None:
+            fitted = dataclasses.replace(chip, calibration=session.fitted())
+            assert fitted.calibration is not None
+            print(f"run {run_index}:\n{calibration_toml(fitted.calibration)}", file=sys.stderr)
+            for timing in (*(t for _, t in timings), steady):
+                timing.reprice(fitted)
         drift.append(steady.compared()[0].error)
         for label, timing in timings:
             run = timing.report()
@@ -194,6 +224,7 @@ def main() -> None:
                       "allowed_spread_across_runs": ALLOWED_SPREAD,
                       "between_ops_spread_across_runs": between_noise,
                       "allowed_between_ops_spread_across_runs": ALLOWED_CATEGORY_SPREAD,
+                      "calibrated": how,
                       "calibrated_step_error_by_run": drift,
                       "unreliable_profile_figures": list(chip.unreliable),
                       "target_step_error": STEP_TARGET, "target_category_error": CATEGORY_TARGET,

@@ -317,6 +317,13 @@ def test_calibrate_times_every_step_in_rounds(monkeypatch: pytest.MonkeyPatch) -
     assert min(cal.between_ops_s.values()) >= 0
     with pytest.raises(InputError):
         calibration.calibrate(chip, rounds=0)
+    # the rounds on their own, as a benchmark takes them in turn with its workloads
+    session = calibration.CalibrationRounds(chip)
+    with pytest.raises(InputError, match="one round at least"):
+        session.fitted()
+    session.round(0.01)
+    assert session.taken == 1 and all(len(t.round_medians_s) == 1 for _, t in session.steps)
+    assert "1 rounds each" in session.fitted().source
 
 
 @pytest.mark.parametrize(("second", "named"), [((1e-3, 3e-3), False), ((3e-3, 5e-3), True)])

@@ -142,3 +142,16 @@ def test_step_timings_take_their_rounds_in_turn(monkeypatch: pytest.MonkeyPatch)
         own = [s for part in timing.parts for s in part.samples_s]
         assert run.comparison.measured_step_s == pytest.approx(statistics.median(own))
         assert run.batch == timing.work.batch
+    # priced again on another chip after its rounds (a calibration fitted meanwhile): the
+    # prediction is the other chip's, the measured rounds the same
+    from tensorledger.roofline import predict
+
+    before = small.report().comparison
+    a100 = get_hardware("a100")
+    small.reprice(a100)
+    after = small.report().comparison
+    assert before is not None and after is not None
+    assert after.hardware == a100.id and after.measured_step_s == before.measured_step_s
+    assert after.predicted_step_s == pytest.approx(
+        predict(small.traced.records, a100, tokens=small.work.tokens).time_s)
+    assert after.predicted_step_s != pytest.approx(before.predicted_step_s)

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from tensorledger.workload.step import PreparedStep
 
 __all__ = ["CALIBRATION_BUDGET_S", "CALIBRATION_MODELS", "CALIBRATION_ROUNDS", "ROUND_SPREAD",
-           "Run", "StepSample", "calibrate", "calibration_toml", "fit",
+           "CalibrationRounds", "Run", "StepSample", "calibrate", "calibration_toml", "fit",
            "nonnegative_least_squares", "round_spread"]
 
 #: The calibration models: Llama-like (RMSNorm, RoPE, SwiGLU) and GPT-2-like (LayerNorm,
@@ -411,44 +411,70 @@ def calibrate(hardware: Hardware, *, budget_s: float = CALIBRATION_BUDGET_S,
     if rounds < 1 or not budget_s > 0:
         raise InputError(f"calibrate needs rounds >= 1 and a budget above 0, got {rounds} "
                          f"and {budget_s:g} s")
+    session = CalibrationRounds(hardware, progress=progress)
     say = progress or (lambda _: None)
-    bare = dataclasses.replace(hardware, calibration=None)
-    steps: list[tuple[str, _Timed]] = []
-    for config, batch, seq in CALIBRATION_MODELS:
-        for step in ("forward-backward", "train"):
-            say(f"calibration: building {config.name}, {step} step")
-            steps.append((f"{config.name} {step} step", _build(config, batch, seq, step, bare)))
 
     def take(first: int, last: int) -> None:
         for index in range(first, last):
-            for name, timed in steps:
-                say(f"calibration round {index + 1} of {last}: {name}")
-                _time_round(timed, budget_s / rounds, name)
+            session.round(budget_s / rounds, f"{index + 1} of {last}")
 
     take(0, rounds)
+    steps = session.steps
     wide = {name: round_spread(timed.round_medians_s) for name, timed in steps}
     unreliable: tuple[str, ...] = ()
-    taken = rounds
     if max(wide.values()) > ROUND_SPREAD:
         say(f"calibration: the rounds of {sum(v > ROUND_SPREAD for v in wide.values())} of "
             f"{len(steps)} steps differ by more than {ROUND_SPREAD:.0%}; measuring every step "
             f"again in {rounds} rounds more")
         first = {name: len(timed.samples_s) for name, timed in steps}
         take(rounds, 2 * rounds)
-        taken = 2 * rounds
         unreliable = tuple(
             f"calibration {name} (rounds differ by {wide[name]:.0%}; measured again, its "
             f"median moved by {drift:.0%})" for name, timed in steps
             for drift in (_moved(timed.samples_s[:first[name]], timed.samples_s[first[name]:]),)
             if drift > ROUND_SPREAD)
-    runs = [_run(timed) for _, timed in steps]
-    fitted = fit([StepSample(*runs[i:i + 2]) for i in range(0, len(runs), 2)],
-                 source="fitted by tensorledger probe on " + ", ".join(
-                     f"{c.name} (batch {b} × seq {s})" for c, b, s in CALIBRATION_MODELS) +
-                 f": forward-backward and train steps in fp32, {taken} rounds each; class "
-                 "scales and costs from the profiler's own time of each call, the time between "
-                 "ops from the harness's whole-step times")
-    return dataclasses.replace(fitted, unreliable=unreliable)
+    return dataclasses.replace(session.fitted(), unreliable=unreliable)
+
+
+class CalibrationRounds:
+    """The calibration steps of ``CALIBRATION_MODELS`` built on ``hardware`` (a probed
+    profile; any calibration it has is set aside) and timed round by round: each
+    :meth:`round` times every step in turn, :meth:`fitted` fits the rounds so far.
+    :func:`calibrate` takes its rounds on their own; a benchmark can take them in turn with
+    the steps it judges, so that a spell when the machine runs slower falls on the
+    calibration and on those steps alike (never on the steps it judges themselves: the
+    calibration sees only its own models)."""
+
+    def __init__(self, hardware: Hardware, *,
+                 progress: Callable[[str], None] | None = None) -> None:
+        self._say = progress or (lambda _: None)
+        bare = dataclasses.replace(hardware, calibration=None)
+        self.steps: list[tuple[str, _Timed]] = []
+        for config, batch, seq in CALIBRATION_MODELS:
+            for step in ("forward-backward", "train"):
+                self._say(f"calibration: building {config.name}, {step} step")
+                self.steps.append((f"{config.name} {step} step",
+                                   _build(config, batch, seq, step, bare)))
+        self.taken = 0
+
+    def round(self, budget_s: float, label: str = "") -> None:
+        """Time every step once: ``budget_s`` of whole steps and one profiled step each."""
+        self.taken += 1
+        for name, timed in self.steps:
+            self._say(f"calibration round {label or self.taken}: {name}")
+            _time_round(timed, budget_s, name)
+
+    def fitted(self) -> Calibration:
+        """The :func:`fit` of every round so far."""
+        if not self.taken:
+            raise InputError("a calibration fits its rounds: take one round at least")
+        runs = [_run(timed) for _, timed in self.steps]
+        return fit([StepSample(*runs[i:i + 2]) for i in range(0, len(runs), 2)],
+                   source="fitted by tensorledger probe on " + ", ".join(
+                       f"{c.name} (batch {b} × seq {s})" for c, b, s in CALIBRATION_MODELS) +
+                   f": forward-backward and train steps in fp32, {self.taken} rounds each; "
+                   "class scales and costs from the profiler's own time of each call, the time "
+                   "between ops from the harness's whole-step times")
 
 
 def _moved(before: Sequence[float], after: Sequence[float]) -> float:

@@ -133,6 +133,12 @@ class StepTiming:
         self.parts.append(whole)
         self.calls.append(profiled)
 
+    def reprice(self, hardware: Hardware) -> None:
+        """Predict the traced step again on ``hardware`` (a calibration fitted while the
+        rounds were taken, say); the rounds already taken stay."""
+        self.hardware = hardware
+        self.prediction = predict(self.traced.records, hardware, tokens=self.work.tokens)
+
     def compared(self) -> tuple[Comparison, str | None]:
         """The rounds so far beside the prediction, and the harness's warning, if any."""
         from tensorledger.bench.harness import pooled
