@@ -280,6 +280,27 @@ def test_a_costly_op_pays_a_cost_a_flop_and_a_dividing_op_its_own_scale() -> Non
     assert predict_op(0, div, slow).time_s == pytest.approx(1.5 * 0.8e-3)
 
 
+def test_the_optimizers_elementwise_ops_are_a_class_of_their_own() -> None:
+    cal = Calibration(scale={"elementwise": 2.0, "elementwise-dividing": 3.0,
+                             "elementwise-optimizer": 1.5}, op_cost_s=0.0,
+                      between_ops_s={}, call_cost_s={"elementwise": 4e-3,
+                                                     "elementwise-dividing": 5e-3,
+                                                     "elementwise-optimizer": 1e-3})
+    chip = dataclasses.replace(CHIP, calibration=cal)
+    n = 10**6  # floats in, floats out: 8 MB at 10 GB/s = 0.8 ms
+    forward = Op("aten.addcdiv_.default", "elementwise", 3 * n, 4 * n, 4 * n, ("fp32",),
+                 ("fp32",))
+    update = dataclasses.replace(forward, phase="optimizer")
+    # in the forward pass a dividing op: 3 × 0.8 ms + 5 ms; in the optimizer its own class,
+    # dividing or not: 1.5 × 0.8 ms + 1 ms
+    assert predict_op(0, forward, chip).time_s == pytest.approx(3 * 0.8e-3 + 5e-3)
+    assert predict_op(0, update, chip).time_s == pytest.approx(1.5 * 0.8e-3 + 1e-3)
+    # a profile fitted before the class was split off prices it as before: dividing
+    old = dataclasses.replace(chip, calibration=dataclasses.replace(cal, scale={
+        "elementwise": 2.0, "elementwise-dividing": 3.0}))
+    assert predict_op(0, update, old).time_s == pytest.approx(3 * 0.8e-3 + 5e-3)
+
+
 def test_a_factor_below_one_stops_at_the_bound() -> None:
     fast = Calibration(scale={"elementwise": 0.1}, op_cost_s=0.0, between_ops_s={})
     chip = dataclasses.replace(CHIP, calibration=fast)
@@ -314,6 +335,8 @@ def test_calibrate_times_every_step_in_rounds(monkeypatch: pytest.MonkeyPatch) -
     assert [u.split(" (rounds differ by")[0] for u in cal.unreliable] == [
         f"calibration cal-{m} {s} step" for m in "ab" for s in ("forward-backward", "train")]
     assert "4 rounds each" in cal.source and cal.scale["matmul"] > 0
+    # the train steps' AdamW fits the optimizer's elementwise class, beside the forward's
+    assert cal.scale["elementwise-optimizer"] > 0 and cal.scale["elementwise"] > 0
     assert min(cal.between_ops_s.values()) >= 0
     with pytest.raises(InputError):
         calibration.calibrate(chip, rounds=0)

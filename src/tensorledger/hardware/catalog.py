@@ -136,7 +136,8 @@ class Calibration:
     the optimizer's loop), growing with the step's footprint as entering an op does
     (``between``): ``forward`` and ``backward`` share one figure, ``optimizer`` has its own.
     The class of an op is its category, or a finer one (``roofline.model.cost_class``:
-    ``elementwise-costly``, ``elementwise-dividing``, ``normalization-fused``).
+    ``elementwise-costly``, ``elementwise-dividing``, ``elementwise-optimizer``,
+    ``normalization-fused``).
     """
 
     scale: Mapping[str, float]

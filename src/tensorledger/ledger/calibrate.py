@@ -15,7 +15,8 @@ whose rounds disagree is named unreliable), and fits, in relative terms over the
   stream more through the caches (a view took 5 µs in the smallest model, 14 µs in the
   largest);
 - per cost class (``roofline.model.cost_class``: the category, with costly and dividing
-  elementwise ops and fused norms apart), ``scale`` on the kernel time at the probed rates,
+  elementwise ops, the optimizer's elementwise ops and fused norms apart), ``scale`` on the
+  kernel time at the probed rates,
   ``call_cost_s`` (a kernel's fixed cost) and ``piece_cost_s`` (a cost for each row a copy
   writes, each block an attention loops over, batch × heads × query blocks, or each FLOP
   of a costly elementwise op such as GELU: ``roofline.model.pieces``),
@@ -180,7 +181,7 @@ def _run(timed: _Timed) -> Run:
 
     # the prediction with each op's class as its category: compare() then measures classes
     prediction = dataclasses.replace(timed.prediction, ops=tuple(
-        dataclasses.replace(op, category=cost_class(op.op, op.category))
+        dataclasses.replace(op, category=cost_class(op.op, op.category, op.phase))
         for op in timed.prediction.ops))
     step_s = statistics.median(timed.samples_s)
     result = compare(prediction, timed.profiles, step_s, 1.0, timed.round_medians_s)
