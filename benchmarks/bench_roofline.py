@@ -12,12 +12,12 @@ same rounds, shows how far the machine's speed moved since the calibration.  Wit
 each workload is timed in ``--rounds`` rounds taken in turn over the five (and that step;
 ``ledger.roofline.StepTiming``), so a spell when the machine runs faster
 or slower falls on every workload alike, and each workload's figure is the median over the
-whole run rather than over a few seconds of it.  Without ``--profile``, each run also fits its
-own calibration (``ledger.calibrate.CalibrationRounds``: the calibration models, never the
-workloads) on steps timed in the same rounds, so the calibration and the steps it is judged
-on see the same machine; ``--calibrate-once`` calibrates once after the probe instead, as
-``tensorledger probe`` does.  Each category's measured figure and the
-time between ops carry their 95% interval (``roofline.compare.median_interval``): a miss whose
+whole run rather than over a few seconds of it.  Without a calibrated ``--profile``, each run
+also fits its own calibration (``ledger.calibrate.CalibrationRounds``: the calibration
+models, never the workloads) on steps timed in the same rounds, so the calibration and the
+steps it is judged on see the same machine; ``--calibrate-once`` calibrates once after the
+probe instead, as ``tensorledger probe`` does.  Each category's measured figure and the time
+between ops carry their 95% interval (``roofline.compare.median_interval``): a miss whose
 prediction lies inside it is marked ``*``, one the measurement cannot tell from right, and the
 time between ops measured across runs is set beside the spread its target allows.  Prints a
 table, then one JSON line.  Run it on a quiet machine: the error of a busy one is the
