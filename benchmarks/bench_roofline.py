@@ -47,6 +47,7 @@ from tensorledger.ledger.calibrate import (
 )
 from tensorledger.ledger.roofline import StepTiming
 from tensorledger.models import get_preset
+from tensorledger.roofline.compare import MEDIAN_COVERAGE
 from tensorledger.workload import ModelSource, resolve_source, resolve_workload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -192,7 +193,8 @@ def main() -> None:
                 for k, v in big.items())
             print(f"{label:<42}{run_index:>4}{c.predicted_step_s * 1e3:>10.1f}ms"
                   f"{c.measured_step_s * 1e3:>10.1f}ms{c.error:>+9.1%}  {shown}", flush=True)
-    print("(* a miss whose prediction lies inside the measured median's 95% interval)")
+    print(f"(* a miss whose prediction lies inside the measured median's "
+          f"{MEDIAN_COVERAGE:.0%} interval)")
     print(f"\n{REFERENCE[0]}, {REFERENCE[2]} × {REFERENCE[3]}, timed in the same rounds: error "
           + ", ".join(f"{e:+.1%}" for e in drift) + " by run (a step the calibration fitted: "
           "mostly how far the machine's speed moved since it)")

@@ -47,6 +47,14 @@ def test_measure_on_cpu(cli) -> None:  # type: ignore[no-untyped-def]
     assert sum(k["predicted_s"] for k in c["categories"]) == pytest.approx(c["predicted_step_s"])
     assert c["measured_mfu"] == pytest.approx(c["flops"] / c["measured_step_s"]
                                               / c["peak_flop_per_s"])
+    # six rounds by default: each measured median has its interval, the smallest and largest
+    # of the six (1 − 2/64 = 96.9%), so the median lies within it
+    low, high = c["residual_interval_s"]
+    assert low <= c["residual_s"] <= high
+    for k in c["categories"]:
+        if k["measured_s"] > 0:
+            low, high = k["measured_interval_s"]
+            assert low <= k["measured_s"] <= high
 
 
 @pytest.mark.parametrize(("args", "fragment"), [

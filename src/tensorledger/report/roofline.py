@@ -15,7 +15,7 @@ from tensorledger.hardware import Hardware
 from tensorledger.ledger.roofline import RooflineRun
 from tensorledger.report.plots import new_figure, save_figure
 from tensorledger.roofline import OpPrediction, RooflinePrediction, TimeTotal
-from tensorledger.roofline.compare import Comparison
+from tensorledger.roofline.compare import MEDIAN_COVERAGE, Comparison
 from tensorledger.roofline.modules import ModuleTime
 from tensorledger.units import format_bytes, format_duration, format_flop_rate, format_sci
 
@@ -103,7 +103,8 @@ def _interval(found: tuple[float, float] | None) -> str:
 def comparison_table(result: Comparison) -> View:
     table = Table(title=f"Predicted against measured on {result.hardware}",
                   title_justify="left", header_style="bold")
-    for column in ("category", "ops", "predicted", "measured", "95% interval", "error"):
+    interval = f"{MEDIAN_COVERAGE:.0%} interval"
+    for column in ("category", "ops", "predicted", "measured", interval, "error"):
         table.add_column(column, justify="left" if column == "category" else "right")
     for c in result.categories:
         table.add_row(c.category, str(c.ops), format_duration(c.predicted_s),
@@ -127,10 +128,10 @@ def comparison_table(result: Comparison) -> View:
             f"{format_sci(result.measured_mfu, 3)} "
             f"(counted FLOPs / step time / {format_flop_rate(result.peak_flop_per_s)}); per-op "
             f"times matched by {result.matched_by}",
-            "95% interval: holds the median that each measured figure estimates (over the "
-            "profiled steps; between ops, over the rounds) with at least 95% probability, "
-            "whatever the noise's shape; a prediction inside it is one the measurement cannot "
-            "tell from right"]
+            f"{interval}: holds the median that each measured figure estimates (over the "
+            f"profiled steps; between ops, over the rounds) with at least {MEDIAN_COVERAGE:.0%} "
+            "probability, whatever the noise's shape; a prediction inside it is one the "
+            "measurement cannot tell from right"]
 
 
 #: Peaks closer than this fraction share one drawn line: apart they would be indistinguishable.
