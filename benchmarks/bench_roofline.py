@@ -91,6 +91,25 @@ def _inside(value: float, interval: tuple[float, float] | None) -> bool:
     return interval is not None and interval[0] <= value <= interval[1]
 
 
+def _across_runs(what: str, target: float, allowed: float, by_label: dict[str, list[float]],
+                 show_ms: bool) -> dict[str, float | None]:
+    """Each workload's figure across its runs, slowest / fastest − 1 (None where a run measured
+    it at or below 0), printed beside the spread within which one prediction could be within
+    ``target`` of every run; with ``show_ms``, the figures too."""
+    print(f"\n{what} across runs (one prediction within {target:.0%} of every run needs "
+          f"slowest / fastest − 1 ≤ {allowed:.1%}):")
+    spreads: dict[str, float | None] = {}
+    for label, values in by_label.items():
+        low, high = min(values), max(values)
+        wide = spreads[label] = high / low - 1 if low > 0 else None
+        verdict = ("the machine's noise alone exceeds the target"
+                   if wide is None or wide > allowed else "")
+        shown = f"{', '.join(f'{v * 1e3:.2f}' for v in values):>24} ms  " if show_ms else ""
+        spread = "a run ≤ 0" if wide is None else f"{wide:.1%}"
+        print(f"  {label:<42}{shown}{spread:>7}  {verdict}")
+    return spreads
+
+
 def _say(step: str) -> None:
     print(f"  {step}", file=sys.stderr, flush=True)
 
@@ -160,9 +179,9 @@ def main() -> None:
                 # another workload ran just before: one step untimed warms its caches again
                 timing.round(args.budget / args.rounds, warmup=1)
         if session is not None:
-            fitted = dataclasses.replace(chip, calibration=session.fitted())
-            assert fitted.calibration is not None
-            print(f"run {run_index}:\n{calibration_toml(fitted.calibration)}", file=sys.stderr)
+            calibration = session.fitted()
+            print(f"run {run_index}:\n{calibration_toml(calibration)}", file=sys.stderr)
+            fitted = dataclasses.replace(chip, calibration=calibration)
             for timing in (*(t for _, t in timings), steady):
                 timing.reprice(fitted)
         drift.append(steady.compared()[0].error)
@@ -198,27 +217,9 @@ def main() -> None:
     print(f"\n{REFERENCE[0]}, {REFERENCE[2]} × {REFERENCE[3]}, timed in the same rounds: error "
           + ", ".join(f"{e:+.1%}" for e in drift) + " by run (a step the calibration fitted: "
           "mostly how far the machine's speed moved since it)")
-    noise = {}
-    print(f"\nmeasured step across runs (one prediction within {STEP_TARGET:.0%} of every run "
-          f"needs slowest / fastest − 1 ≤ {ALLOWED_SPREAD:.1%}):")
-    for label, _ in works:
-        noise[label] = max(measured_by[label]) / min(measured_by[label]) - 1
-        verdict = ("the machine's noise alone exceeds the target"
-                   if noise[label] > ALLOWED_SPREAD else "")
-        print(f"  {label:<42}{noise[label]:>7.1%}  {verdict}")
-    between_noise: dict[str, float | None] = {}
-    print(f"\ntime between ops measured across runs (one prediction within "
-          f"{CATEGORY_TARGET:.0%} of every run needs slowest / fastest − 1 ≤ "
-          f"{ALLOWED_CATEGORY_SPREAD:.1%}):")
-    for label, _ in works:
-        low, high = min(between_by[label]), max(between_by[label])
-        wide = high / low - 1 if low > 0 else None  # None: a run measured none at all
-        between_noise[label] = wide
-        shown = ", ".join(f"{v * 1e3:.2f}" for v in between_by[label])
-        verdict = ("the machine's noise alone exceeds the target"
-                   if wide is None or wide > ALLOWED_CATEGORY_SPREAD else "")
-        spread = "a run ≤ 0" if wide is None else f"{wide:.1%}"
-        print(f"  {label:<42}{shown:>24} ms  {spread:>9}  {verdict}")
+    noise = _across_runs("measured step", STEP_TARGET, ALLOWED_SPREAD, measured_by, False)
+    between_noise = _across_runs("time between ops measured", CATEGORY_TARGET,
+                                 ALLOWED_CATEGORY_SPREAD, between_by, True)
     print(json.dumps({"benchmark": "roofline_cpu_calibrated", "runs": rows,
                       "median_abs_step_error": statistics.median(errors),
                       "max_abs_step_error": max(errors),
