@@ -1,27 +1,27 @@
 """Predicted against measured training steps on this CPU: the calibrated local profile.
 
 Probes this machine into a temporary profile — or reads ``--profile FILE`` — then, ``--runs``
-times, predicts and measures a whole fp32 AdamW training step of five
-workloads the calibration never ran: the tiny preset at two sizes, a GPT-2-shaped reference
-model at two sizes, and a user's factory (examples/own_model.py).  Targets: the whole step
-within 10%, every category above 5% of the measured step within 25%.  The runs go round the
-workloads in turn; each workload's measured steps across its runs are set beside the spread
-the target allows one prediction (the slowest at most 11/9 of the fastest), so a machine whose
-speed wanders says so; a step the calibration ran (``CALIBRATION_MODELS[0]``), timed in the
-same rounds, shows how far the machine's speed moved since the calibration.  Within a run,
-each workload is timed in ``--rounds`` rounds taken in turn over the five (and that step;
-``ledger.roofline.StepTiming``), so a spell when the machine runs faster
-or slower falls on every workload alike, and each workload's figure is the median over the
-whole run rather than over a few seconds of it.  Without a calibrated ``--profile``, each run
-also fits its own calibration (``ledger.calibrate.CalibrationRounds``: the calibration
-models, never the workloads) on steps timed in the same rounds, so the calibration and the
-steps it is judged on see the same machine; ``--calibrate-once`` calibrates once after the
-probe instead, as ``tensorledger probe`` does.  Each category's measured figure and the time
-between ops carry their 95% interval (``roofline.compare.median_interval``): a miss whose
-prediction lies inside it is marked ``*``, one the measurement cannot tell from right, and the
-time between ops measured across runs is set beside the spread its target allows.  Prints a
-table, then one JSON line.  Run it on a quiet machine: the error of a busy one is the
-machine's.
+times, predicts and measures a whole fp32 AdamW training step of five workloads the calibration
+never ran: the tiny preset at two sizes, a GPT-2-shaped reference model at two sizes, and a
+user's factory (examples/own_model.py).  Targets: the whole step within 10%, every category
+above 5% of the measured step within 25%.  The runs go round the workloads in turn; each
+workload's measured steps across its runs are set beside the spread the target allows one
+prediction (the slowest at most 11/9 of the fastest), so a machine whose speed wanders says so;
+a step the calibration ran (``CALIBRATION_MODELS[0]``), timed in the same rounds, shows how far
+the machine's speed moved since the calibration.  Within a run, each workload is timed in
+``--rounds`` rounds taken in turn over the five (and that step; ``ledger.roofline.StepTiming``),
+so a spell when the machine runs faster or slower falls on every workload alike, and each
+workload's figure is the median over the whole run rather than over a few seconds of it; each
+round profiles ``--profiled`` steps of each, and the time between ops is the round's step less
+their median.  Without a calibrated ``--profile``, each run also fits its own calibration
+(``ledger.calibrate.CalibrationRounds``: the calibration models, never the workloads) on steps
+timed in the same rounds, so the calibration and the steps it is judged on see the same machine;
+``--calibrate-once`` calibrates once after the probe instead, as ``tensorledger probe`` does.
+Each category's measured figure and the time between ops carry their 95% interval
+(``roofline.compare.median_interval``): a miss whose prediction lies inside it is marked ``*``,
+one the measurement cannot tell from right, and the time between ops measured across runs is set
+beside the spread its target allows.  Prints a table, then one JSON line.  Run it on a quiet
+machine: the error of a busy one is the machine's.
 """
 
 from __future__ import annotations
@@ -139,6 +139,10 @@ def main() -> None:
                         help="rounds of each workload in a run, taken in turn over the five")
     parser.add_argument("--budget", type=float, default=6.0,
                         help="seconds of whole steps of each workload in a run, over its rounds")
+    parser.add_argument("--profiled", type=int, default=3,
+                        help="steps of each workload (and calibration model) a round profiles "
+                        "call by call: the time between ops is each round's whole step less "
+                        "their median, so one slow profiled step moves it less")
     parser.add_argument("--profile", help="a calibrated profile to use instead of probing")
     parser.add_argument("--calibrate-once", action="store_true",
                         help="calibrate once after the probe, as `tensorledger probe` does, "
@@ -167,9 +171,11 @@ def main() -> None:
     reference = resolve_workload(source, batch=batch, seq=seq, precision="fp32", device="cpu")
     drift: list[float] = []
     for run_index in range(args.runs):
-        timings = [(label, StepTiming(work, chip)) for label, work in works]
-        steady = StepTiming(reference, chip)
-        session = CalibrationRounds(chip, progress=_say) if in_rounds else None
+        timings = [(label, StepTiming(work, chip, profiled=args.profiled))
+                   for label, work in works]
+        steady = StepTiming(reference, chip, profiled=args.profiled)
+        session = (CalibrationRounds(chip, progress=_say, profiled=args.profiled)
+                   if in_rounds else None)
         for round_index in range(args.rounds):
             print(f"  run {run_index}, round {round_index + 1} of {args.rounds}",
                   file=sys.stderr, flush=True)

@@ -347,6 +347,13 @@ def test_calibrate_times_every_step_in_rounds(monkeypatch: pytest.MonkeyPatch) -
     session.round(0.01)
     assert session.taken == 1 and all(len(t.round_medians_s) == 1 for _, t in session.steps)
     assert "1 rounds each" in session.fitted().source
+    # two steps profiled a round: two profiles a round, fitted all the same
+    twice = calibration.CalibrationRounds(chip, profiled=2)
+    twice.round(0.01)
+    assert all(len(t.profiles) == 2 and len(t.round_medians_s) == 1 for _, t in twice.steps)
+    assert "1 rounds each (2 steps profiled a round)" in twice.fitted().source
+    with pytest.raises(InputError, match="one step at least"):
+        calibration.CalibrationRounds(chip, profiled=0)
 
 
 @pytest.mark.parametrize(("second", "named"), [((1e-3, 3e-3), False), ((3e-3, 5e-3), True)])
@@ -367,9 +374,9 @@ def test_a_calibration_whose_rounds_differ_is_measured_again(
     # round both steps in turn
     times = iter([1e-3, 1e-3, 3e-3, 3e-3] + [t for t in second for _ in range(2)])
 
-    def fake(timed, budget_s, name):  # type: ignore[no-untyped-def]
+    def fake(timed, budget_s, name, *profiled):  # type: ignore[no-untyped-def]
         before = len(timed.samples_s)
-        real(timed, budget_s, name)
+        real(timed, budget_s, name, *profiled)
         step = next(times)
         del timed.samples_s[before:]  # the round's samples: one, faked
         timed.samples_s.append(step)

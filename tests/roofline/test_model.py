@@ -220,6 +220,19 @@ def test_compare_by_position_and_by_name() -> None:
     assert busy.residual_s == pytest.approx(-1e-6)
     assert busy.unattributed_s == 0.0 and busy.ops_exceed_step
 
+    # three profiled steps a round, in round order: each round's step less the median of its
+    # three runs' calls — round 1: 9 − median(4, 8, 6) = 3 µs; round 2: 10 − median(6, 4, 8)
+    # = 4 µs → median over the rounds 3.5 µs; a slow profiled step (8 µs) moves neither round
+    several = compare(prediction, [*runs, runs[2], runs[0], runs[1]], measured_step_s=8e-6,
+                      peak_flop_per_s=989.5e12, round_steps_s=[9e-6, 10e-6])
+    assert several.residual_s == pytest.approx(3.5e-6)
+    # the categories: the median over all six runs (mm 3, 5, 4, 4, 3, 5 µs → 4 µs)
+    assert {c.category: c.measured_s for c in several.categories}["matmul"] == pytest.approx(
+        4e-6)
+    with pytest.raises(ValueError, match="do not divide"):
+        compare(prediction, runs, measured_step_s=8e-6, peak_flop_per_s=989.5e12,
+                round_steps_s=[9e-6, 10e-6])
+
     shuffled = [(OpTime("aten.relu.default", 2e-6), OpTime("aten.mm.default", 4e-6))]
     by_name = compare(prediction, shuffled, measured_step_s=8e-6, peak_flop_per_s=989.5e12)
     assert by_name.matched_by == "position (1 of 2 calls by op name)"  # relu lines up

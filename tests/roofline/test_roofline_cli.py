@@ -135,21 +135,30 @@ def test_step_timings_take_their_rounds_in_turn(monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr(harness, "measure", measure)
     chip = get_hardware("h100")
+    # the wider step profiles three steps a round: the time between ops is each round's
+    # step less their median
     small, wide = (StepTiming(resolve_workload("tiny", batch=batch, seq=8, precision="fp32",
-                                               device="cpu"), chip) for batch in (1, 3))
+                                               device="cpu"), chip, profiled=profiled)
+                   for batch, profiled in ((1, 1), (3, 3)))
     with pytest.raises(InputError, match="take one round at least"):
         small.report()
     for _ in range(2):
         for timing in (small, wide):
             timing.round(0.02, warmup=1)
     assert order == [small.step.run, wide.step.run] * 2
-    assert len(small.parts) == len(wide.parts) == 2 and len(small.calls) == 2
+    assert len(small.parts) == len(wide.parts) == 2
+    assert len(small.calls) == 2 and len(wide.calls) == 6
     for timing in (small, wide):
         run = timing.report()
         assert run.comparison is not None
         own = [s for part in timing.parts for s in part.samples_s]
         assert run.comparison.measured_step_s == pytest.approx(statistics.median(own))
         assert run.batch == timing.work.batch
+        each = len(timing.calls) // 2
+        assert run.comparison.residual_s == pytest.approx(statistics.median(
+            part.median_s - statistics.median(sum(c.time_s for c in calls) for calls in
+                                              timing.calls[i * each:(i + 1) * each])
+            for i, part in enumerate(timing.parts)))
     # priced again on another chip after its rounds (a calibration fitted meanwhile): the
     # prediction is the other chip's, the measured rounds the same
     from tensorledger.roofline import predict

@@ -131,15 +131,14 @@ def profile_calls(step: Callable[[], Any], device: str | torch.device = "cpu", *
 
 
 def timed_round(step: Callable[[], Any], device: str | torch.device, traced: Collection[str],
-                *, budget_s: float, name: str = "", **options: Any
-                ) -> tuple[Measurement, tuple[OpTime, ...]]:
+                *, budget_s: float, name: str = "", profiled: int = 1, **options: Any
+                ) -> tuple[Measurement, tuple[tuple[OpTime, ...], ...]]:
     """One round of a step timed both ways: whole steps for ``budget_s`` (``measure``, with
-    ``options``), then one step call by call (:func:`profile_calls`).  Callers take rounds in
-    turn, so that a spell when the machine runs slower falls on the whole step and on its
-    calls alike."""
+    ``options``), then ``profiled`` steps call by call (:func:`profile_calls`).  Callers take
+    rounds in turn, so that a spell when the machine runs slower falls on the whole step and
+    on its calls alike."""
     whole = harness.measure(step, device=device, budget_s=budget_s, name=name, **options)
-    (calls,) = profile_calls(step, device, repeats=1, traced=traced)
-    return whole, calls
+    return whole, profile_calls(step, device, repeats=profiled, traced=traced)
 
 
 def profile_ops(step: Callable[[], Any], device: str | torch.device = "cpu", *,

@@ -144,7 +144,8 @@ class _Timed:
     prediction: RooflinePrediction  # of the records, at the probed rates
     samples_s: list[float] = dataclasses.field(default_factory=list)  # whole-step samples
     round_medians_s: list[float] = dataclasses.field(default_factory=list)
-    # the profiler's own time of each call, in order, one profiled step per round
+    # the profiler's own time of each call, in order, the same number of profiled steps
+    # each round, in round order
     profiles: list[tuple[OpTime, ...]] = dataclasses.field(default_factory=list)
 
 
@@ -164,14 +165,14 @@ def _build(config: TransformerConfig, batch: int, seq: int, step: str,
     return _Timed(prepared, traced.records, predict(traced.records, hardware))
 
 
-def _time_round(timed: _Timed, budget_s: float, name: str) -> None:
+def _time_round(timed: _Timed, budget_s: float, name: str, profiled: int = 1) -> None:
     from tensorledger.bench.optiming import timed_round
 
     whole, calls = timed_round(timed.prepared.run, "cpu", {op.op for op in timed.prediction.ops},
-                               budget_s=budget_s, name=name, warmup=1)
+                               budget_s=budget_s, name=name, warmup=1, profiled=profiled)
     timed.samples_s += whole.samples_s
     timed.round_medians_s.append(whole.median_s)
-    timed.profiles.append(calls)
+    timed.profiles.extend(calls)
 
 
 def _run(timed: _Timed) -> Run:
@@ -444,11 +445,16 @@ class CalibrationRounds:
     :func:`calibrate` takes its rounds on their own; a benchmark can take them in turn with
     the steps it judges, so that a spell when the machine runs slower falls on the
     calibration and on those steps alike (never on the steps it judges themselves: the
-    calibration sees only its own models)."""
+    calibration sees only its own models).  ``profiled``: the steps of each model a round
+    profiles call by call (the time between ops is each round's step less their median, so
+    more of them steady it)."""
 
     def __init__(self, hardware: Hardware, *,
-                 progress: Callable[[str], None] | None = None) -> None:
+                 progress: Callable[[str], None] | None = None, profiled: int = 1) -> None:
+        if profiled < 1:
+            raise InputError(f"a round profiles one step at least, got {profiled}")
         self._say = progress or (lambda _: None)
+        self.profiled = profiled
         bare = dataclasses.replace(hardware, calibration=None)
         self.steps: list[tuple[str, _Timed]] = []
         for config, batch, seq in CALIBRATION_MODELS:
@@ -463,7 +469,7 @@ class CalibrationRounds:
         self.taken += 1
         for name, timed in self.steps:
             self._say(f"calibration round {label or self.taken}: {name}")
-            _time_round(timed, budget_s, name)
+            _time_round(timed, budget_s, name, self.profiled)
 
     def fitted(self) -> Calibration:
         """The :func:`fit` of every round so far."""
@@ -473,7 +479,8 @@ class CalibrationRounds:
         return fit([StepSample(*runs[i:i + 2]) for i in range(0, len(runs), 2)],
                    source="fitted by tensorledger probe on " + ", ".join(
                        f"{c.name} (batch {b} × seq {s})" for c, b, s in CALIBRATION_MODELS) +
-                   f": forward-backward and train steps in fp32, {self.taken} rounds each; "
+                   f": forward-backward and train steps in fp32, {self.taken} rounds each"
+                   f"{f' ({self.profiled} steps profiled a round)' if self.profiled > 1 else ''}; "
                    "class scales and costs from the profiler's own time of each call, the time "
                    "between ops from the harness's whole-step times")
 

@@ -87,16 +87,20 @@ class StepTiming:
 
     Built, the step is made on the workload's device (cpu or cuda), run once to warm up
     (optimizer state, allocator, caches), traced and predicted.  Each :meth:`round` then
-    times ``budget_s`` of whole steps (``measure``) and one step op by op (the profiler's own
-    time of each call); :meth:`compared` sets every round beside the prediction: the step's
-    time is the median of every sample, a category's the median over the profiled steps.
+    times ``budget_s`` of whole steps (``measure``) and ``profiled`` steps op by op (the
+    profiler's own time of each call); :meth:`compared` sets every round beside the
+    prediction: the step's time is the median of every sample, a category's the median over
+    the profiled steps, the time between ops the median over the rounds of the round's step
+    less its profiled steps' median (``roofline.compare``).
     ``roofline_report`` takes one workload's rounds one after another; a benchmark of
     several workloads can take theirs in turn, so that a spell when the machine runs slower
     falls on every workload alike rather than on one.
     """
 
     def __init__(self, work: Workload, hardware: Hardware, *,
-                 progress: Callable[[str], None] | None = None) -> None:
+                 progress: Callable[[str], None] | None = None, profiled: int = 1) -> None:
+        if profiled < 1:
+            raise InputError(f"a round profiles one step at least, got {profiled}")
         if not work.layout.single:
             raise InputError(f"--measure runs one device for real; a layout of "
                              f"{work.layout.count} is traced on fake ranks (measure it under "
@@ -108,7 +112,7 @@ class StepTiming:
         from tensorledger.bench.optiming import OpTime
 
         say = progress or (lambda _: None)
-        self.work, self.hardware = work, hardware
+        self.work, self.hardware, self.profiled = work, hardware, profiled
         with placement(work.device) as target:
             say(f"building {work.model} on {work.device}")
             self.step = prepare(work, target)
@@ -118,20 +122,20 @@ class StepTiming:
         self.prediction = predict(self.traced.records, hardware, tokens=work.tokens)
         self.names = {record.op for record in self.traced.records}
         self.parts: list[Measurement] = []  # each round's whole steps
-        self.calls: list[tuple[OpTime, ...]] = []  # each round's profiled step, in order
+        self.calls: list[tuple[OpTime, ...]] = []  # each round's profiled steps, in order
 
     def round(self, budget_s: float, *, warmup: int = 0) -> None:
-        """One round: ``warmup`` steps untimed, whole steps for ``budget_s``, then one step
-        profiled call by call."""
+        """One round: ``warmup`` steps untimed, whole steps for ``budget_s``, then
+        ``profiled`` steps profiled call by call."""
         from tensorledger.bench.optiming import timed_round
 
         work = self.work
         whole, profiled = timed_round(self.step.run, work.device, self.names,
                                       budget_s=budget_s,
                                       name=f"{work.model} {work.step.name}", warmup=warmup,
-                                      min_repeats=1)
+                                      min_repeats=1, profiled=self.profiled)
         self.parts.append(whole)
-        self.calls.append(profiled)
+        self.calls.extend(profiled)
 
     def reprice(self, hardware: Hardware) -> None:
         """Predict the traced step again on ``hardware`` (a calibration fitted while the

@@ -188,9 +188,11 @@ def compare(prediction: RooflinePrediction, runs: Sequence[Sequence[TimedOp]],
     """Set the prediction beside per-op timing runs and the measured step time.
 
     ``round_steps_s``: where the runs were taken in rounds, each beside whole steps timed
-    just before it, the median step of each round, one a run; the time between ops is then
-    the median over the rounds of the round's step less its run's calls, a difference of two
-    measurements seconds apart rather than minutes."""
+    just before it, the median step of each round; ``runs`` then holds the same number of
+    profiled steps from each round, in round order (one or more a round).  The time between
+    ops is the median over the rounds of the round's step less the median of its runs'
+    calls, a difference of two measurements seconds apart rather than minutes, and the more
+    profiled steps a round has, the less one slow profiled step moves it."""
     measured: dict[str, float] = defaultdict(float)
     predicted: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
@@ -235,9 +237,14 @@ def compare(prediction: RooflinePrediction, runs: Sequence[Sequence[TimedOp]],
     ops_s = sum(measured.values())
     between = sum(o.between_ops_s for o in prediction.ops)
     interval = None
-    if round_steps_s is not None and runs:  # one step a run: zip(strict) holds to it
-        each = [step - sum(call.time_s for call in run)
-                for step, run in zip(round_steps_s, runs, strict=True)]
+    if round_steps_s is not None and runs:
+        if not round_steps_s or len(runs) % len(round_steps_s):
+            raise ValueError(f"{len(runs)} profiled steps do not divide among "
+                             f"{len(round_steps_s)} rounds")
+        each_round = len(runs) // len(round_steps_s)
+        each = [step - statistics.median(sum(call.time_s for call in run) for run in
+                                         runs[i * each_round:(i + 1) * each_round])
+                for i, step in enumerate(round_steps_s)]
         raw = statistics.median(each)
         interval = median_interval(each)
     else:
