@@ -465,7 +465,8 @@ class CalibrationRounds:
         self.taken = 0
 
     def round(self, budget_s: float, label: str = "") -> None:
-        """Time every step once: ``budget_s`` of whole steps and one profiled step each."""
+        """Time every step once: ``budget_s`` of whole steps and ``profiled`` steps
+        profiled call by call, each."""
         self.taken += 1
         for name, timed in self.steps:
             self._say(f"calibration round {label or self.taken}: {name}")

@@ -7,9 +7,11 @@ the runs of its calls' sum, so one slow run does not move it.
 The whole-step time comes from the benchmark harness; what it holds beyond the ops' own
 times (Python, autograd bookkeeping, module code) is reported as ``unattributed_s``: where the
 runs were taken in rounds beside whole steps, the median over the rounds of each round's
-step less its run's calls (a difference of two measurements seconds apart: on a 2-core VM
-whose speed wanders, it put 8.2, 10.0 and 8.7 ms between the ops of one step in three runs,
-where the pooled step less the pooled calls put −3.4, 9.5 and 5.4 ms).  The two come from
+step less its profiled runs' calls, their median where a round profiles several (a
+difference of two measurements seconds apart: on a 2-core VM whose speed wanders, it put
+8.2, 10.0 and 8.7 ms between the ops of one step in three runs, where the pooled step less
+the pooled calls put −3.4, 9.5 and 5.4 ms; three profiled steps a round rather than one
+narrowed the tiny preset's spread over three runs from 19.8% to 10.5%).  The two come from
 separate runs, so on a busy machine the ops can sum to more than the step: then the
 residual is 0, not negative, and ``ops_exceed_step`` says the measurement is noisy.
 Each of those medians over runs or rounds comes with its distribution-free interval
