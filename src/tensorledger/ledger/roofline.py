@@ -130,12 +130,12 @@ class StepTiming:
         from tensorledger.bench.optiming import timed_round
 
         work = self.work
-        whole, profiled = timed_round(self.step.run, work.device, self.names,
-                                      budget_s=budget_s,
-                                      name=f"{work.model} {work.step.name}", warmup=warmup,
-                                      min_repeats=1, profiled=self.profiled)
+        whole, steps = timed_round(self.step.run, work.device, self.names,
+                                   budget_s=budget_s,
+                                   name=f"{work.model} {work.step.name}", warmup=warmup,
+                                   min_repeats=1, profiled=self.profiled)
         self.parts.append(whole)
-        self.calls.extend(profiled)
+        self.calls.extend(steps)
 
     def reprice(self, hardware: Hardware) -> None:
         """Predict the traced step again on ``hardware`` (a calibration fitted while the

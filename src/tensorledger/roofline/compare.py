@@ -11,7 +11,8 @@ step less its profiled runs' calls, their median where a round profiles several 
 difference of two measurements seconds apart: on a 2-core VM whose speed wanders, it put
 8.2, 10.0 and 8.7 ms between the ops of one step in three runs, where the pooled step less
 the pooled calls put −3.4, 9.5 and 5.4 ms; three profiled steps a round rather than one
-narrowed the tiny preset's spread over three runs from 19.8% to 10.5%).  The two come from
+narrowed the tiny preset's spread over three runs from 19.8% to 10.5% in a quiet spell,
+though a spell when the machine wandered still spread it 99%).  The two come from
 separate runs, so on a busy machine the ops can sum to more than the step: then the
 residual is 0, not negative, and ``ops_exceed_step`` says the measurement is noisy.
 Each of those medians over runs or rounds comes with its distribution-free interval
