@@ -20,6 +20,7 @@ from tensorledger.ledger.calibrate import (
 )
 from tensorledger.roofline import predict, predict_op
 from tensorledger.roofline.compare import compare
+from tensorledger.roofline.model import pieces
 from tests.roofline.test_model import Op
 
 # two calibration models: per category (ops, predicted kernel s, the profiler's own s)
@@ -244,6 +245,29 @@ def test_a_cost_a_call_and_a_piece_by_hand() -> None:
                  output_shapes=((4, 8, 16),))
     p = predict_op(0, clone, chip)
     assert p.time_s == pytest.approx(1.5 * 4096 / 1e10 + 50e-6 + 32 * 10e-9 + 10e-6)
+
+
+def test_a_matmul_is_priced_a_byte_it_moves_by_hand() -> None:
+    # matmuls at scale 1.2, 20 µs a call and 0.1 ns a byte moved, nothing to enter an op:
+    # measured = 1.2 × kernel + 20 µs × ops + 0.1 ns × bytes
+    def run(ops: int, kernel_s: float, moved: float) -> StepSample:
+        measured = 1.2 * kernel_s + 20e-6 * ops + 0.1e-9 * moved
+        step = Run(step_s=1.0, classes={"matmul": (ops, kernel_s, measured)},
+                   kernel_by_phase={}, ops_by_phase={}, pieces={"matmul": moved})
+        return StepSample(forward_backward=dataclasses.replace(step, classes={}), train=step)
+
+    cal = fit([run(10, 1e-3, 1e6), run(20, 2e-3, 4e7), run(10, 5e-3, 3e6)])
+    assert cal.scale["matmul"] == pytest.approx(1.2)
+    assert cal.call_cost_s["matmul"] == pytest.approx(20e-6)
+    assert cal.piece_cost_s["matmul"] == pytest.approx(0.1e-9)
+    # a 256×256 @ 256×256 fp32 mm: 2·256³ FLOPs at 100 GFLOP/s = 335.5 µs; it reads two
+    # 256 kB operands and writes a third, 786,432 bytes: 78.6 µs at 0.1 ns a byte
+    mm = Op("aten.mm.default", "matmul", 2 * 256**3, 2 * 4 * 256**2, 4 * 256**2, ("fp32",),
+            ("fp32",))
+    assert pieces(mm) == 786_432
+    chip = dataclasses.replace(CHIP, calibration=cal)
+    assert predict_op(0, mm, chip).time_s == pytest.approx(
+        1.2 * 2 * 256**3 / 1e11 + 20e-6 + 786_432 * 0.1e-9)
 
 
 def test_costly_elementwise_ops_have_their_own_scale() -> None:

@@ -130,7 +130,7 @@ class Calibration:
     slower than a stream), plus ``call_cost_s[class]`` (a kernel's own fixed cost: setting up
     its loops and threads) and ``piece_cost_s[class]`` for each of its pieces (the rows a copy
     writes, the batch × heads × query blocks of an attention, the FLOPs of a costly
-    elementwise op: ``roofline.model.pieces``),
+    elementwise op, the bytes a matmul moves: ``roofline.model.pieces``),
     plus the cost of entering any op (``entry``: ``op_cost_s``, or by the step's footprint);
     between ops the framework spends ``between_ops_s[phase]`` (Python, module code, autograd,
     the optimizer's loop), growing with the step's footprint as entering an op does

@@ -18,8 +18,9 @@ whose rounds disagree is named unreliable), and fits, in relative terms over the
   elementwise ops, the optimizer's elementwise ops and fused norms apart), ``scale`` on the
   kernel time at the probed rates,
   ``call_cost_s`` (a kernel's fixed cost) and ``piece_cost_s`` (a cost for each row a copy
-  writes, each block an attention loops over, batch × heads × query blocks, or each FLOP
-  of a costly elementwise op such as GELU: ``roofline.model.pieces``),
+  writes, each block an attention loops over, batch × heads × query blocks, each FLOP
+  of a costly elementwise op such as GELU, or each byte a matmul moves:
+  ``roofline.model.pieces``),
   the non-negative least-squares fit of the class's measured time less the cost of entering
   its ops;
 - ``between_ops_s``: from whole step times (no profiler), the time per op beyond the
@@ -315,27 +316,42 @@ def nonnegative_least_squares(rows: Sequence[tuple[float, ...]]) -> tuple[float,
     """x ≥ 0 minimising Σ (a·x − c)² over the rows (a₁, …, aₙ, c): of the least-squares
     solutions on each subset of the columns (the others held at 0), the best with no
     negative figure.  n is small (at most 3 here), so trying every subset is exact and cheap;
-    a column of zeros is left at 0.
+    a column of zeros is left at 0, and columns of any size are solved alike:
 
-    >>> nonnegative_least_squares([(1, 0, 2), (0, 1, 3), (1, 1, 5)])
-    (2.0, 3.0)
-    >>> nonnegative_least_squares([(1, 0, -1), (1, 1, 1)])  # x alone would be negative
-    (0.0, 1.0)
+    >>> [round(v, 9) for v in nonnegative_least_squares([(1, 0, 2), (0, 1, 3), (1, 1, 5)])]
+    [2.0, 3.0]
+    >>> # x alone would be negative
+    >>> [round(v, 9) for v in nonnegative_least_squares([(1, 0, -1), (1, 1, 1)])]
+    [0.0, 1.0]
     >>> # 2·2 + 1 = 5 and 2·4 + 1 = 9; the third column is all zeros
     >>> [round(v, 9) for v in nonnegative_least_squares([(2, 1, 0, 5), (4, 1, 0, 9)])]
     [2.0, 1.0, 0.0]
+    >>> # seconds, calls and bytes (1.2 × kernel + 20 µs a call + 0.1 ns a byte, each row
+    >>> # over its total): columns 10¹⁰ apart, which elimination on the raw sums took for
+    >>> # singular (it returned 1.30, 0 and 0.105 ns)
+    >>> rows = [(k / m, c / m, b / m, 1.0) for k, c, b in
+    ...         ((1e-3, 10, 1e6), (2e-3, 20, 4e7), (5e-3, 10, 3e6))
+    ...         for m in [1.2 * k + 20e-6 * c + 0.1e-9 * b]]
+    >>> [round(v / unit, 6) for v, unit in zip(nonnegative_least_squares(rows), (1, 1e-6, 1e-9))]
+    [1.2, 20.0, 0.1]
     """
     width = len(rows[0]) - 1 if rows else 0
+    # each column divided by its norm, so that columns of very different sizes (a matmul's
+    # kernel seconds beside the bytes it moves) are solved as precisely as each other
+    norms = [math.sqrt(sum(r[i] ** 2 for r in rows)) for i in range(width)]
+    scaled = [[r[i] / norms[i] if norms[i] else 0.0 for i in range(width)] + [r[-1]]
+              for r in rows]
     best: tuple[float, tuple[float, ...]] = (math.inf, (0.0,) * width)
     for size in range(1, width + 1):
         for columns in itertools.combinations(range(width), size):
-            solved = _solve([[sum(r[i] * r[j] for r in rows) for j in columns] for i in columns],
-                            [sum(r[i] * r[-1] for r in rows) for i in columns])
+            solved = _solve([[sum(r[i] * r[j] for r in scaled) for j in columns]
+                             for i in columns],
+                            [sum(r[i] * r[-1] for r in scaled) for i in columns])
             if solved is None or min(solved) < 0:
                 continue
             x = [0.0] * width
             for column, value in zip(columns, solved, strict=True):
-                x[column] = value
+                x[column] = value / norms[column] if norms[column] else 0.0
             cost = sum((sum(a * v for a, v in zip(r, x, strict=False)) - r[-1]) ** 2
                        for r in rows)
             if cost < best[0] * (1 - 1e-12):  # a larger subset must fit better, not as well
