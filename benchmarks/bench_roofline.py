@@ -15,7 +15,9 @@ workload's figure is the median over the whole run rather than over a few second
 round profiles ``--profiled`` steps of each, and the time between ops is the round's step less
 their median.  Without a calibrated ``--profile``, each run also fits its own calibration
 (``ledger.calibrate.CalibrationRounds``: the calibration models, never the workloads) on steps
-timed in the same rounds, so the calibration and the steps it is judged on see the same machine;
+timed in the same rounds, so the calibration and the steps it is judged on see the same machine,
+and on the probe's fp32 matmul sweep timed again in those rounds (``sweep=True``), not the
+probe's own, taken minutes before;
 ``--calibrate-once`` calibrates once after the probe instead, as ``tensorledger probe`` does.
 Each category's measured figure and the time between ops carry their 95% interval
 (``roofline.compare.median_interval``): a miss whose prediction lies inside it is marked ``*``,
@@ -174,7 +176,8 @@ def main() -> None:
         timings = [(label, StepTiming(work, chip, profiled=args.profiled))
                    for label, work in works]
         steady = StepTiming(reference, chip, profiled=args.profiled)
-        session = (CalibrationRounds(chip, progress=_say, profiled=args.profiled)
+        # the calibration times the probe's matmul sweep in the same rounds, and fits on it
+        session = (CalibrationRounds(chip, progress=_say, profiled=args.profiled, sweep=True)
                    if in_rounds else None)
         for round_index in range(args.rounds):
             print(f"  run {run_index}, round {round_index + 1} of {args.rounds}",
@@ -186,8 +189,9 @@ def main() -> None:
                 timing.round(args.budget / args.rounds, warmup=1)
         if session is not None:
             calibration = session.fitted()
-            print(f"run {run_index}:\n{calibration_toml(calibration)}", file=sys.stderr)
-            fitted = dataclasses.replace(chip, calibration=calibration)
+            print(f"run {run_index}:\n{calibration_toml(calibration)}\nmatmul.fp32 re-timed: "
+                  f"{session.hardware.curves.get('matmul.fp32')}", file=sys.stderr)
+            fitted = dataclasses.replace(session.hardware, calibration=calibration)
             for timing in (*(t for _, t in timings), steady):
                 timing.reprice(fitted)
         drift.append(steady.compared()[0].error)

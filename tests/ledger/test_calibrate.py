@@ -378,6 +378,41 @@ def test_calibrate_times_every_step_in_rounds(monkeypatch: pytest.MonkeyPatch) -
     assert "1 rounds each (2 steps profiled a round)" in twice.fitted().source
     with pytest.raises(InputError, match="one step at least"):
         calibration.CalibrationRounds(chip, profiled=0)
+    # the probe's matmul sweep timed in the same rounds: the steps are priced on its curve
+    import importlib
+    import statistics
+
+    from tests.bench.test_probe_noise import FakeClock
+
+    probe_module = importlib.import_module("tensorledger.bench.probe")  # not probe()
+
+    timed: dict[int, list[float]] = {}
+    real = probe_module.matmul_round
+
+    def fake_round(n: int, budget_s: float) -> object:  # n µs a sample, then 3n µs
+        found = real(n, budget_s, clock=FakeClock([n * 1e-6 * (1 + 2 * len(timed.get(n, [])))]))
+        timed.setdefault(n, []).extend(found.samples_s)
+        return found
+
+    monkeypatch.setattr(probe_module, "matmul_round", fake_round)
+    probed = dataclasses.replace(chip, curves={"matmul.fp32": ((2 * 16**3, 1e9),
+                                                                (2 * 32**3, 2e9))})
+    swept = calibration.CalibrationRounds(probed, sweep=True)
+    swept.round(0.01)
+    swept.round(0.01)
+    swept.fitted()
+    assert sorted(timed) == [16, 32]  # the sizes of the probed curve: 2·16³ and 2·32³ FLOPs
+    curve = tuple((2.0 * n**3, 2.0 * n**3 / statistics.median(timed[n])) for n in (16, 32))
+    assert [x for point in swept.hardware.curves["matmul.fp32"] for x in point] == pytest.approx(
+        [x for point in curve for x in point])
+    assert swept.hardware.dense_flop_per_s["fp32"] == pytest.approx(max(r for _, r in curve))
+    for _, step in swept.steps:  # every step priced again on the re-timed curve
+        for op in step.prediction.ops:
+            if op.category == "matmul":
+                assert op.compute_time_s == pytest.approx(
+                    op.flops / swept.hardware.expected_flop_rate("matmul.fp32", "fp32", op.flops))
+    # without the sweep, nothing is timed and the probed curve stays
+    assert calibration.CalibrationRounds(probed).hardware.curves == probed.curves
 
 
 @pytest.mark.parametrize(("second", "named"), [((1e-3, 3e-3), False), ((3e-3, 5e-3), True)])

@@ -29,7 +29,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,7 +44,8 @@ from tensorledger.summary import show_bytes, show_time, summary
 if TYPE_CHECKING:
     from tensorledger.bench.collectives import CollectiveProbe
 
-__all__ = ["BandwidthPoint", "MatmulPoint", "ProbeResult", "probe", "profile_toml"]
+__all__ = ["BandwidthPoint", "MatmulPoint", "ProbeResult", "matmul_curve", "matmul_round", "probe",
+           "profile_toml"]
 
 Progress = Callable[[str], None]
 
@@ -169,6 +170,26 @@ def _matmul_round(timer: _Timer, dtype: str, n: int, budget_s: float,
     turn = itertools.cycle(lefts)
     return timer.once(lambda: next(turn) @ b, f"matmul {dtype} {n}", budget_s=budget_s,
                       min_repeats=3, warmup=2)
+
+
+def matmul_round(n: int, budget_s: float, *, device: str = "cpu",
+                 clock: Callable[[], float] = time.perf_counter) -> Measurement:
+    """One round of the probe's fp32 n×n×n matmul (its left operand from memory, as in the
+    probe's sweep), neither repeated nor judged: for a caller that times the sweep in rounds
+    of its own, beside other work (``CalibrationRounds(sweep=True)``), and pools them with
+    :func:`matmul_curve`."""
+    dev = resolve_device(device, ("cpu", "cuda"))
+    cold = 0 if dev.type == "cuda" else 2 * _last_level_cache_bytes()
+    return _matmul_round(_Timer(dev, clock, 0.0, 0), "fp32", n, budget_s, cold)
+
+
+def matmul_curve(rounds: Mapping[int, Sequence[Measurement]]
+                 ) -> tuple[tuple[float, float], ...]:
+    """The matmul curve, (FLOPs, FLOP/s) by size, of :func:`matmul_round`'s rounds of each
+    size n pooled (2·n³ FLOPs over the pooled median).
+    """
+    return tuple(sorted((2.0 * n**3, 2.0 * n**3 / pooled(found).median_s)
+                        for n, found in rounds.items() if found))
 
 
 def _matmul_sweep(timer: _Timer, dtypes: Sequence[str], sizes: Sequence[int],

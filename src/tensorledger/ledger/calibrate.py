@@ -49,6 +49,7 @@ from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.roofline.model import cost_class, pieces, step_footprint
 
 if TYPE_CHECKING:
+    from tensorledger.bench.harness import Measurement
     from tensorledger.bench.optiming import OpTime
     from tensorledger.roofline.model import RooflinePrediction
     from tensorledger.trace import OpRecord
@@ -463,35 +464,64 @@ class CalibrationRounds:
     calibration and on those steps alike (never on the steps it judges themselves: the
     calibration sees only its own models).  ``profiled``: the steps of each model a round
     profiles call by call (the time between ops is each round's step less their median, so
-    more of them steady it)."""
+    more of them steady it).
+
+    ``sweep``: each round also times one round of the probe's fp32 matmul sweep (the sizes of
+    ``hardware``'s ``matmul.fp32`` curve), and :meth:`fitted` prices the steps on the curve
+    those rounds pooled, which :attr:`hardware` then holds (its fp32 peak the curve's best):
+    the matmul curve is then measured in the same spells as the steps it is fitted on, not
+    minutes before them.  Four probes of one 2-core VM, each before half an hour of rounds,
+    put its 512² fp32 matmul at 121, 99, 111 and 76 GFLOP/s; a calibration fitted on a curve
+    bent that way moves every matmul a workload has at that size."""
 
     def __init__(self, hardware: Hardware, *,
-                 progress: Callable[[str], None] | None = None, profiled: int = 1) -> None:
+                 progress: Callable[[str], None] | None = None, profiled: int = 1,
+                 sweep: bool = False) -> None:
         if profiled < 1:
             raise InputError(f"a round profiles one step at least, got {profiled}")
         self._say = progress or (lambda _: None)
         self.profiled = profiled
-        bare = dataclasses.replace(hardware, calibration=None)
+        self.hardware = dataclasses.replace(hardware, calibration=None)
+        # the matmul sizes the sweep times: n of each 2·n³ FLOPs point of the probed curve
+        self._sweep: dict[int, list[Measurement]] = {
+            round((flops / 2) ** (1 / 3)): [] for flops, _ in
+            self.hardware.curves.get("matmul.fp32", ())} if sweep else {}
         self.steps: list[tuple[str, _Timed]] = []
         for config, batch, seq in CALIBRATION_MODELS:
             for step in ("forward-backward", "train"):
                 self._say(f"calibration: building {config.name}, {step} step")
                 self.steps.append((f"{config.name} {step} step",
-                                   _build(config, batch, seq, step, bare)))
+                                   _build(config, batch, seq, step, self.hardware)))
         self.taken = 0
 
     def round(self, budget_s: float, label: str = "") -> None:
         """Time every step once: ``budget_s`` of whole steps and ``profiled`` steps
-        profiled call by call, each."""
+        profiled call by call, each; and, with ``sweep``, each matmul size for ``budget_s``."""
+        from tensorledger.bench.probe import matmul_round
+
         self.taken += 1
         for name, timed in self.steps:
             self._say(f"calibration round {label or self.taken}: {name}")
             _time_round(timed, budget_s, name, self.profiled)
+        for n, found in self._sweep.items():
+            self._say(f"calibration round {label or self.taken}: matmul fp32 {n}×{n}")
+            found.append(matmul_round(n, budget_s))
 
     def fitted(self) -> Calibration:
-        """The :func:`fit` of every round so far."""
+        """The :func:`fit` of every round so far (with ``sweep``, on the curve they timed)."""
+        from tensorledger.bench.probe import matmul_curve
+        from tensorledger.roofline import predict
+
         if not self.taken:
             raise InputError("a calibration fits its rounds: take one round at least")
+        curve = matmul_curve(self._sweep)
+        if curve:
+            self.hardware = dataclasses.replace(
+                self.hardware, curves={**self.hardware.curves, "matmul.fp32": curve},
+                dense_flop_per_s={**self.hardware.dense_flop_per_s,
+                                  "fp32": max(rate for _, rate in curve)})
+            for _, timed in self.steps:
+                timed.prediction = predict(timed.records, self.hardware)
         runs = [_run(timed) for _, timed in self.steps]
         return fit([StepSample(*runs[i:i + 2]) for i in range(0, len(runs), 2)],
                    source="fitted by tensorledger probe on " + ", ".join(
