@@ -400,7 +400,7 @@ def test_calibrate_times_every_step_in_rounds(monkeypatch: pytest.MonkeyPatch) -
     swept = calibration.CalibrationRounds(probed, sweep=True)
     swept.round(0.01)
     swept.round(0.01)
-    swept.fitted()
+    assert "matmul curve timed again in the same rounds" in swept.fitted().source
     assert sorted(timed) == [16, 32]  # the sizes of the probed curve: 2·16³ and 2·32³ FLOPs
     curve = tuple((2.0 * n**3, 2.0 * n**3 / statistics.median(timed[n])) for n in (16, 32))
     assert [x for point in swept.hardware.curves["matmul.fp32"] for x in point] == pytest.approx(
@@ -412,7 +412,10 @@ def test_calibrate_times_every_step_in_rounds(monkeypatch: pytest.MonkeyPatch) -
                 assert op.compute_time_s == pytest.approx(
                     op.flops / swept.hardware.expected_flop_rate("matmul.fp32", "fp32", op.flops))
     # without the sweep, nothing is timed and the probed curve stays
-    assert calibration.CalibrationRounds(probed).hardware.curves == probed.curves
+    plain = calibration.CalibrationRounds(probed)
+    plain.round(0.01)
+    assert "timed again" not in plain.fitted().source
+    assert plain.hardware.curves == probed.curves and sorted(timed) == [16, 32]
 
 
 @pytest.mark.parametrize(("second", "named"), [((1e-3, 3e-3), False), ((3e-3, 5e-3), True)])

@@ -529,7 +529,8 @@ class CalibrationRounds:
                    f": forward-backward and train steps in fp32, {self.taken} rounds each"
                    f"{f' ({self.profiled} steps profiled a round)' if self.profiled > 1 else ''}; "
                    "class scales and costs from the profiler's own time of each call, the time "
-                   "between ops from the harness's whole-step times")
+                   "between ops from the harness's whole-step times" +
+                   ("; the fp32 matmul curve timed again in the same rounds" if curve else ""))
 
 
 def _moved(before: Sequence[float], after: Sequence[float]) -> float:
