@@ -17,8 +17,8 @@ their median.  Without a calibrated ``--profile``, each run also fits its own ca
 (``ledger.calibrate.CalibrationRounds``: the calibration models, never the workloads) on steps
 timed in the same rounds, so the calibration and the steps it is judged on see the same machine,
 and on the probe's fp32 matmul sweep timed again in those rounds (``sweep=True``), not the
-probe's own, taken minutes before;
-``--calibrate-once`` calibrates once after the probe instead, as ``tensorledger probe`` does.
+probe's own, taken minutes before; ``--calibrate-once`` calibrates once after the probe
+instead, as ``tensorledger probe`` does.
 Each category's measured figure and the time between ops carry their 95% interval
 (``roofline.compare.median_interval``): a miss whose prediction lies inside it is marked ``*``,
 one the measurement cannot tell from right, and the time between ops measured across runs is set

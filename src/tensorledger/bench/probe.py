@@ -44,8 +44,8 @@ from tensorledger.summary import show_bytes, show_time, summary
 if TYPE_CHECKING:
     from tensorledger.bench.collectives import CollectiveProbe
 
-__all__ = ["BandwidthPoint", "MatmulPoint", "ProbeResult", "matmul_curve", "matmul_round", "probe",
-           "profile_toml"]
+__all__ = ["BandwidthPoint", "MatmulPoint", "ProbeResult", "matmul_curve", "matmul_round",
+           "matmul_sizes", "probe", "profile_toml"]
 
 Progress = Callable[[str], None]
 
@@ -183,11 +183,20 @@ def matmul_round(n: int, budget_s: float, *, device: str = "cpu",
     return _matmul_round(_Timer(dev, clock, 0.0, 0), "fp32", n, budget_s, cold)
 
 
+def matmul_sizes(curve: Sequence[tuple[float, float]]) -> tuple[int, ...]:
+    """The n of each point of a probed matmul curve, (2·n³ FLOPs, FLOP/s) by size: the sizes
+    to time again with :func:`matmul_round`.
+
+    >>> matmul_sizes(((2 * 64**3, 3e10), (2 * 128**3, 7e10)))
+    (64, 128)
+    """
+    return tuple(round((flops / 2) ** (1 / 3)) for flops, _ in curve)
+
+
 def matmul_curve(rounds: Mapping[int, Sequence[Measurement]]
                  ) -> tuple[tuple[float, float], ...]:
     """The matmul curve, (FLOPs, FLOP/s) by size, of :func:`matmul_round`'s rounds of each
-    size n pooled (2·n³ FLOPs over the pooled median).
-    """
+    size n pooled (2·n³ FLOPs over the pooled median)."""
     return tuple(sorted((2.0 * n**3, 2.0 * n**3 / pooled(found).median_s)
                         for n, found in rounds.items() if found))
 

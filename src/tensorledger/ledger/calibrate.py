@@ -477,15 +477,17 @@ class CalibrationRounds:
     def __init__(self, hardware: Hardware, *,
                  progress: Callable[[str], None] | None = None, profiled: int = 1,
                  sweep: bool = False) -> None:
+        from tensorledger.bench.probe import matmul_sizes
+
         if profiled < 1:
             raise InputError(f"a round profiles one step at least, got {profiled}")
         self._say = progress or (lambda _: None)
         self.profiled = profiled
         self.hardware = dataclasses.replace(hardware, calibration=None)
-        # the matmul sizes the sweep times: n of each 2·n³ FLOPs point of the probed curve
+        # the matmul sizes the sweep times: those of the probed curve
         self._sweep: dict[int, list[Measurement]] = {
-            round((flops / 2) ** (1 / 3)): [] for flops, _ in
-            self.hardware.curves.get("matmul.fp32", ())} if sweep else {}
+            n: [] for n in matmul_sizes(self.hardware.curves.get("matmul.fp32", ()))
+        } if sweep else {}
         self.steps: list[tuple[str, _Timed]] = []
         for config, batch, seq in CALIBRATION_MODELS:
             for step in ("forward-backward", "train"):
