@@ -12,8 +12,9 @@ the machine's speed moved since the calibration.  Within a run, each workload is
 ``--rounds`` rounds taken in turn over the five (and that step; ``ledger.roofline.StepTiming``),
 so a spell when the machine runs faster or slower falls on every workload alike, and each
 workload's figure is the median over the whole run rather than over a few seconds of it; each
-round profiles ``--profiled`` steps of each, and the time between ops is the round's step less
-their median.  Without a calibrated ``--profile``, each run also fits its own calibration
+round profiles ``--profiled`` steps of each, and the time between ops is the round's step times
+their median share outside their calls (``roofline.compare``).  Without a calibrated
+``--profile``, each run also fits its own calibration
 (``ledger.calibrate.CalibrationRounds``: the calibration models, never the workloads) on steps
 timed in the same rounds, so the calibration and the steps it is judged on see the same machine,
 and on the probe's fp32 matmul sweep timed again in those rounds (``sweep=True``), not the

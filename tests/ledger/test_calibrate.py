@@ -371,6 +371,15 @@ def test_calibrate_times_every_step_in_rounds(monkeypatch: pytest.MonkeyPatch) -
     session.round(0.01)
     assert session.taken == 1 and all(len(t.round_medians_s) == 1 for _, t in session.steps)
     assert "1 rounds each" in session.fitted().source
+    for _, timed in session.steps:  # the views by op add up to the view class
+        run = calibration._run(timed)
+        count, _, seconds = run.classes["view"]
+        assert sum(n for n, _ in run.views.values()) == count
+        assert "aten.view" in run.views and all(op.startswith("aten.") for op in run.views)
+        # one profiled step: the medians are its sums; the class also holds the views the
+        # profiler saw that the trace did not make (matched by name, by their rule)
+        assert 0 < sum(s for _, s in run.views.values()) <= seconds * (1 + 1e-9)
+    assert session.fitted().view_weights
     # two steps profiled a round: two profiles a round, fitted all the same
     twice = calibration.CalibrationRounds(chip, profiled=2)
     twice.round(0.01)
@@ -551,3 +560,51 @@ def test_bad_class_costs_and_old_profiles_are_refused() -> None:
     # the size curves of an older calibration: the message says to probe again
     with pytest.raises(ConfigError, match="probe` again"):
         parse_hardware_toml(base + "scale_by_size = { copy = [[1e3, 1.0]] }\n", "test", "local")
+
+
+def test_views_are_weighed_by_op_by_hand() -> None:
+    """An unbind makes several tensors, a detach one: each view op's cost of entering is
+    weighed against ``aten.view``'s, and the footprint line runs through views at those
+    weights."""
+    # A (10 kB an op): 10 views of 2 µs, 10 t of 4 µs; B (1 MB): 20 views of 3 µs, 5 t of
+    # 6 µs, 5 unbind of 12 µs.  Against aten.view: t 2 in both, unbind 4.  The runs' 50 views
+    # weigh 10 + 20 + 20 + 10 + 20 = 80 at those figures, so each is scaled by 50 / 80:
+    # view 0.625, t 1.25, unbind 2.5
+    def run(base: Run, moved: float, views: dict[str, tuple[int, float]]) -> Run:
+        calls = sum(n for n, _ in views.values())
+        return dataclasses.replace(
+            base, classes=dict(base.classes) | {"view": (calls, 0.0,
+                                                         sum(t for _, t in views.values()))},
+            ops=(("matmul", "forward-backward", 1e-3, 0.0, 0.0, moved, 0.0),), views=views)
+
+    a = StepSample(A.forward_backward, run(A.train, 1e4, {"aten.view": (10, 20e-6),
+                                                          "aten.t": (10, 40e-6)}))
+    b = StepSample(B.forward_backward, run(B.train, 1e6, {"aten.view": (20, 60e-6),
+                                                          "aten.t": (5, 30e-6),
+                                                          "aten.unbind": (5, 60e-6)}))
+    cal = fit([a, b])
+    assert cal.view_weights == pytest.approx({"aten.view": 0.625, "aten.t": 1.25,
+                                              "aten.unbind": 2.5})
+    # A: 60 µs over 10 · 0.625 + 10 · 1.25 = 18.75 → 3.2 µs; B: 150 µs over 20 · 0.625 +
+    # 5 · 1.25 + 5 · 2.5 = 31.25 → 4.8 µs
+    assert [x for point in cal.op_cost_by_footprint for x in point] == pytest.approx(
+        [1e4, 3.2e-6, 1e6, 4.8e-6])
+    # so each view is priced at its own mean: a t in A 3.2 × 1.25 = 4 µs, an unbind in B
+    # 4.8 × 2.5 = 12 µs; a view op no calibration made weighs 1
+    assert cal.view_entry("aten.t", 1e4) == pytest.approx(4e-6)
+    assert cal.view_entry("aten.unbind", 1e6) == pytest.approx(12e-6)
+    assert cal.view_entry("aten.expand", 1e4) == pytest.approx(3.2e-6)
+    text = ('name = "cpu"\nmemory = "8GB"\nmemory_bandwidth = "10GB/s"\n[dense]\n'
+            'fp32 = "100GFLOP/s"\n') + calibration_toml(cal)
+    chip = parse_hardware_toml(text, "test", "local")
+    assert chip.calibration is not None and chip.calibration.view_weights == cal.view_weights
+    t = Op("aten.t.default", "view", 0, 0, 0, ("fp32",), ("fp32",))
+    op = predict_op(0, t, chip, footprint=1e4)
+    assert op.overhead_s - op.between_ops_s == pytest.approx(4e-6)
+    # runs that did not time their views by op: no weights, every view alike
+    assert fit([A, B]).view_weights == {}
+    from tensorledger.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="view_weights"):
+        parse_hardware_toml(text.replace("view_weights = {", 'view_weights = { "x" = -1, '),
+                            "test", "local")

@@ -238,3 +238,51 @@ def test_compare_by_position_and_by_name() -> None:
     assert by_name.matched_by == "position (1 of 2 calls by op name)"  # relu lines up
     assert {c.category: c.measured_s for c in by_name.categories} == pytest.approx(
         {"matmul": 4e-6, "elementwise": 2e-6})
+
+
+def test_the_time_between_ops_measured_inside_the_profiled_steps() -> None:
+    """With each profiled step's span (first call's start to last call's end), the time
+    between ops is the step times the share of a span outside its calls, by hand."""
+    from tensorledger.bench.optiming import OpTime, ProfiledStep
+    from tensorledger.roofline.compare import compare
+
+    prediction = predict([Op("aten.mm.default", "matmul", 2 * 64**3, 6 * 64 * 64,
+                             2 * 64 * 64),
+                          Op("aten.relu.default", "elementwise", 64, 512, 256)], H100)
+    # calls of 4 + 1 µs in a span of 10 µs (half outside), 6 + 2 in 10 (1/5), 3 + 1 in 5 (1/5)
+    runs = [ProfiledStep((OpTime("aten.mm.default", 4e-6), OpTime("aten.relu.default", 1e-6)),
+                         10e-6),
+            ProfiledStep((OpTime("aten.mm.default", 6e-6), OpTime("aten.relu.default", 2e-6)),
+                         10e-6),
+            ProfiledStep((OpTime("aten.mm.default", 3e-6), OpTime("aten.relu.default", 1e-6)),
+                         5e-6)]
+    spans = [run.span_s for run in runs]
+    # no rounds: the step, 12 µs, times the median share 1/5 → 2.4 µs; the step less the
+    # categories' medians (4 + 1 µs) would say 7 µs
+    result = compare(prediction, runs, measured_step_s=12e-6, peak_flop_per_s=1.0,
+                     spans_s=spans)
+    assert result.residual_s == pytest.approx(2.4e-6) == result.unattributed_s
+    assert compare(prediction, runs, measured_step_s=12e-6,
+                   peak_flop_per_s=1.0).residual_s == pytest.approx(7e-6)
+    # each run's calls are set on the step, times 12 µs over the run's span: mm 4 · 1.2, 6 ·
+    # 1.2, 3 · 2.4 = 4.8, 7.2, 7.2 µs → 7.2 µs; relu 1.2, 2.4, 2.4 → 2.4 µs
+    by = {c.category: c.measured_s for c in result.categories}
+    assert by == pytest.approx({"matmul": 7.2e-6, "elementwise": 2.4e-6})
+    assert result.measured_ops_s == pytest.approx(9.6e-6) and not result.ops_exceed_step
+    # in rounds (one profiled step each): 10 × 1/2, 20 × 1/5, 15 × 1/5 = 5, 4, 3 µs → 4 µs;
+    # mm on its round's step: 4 · 10/10, 6 · 20/10, 3 · 15/5 = 4, 12, 9 µs → 9 µs
+    rounds = compare(prediction, runs, measured_step_s=12e-6, peak_flop_per_s=1.0,
+                     round_steps_s=[10e-6, 20e-6, 15e-6], spans_s=spans)
+    assert rounds.residual_s == pytest.approx(4e-6)
+    assert {c.category: c.measured_s for c in rounds.categories}["matmul"] == pytest.approx(
+        9e-6)
+    # a busy spell: the first run's span stretched to 40 µs (calls of 5 µs, a share of 7/8),
+    # its calls set at 12 / 40 of themselves: the ops' medians (mm 7.2, relu 2.4 µs) still sum
+    # to less than the step, and the time between ops is never negative
+    stretched = [ProfiledStep(runs[0], 40e-6), *runs[1:]]
+    busy = compare(prediction, stretched, measured_step_s=12e-6, peak_flop_per_s=1.0,
+                   spans_s=[run.span_s for run in stretched])
+    assert busy.residual_s == pytest.approx(2.4e-6) and busy.residual_s >= 0
+    # a run without a span (a device's times): the step less its ops, as before
+    assert compare(prediction, runs, measured_step_s=12e-6, peak_flop_per_s=1.0,
+                   spans_s=[*spans[:2], None]).residual_s == pytest.approx(7e-6)

@@ -136,7 +136,7 @@ def test_step_timings_take_their_rounds_in_turn(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(harness, "measure", measure)
     chip = get_hardware("h100")
     # the wider step profiles three steps a round: the time between ops is each round's
-    # step less their median
+    # step times the median share of their spans outside their calls
     small, wide = (StepTiming(resolve_workload("tiny", batch=batch, seq=8, precision="fp32",
                                                device="cpu"), chip, profiled=profiled)
                    for batch, profiled in ((1, 1), (3, 3)))
@@ -155,9 +155,12 @@ def test_step_timings_take_their_rounds_in_turn(monkeypatch: pytest.MonkeyPatch)
         assert run.comparison.measured_step_s == pytest.approx(statistics.median(own))
         assert run.batch == timing.work.batch
         each = len(timing.calls) // 2
+        assert all(calls.span_s is not None and calls.span_s >= sum(c.time_s for c in calls)
+                   for calls in timing.calls)
         assert run.comparison.residual_s == pytest.approx(statistics.median(
-            part.median_s - statistics.median(sum(c.time_s for c in calls) for calls in
-                                              timing.calls[i * each:(i + 1) * each])
+            part.median_s * statistics.median(
+                (calls.span_s - sum(c.time_s for c in calls)) / calls.span_s
+                for calls in timing.calls[i * each:(i + 1) * each])
             for i, part in enumerate(timing.parts)))
     # priced again on another chip after its rounds (a calibration fitted meanwhile): the
     # prediction is the other chip's, the measured rounds the same

@@ -17,7 +17,7 @@ import os
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,13 +28,33 @@ from tensorledger.bench import harness
 from tensorledger.bench.harness import Measurement, synchronize
 from tensorledger.costs import packet
 
-__all__ = ["OpTime", "profile_calls", "profile_ops", "time_ops", "timed_round"]
+__all__ = ["OpTime", "ProfiledStep", "profile_calls", "profile_ops", "time_ops", "timed_round"]
 
 
 @dataclass(frozen=True)
 class OpTime:
     op: str  # "aten.mm.default" as the trace names it, or "aten.mm" for every overload
     time_s: float
+
+
+class ProfiledStep(tuple[OpTime, ...]):
+    """One profiled step: its calls in order, and ``span_s``, the wall time from the start
+    of its first call to the end of its last (``None`` where the calls' times are a device's
+    and the span would be the host's).  The step's share outside its calls' own times,
+    ``1 − Σ time_s / span_s``, is the time between ops measured inside the step itself.
+
+    >>> step = ProfiledStep([OpTime("aten.mm", 3e-3), OpTime("aten.add", 1e-3)], 5e-3)
+    >>> len(step), step.span_s
+    (2, 0.005)
+    """
+
+    span_s: float | None
+
+    def __new__(cls, calls: Iterable[OpTime] = (), span_s: float | None = None
+                ) -> ProfiledStep:
+        step = super().__new__(cls, calls)
+        step.span_s = span_s
+        return step
 
 
 class _Timer(TorchDispatchMode):  # type: ignore[no-untyped-call]
@@ -83,10 +103,11 @@ def _native_stderr_silenced() -> Iterator[None]:
 
 def profile_calls(step: Callable[[], Any], device: str | torch.device = "cpu", *,
                   repeats: int = 5, traced: Collection[str] | None = None
-                  ) -> tuple[tuple[OpTime, ...], ...]:
-    """Each aten call's own time, in the order the step made the calls: one tuple per step,
-    ``repeats`` steps each profiled on its own (``aten.mm``: the profiler does not name
-    overloads).
+                  ) -> tuple[ProfiledStep, ...]:
+    """Each aten call's own time, in the order the step made the calls: one
+    :class:`ProfiledStep` per step (with its span from the first call to the end of the last,
+    on the CPU), ``repeats`` steps each profiled on its own (``aten.mm``: the profiler does not
+    name overloads).
 
     ``traced``: the op names a trace of the step records (``aten.mm.default``; the overload
     is dropped to match the profiler's names).  The profiler also times the ops a kernel calls
@@ -112,6 +133,7 @@ def profile_calls(step: Callable[[], Any], device: str | torch.device = "cpu", *
             synchronize(dev)
         calls: dict[int, tuple[float, str]] = {}  # the owning call → (its start, its name)
         own: dict[int, float] = defaultdict(float)
+        ends: dict[int, float] = {}  # the owning call → its end
         for event in profiler.events():
             if not event.name.startswith("aten::"):
                 continue
@@ -123,16 +145,19 @@ def profile_calls(step: Callable[[], Any], device: str | torch.device = "cpu", *
                         owner = caller
                     caller = caller.cpu_parent
             calls[owner.id] = (owner.time_range.start, _name(owner.name))
+            ends[owner.id] = owner.time_range.end
             own[owner.id] += (event.self_device_time_total if dev.type == "cuda"
                               else event.self_cpu_time_total)
-        runs.append(tuple(OpTime(calls[key][1], own[key] / 1e6)
-                          for key in sorted(calls, key=lambda k: calls[k][0])))
+        span = ((max(ends.values()) - min(start for start, _ in calls.values())) / 1e6
+                if calls and dev.type != "cuda" else None)
+        runs.append(ProfiledStep((OpTime(calls[key][1], own[key] / 1e6)
+                                  for key in sorted(calls, key=lambda k: calls[k][0])), span))
     return tuple(runs)
 
 
 def timed_round(step: Callable[[], Any], device: str | torch.device, traced: Collection[str],
                 *, budget_s: float, name: str = "", profiled: int = 1, **options: Any
-                ) -> tuple[Measurement, tuple[tuple[OpTime, ...], ...]]:
+                ) -> tuple[Measurement, tuple[ProfiledStep, ...]]:
     """One round of a step timed both ways: whole steps for ``budget_s`` (``measure``, with
     ``options``), then ``profiled`` steps call by call (:func:`profile_calls`).  Callers take
     rounds in turn, so that a spell when the machine runs slower falls on the whole step and

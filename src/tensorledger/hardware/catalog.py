@@ -131,7 +131,8 @@ class Calibration:
     its loops and threads) and ``piece_cost_s[class]`` for each of its pieces (the rows a copy
     writes, the batch × heads × query blocks of an attention, the FLOPs of a costly
     elementwise op, the bytes a matmul moves: ``roofline.model.pieces``),
-    plus the cost of entering any op (``entry``: ``op_cost_s``, or by the step's footprint);
+    plus the cost of entering any op (``entry``: ``op_cost_s``, or by the step's footprint;
+    a view's times its op's ``view_weights``, ``view_entry``);
     between ops the framework spends ``between_ops_s[phase]`` (Python, module code, autograd,
     the optimizer's loop), growing with the step's footprint as entering an op does
     (``between``): ``forward`` and ``backward`` share one figure, ``optimizer`` has its own.
@@ -152,6 +153,9 @@ class Calibration:
     op_cost_by_footprint: tuple[tuple[float, float], ...] = ()
     call_cost_s: Mapping[str, float] = field(default_factory=dict)  # class → s an op
     piece_cost_s: Mapping[str, float] = field(default_factory=dict)  # class → s a piece
+    # a view op ("aten.t") → its cost of entering against an average view's: views differ by
+    # op (an unbind makes several tensors, a detach one); a view not named costs 1
+    view_weights: Mapping[str, float] = field(default_factory=dict)
 
     def factor(self, kind: str, category: str) -> float:
         """The factor on the kernel time of an op of class ``kind`` (its category's where the
@@ -164,6 +168,11 @@ class Calibration:
         if self.op_cost_by_footprint and footprint is not None and footprint > 0:
             return interpolate(self.op_cost_by_footprint, footprint)
         return self.op_cost_s
+
+    def view_entry(self, op: str, footprint: float | None) -> float:
+        """The cost of entering a view op ``op`` (``"aten.t"``, no overload): ``entry``
+        times the op's weight."""
+        return self.entry(footprint) * self.view_weights.get(op, 1.0)
 
     def between(self, phase: str, footprint: float | None = None) -> float:
         """The framework's time before an op of ``phase`` in a step whose ops move
@@ -499,20 +508,27 @@ def _chip(chip: str, raw: Any, where: str, origin: str) -> Hardware:
 def _calibration(chip: str, raw: Any, where: str) -> Calibration:
     """``[calibration]`` of a probed profile: ``scale`` (cost class → factor), ``call_cost``
     and ``piece_cost`` (cost class → duration), ``op_cost`` and ``op_cost_by_footprint``, and
-    ``between_ops`` (``forward-backward``, ``optimizer`` → duration)."""
+    ``between_ops`` (``forward-backward``, ``optimizer`` → duration), ``view_weights`` (view
+    op → factor)."""
     if not isinstance(raw, dict) or set(raw) - {"scale", "op_cost", "between_ops", "source",
                                                 "call_cost", "piece_cost", "unreliable",
-                                                "op_cost_by_footprint"}:
+                                                "op_cost_by_footprint", "view_weights"}:
         raise ConfigError(f"{where}: [{chip}.calibration] takes scale, op_cost, call_cost, "
-                          "piece_cost, op_cost_by_footprint, between_ops, source and "
-                          "unreliable (a profile from an older tensorledger: run `tensorledger "
-                          "probe` again)")
+                          "piece_cost, op_cost_by_footprint, view_weights, between_ops, source "
+                          "and unreliable (a profile from an older tensorledger: run "
+                          "`tensorledger probe` again)")
     scales = raw.get("scale", {})
     if not isinstance(scales, dict) or not all(
             isinstance(v, int | float) and not isinstance(v, bool) and 0.01 <= v <= 100
             for v in scales.values()):
         raise ConfigError(f"{where}: [{chip}.calibration] scale must be a table of factors "
                           "from 0.01 to 100, such as { matmul = 1.2 }")
+    weights = raw.get("view_weights", {})
+    if not isinstance(weights, dict) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and 0.01 <= v <= 100
+            for v in weights.values()):
+        raise ConfigError(f"{where}: [{chip}.calibration] view_weights must be a table of "
+                          'factors from 0.01 to 100 by view op, such as { "aten.t" = 2.0 }')
     between = raw.get("between_ops", {})
     if not isinstance(between, dict) or set(between) - {"forward-backward", "optimizer"}:
         raise ConfigError(f"{where}: [{chip}.calibration] between_ops must be a table with "
@@ -538,7 +554,8 @@ def _calibration(chip: str, raw: Any, where: str) -> Calibration:
                        for k, v in between.items()},
         source=_text(chip, "calibration.source", raw.get("source", ""), where),
         unreliable=_unreliable(chip, raw.get("unreliable", []), where),
-        op_cost_by_footprint=_footprint_curve(chip, raw.get("op_cost_by_footprint", []), where))
+        op_cost_by_footprint=_footprint_curve(chip, raw.get("op_cost_by_footprint", []), where),
+        view_weights={str(k): float(v) for k, v in weights.items()})
 
 
 def _footprint_curve(chip: str, raw: Any, where: str) -> tuple[tuple[float, float], ...]:

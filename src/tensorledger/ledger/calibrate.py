@@ -13,7 +13,11 @@ whose rounds disagree is named unreliable), and fits, in relative terms over the
   ``op_cost_by_footprint``: the same per step against the step's footprint (the mean bytes
   its ops move), a log-log line, since entering an op costs more in a step whose kernels
   stream more through the caches (a view took 5 µs in the smallest model, 14 µs in the
-  largest);
+  largest); ``view_weights``: each view op's own time against ``aten.view``'s (one collection
+  over the seven models: an unbind 3.6 views, a t 2.0, a detach 0.24), since the views a
+  step makes are not alike: the Llama-like models' views (expand, permute, unbind) cost more
+  than the GPT-2-like models' at the same footprint, and one line through both priced the
+  tiny preset's views 24% short, 17% with the weights;
 - per cost class (``roofline.model.cost_class``: the category, with costly and dividing
   elementwise ops, the optimizer's elementwise ops and fused norms apart), ``scale`` on the
   kernel time at the probed rates,
@@ -23,10 +27,11 @@ whose rounds disagree is named unreliable), and fits, in relative terms over the
   ``roofline.model.pieces``),
   the non-negative least-squares fit of the class's measured time less the cost of entering
   its ops;
-- ``between_ops_s``: from whole step times (no profiler), the time per op beyond the
-  profiler's own times of the step's calls, round by round — one figure for forward and
-  backward, one for the optimizer, each growing with the step's footprint in proportion to
-  the cost of entering an op — fitted by least squares over every step in relative terms.
+- ``between_ops_s``: the time per op between the calls — each round's whole step (no
+  profiler) times its profiled steps' share outside their calls (``roofline.compare``) — one
+  figure for forward and backward, one for the optimizer, each growing with the step's
+  footprint in proportion to the cost of entering an op, fitted by least squares over every
+  step in relative terms.
 
 The result is a :class:`~tensorledger.hardware.Calibration` that ``profile_toml`` writes into
 the profile; ``roofline --hardware local`` then predicts with it.
@@ -43,6 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tensorledger.costs import packet
 from tensorledger.errors import InputError
 from tensorledger.hardware import Calibration, Hardware
 from tensorledger.napkin.transformer import TransformerConfig
@@ -50,7 +56,7 @@ from tensorledger.roofline.model import cost_class, pieces, step_footprint
 
 if TYPE_CHECKING:
     from tensorledger.bench.harness import Measurement
-    from tensorledger.bench.optiming import OpTime
+    from tensorledger.bench.optiming import ProfiledStep
     from tensorledger.roofline.model import RooflinePrediction
     from tensorledger.trace import OpRecord
     from tensorledger.workload.step import PreparedStep
@@ -123,9 +129,12 @@ class Run:
     # the profiler's own time of all the step's calls (0: not profiled); the step less it is
     # the time between ops that ``--measure`` shows
     ops_s: float = 0.0
-    # the step less its profiled calls, round by round (compare's residual_s); None: not
-    # profiled
+    # the time between ops as measured round by round (compare's residual_s: each round's
+    # step times its profiled steps' share outside their calls); None: not profiled
     between_s: float | None = None
+    # each view op ("aten.t") → (calls, the profiler's own s of them: the median over the
+    # profiled steps)
+    views: Mapping[str, tuple[int, float]] = dataclasses.field(default_factory=dict)
 
 
 def _footprint(run: Run) -> float | None:
@@ -148,7 +157,7 @@ class _Timed:
     round_medians_s: list[float] = dataclasses.field(default_factory=list)
     # the profiler's own time of each call, in order, the same number of profiled steps
     # each round, in round order
-    profiles: list[tuple[OpTime, ...]] = dataclasses.field(default_factory=list)
+    profiles: list[ProfiledStep] = dataclasses.field(default_factory=list)
 
 
 def _build(config: TransformerConfig, batch: int, seq: int, step: str,
@@ -187,11 +196,19 @@ def _run(timed: _Timed) -> Run:
         dataclasses.replace(op, category=cost_class(op.op, op.category, op.phase))
         for op in timed.prediction.ops))
     step_s = statistics.median(timed.samples_s)
-    result = compare(prediction, timed.profiles, step_s, 1.0, timed.round_medians_s)
+    result = compare(prediction, timed.profiles, step_s, 1.0, timed.round_medians_s,
+                     [run.span_s for run in timed.profiles])
     kernel: dict[str, float] = defaultdict(float)
     by_phase: dict[tuple[str, str], float] = defaultdict(float)
     ops: dict[str, int] = defaultdict(int)
     counted: dict[str, float] = defaultdict(float)
+    # the views by op: each view's category its op, the rest as before
+    by_view = compare(dataclasses.replace(prediction, ops=tuple(
+        dataclasses.replace(op, category=f"view {packet(op.op)}") if op.category == "view"
+        else op for op in prediction.ops)), timed.profiles, step_s, 1.0,
+        timed.round_medians_s, [run.span_s for run in timed.profiles])
+    views = {c.category.removeprefix("view "): (c.ops, c.measured_s)
+             for c in by_view.categories if c.category.startswith("view ") and c.ops}
     for op, traced in zip(prediction.ops, timed.records, strict=True):
         kernel[op.category] += op.time_s - op.overhead_s
         by_phase[_group(op.phase), op.category] += op.time_s - op.overhead_s
@@ -204,7 +221,7 @@ def _run(timed: _Timed) -> Run:
                ops=tuple((op.category, _group(op.phase), op.compute_time_s, op.memory_time_s,
                           op.ideal_time_s, float(op.bytes), pieces(traced))
                          for op, traced in zip(prediction.ops, timed.records, strict=True)),
-               ops_s=result.measured_ops_s, between_s=result.residual_s)
+               ops_s=result.measured_ops_s, between_s=result.residual_s, views=views)
 
 
 def round_spread(medians: Sequence[float]) -> float:
@@ -236,8 +253,8 @@ def fit(samples: Sequence[StepSample], source: str = "") -> Calibration:
     cost a call × ops + cost a piece × pieces, in relative terms (each run's row divided by
     its measured time), so a small model counts as much as a large one.  The framework's
     time between ops, one figure for the forward-backward ops and one for the optimizer's,
-    comes from whole step times, which carry no profiler: each step's time less the
-    profiler's own times of its calls, round by round, the median over the rounds
+    comes from whole step times, which carry no profiler: each round's step times its
+    profiled steps' share outside their calls, the median over the rounds
     (``Run.between_s``, the residual ``--measure`` sets beside the prediction; the step
     less its ops as priced where a run was not profiled) is what it spends between ops,
     and the two figures are the relative fit of every step ((ops × r / step,
@@ -258,8 +275,10 @@ def fit(samples: Sequence[StepSample], source: str = "") -> Calibration:
         count, _, measured_s = sample.train.classes.get("view", (0, 0.0, 0.0))
         ops += count
         views += measured_s
+    weights = _view_weights(samples)
     entering = Calibration(scale={}, op_cost_s=views / ops if ops else 0.0, between_ops_s={},
-                           op_cost_by_footprint=_entry_by_footprint(samples))
+                           op_cost_by_footprint=_entry_by_footprint(samples, weights),
+                           view_weights=weights)
 
     def entry(run: Run) -> float:
         return entering.entry(_footprint(run))
@@ -378,19 +397,47 @@ def _solve(matrix: list[list[float]], right: list[float]) -> list[float] | None:
     return [rows[i][n] / rows[i][i] for i in range(n)]
 
 
-def _entry_by_footprint(samples: Sequence[StepSample]) -> tuple[tuple[float, float], ...]:
+def _entry_by_footprint(samples: Sequence[StepSample], weights: Mapping[str, float]
+                        ) -> tuple[tuple[float, float], ...]:
     """The cost of entering an op against the step's footprint: each run's views (they run
-    no kernel, so their own time is entering an op) per view, and the least-squares line
-    through them in log-log, kept as its two ends; empty where the runs' footprints do not
-    spread over a factor of 2."""
+    no kernel, so their own time is entering an op) per view, each view counted at its op's
+    weight (``weights``), and the least-squares line through them in log-log, kept as its two
+    ends; empty where the runs' footprints do not spread over a factor of 2."""
     points = []
     for sample in samples:
         for run in (sample.forward_backward, sample.train):
             count, _, measured_s = run.classes.get("view", (0, 0.0, 0.0))
+            units = (sum(weights.get(op, 1.0) * calls for op, (calls, _) in run.views.items())
+                     if run.views else count)
             footprint = _footprint(run)
-            if count and measured_s > 0 and footprint:
-                points.append((footprint, measured_s / count))
+            if units and measured_s > 0 and footprint:
+                points.append((footprint, measured_s / units))
     return _log_line(points, (1e-9, 1e-3))
+
+
+#: The view every step makes, against which the others are weighed.
+REFERENCE_VIEW = "aten.view"
+
+
+def _view_weights(samples: Sequence[StepSample]) -> dict[str, float]:
+    """Each view op's cost of entering against an average view's: in every run that makes
+    ``aten.view``, the op's mean call over ``aten.view``'s, the geometric mean over the runs,
+    scaled so that the runs' views weigh as many as they are (their calls at those weights
+    sum to their count); empty where no run timed its views by op."""
+    logs: dict[str, list[float]] = defaultdict(list)
+    runs = [run for sample in samples for run in (sample.forward_backward, sample.train)
+            if run.views.get(REFERENCE_VIEW, (0, 0.0))[1] > 0]
+    for run in runs:
+        calls, seconds = run.views[REFERENCE_VIEW]
+        for op, (n, own) in run.views.items():
+            if n and own > 0:
+                logs[op].append(math.log(own / n / (seconds / calls)))
+    relative = {op: math.exp(statistics.fmean(found)) for op, found in logs.items()}
+    weighed = sum(relative.get(op, 1.0) * n for run in runs for op, (n, _) in run.views.items())
+    count = sum(n for run in runs for n, _ in run.views.values())
+    if not weighed:
+        return {}
+    return {op: value * count / weighed for op, value in sorted(relative.items())}
 
 
 def _log_line(points: Sequence[tuple[float, float]], clamp: tuple[float, float]
@@ -463,8 +510,8 @@ class CalibrationRounds:
     the steps it judges, so that a spell when the machine runs slower falls on the
     calibration and on those steps alike (never on the steps it judges themselves: the
     calibration sees only its own models).  ``profiled``: the steps of each model a round
-    profiles call by call (the time between ops is each round's step less their median, so
-    more of them steady it).
+    profiles call by call (the time between ops is each round's step times their median
+    share outside their calls, so more of them steady it).
 
     ``sweep``: each round also times one round of the probe's fp32 matmul sweep (the sizes of
     ``hardware``'s ``matmul.fp32`` curve), and :meth:`fitted` prices the steps on the curve
@@ -531,7 +578,8 @@ class CalibrationRounds:
                    f": forward-backward and train steps in fp32, {self.taken} rounds each"
                    f"{f' ({self.profiled} steps profiled a round)' if self.profiled > 1 else ''}; "
                    "class scales and costs from the profiler's own time of each call, the time "
-                   "between ops from the harness's whole-step times" +
+                   "between ops from the harness's whole-step times and the profiled steps' "
+                   "share outside their calls" +
                    ("; the fp32 matmul curve timed again in the same rounds" if curve else ""))
 
 
@@ -558,6 +606,8 @@ def calibration_toml(calibration: Calibration) -> str:
                                            ("piece_cost", calibration.piece_cost_s))}
     unreliable = ", ".join(f'"{u}"' for u in calibration.unreliable)
     footprint = ", ".join(f"[{x!r}, {y!r}]" for x, y in calibration.op_cost_by_footprint)
+    weights = ", ".join(f'"{op}" = {value!r}' for op, value in sorted(
+        calibration.view_weights.items()))
     return "\n".join([
         "[calibration]  # whole eager steps: see tensorledger.ledger.calibrate",
         f'source = "{calibration.source}"',
@@ -566,5 +616,6 @@ def calibration_toml(calibration: Calibration) -> str:
         f"between_ops = {{ {between} }}",
         *(f"{key} = {{ {table} }}" for key, table in costs.items() if table),
         *([f"op_cost_by_footprint = [{footprint}]"] if footprint else []),
+        *([f"view_weights = {{ {weights} }}"] if weights else []),
         *([f"unreliable = [{unreliable}]"] if unreliable else []),
     ]) + "\n"

@@ -109,7 +109,7 @@ class StepTiming:
             raise InputError(f"--measure runs the step for real: use --device cpu or cuda "
                              f"(got {work.device})")
         from tensorledger.bench.harness import Measurement
-        from tensorledger.bench.optiming import OpTime
+        from tensorledger.bench.optiming import ProfiledStep
 
         say = progress or (lambda _: None)
         self.work, self.hardware, self.profiled = work, hardware, profiled
@@ -122,7 +122,7 @@ class StepTiming:
         self.prediction = predict(self.traced.records, hardware, tokens=work.tokens)
         self.names = {record.op for record in self.traced.records}
         self.parts: list[Measurement] = []  # each round's whole steps
-        self.calls: list[tuple[OpTime, ...]] = []  # each round's profiled steps, in order
+        self.calls: list[ProfiledStep] = []  # each round's profiled steps, in order
 
     def round(self, budget_s: float, *, warmup: int = 0) -> None:
         """One round: ``warmup`` steps untimed, whole steps for ``budget_s``, then
@@ -152,7 +152,8 @@ class StepTiming:
         whole = pooled(self.parts)
         return compare(self.prediction, self.calls, whole.median_s,
                        self.hardware.peak_flop_per_s(self.prediction.mfu_peak_key),
-                       [part.median_s for part in self.parts]), whole.warning
+                       [part.median_s for part in self.parts],
+                       [run.span_s for run in self.calls]), whole.warning
 
     def report(self, *, depth: int | None = None) -> RooflineRun:
         """The :class:`RooflineRun` of the rounds so far."""

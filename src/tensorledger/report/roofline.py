@@ -119,9 +119,10 @@ def comparison_table(result: Comparison) -> View:
     table.add_row("whole step", "", format_duration(result.predicted_step_s),
                   format_duration(result.measured_step_s), "", _error(result.error),
                   style="bold")
-    notes = ["warning: the ops' own times sum to more than the whole step (by "
-             f"{format_duration(-result.residual_s)}, the median over the rounds): the two "
-             "runs disagree, so the machine was busy; measure again"
+    notes = ["warning: the ops' own times sum to more than the whole step ("
+             f"{format_duration(result.measured_ops_s)} against "
+             f"{format_duration(result.measured_step_s)}): the two runs disagree, so the "
+             "machine was busy; measure again"
              ] if result.ops_exceed_step else []
     return [table, *notes,
             f"MFU: predicted {format_sci(result.predicted_mfu, 3)}, measured "

@@ -15,6 +15,20 @@ narrowed the tiny preset's spread over three runs from 19.8% to 10.5% in a quiet
 though a spell when the machine wandered still spread it 99%).  The two come from
 separate runs, so on a busy machine the ops can sum to more than the step: then the
 residual is 0, not negative, and ``ops_exceed_step`` says the measurement is noisy.
+Where each profiled step carries its span (``bench.optiming.ProfiledStep``: the profiler's
+wall time from its first call's start to its last call's end), everything is measured as a
+share of the profiled step instead and set on the step timed without the profiler: each
+run's calls times the step over the run's span, and the time between ops the step times the
+median share of a span that lies outside its calls' own times.  A profiled step's calls and
+its span slow down together, so those shares hold still where the difference does not: on
+the same VM, twelve rounds of the tiny preset's 4 × 32 train step gave round-by-round
+differences from −1.4 to 6.0 ms (steps of 8.5 to 14.8 ms, the profiled steps' calls summing to
+6.6 to 12.5 ms), where the share outside the calls of twelve profiled steps lay between 0.39
+and 0.43 (3rd smallest and largest).  And the profiler's own cost on every call, which
+makes a profiled step slower than the step (its calls and the time between them added up to
+1.17 times the step of the tiny preset, 1.13 times own_model's, 1.05 times a 450 ms GPT-2-
+shaped step's), is left out of both rather than counted in the calls.  The ops can still sum
+to more than the step (``ops_exceed_step``), but the time between them is never negative.
 Each of those medians over runs or rounds comes with its distribution-free interval
 (:func:`median_interval`), so that an error can be set beside what the measurement itself can
 tell apart: twelve rounds of a GPT-2-shaped step on that VM put the time between ops at a
@@ -73,7 +87,9 @@ class Comparison:
     measured_ops_s: float  # the sum of the ops' own measured times
     unattributed_s: float  # residual_s, never below 0
     ops_exceed_step: bool  # the ops' own times sum to more than the step: a noisy measurement
-    residual_s: float  # the step less its ops, as measured: below 0 when they exceed it
+    # the time between ops as measured: the step less its ops (below 0 when they exceed it),
+    # or, where the runs have spans, the step times their share outside their calls
+    residual_s: float
     matched_by: str  # "position", "op name", or "position (N of M calls by op name)"
     categories: tuple[CategoryComparison, ...]
     flops: int
@@ -187,7 +203,8 @@ def _category(op: str, known: dict[str, str]) -> str:
 
 def compare(prediction: RooflinePrediction, runs: Sequence[Sequence[TimedOp]],
             measured_step_s: float, peak_flop_per_s: float,
-            round_steps_s: Sequence[float] | None = None) -> Comparison:
+            round_steps_s: Sequence[float] | None = None,
+            spans_s: Sequence[float | None] | None = None) -> Comparison:
     """Set the prediction beside per-op timing runs and the measured step time.
 
     ``round_steps_s``: where the runs were taken in rounds, each beside whole steps timed
@@ -195,7 +212,17 @@ def compare(prediction: RooflinePrediction, runs: Sequence[Sequence[TimedOp]],
     profiled steps from each round, in round order (one or more a round).  The time between
     ops is the median over the rounds of the round's step less the median of its runs'
     calls, a difference of two measurements seconds apart rather than minutes, and the more
-    profiled steps a round has, the less one slow profiled step moves it."""
+    profiled steps a round has, the less one slow profiled step moves it.
+
+    ``spans_s``: each run's wall time from its first call's start to its last call's end
+    (``bench.optiming.ProfiledStep.span_s``).  Where every run has one, each run's calls are
+    set on the step timed without the profiler (its round's, else ``measured_step_s``):
+    times that step over the run's span; and the time between ops is measured inside the
+    profiled steps: the step (each round's) times the median share of a run's span that lies
+    outside its calls' own times.  Both are shares of one profiled step, so a machine whose
+    speed moves between the whole steps and the profiled ones moves them no more than it
+    moves the step, and the profiler's own cost, which makes a profiled step slower, is left
+    out of them (see the module)."""
     measured: dict[str, float] = defaultdict(float)
     predicted: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
@@ -221,6 +248,21 @@ def compare(prediction: RooflinePrediction, runs: Sequence[Sequence[TimedOp]],
                 total[_category(call.op, category_of)] += call.time_s
                 by_name += 1
         totals.append(total)
+    if round_steps_s is not None and runs and (
+            not round_steps_s or len(runs) % len(round_steps_s)):
+        raise ValueError(f"{len(runs)} profiled steps do not divide among "
+                         f"{len(round_steps_s)} rounds")
+    shares = None  # each run's share of its span outside its calls
+    if spans_s is not None and len(spans_s) == len(runs) and runs and all(
+            span is not None and span > 0 for span in spans_s):
+        spans = [span for span in spans_s if span is not None]
+        shares = [max(0.0, 1.0 - sum(call.time_s for call in run) / span)
+                  for run, span in zip(runs, spans, strict=True)]
+        # each run's calls set on the step timed without the profiler (its round's)
+        steps = ([measured_step_s] * len(runs) if round_steps_s is None else
+                 [round_steps_s[i * len(round_steps_s) // len(runs)] for i in range(len(runs))])
+        totals = [{c: t * step / span for c, t in total.items()}
+                  for total, step, span in zip(totals, steps, spans, strict=True)]
     intervals: dict[str, tuple[float, float] | None] = {}
     for category in {c for total in totals for c in total}:
         each = [total.get(category, 0.0) for total in totals]
@@ -241,17 +283,22 @@ def compare(prediction: RooflinePrediction, runs: Sequence[Sequence[TimedOp]],
     between = sum(o.between_ops_s for o in prediction.ops)
     interval = None
     if round_steps_s is not None and runs:
-        if not round_steps_s or len(runs) % len(round_steps_s):
-            raise ValueError(f"{len(runs)} profiled steps do not divide among "
-                             f"{len(round_steps_s)} rounds")
         each_round = len(runs) // len(round_steps_s)
-        each = [step - statistics.median(sum(call.time_s for call in run) for run in
-                                         runs[i * each_round:(i + 1) * each_round])
-                for i, step in enumerate(round_steps_s)]
+        if shares is None:
+            each = [step - statistics.median(sum(call.time_s for call in run) for run in
+                                             runs[i * each_round:(i + 1) * each_round])
+                    for i, step in enumerate(round_steps_s)]
+        else:
+            each = [step * statistics.median(shares[i * each_round:(i + 1) * each_round])
+                    for i, step in enumerate(round_steps_s)]
         raw = statistics.median(each)
         interval = median_interval(each)
+    elif shares is not None and shares:
+        raw = measured_step_s * statistics.median(shares)
+        interval = median_interval([measured_step_s * share for share in shares])
     else:
         raw = measured_step_s - ops_s
+    exceeded = (raw if shares is None else measured_step_s - ops_s) < 0
     residual = max(0.0, raw)
     return Comparison(
         hardware=prediction.hardware, predicted_step_s=prediction.time_s,
@@ -259,7 +306,7 @@ def compare(prediction: RooflinePrediction, runs: Sequence[Sequence[TimedOp]],
         predicted_between_s=between,
         between_error=between / residual - 1 if between and residual else float("nan"),
         measured_ops_s=ops_s, unattributed_s=residual,
-        ops_exceed_step=raw < 0, residual_s=raw, matched_by=matched_by,
+        ops_exceed_step=exceeded, residual_s=raw, matched_by=matched_by,
         categories=categories, flops=prediction.flops, peak_flop_per_s=peak_flop_per_s,
         predicted_mfu=prediction.flops / prediction.time_s / peak_flop_per_s
         if prediction.time_s else 0.0,

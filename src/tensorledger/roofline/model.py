@@ -216,7 +216,9 @@ def predict_op(index: int, op: OpLike, hardware: Hardware,
         factor = calibration.factor(kind, op.category)
         compute, memory = compute * factor, memory * factor
         between = calibration.between(op.phase, footprint)
-        overhead = (calibration.entry(footprint) + calibration.call_cost_s.get(kind, 0.0)
+        entry = (calibration.view_entry(packet(op.op), footprint) if op.category == "view"
+                 else calibration.entry(footprint))
+        overhead = (entry + calibration.call_cost_s.get(kind, 0.0)
                     + calibration.piece_cost_s.get(kind, 0.0) * pieces(op) + between)
     if overhead == 0 and moved == 0 and op.flops == 0:
         bound = "free"
