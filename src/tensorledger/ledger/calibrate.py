@@ -13,11 +13,12 @@ whose rounds disagree is named unreliable), and fits, in relative terms over the
   ``op_cost_by_footprint``: the same per step against the step's footprint (the mean bytes
   its ops move), a log-log line, since entering an op costs more in a step whose kernels
   stream more through the caches (a view took 5 µs in the smallest model, 14 µs in the
-  largest); ``view_weights``: each view op's own time against ``aten.view``'s (one collection
-  over the seven models: an unbind 3.6 views, a t 2.0, a detach 0.24), since the views a
-  step makes are not alike: the Llama-like models' views (expand, permute, unbind) cost more
-  than the GPT-2-like models' at the same footprint, and one line through both priced the
-  tiny preset's views 24% short, 17% with the weights;
+  largest); ``view_weights``: each view op's own time against ``aten.view``'s, scaled so
+  that the calibration's views weigh as many as they are (one collection over the seven
+  models: an unbind 3.5, a t 2.0, a permute 1.6, a view 0.9, a detach 0.06), since the views
+  a step makes are not alike: the Llama-like models' views (expand, permute, unbind) cost
+  more than the GPT-2-like models' at the same footprint, and one line through both priced
+  the tiny preset's views 24% short in a collection timed op by op, 17% with the weights;
 - per cost class (``roofline.model.cost_class``: the category, with costly and dividing
   elementwise ops, the optimizer's elementwise ops and fused norms apart), ``scale`` on the
   kernel time at the probed rates,
