@@ -517,18 +517,8 @@ def _calibration(chip: str, raw: Any, where: str) -> Calibration:
                           "piece_cost, op_cost_by_footprint, view_weights, between_ops, source "
                           "and unreliable (a profile from an older tensorledger: run "
                           "`tensorledger probe` again)")
-    scales = raw.get("scale", {})
-    if not isinstance(scales, dict) or not all(
-            isinstance(v, int | float) and not isinstance(v, bool) and 0.01 <= v <= 100
-            for v in scales.values()):
-        raise ConfigError(f"{where}: [{chip}.calibration] scale must be a table of factors "
-                          "from 0.01 to 100, such as { matmul = 1.2 }")
-    weights = raw.get("view_weights", {})
-    if not isinstance(weights, dict) or not all(
-            isinstance(v, int | float) and not isinstance(v, bool) and 0.01 <= v <= 100
-            for v in weights.values()):
-        raise ConfigError(f"{where}: [{chip}.calibration] view_weights must be a table of "
-                          'factors from 0.01 to 100 by view op, such as { "aten.t" = 2.0 }')
+    scales = _factors(chip, raw, "scale", "{ matmul = 1.2 }", where)
+    weights = _factors(chip, raw, "view_weights", '{ "aten.t" = 2.0 }', where)
     between = raw.get("between_ops", {})
     if not isinstance(between, dict) or set(between) - {"forward-backward", "optimizer"}:
         raise ConfigError(f"{where}: [{chip}.calibration] between_ops must be a table with "
@@ -544,7 +534,7 @@ def _calibration(chip: str, raw: Any, where: str) -> Calibration:
                                       where, low=0.0, high=MAX_OP_OVERHEAD_S, example='"20us"')
                       for k, v in table.items()}
     return Calibration(
-        scale={str(k): float(v) for k, v in scales.items()},
+        scale=scales,
         call_cost_s=costs["call_cost"], piece_cost_s=costs["piece_cost"],
         op_cost_s=0.0 if "op_cost" not in raw else _number(
             chip, "calibration.op_cost", raw["op_cost"], parse_duration, where, low=0.0,
@@ -555,7 +545,24 @@ def _calibration(chip: str, raw: Any, where: str) -> Calibration:
         source=_text(chip, "calibration.source", raw.get("source", ""), where),
         unreliable=_unreliable(chip, raw.get("unreliable", []), where),
         op_cost_by_footprint=_footprint_curve(chip, raw.get("op_cost_by_footprint", []), where),
-        view_weights={str(k): float(v) for k, v in weights.items()})
+        view_weights=weights)
+
+
+#: The factors a profile's calibration may hold (``scale``, ``view_weights``).
+FACTOR_RANGE = (0.01, 100.0)
+
+
+def _factors(chip: str, raw: dict[str, Any], key: str, example: str, where: str
+             ) -> dict[str, float]:
+    """``[calibration] key``: a table of factors within ``FACTOR_RANGE``."""
+    table = raw.get(key, {})
+    low, high = FACTOR_RANGE
+    if not isinstance(table, dict) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and low <= v <= high
+            for v in table.values()):
+        raise ConfigError(f"{where}: [{chip}.calibration] {key} must be a table of factors "
+                          f"from {low:g} to {high:g}, such as {example}")
+    return {str(k): float(v) for k, v in table.items()}
 
 
 def _footprint_curve(chip: str, raw: Any, where: str) -> tuple[tuple[float, float], ...]:

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING
 from tensorledger.costs import packet
 from tensorledger.errors import InputError
 from tensorledger.hardware import Calibration, Hardware
+from tensorledger.hardware.catalog import FACTOR_RANGE
 from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.roofline.model import cost_class, pieces, step_footprint
 
@@ -197,8 +198,8 @@ def _run(timed: _Timed) -> Run:
         dataclasses.replace(op, category=cost_class(op.op, op.category, op.phase))
         for op in timed.prediction.ops))
     step_s = statistics.median(timed.samples_s)
-    result = compare(prediction, timed.profiles, step_s, 1.0, timed.round_medians_s,
-                     [run.span_s for run in timed.profiles])
+    spans = [run.span_s for run in timed.profiles]
+    result = compare(prediction, timed.profiles, step_s, 1.0, timed.round_medians_s, spans)
     kernel: dict[str, float] = defaultdict(float)
     by_phase: dict[tuple[str, str], float] = defaultdict(float)
     ops: dict[str, int] = defaultdict(int)
@@ -207,7 +208,7 @@ def _run(timed: _Timed) -> Run:
     by_view = compare(dataclasses.replace(prediction, ops=tuple(
         dataclasses.replace(op, category=f"view {packet(op.op)}") if op.category == "view"
         else op for op in prediction.ops)), timed.profiles, step_s, 1.0,
-        timed.round_medians_s, [run.span_s for run in timed.profiles])
+        timed.round_medians_s, spans)
     views = {c.category.removeprefix("view "): (c.ops, c.measured_s)
              for c in by_view.categories if c.category.startswith("view ") and c.ops}
     for op, traced in zip(prediction.ops, timed.records, strict=True):
@@ -438,7 +439,9 @@ def _view_weights(samples: Sequence[StepSample]) -> dict[str, float]:
     count = sum(n for run in runs for n, _ in run.views.values())
     if not weighed:
         return {}
-    return {op: value * count / weighed for op, value in sorted(relative.items())}
+    low, high = FACTOR_RANGE  # what a profile holds
+    return {op: min(high, max(low, value * count / weighed))
+            for op, value in sorted(relative.items())}
 
 
 def _log_line(points: Sequence[tuple[float, float]], clamp: tuple[float, float]
