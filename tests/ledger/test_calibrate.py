@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import pytest
@@ -469,12 +470,16 @@ def test_a_calibration_whose_rounds_differ_is_measured_again(
         assert cal.unreliable == ()
 
 
-def _with_footprint(run: Run, moved: float, view_s: float) -> Run:
+def _with_footprint(run: Run, moved: float, view_s: float,
+                    optimizer: float | None = None) -> Run:
     """``run`` with one op that moves ``moved`` bytes (its footprint) and 20 views that take
-    ``view_s`` each."""
+    ``view_s`` each; with ``optimizer``, an optimizer op too, with no kernel, that moves
+    ``optimizer`` bytes."""
     classes = dict(run.classes) | {"view": (20, 0.0, 20 * view_s)}
-    return dataclasses.replace(run, classes=classes,
-                               ops=(("matmul", "forward-backward", 1e-3, 0.0, 0.0, moved, 0.0),))
+    extra = () if optimizer is None else (
+        ("elementwise-optimizer", "optimizer", 0.0, 0.0, 0.0, optimizer, 0.0),)
+    return dataclasses.replace(run, classes=classes, ops=(
+        ("matmul", "forward-backward", 1e-3, 0.0, 0.0, moved, 0.0), *extra))
 
 
 def test_the_cost_of_entering_an_op_by_the_steps_footprint_by_hand() -> None:
@@ -509,33 +514,52 @@ def test_the_cost_of_entering_an_op_by_the_steps_footprint_by_hand() -> None:
         10e-6 * 2**0.5 + chip.calibration.between("forward", 1e5))
 
 
-def test_the_time_between_ops_grows_with_the_footprint_as_entering_an_op_does() -> None:
+def test_the_time_between_ops_grows_with_its_phase_groups_footprint() -> None:
     # both runs of A move 10 kB an op, their views take 10 µs; B's 1 MB and 20 µs: entering an
     # op costs 15 µs on average ((20 · 10 + 20 · 20) µs / 40 views), so A's ops are at 2/3 of
-    # it and B's at 4/3.  Each run is one matmul op priced 2.25 × 1 ms + 10 µs a call + its
-    # entry (as fitted in the test above): A 2.27 ms, B 2.28 ms.  300 µs between
-    # forward-backward ops and 600 µs between optimizer ops at 15 µs, scaled by 2/3 and 4/3:
-    # A forward-backward: 2.27 + 50 · 0.2 = 12.27 ms; train: + 20 · 0.4 = 20.27 ms
-    # B forward-backward: 2.28 + 30 · 0.4 = 14.28 ms; train: + 10 · 0.8 = 22.28 ms
-    def run(base: Run, moved: float, view_s: float, step_s: float) -> Run:
-        return dataclasses.replace(_with_footprint(base, moved, view_s), step_s=step_s)
+    # it and B's at 4/3 (flat beyond 1 MB).  Each run is one matmul op priced 2.25 × 1 ms +
+    # 10 µs a call + its entry (as fitted in the test above), and each train run one
+    # optimizer op with no kernel, its entry alone: A 2.27 and 2.28 ms, B 2.28 and 2.30 ms.
+    # A's train ops move 10 kB in both groups; B's train step moves 1 MB an op too, but its
+    # forward-backward op 1.5 MB (4/3 again) and its optimizer op 0.5 MB, half way from
+    # 10 kB to 1 MB in log: entering costs 10 µs × 2^(log 50 / log 100), a ratio of 1.201.
+    # 300 µs between forward-backward ops and 600 µs between optimizer ops at 15 µs, scaled:
+    # A forward-backward: 2.27 + 50 · 0.2 = 12.27 ms; train: 2.28 + 10 + 20 · 0.4 = 20.28 ms
+    # B forward-backward: 2.28 + 30 · 0.4 = 14.28 ms; train: 2.30 + 12 + 10 · 0.6 · 1.201
+    half = 10e-6 * 2 ** math.log(50, 100) / 15e-6
+
+    def run(base: Run, moved: float, view_s: float, step_s: float,
+            optimizer: float | None = None) -> Run:
+        return dataclasses.replace(_with_footprint(base, moved, view_s, optimizer),
+                                   step_s=step_s)
 
     a = StepSample(run(A.forward_backward, 1e4, 10e-6, 12.27e-3),
-                   run(A.train, 1e4, 10e-6, 20.27e-3))
+                   run(A.train, 1e4, 10e-6, 20.28e-3, optimizer=1e4))
     b = StepSample(run(B.forward_backward, 1e6, 20e-6, 14.28e-3),
-                   run(B.train, 1e6, 20e-6, 22.28e-3))
+                   run(B.train, 1.5e6, 20e-6, (14.30 + 6 * half) * 1e-3, optimizer=0.5e6))
     cal = fit([a, b])
     assert cal.op_cost_s == pytest.approx(15e-6)
     assert cal.between_ops_s["forward-backward"] == pytest.approx(300e-6)
     assert cal.between_ops_s["optimizer"] == pytest.approx(600e-6)
     assert cal.between("forward", 1e4) == pytest.approx(200e-6)
     assert cal.between("optimizer", 1e6) == pytest.approx(800e-6)
+    assert cal.between("optimizer", 0.5e6) == pytest.approx(600e-6 * half)
     # 100 kB: entering costs 10 µs × 2^0.5, so 300 µs × 10 · 2^0.5 / 15 = 282.8 µs
     assert cal.between("backward", 1e5) == pytest.approx(200e-6 * 2**0.5)
     assert cal.between("forward", None) == pytest.approx(300e-6)  # footprint not known
+    chip = dataclasses.replace(CHIP, calibration=cal)
     add = Op("aten.add.Tensor", "elementwise", 0, 500, 500, ("fp32",), ("fp32",))
-    op = predict_op(0, add, dataclasses.replace(CHIP, calibration=cal), footprint=1e5)
+    op = predict_op(0, add, chip, footprint=1e5)
     assert op.between_ops_s == pytest.approx(200e-6 * 2**0.5)
+    # a step: each op's time between ops at its phase group's footprint, its entry at the
+    # step's: a forward op moving 1 MB (4/3) and an optimizer op moving 10 kB (2/3), of a
+    # step whose ops move 505 kB on average
+    big = Op("aten.add.Tensor", "elementwise", 0, 500_000, 500_000, ("fp32",), ("fp32",))
+    step = predict([big, dataclasses.replace(add, phase="optimizer", bytes_read=5_000,
+                                             bytes_written=5_000)], chip)
+    assert [o.between_ops_s for o in step.ops] == pytest.approx([400e-6, 400e-6])
+    assert [o.overhead_s - o.between_ops_s for o in step.ops] == pytest.approx(
+        [cal.entry(505e3)] * 2)
 
 
 def test_a_bad_footprint_curve_is_refused() -> None:

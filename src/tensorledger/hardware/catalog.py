@@ -134,8 +134,10 @@ class Calibration:
     plus the cost of entering any op (``entry``: ``op_cost_s``, or by the step's footprint;
     a view's times its op's ``view_weights``, ``view_entry``);
     between ops the framework spends ``between_ops_s[phase]`` (Python, module code, autograd,
-    the optimizer's loop), growing with the step's footprint as entering an op does
-    (``between``): ``forward`` and ``backward`` share one figure, ``optimizer`` has its own.
+    the optimizer's loop), growing as entering an op does with the footprint of the ops of
+    its phase group (``between``): ``forward`` and ``backward`` share one figure and one
+    footprint (the activations they stream), ``optimizer`` has its own (the parameters and
+    their state).
     The class of an op is its category, or a finer one (``roofline.model.cost_class``:
     ``elementwise-costly``, ``elementwise-dividing``, ``elementwise-optimizer``,
     ``normalization-fused``).
@@ -174,13 +176,20 @@ class Calibration:
         times the op's weight."""
         return self.entry(footprint) * self.view_weights.get(op, 1.0)
 
+    @staticmethod
+    def group(phase: str) -> str:
+        """The phase group an op of ``phase`` spends its time between ops in:
+        ``"optimizer"``, else ``"forward-backward"``."""
+        return "optimizer" if phase == "optimizer" else "forward-backward"
+
     def between(self, phase: str, footprint: float | None = None) -> float:
-        """The framework's time before an op of ``phase`` in a step whose ops move
-        ``footprint`` bytes on average: ``between_ops_s`` of its phase where entering an op
-        costs ``op_cost_s``, in proportion to ``entry(footprint)`` elsewhere (the framework's
-        code and data, like an op's entry, are evicted by kernels that stream more)."""
-        key = "optimizer" if phase == "optimizer" else "forward-backward"
-        return self.between_ops_s.get(key, 0.0) * self.footprint_ratio(footprint)
+        """The framework's time before an op of ``phase`` where the ops of its phase group
+        (``group``) move ``footprint`` bytes on average: ``between_ops_s`` of the group where
+        entering an op costs ``op_cost_s``, in proportion to ``entry(footprint)`` elsewhere
+        (the framework's code and data, like an op's entry, are evicted by kernels that
+        stream more: the optimizer's loop by the parameters and their state it streams, not
+        by the activations the forward and backward stream)."""
+        return self.between_ops_s.get(self.group(phase), 0.0) * self.footprint_ratio(footprint)
 
     def footprint_ratio(self, footprint: float | None) -> float:
         """``entry(footprint) / op_cost_s``: 1 where either is not known."""

@@ -179,9 +179,12 @@ def _predict_collective(index: int, op: OpLike, collective: Any, hardware: Hardw
 
 
 def predict_op(index: int, op: OpLike, hardware: Hardware,
-               footprint: float | None = None) -> OpPrediction:
+               footprint: float | None = None,
+               group_footprint: float | None = None) -> OpPrediction:
     """One op's prediction; ``footprint``: the mean bytes an op of its step moves, which a
-    calibrated profile prices the cost of entering an op by."""
+    calibrated profile prices the cost of entering an op by; ``group_footprint``: the mean
+    bytes an op of its phase group moves (``Calibration.group``), which it prices the time
+    between ops by (``footprint`` where not given)."""
     collective = getattr(op, "collective", None)
     if collective is not None and collective.kind in _LINK_KINDS:
         return _predict_collective(index, op, collective, hardware)
@@ -215,7 +218,8 @@ def predict_op(index: int, op: OpLike, hardware: Hardware,
             kind = cost_class(op.op, op.category)
         factor = calibration.factor(kind, op.category)
         compute, memory = compute * factor, memory * factor
-        between = calibration.between(op.phase, footprint)
+        between = calibration.between(
+            op.phase, footprint if group_footprint is None else group_footprint)
         entry = (calibration.view_entry(packet(op.op), footprint) if op.category == "view"
                  else calibration.entry(footprint))
         overhead = (entry + calibration.call_cost_s.get(kind, 0.0)
@@ -313,9 +317,18 @@ def predict(records: Iterable[OpLike], hardware: Hardware, *, tokens: int | None
     """Predicted time of every op and of the step; MFU against ``mfu_dtype``'s peak (by
     default the matrix peak most of the step's matmul FLOPs ran at)."""
     records = tuple(records)
-    footprint = step_footprint(r.bytes_read + r.bytes_written for r in records) if (
-        hardware.calibration is not None) else None
-    ops = tuple(predict_op(i, r, hardware, footprint) for i, r in enumerate(records))
+    footprint: float | None = None
+    by_phase: dict[str, float | None] = {}  # a phase → the footprint of its group's ops
+    if hardware.calibration is not None:
+        group = hardware.calibration.group
+        footprint = step_footprint(r.bytes_read + r.bytes_written for r in records)
+        moved: dict[str, list[float]] = defaultdict(list)
+        for r in records:
+            moved[group(r.phase)].append(r.bytes_read + r.bytes_written)
+        by_group = {name: step_footprint(found) for name, found in moved.items()}
+        by_phase = {phase: by_group[group(phase)] for phase in {r.phase for r in records}}
+    ops = tuple(predict_op(i, r, hardware, footprint, by_phase.get(r.phase))
+                for i, r in enumerate(records))
     time_s = sum(o.time_s for o in ops)
     flops = sum(o.flops for o in ops)
     if mfu_dtype is not None:
