@@ -135,6 +135,24 @@ def test_compare_lines_calls_up_by_position_where_names_are_shared() -> None:
     assert result.matched_by == "position (3 of 12 calls by op name)"
 
 
+def test_an_in_place_call_is_measured_as_the_op_the_trace_saw_out_of_place() -> None:
+    """Autograd adds a gradient that reaches a tensor twice in place where it may (``add_``);
+    the trace on fake tensors saw an out-of-place ``add``.  The call is that op's, in its
+    category, not the optimizer's ``add_`` by name."""
+    from tensorledger.bench.optiming import OpTime
+    from tensorledger.roofline.compare import compare
+
+    ops = [Op("aten.mm.default", "matmul", 10, 80, 40, phase="backward"),
+           Op("aten.add.Tensor", "elementwise", 10, 80, 40, phase="backward"),
+           Op("aten.add_.Tensor", "optimizer", 10, 80, 40, phase="optimizer")]
+    prediction = predict(ops, H100)
+    run = (OpTime("aten.mm", 5e-6), OpTime("aten.add_", 2e-6), OpTime("aten.add_", 3e-6))
+    result = compare(prediction, [run], measured_step_s=1e-3, peak_flop_per_s=1.0)
+    assert {c.category: c.measured_s for c in result.categories} == pytest.approx(
+        {"matmul": 5e-6, "elementwise": 2e-6, "optimizer": 3e-6})
+    assert result.matched_by == "position"
+
+
 def test_median_interval_by_hand_and_by_simulation() -> None:
     """The interval's order statistics by hand, and its coverage by a second path: drawing
     samples of a known median and counting how often the interval holds it."""
