@@ -135,6 +135,28 @@ def test_compare_lines_calls_up_by_position_where_names_are_shared() -> None:
     assert result.matched_by == "position (3 of 12 calls by op name)"
 
 
+def test_an_optimizers_elementwise_ops_stream_at_the_warm_buffers_bandwidth() -> None:
+    """A probed chip's bandwidth curve was timed on new outputs; an optimizer's elementwise
+    op updates tensors in place, at the warm buffers' bandwidth.  A catalog chip prices
+    both alike."""
+    from tensorledger.hardware import Hardware
+
+    # the curve: 5 GB/s at 1 MB moved, 20 GB/s at 100 MB; the warm buffers 30 GB/s
+    chip = Hardware(id="cpu", name="cpu", memory_bytes=8e9, memory_bandwidth_bytes_per_s=3e10,
+                    dense_flop_per_s={"fp32": 1e12}, origin="test",
+                    curves={"bandwidth": ((1e6, 5e9), (1e8, 2e10))})
+    forward = Op("aten.add.Tensor", "elementwise", 0, 500_000, 500_000, ("fp32",), ("fp32",))
+    update = dataclasses.replace(forward, op="aten.add_.Tensor", phase="optimizer")
+    assert predict_op(0, forward, chip).memory_time_s == pytest.approx(1e6 / 5e9)  # 200 µs
+    assert predict_op(1, update, chip).memory_time_s == pytest.approx(1e6 / 3e10)  # 33 µs
+    # 10 MB moved, half way in log: 10 GB/s on the curve
+    big = dataclasses.replace(forward, bytes_read=5_000_000, bytes_written=5_000_000)
+    assert predict_op(0, big, chip).memory_time_s == pytest.approx(1e7 / 1e10)
+    h100 = get_hardware("h100")
+    assert predict_op(1, update, h100).memory_time_s == pytest.approx(
+        predict_op(0, forward, h100).memory_time_s)
+
+
 def test_an_in_place_call_is_measured_as_the_op_the_trace_saw_out_of_place() -> None:
     """Autograd adds a gradient that reaches a tensor twice in place where it may (``add_``);
     the trace on fake tensors saw an out-of-place ``add``.  The call is that op's, in its

@@ -6,7 +6,8 @@
   a = b + s·c (3·size bytes) on warm buffers several times the last-level cache; then the
   same kernels as the ops of a training step run them, over a sweep of sizes: each writes a
   new tensor and reads inputs last touched long before (rotating through twice the
-  last-level cache).  That sweep is the bandwidth curve the roofline uses;
+  last-level cache).  That sweep is the bandwidth curve the roofline uses (for every op but
+  an optimizer's elementwise updates in place: ``roofline.model.updates_in_place``);
 - per-op overhead: the time per aten op of a training step on tiny tensors (a stack of 4×4
   linear layers and ReLUs, forward and backward), where the kernels cost nothing and what is
   left is dispatch, autograd and module calls; beside it the bare cost of one op.

@@ -265,9 +265,14 @@ class Hardware:
             return peak * self.efficiency.matmul_fraction(key, flops)
         return peak
 
-    def expected_bandwidth(self, moved: float) -> float:
-        """Bytes/s an op moving ``moved`` bytes attains."""
+    def expected_bandwidth(self, moved: float, *, in_place: bool = False) -> float:
+        """Bytes/s an op moving ``moved`` bytes attains; ``in_place``: it writes into tensors
+        that exist, so where the probe's curve by size was timed on new outputs (whose fresh
+        pages cost more than the bytes at the sizes between the caches and the largest), it
+        streams at the warm buffers' bandwidth instead."""
         if "bandwidth" in self.curves:
+            if in_place:
+                return self.memory_bandwidth_bytes_per_s
             return self.attainable("bandwidth", moved, self.memory_bandwidth_bytes_per_s)
         if self.efficiency is not None:
             return self.memory_bandwidth_bytes_per_s * self.efficiency.memory_bandwidth
