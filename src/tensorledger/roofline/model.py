@@ -379,9 +379,10 @@ COSTLY_ELEMENTWISE = frozenset({
 
 def updates_in_place(op: OpLike) -> bool:
     """Whether ``op`` is an optimizer's elementwise op: an optimizer updates its parameters
-    and state in place, and the few temporaries it makes a parameter take the memory the
-    last parameter's freed, so none of its ops pays for fresh pages as a new output does
-    (``Hardware.expected_bandwidth``).  On a 2-core Xeon, priced on the eager curve (new
+    and state in place (AdamW's two temporaries a parameter, a square root and a quotient,
+    are freed before the next parameter's), so it is priced as writing into tensors that
+    exist rather than as the eager curve's new outputs (``Hardware.expected_bandwidth``).
+    On a 2-core Xeon, priced on the eager curve (new
     outputs) and calibrated, AdamW's elementwise ops of 16 kB to 1.6 MB came out from 4%
     under to 246% over their measured time, those under 16 kB 10% to 46% under, and the
     class over each step's ops from −10% to +38% in one collection of twelve steps; at the
