@@ -66,6 +66,8 @@ MAX_HOP_LATENCY_S = 1.0
 
 #: The name under which ``tensorledger probe`` saves this machine's measured profile.
 LOCAL = "local"
+#: The phase groups with a time between ops of their own (``Calibration.group``).
+BETWEEN_GROUPS = ("forward-backward", "optimizer")
 
 
 def local_profile_path() -> Path:
@@ -179,8 +181,9 @@ class Calibration:
     @staticmethod
     def group(phase: str) -> str:
         """The phase group an op of ``phase`` spends its time between ops in:
-        ``"optimizer"``, else ``"forward-backward"``."""
-        return "optimizer" if phase == "optimizer" else "forward-backward"
+        ``"optimizer"``, else ``"forward-backward"`` (``BETWEEN_GROUPS``)."""
+        fb, optimizer = BETWEEN_GROUPS
+        return optimizer if phase == optimizer else fb
 
     def between(self, phase: str, footprint: float | None = None) -> float:
         """The framework's time before an op of ``phase`` where the ops of its phase group

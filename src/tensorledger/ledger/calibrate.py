@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING
 from tensorledger.costs import packet
 from tensorledger.errors import InputError
 from tensorledger.hardware import Calibration, Hardware
-from tensorledger.hardware.catalog import FACTOR_RANGE
+from tensorledger.hardware.catalog import BETWEEN_GROUPS, FACTOR_RANGE
 from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.roofline.model import cost_class, pieces, step_footprint
 
@@ -117,8 +117,6 @@ ROUND_SPREAD = 0.10
 #: 20.9, 22.1 and 19.5 ms; the same samples pooled in pairs (ten rounds in 6 s) at 19.3 to
 #: 21.2 ms, half the spread.
 CALIBRATION_ROUNDS, CALIBRATION_BUDGET_S = 10, 6.0
-#: The phase groups with a time between ops of their own (``Calibration.group``).
-BETWEEN_GROUPS = ("forward-backward", "optimizer")
 
 
 @dataclass(frozen=True)
@@ -151,8 +149,6 @@ def _footprint(run: Run, group: str | None = None) -> float | None:
     ``group``, an op of that phase group (``Calibration.group``)."""
     return step_footprint(moved for _, of, *_, moved, _ in run.ops if group in (None, of))
 
-
-_group = Calibration.group
 
 
 @dataclass
@@ -220,15 +216,15 @@ def _run(timed: _Timed) -> Run:
              for c in by_view.categories if c.category.startswith("view ") and c.ops}
     for op, traced in zip(prediction.ops, timed.records, strict=True):
         kernel[op.category] += op.time_s - op.overhead_s
-        by_phase[_group(op.phase), op.category] += op.time_s - op.overhead_s
-        ops[_group(op.phase)] += 1
+        by_phase[Calibration.group(op.phase), op.category] += op.time_s - op.overhead_s
+        ops[Calibration.group(op.phase)] += 1
         counted[op.category] += pieces(traced)
     return Run(step_s=step_s,
                classes={c.category: (c.ops, kernel[c.category], c.measured_s)
                            for c in result.categories if c.ops},
                kernel_by_phase=dict(by_phase), ops_by_phase=dict(ops), pieces=dict(counted),
-               ops=tuple((op.category, _group(op.phase), op.compute_time_s, op.memory_time_s,
-                          op.ideal_time_s, float(op.bytes), pieces(traced))
+               ops=tuple((op.category, Calibration.group(op.phase), op.compute_time_s,
+                          op.memory_time_s, op.ideal_time_s, float(op.bytes), pieces(traced))
                          for op, traced in zip(prediction.ops, timed.records, strict=True)),
                ops_s=result.measured_ops_s, between_s=result.residual_s, views=views)
 

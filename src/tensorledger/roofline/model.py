@@ -207,7 +207,8 @@ def predict_op(index: int, op: OpLike, hardware: Hardware,
     elif op.category in TENSOR_CORE_CATEGORIES:
         rate = hardware.expected_flop_rate(f"{op.category}.{key}", key, work)
     compute = work / rate
-    memory = moved / hardware.expected_bandwidth(moved, in_place=updates_in_place(op))
+    memory = moved / hardware.expected_bandwidth(
+        moved, in_place=updates_in_place(op.category, op.phase))
     overhead = hardware.expected_op_overhead_s
     between = 0.0
     if op.category == "view" and hardware.expected_basis == "efficiencies":
@@ -377,25 +378,22 @@ COSTLY_ELEMENTWISE = frozenset({
     "aten.gelu_backward", "aten.silu", "aten.silu_backward"})
 
 
-def updates_in_place(op: OpLike) -> bool:
-    """Whether ``op`` is an optimizer's elementwise op: an optimizer updates its parameters
-    and state in place (AdamW's two temporaries a parameter, a square root and a quotient,
-    are freed before the next parameter's), so it is priced as writing into tensors that
-    exist rather than as the eager curve's new outputs (``Hardware.expected_bandwidth``).
-    On a 2-core Xeon, priced on the eager curve (new
-    outputs) and calibrated, AdamW's elementwise ops of 16 kB to 1.6 MB came out from 4%
-    under to 246% over their measured time, those under 16 kB 10% to 46% under, and the
-    class over each step's ops from −10% to +38% in one collection of twelve steps; at the
-    warm buffers' bandwidth, calibrated, from −37% to +104% and from −10% to +27% by size,
+def updates_in_place(category: str, phase: str) -> bool:
+    """Whether an op of ``category`` in ``phase`` is an optimizer's elementwise op: an
+    optimizer updates its parameters and state in place (AdamW's two temporaries a
+    parameter, a square root and a quotient, are freed before the next parameter's), so
+    it is priced as writing into tensors that exist rather than as the eager curve's new
+    outputs (``Hardware.expected_bandwidth``).  On a 2-core Xeon, priced on the eager curve
+    and calibrated, AdamW's elementwise ops of 16 kB to 1.6 MB came out from 4% under to 246%
+    over their measured time, those under 16 kB 10% to 46% under, and the class over each
+    step's ops from −10% to +38% in one collection of twelve steps; at the warm buffers'
+    bandwidth, calibrated, from −37% to +104% and from −10% to +27% by size,
     and the class from −9% to +27%.
 
-    >>> from types import SimpleNamespace as Op
-    >>> updates_in_place(Op(category="elementwise", phase="optimizer"))
-    True
-    >>> updates_in_place(Op(category="elementwise", phase="forward"))
-    False
+    >>> updates_in_place("elementwise", "optimizer"), updates_in_place("elementwise", "forward")
+    (True, False)
     """
-    return op.category == "elementwise" and op.phase == "optimizer"
+    return category == "elementwise" and phase == "optimizer"
 
 
 def cost_class(op: str, category: str, phase: str = "") -> str:
@@ -417,7 +415,7 @@ def cost_class(op: str, category: str, phase: str = "") -> str:
     >>> cost_class("aten.mul.Tensor", "normalization")  # a part of an RMSNorm written out
     'normalization'
     """
-    if category == "elementwise" and phase == "optimizer":
+    if updates_in_place(category, phase):
         return "elementwise-optimizer"
     name = packet(op)
     if category == "elementwise" and name in COSTLY_ELEMENTWISE:
