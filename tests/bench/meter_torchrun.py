@@ -6,6 +6,7 @@ Run by ``test_meter_torchrun.py`` as ``torchrun --standalone --nproc-per-node 2 
 
 from __future__ import annotations
 
+import gc
 import sys
 from pathlib import Path
 
@@ -41,6 +42,12 @@ def main(out_dir: Path) -> None:
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
     meter.close()
+    # Drop DDP (its reducer, through hooks on the model's parameters, keeps the process group
+    # alive) so that destroying the group joins gloo's worker threads now. Left to the
+    # interpreter's exit, a worker that releases the last all_gather's tensors after Python
+    # has begun to shut down aborts the rank (about one run in ten).
+    del ddp, optimizer, model
+    gc.collect()
     dist.destroy_process_group()
 
 

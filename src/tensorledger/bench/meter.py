@@ -44,7 +44,11 @@ How it works:
   ``metrics()``, writes one line on stderr (rank 0; ``quiet=True`` for none) and, under
   ``torchrun``, gathers every rank's figures with one small ``all_gather``
   (:mod:`tensorledger.bench.meter_cluster`).  Under ``torchrun`` every rank must close the
-  same intervals: keep ``every`` (or your ``flush()`` calls) and ``close()`` in step.
+  same intervals: keep ``every`` (or your ``flush()`` calls) and ``close()`` in step.  On gloo,
+  drop the DDP/FSDP wrapper and call ``dist.destroy_process_group()`` before the script ends:
+  left to the interpreter's exit, a gloo worker thread may release the last collective's
+  tensors after Python has begun to shut down, and the rank aborts (a torch matter, about one
+  run in ten on two CPU ranks here; ``tests/bench/meter_torchrun.py`` shows the order).
 - **Summary**: ``close()`` (or leaving ``with Meter(...)``) returns a :class:`MeterSummary`:
   medians and quartiles over the steps after the first ``warmup_steps``.
 - **Memory**: the CUDA caching allocator's peak (``max_memory_allocated``) on CUDA, the
