@@ -150,7 +150,6 @@ def _footprint(run: Run, group: str | None = None) -> float | None:
     return step_footprint(moved for _, of, *_, moved, _ in run.ops if group in (None, of))
 
 
-
 @dataclass
 class _Timed:
     """One calibration step built and traced, and what its rounds measured."""

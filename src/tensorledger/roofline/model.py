@@ -380,15 +380,15 @@ COSTLY_ELEMENTWISE = frozenset({
 
 def updates_in_place(category: str, phase: str) -> bool:
     """Whether an op of ``category`` in ``phase`` is an optimizer's elementwise op: an
-    optimizer updates its parameters and state in place (AdamW's two temporaries a
+    optimizer updates its parameters and state in place (AdamW's two temporaries per
     parameter, a square root and a quotient, are freed before the next parameter's), so
     it is priced as writing into tensors that exist rather than as the eager curve's new
-    outputs (``Hardware.expected_bandwidth``).  On a 2-core Xeon, priced on the eager curve
-    and calibrated, AdamW's elementwise ops of 16 kB to 1.6 MB came out from 4% under to 246%
-    over their measured time, those under 16 kB 10% to 46% under, and the class over each
-    step's ops from −10% to +38% in one collection of twelve steps; at the warm buffers'
-    bandwidth, calibrated, from −37% to +104% and from −10% to +27% by size,
-    and the class from −9% to +27%.
+    outputs (``Hardware.expected_bandwidth``).  On a 2-core Xeon, in one collection of
+    twelve steps, priced on the eager curve and calibrated, AdamW's elementwise ops of 16 kB
+    to 1.6 MB came out from 4% under to 246% over their measured time, those under 16 kB 10%
+    to 46% under, and the class over each step's ops from −10% to +38%; at the warm
+    buffers' bandwidth, calibrated, those of 16 kB to 1.6 MB from 37% under to 104% over,
+    those under 16 kB from 10% under to 27% over, and the class from −9% to +27%.
 
     >>> updates_in_place("elementwise", "optimizer"), updates_in_place("elementwise", "forward")
     (True, False)
