@@ -53,7 +53,7 @@ COMPUTE_KEYS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp6", "fp4", "in
 _REQUIRED = ("name", "memory", "memory_bandwidth", "dense")
 _OPTIONAL = ("vendor", "aliases", "interconnect", "interconnect_kind", "source", "sparse",
              "sources", "notes", "op_overhead", "curves", "expected", "unreliable",
-             "calibration")
+             "calibration", "compute_capability")
 _EXPECTED_KEYS = ("matmul", "attention", "memory_bandwidth", "op_overhead", "source", "sources")
 #: The node topology of a chip (each optional; a collective needs the ones its group uses):
 #: bandwidths are per device and per direction, latencies per hop of a ring.
@@ -212,6 +212,8 @@ class Hardware:
     interconnect_bytes_per_s: float | None = None
     interconnect_kind: str | None = None
     vendor: str = ""
+    # NVIDIA's compute capability ("9.0"): which kernels PyTorch runs there (hardware.target)
+    compute_capability: str | None = None
     aliases: tuple[str, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
     origin: str = "catalog"
@@ -497,6 +499,7 @@ def _chip(chip: str, raw: Any, where: str, origin: str) -> Hardware:
         id=chip,
         name=_text(chip, "name", raw["name"], where),
         vendor=_text(chip, "vendor", raw.get("vendor", ""), where),
+        compute_capability=_capability(chip, raw.get("compute_capability"), where),
         aliases=tuple(a.lower() for a in aliases),
         memory_bytes=_number(chip, "memory", raw["memory"], parse_bytes, where),
         memory_bandwidth_bytes_per_s=_number(chip, "memory_bandwidth", raw["memory_bandwidth"],
@@ -520,6 +523,17 @@ def _chip(chip: str, raw: Any, where: str, origin: str) -> Hardware:
         calibration=calibration,
         **topology,
     )
+
+
+def _capability(chip: str, raw: Any, where: str) -> str | None:
+    """``compute_capability``: NVIDIA's "major.minor" (``"9.0"``), or absent."""
+    if raw is None:
+        return None
+    parts = raw.split(".") if isinstance(raw, str) else []
+    if len(parts) != 2 or not all(p.isascii() and p.isdigit() and len(p) <= 2 for p in parts):
+        raise ConfigError(f"{where}: [{chip}] compute_capability must be NVIDIA's "
+                          f"\"major.minor\" such as \"9.0\", not {_short(raw)}")
+    return raw
 
 
 def _calibration(chip: str, raw: Any, where: str) -> Calibration:

@@ -164,8 +164,7 @@ def account_run(work: Workload, hardware: Hardware, *, count: int = 1,
                     run=cost)
     if measure_on is not None:
         say("measuring the step on this machine")
-        local = work if work.device in ("cpu", "cuda") else dataclasses.replace(work,
-                                                                                 device="cpu")
+        local = work if work.device in ("cpu", "cuda") else work.on_device("cpu")
         ledger = dataclasses.replace(ledger, measured=roofline_report(
             local, measure_on, measure_step=True, progress=progress))
     return ledger, run

@@ -9,7 +9,7 @@ from tensorledger.summary import show_count, summary
 from tensorledger.trace.aggregate import TraceSummary, summarize
 from tensorledger.workload import StepTrace, Workload, trace_workload
 
-__all__ = ["TraceReport", "step_summary", "trace_report"]
+__all__ = ["TraceReport", "program_of", "step_summary", "trace_report"]
 
 
 def step_summary(run: StepTrace, depth: int | None) -> TraceSummary:
@@ -22,7 +22,16 @@ def step_summary(run: StepTrace, depth: int | None) -> TraceSummary:
     params = run.model_params or run.params
     return summarize(run.trace, depth, params=params if backward else None,
                      tokens=run.tokens if backward else None,
-                     mesh_dims=run.work.layout.dim_strides)
+                     mesh_dims=run.work.layout.dim_strides, program=program_of(run.work))
+
+
+def program_of(work: Workload) -> str:
+    """One line: whose program the trace is, the optimizer's kernel, and any caveat."""
+    optimizer = (f"; {work.optimizer.name} as {work.optimizer_kernel} kernels"
+                 if work.step.optimizer else "")
+    routed = "" if work.target.native else ": attention as PyTorch dispatches it there"
+    caveat = f" ({work.target.caveat})" if work.target.caveat else ""
+    return f"program traced: {work.target.describe()}{routed}{optimizer}{caveat}"
 
 
 @dataclass(frozen=True)

@@ -123,6 +123,8 @@ class TraceSummary:
     norms: Norms | None = None  # norm modules that ran, and their ops
     unhalved_attention: UnhalvedAttention | None = None  # fused, without a causal flag
     communication: tuple[CollectiveTotal, ...] = ()  # the collectives this rank issued
+    program: str = ""  # the target whose program was traced, and its optimizer kernel
+    attention: tuple[AttentionKernel, ...] = ()  # the kernel each attention module ran
 
     def phase_flops(self) -> dict[str, int]:
         """FLOPs by phase (``forward``, ``backward``, ...), the phases that ran."""
@@ -408,10 +410,36 @@ def communication(trace: Trace, mesh_dims: Mapping[int, str] | None = None
                                                            item[0][1], item[0][2], item[0][3])))
 
 
+@dataclass(frozen=True)
+class AttentionKernel:
+    """The attention kernel some modules ran, and why it was that one (trace.kernels)."""
+
+    kernel: str  # flash, efficient, math, cpu-flash
+    reason: str
+    modules: str  # their paths, repeated ones as ``blocks.{0..11}.attn``
+    count: int  # modules
+
+
+def attention_kernels(trace: Trace) -> tuple[AttentionKernel, ...]:
+    """Each attention kernel the trace's modules ran, with the reason, modules folded.
+
+    >>> t = Trace(records=(), uncovered={}, device="fake", attention_kernels=(
+    ...     ("M.blocks.0.attn", "flash", "bf16"), ("M.blocks.1.attn", "flash", "bf16")))
+    >>> attention_kernels(t)
+    (AttentionKernel(kernel='flash', reason='bf16', modules='M.blocks.{0..1}.attn', count=2),)
+    """
+    choices = list(dict.fromkeys(trace.attention_kernels))
+    return tuple(AttentionKernel(choices[members[0]][1], choices[members[0]][2], label,
+                                 len(members))
+                 for label, members in group_repeats([m for m, _, _ in choices],
+                                                     [(k, r) for _, k, r in choices]))
+
+
 def summarize(trace: Trace, depth: int | None = None, params: int | None = None,
-              tokens: int | None = None, mesh_dims: Mapping[int, str] | None = None
-              ) -> TraceSummary:
-    """Everything the ``trace`` command prints, from one trace."""
+              tokens: int | None = None, mesh_dims: Mapping[int, str] | None = None,
+              program: str = "") -> TraceSummary:
+    """Everything the ``trace`` command prints, from one trace; ``program`` names the target
+    whose program it is."""
     ops, flops, halved, read, written = _sums(trace.records)
     return TraceSummary(
         device=trace.device,
@@ -431,4 +459,6 @@ def summarize(trace: Trace, depth: int | None = None, params: int | None = None,
         norms=norms(trace),
         unhalved_attention=unhalved_attention(trace),
         communication=communication(trace, mesh_dims),
+        program=program,
+        attention=attention_kernels(trace),
     )

@@ -50,7 +50,9 @@ from torch.utils._pytree import tree_leaves
 from tensorledger.costs.registry import Rule, lookup
 from tensorledger.dtypes import resolve_dtype
 from tensorledger.errors import TensorLedgerError, TraceError, UnknownNameError
+from tensorledger.hardware.target import CPU
 from tensorledger.trace.collectives import collective_info
+from tensorledger.trace.kernels import _SDPA, active_target, listen, sdpa_on
 from tensorledger.trace.records import ROOT, CollectiveInfo, OpRecord, Trace, is_norm_class
 
 __all__ = ["Recorder", "trace"]
@@ -165,32 +167,20 @@ class _Dispatch(TorchDispatchMode):  # type: ignore[no-untyped-call]
         return out
 
 
-_SDPA = torch.nn.functional.scaled_dot_product_attention
-
-
-def _fused_attention_on_meta(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                             attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
-                             is_causal: bool = False, scale: float | None = None,
-                             enable_gqa: bool = False) -> torch.Tensor | None:
-    if query.dim() != 4 or (key.shape[1] != query.shape[1] and not enable_gqa):
-        return None  # leave unusual calls to PyTorch
-    kernel = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
-    out: torch.Tensor = kernel(query, key, value, dropout_p, is_causal,
-                               attn_mask=attn_mask, scale=scale)[0]
-    return out
-
-
 #: Categories of the pieces of a normalisation run op by op (HF ``LlamaRMSNorm``, a hand-written
 #: RMSNorm): inside a norm module they count as ``normalization``.
 _NORM_PARTS = ("elementwise", "reduction")
 
 
 class _Attention(TorchFunctionMode):
+    """Outside a :func:`~tensorledger.trace.kernels.target_program`, attention on meta as the
+    CPU runs it (the CPU fused kernel's meta function); inside one, left to its mode."""
+
     def __torch_function__(self, func: Any, types: Any, args: Sequence[Any] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
-        if func is _SDPA and args and getattr(args[0], "is_meta", False):
-            out = _fused_attention_on_meta(*args, **kwargs)
+        if func is _SDPA and args and active_target() is None:
+            out = sdpa_on(CPU, *args, **kwargs)
             if out is not None:
                 return out
         return func(*args, **kwargs)
@@ -226,6 +216,7 @@ class Recorder:
         self._active = False
         self._handles: list[Any] = []
         self._modes: list[Any] = []
+        self._attention: list[tuple[str, str, str]] = []  # module, kernel, why
 
     # ---- the context manager -------------------------------------------------------------
     def __enter__(self) -> Recorder:
@@ -238,10 +229,13 @@ class Recorder:
             register_optimizer_step_pre_hook(self._enter_optimizer),
             register_optimizer_step_post_hook(self._leave_optimizer),
         ]
-        self._modes = [_Attention(), _Dispatch(self)]
+        self._modes = [listen(self._note_attention), _Attention(), _Dispatch(self)]
         for mode in self._modes:
             mode.__enter__()
         return self
+
+    def _note_attention(self, kernel: str, reason: str) -> None:
+        self._attention.append((self._stack[-1] if self._stack else ROOT, kernel, reason))
 
     def __exit__(self, *exc: object) -> None:
         for mode in reversed(self._modes):
@@ -260,6 +254,7 @@ class Recorder:
             storages_preexisting=tuple(self._preexisting),
             storages_freed_at_end=freed_at_end,
             module_classes=dict(self._classes),
+            attention_kernels=tuple(dict.fromkeys(self._attention)),
         )
         self._node_module.clear()
         self._names.clear()

@@ -105,6 +105,8 @@ class Trace:
     storages_preexisting: tuple[tuple[int, int], ...] = ()  # (id, nbytes) alive before
     storages_freed_at_end: tuple[int, ...] = ()  # freed after the last op, before the end
     module_classes: Mapping[str, str] = field(default_factory=dict)  # module path → class
+    # (module, kernel, why) of each attention call's kernel (trace.kernels), once each
+    attention_kernels: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def flops(self) -> int:

@@ -1,8 +1,11 @@
 """The optimizers of :data:`tensorledger.napkin.OPTIMIZERS` as real ``torch.optim`` objects.
 
-SGD, momentum, Adagrad, RMSprop, Adam and AdamW are PyTorch's own, built with ``foreach=False``
-so a step also runs on the meta device and on fake tensors (the per-tensor loops use only ops
-that have meta kernels; the fp32 ``step`` counters stay on the CPU as PyTorch puts them).  Lion
+SGD, momentum, Adagrad, RMSprop, Adam and AdamW are PyTorch's own, built with the kernel the
+target runs (:data:`~tensorledger.hardware.target.OPTIMIZER_KERNELS`): the per-parameter loop
+(``foreach=False``: torch's default on a CPU), the multi-tensor ``_foreach_*`` kernels
+(``foreach=True``: its default on a GPU), or one fused kernel (``fused=True``).  Each has meta
+kernels, so a step runs on meta (fused: on fake) tensors as well; the fp32 ``step`` counters
+stay on the CPU as PyTorch puts them (fused: beside the parameters).  Lion
 and 8-bit Adam are not in PyTorch and are written here, small but real: they keep exactly the
 state their papers describe, which is what the accounting needs.
 """
@@ -115,22 +118,28 @@ class Adam8bit(Optimizer):
                 state["exp_avg_sq"], state["exp_avg_sq_absmax"] = _quantize(exp_avg_sq, False)
 
 
-def make_optimizer(name: str, params: Params, lr: float = 1e-3) -> Optimizer:
-    """A real optimizer for a napkin optimizer name or alias (``adamw``, ``sgd-momentum``...).
+def make_optimizer(name: str, params: Params, lr: float = 1e-3,
+                   kernel: str = "for-loop") -> Optimizer:
+    """A real optimizer for a napkin optimizer name or alias (``adamw``, ``sgd-momentum``...),
+    running ``kernel`` (``for-loop``, ``foreach`` or ``fused``; Lion and 8-bit Adam: loops).
 
     >>> p = torch.nn.Parameter(torch.ones(3, device="meta"))
-    >>> type(make_optimizer("adamw", [p])).__name__
-    'AdamW'
+    >>> opt = make_optimizer("adamw", [p], kernel="foreach")
+    >>> type(opt).__name__, opt.defaults["foreach"]
+    ('AdamW', True)
     """
     key = resolve_optimizer(name).name
     params = list(params)
+    how: dict[str, Any] = {"foreach": kernel == "foreach"}
+    if kernel == "fused":
+        how = {"fused": True}
     builders: dict[str, Callable[[], Optimizer]] = {
-        "sgd": lambda: torch.optim.SGD(params, lr=lr, foreach=False),
-        "momentum": lambda: torch.optim.SGD(params, lr=lr, momentum=0.9, foreach=False),
-        "adagrad": lambda: torch.optim.Adagrad(params, lr=lr, foreach=False),
-        "rmsprop": lambda: torch.optim.RMSprop(params, lr=lr, foreach=False),
-        "adam": lambda: torch.optim.Adam(params, lr=lr, foreach=False),
-        "adamw": lambda: torch.optim.AdamW(params, lr=lr, weight_decay=0.1, foreach=False),
+        "sgd": lambda: torch.optim.SGD(params, lr=lr, **how),
+        "momentum": lambda: torch.optim.SGD(params, lr=lr, momentum=0.9, **how),
+        "adagrad": lambda: torch.optim.Adagrad(params, lr=lr, **how),
+        "rmsprop": lambda: torch.optim.RMSprop(params, lr=lr, **how),
+        "adam": lambda: torch.optim.Adam(params, lr=lr, **how),
+        "adamw": lambda: torch.optim.AdamW(params, lr=lr, weight_decay=0.1, **how),
         "lion": lambda: Lion(params, lr=lr, weight_decay=0.1),
         "adam8bit": lambda: Adam8bit(params, lr=lr, weight_decay=0.1),
     }

@@ -453,7 +453,8 @@ def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int
                         microbatches: int, schedule: str | Schedule, stage: int = 0,
                         chunks: int | None = None, *, within: Layout = SINGLE,
                         precision: str = "fp32", optimizer: str = "adamw",
-                        checkpoint: bool = False) -> PipelineStep:
+                        checkpoint: bool = False, optimizer_kernel: str = "for-loop"
+                        ) -> PipelineStep:
     """Trace the training step (the schedule's forward and backward of every micro-batch with
     a cross-entropy loss on the last stage, then the optimizer) of pipeline rank ``stage`` of
     ``pp``, on a rank of that stage of a fake process group under fake tensors.
@@ -497,7 +498,9 @@ def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int
                 params = list(dict.fromkeys(p for module in modules
                                             for p in module.parameters()))
                 steps = RecipeOptimizer(params, optimizer, precision,
-                                        inner=zero1_optimizer(within, mesh, optimizer))
+                                        inner=zero1_optimizer(within, mesh, optimizer,
+                                                              optimizer_kernel),
+                                        kernel=optimizer_kernel)
                 tokens = torch.randint(0, config.vocab_size, (batch, seq))
 
                 def step() -> None:

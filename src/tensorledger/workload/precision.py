@@ -59,7 +59,8 @@ class RecipeOptimizer:
     def __init__(self, params: Iterator[nn.Parameter] | list[nn.Parameter],
                  optimizer: str | OptimizerEntry, precision: str | Precision,
                  lr: float = 1e-3,
-                 inner: Callable[[list[nn.Parameter]], Optimizer] | None = None) -> None:
+                 inner: Callable[[list[nn.Parameter]], Optimizer] | None = None,
+                 kernel: str = "for-loop") -> None:
         self.precision = (resolve_precision(precision) if isinstance(precision, str)
                           else precision)
         self.optimizer_name = (resolve_optimizer(optimizer) if isinstance(optimizer, str)
@@ -67,13 +68,14 @@ class RecipeOptimizer:
         optimizer = self.optimizer_name
         self.params: list[nn.Parameter] = list(dict.fromkeys(params))  # tied weights once
         self._lr = lr
+        self._kernel = kernel  # for-loop, foreach or fused (workload.optimizers)
         self._master: list[nn.Parameter] = []
         self._shadows: list[nn.Parameter] = []
         self._inner: list[Optimizer] = []
         name = self.precision.name
         if name == "bf16-master":
             self._master = [nn.Parameter(p.detach().float()) for p in self.params]
-            self._inner = [make_optimizer(optimizer, self._master, lr)]
+            self._inner = [make_optimizer(optimizer, self._master, lr, kernel)]
         elif name == "bf16-fp32-states":
             # Inner optimizers are made at the first step, when each shadow has its shape
             # (Adagrad makes its state in the constructor).
@@ -81,7 +83,7 @@ class RecipeOptimizer:
         else:
             # ``inner``: the optimizer over the parameters, made by the caller (a layout's
             # sharded one); a recipe with master copies or shadows takes none
-            self._inner = [make_optimizer(optimizer, self.params, lr) if inner is None
+            self._inner = [make_optimizer(optimizer, self.params, lr, kernel) if inner is None
                            else inner(self.params)]
 
     def autocast(self, device_type: str) -> AbstractContextManager[object]:
@@ -108,7 +110,8 @@ class RecipeOptimizer:
             for i, (p, shadow) in enumerate(zip(self.params, self._shadows, strict=True)):
                 shadow.data = p.detach().float()
                 if first:
-                    self._inner.append(make_optimizer(self.optimizer_name, [shadow], self._lr))
+                    self._inner.append(make_optimizer(self.optimizer_name, [shadow], self._lr,
+                                                      self._kernel))
                 if p.grad is None:
                     shadow.data = torch.empty(0, device=p.device)
                     continue

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from tensorledger.summary import show_count, summary
+from tensorledger.trace.kernels import target_program
 from tensorledger.trace.recorder import Recorder
 from tensorledger.trace.records import Trace
 from tensorledger.trace.storage import local_tensor as local
@@ -226,10 +227,12 @@ def trace_pipeline_rank(work: Workload, stage: int = 0,
     if progress is not None:
         progress(f"tracing a rank of stage {stage} of {layout.describe()} on fake ranks")
     within = dataclasses.replace(layout, pp=1, microbatches=1, schedule="1f1b")
-    piped = trace_pipeline_step(config, work.batch, work.seq, layout.pp, layout.microbatches,
-                                layout.schedule, stage=stage, within=within,
-                                precision=work.precision.name, optimizer=work.optimizer.name,
-                                checkpoint=work.checkpoint)
+    with target_program(work.target):
+        piped = trace_pipeline_step(config, work.batch, work.seq, layout.pp,
+                                    layout.microbatches, layout.schedule, stage=stage,
+                                    within=within, precision=work.precision.name,
+                                    optimizer=work.optimizer.name, checkpoint=work.checkpoint,
+                                    optimizer_kernel=work.optimizer_kernel)
     return StepTrace(work=work, param_numels=piped.param_numels, trace=piped.trace,
                      tags=piped.tags, model_params=parameter_count(config).total_params)
 

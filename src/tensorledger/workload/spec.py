@@ -12,20 +12,27 @@ one line) before torch is imported, a model is built or a factory file is run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tensorledger.errors import InputError, UnknownNameError
+from tensorledger.hardware.target import CPU, OPTIMIZER_KERNELS, Target
 from tensorledger.napkin.recipes import Optimizer, Precision, resolve_optimizer, resolve_precision
 from tensorledger.summary import summary
 from tensorledger.workload.layout import SINGLE, Layout, check_layout
 from tensorledger.workload.source import ModelSource, resolve_source
 
-__all__ = ["DEFAULTS", "DEVICES", "MAX_BATCH", "MAX_SEQ", "STEPS", "Step", "Workload",
-           "WorkloadDefaults",
-           "resolve_step", "resolve_workload"]
+__all__ = ["DEFAULTS", "DEVICES", "FOREACH_OPTIMIZERS", "FUSED_OPTIMIZERS", "MAX_BATCH",
+           "MAX_SEQ", "STEPS", "Step", "Workload", "WorkloadDefaults", "resolve_step",
+           "resolve_workload"]
 
 #: Where a step runs: ``auto`` picks meta or fake (see :func:`resolve_workload`).
 DEVICES = ("auto", "meta", "fake", "cpu", "cuda")
+
+#: The optimizers torch.optim runs as one fused kernel (``fused=True``) on a GPU.
+FUSED_OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
+#: The optimizers that are torch.optim's own, with foreach kernels; the others (lion, adam8bit)
+#: are written here as per-parameter loops.
+FOREACH_OPTIMIZERS = ("sgd", "momentum", "adagrad", "rmsprop", "adam", "adamw")
 
 #: Largest batch and sequence a workload accepts: far past any real run, and small enough that
 #: batch × seq × vocabulary stays a number every library down the line can hold.
@@ -60,6 +67,7 @@ class WorkloadDefaults:
     optimizer: str = "adamw"
     device: str = "auto"
     checkpoint: bool = False
+    optimizer_kernel: str = "auto"  # the target's: foreach on a GPU, the loop on a CPU
 
 
 DEFAULTS = WorkloadDefaults()
@@ -90,6 +98,8 @@ class Workload:
     checkpoint: bool  # every block of a reference model recomputed in backward
     device: str  # meta, fake, cpu or cuda (``auto`` already decided)
     layout: Layout = SINGLE  # how the step is spread over devices; traced as one rank
+    target: Target = CPU  # the chip whose program the trace records (hardware.target)
+    optimizer_kernel: str = "for-loop"  # for-loop, foreach or fused (OPTIMIZER_KERNELS)
 
     @property
     def tokens(self) -> int:
@@ -105,10 +115,25 @@ class Workload:
         """True when the forward runs under bf16 autocast (``mixed-bf16``)."""
         return self.precision.name == "mixed-bf16"
 
+    def on_device(self, device: str) -> Workload:
+        """This workload run for real on ``device`` (``cpu`` or ``cuda``): that device's own
+        program, the optimizer kernel torch picks there (unless one was asked for).
+
+        >>> resolve_workload("tiny").on_device("cpu").optimizer_kernel
+        'for-loop'
+        """
+        if device == self.device:
+            return self
+        target, kernel = _program(device, None, "auto", self.optimizer.name)
+        if self.optimizer_kernel == "fused":
+            kernel = "fused"
+        return replace(self, device=device, target=target, optimizer_kernel=kernel)
+
     def __repr__(self) -> str:
         return summary("Workload", f"{self.model}: {self.step.name}",
                        f"batch {self.batch} × seq {self.seq}", self.precision.name,
-                       self.optimizer.name if self.step.optimizer else "",
+                       f"{self.optimizer.name} ({self.optimizer_kernel})"
+                       if self.step.optimizer else "",
                        "checkpointed" if self.checkpoint else "", f"on {self.device}",
                        "" if self.layout.single else
                        f"one rank of {self.layout.describe()}")
@@ -126,13 +151,21 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
                      seq: int = DEFAULTS.seq, step: str = DEFAULTS.step,
                      precision: str = DEFAULTS.precision, optimizer: str = DEFAULTS.optimizer,
                      device: str = DEFAULTS.device, checkpoint: bool = DEFAULTS.checkpoint,
-                     layout: Layout = SINGLE) -> Workload:
+                     layout: Layout = SINGLE, target: Target | None = None,
+                     optimizer_kernel: str = DEFAULTS.optimizer_kernel) -> Workload:
     """Check every option and look every name up once; nothing is built or imported.
 
     ``device="auto"`` chooses ``meta`` for the reference presets (exact, fastest) unless the
     recipe autocasts (PyTorch has no autocast on meta), and ``fake`` (FakeTensorMode over CPU
     tensors) for everything else: Hugging Face models and factories often ask a tensor for a
     value (``.item()``), which fake tensors answer and meta tensors cannot.
+
+    ``target`` is the chip whose program is traced (default: this machine's CPU, whose
+    program PyTorch chooses; the commands pass their ``--hardware``'s, an H100 when none is
+    named: :func:`~tensorledger.hardware.target.default_target`); on real tensors
+    (``cpu``, ``cuda``) the device's own program is, whatever the target.  ``optimizer_kernel``
+    ``auto`` is the target's default (``foreach`` on a GPU, ``for-loop`` on a CPU); ``fused``
+    runs torch's fused kernel (SGD, Adam, AdamW), traced on fake tensors.
     """
     source = model if isinstance(model, ModelSource) else resolve_source(model)
     batch = _whole("batch", batch, MAX_BATCH)
@@ -147,10 +180,14 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
         raise InputError(f"a layout of {layout.count} devices is traced as one rank of a fake "
                          f"process group, on fake tensors; drop --device {key} (or use --device "
                          "fake), and run it for real under torchrun")
+    chosen_target, kernel = _program(key, target, optimizer_kernel, chosen_optimizer.name)
     if key == "auto":
         exact_on_meta = (source.kind == "preset" and chosen_precision.name != "mixed-bf16"
-                         and not checkpoint and layout.single)
+                         and not checkpoint and layout.single and kernel != "fused")
         key = "meta" if exact_on_meta else "fake"
+    if key == "meta" and kernel == "fused":
+        raise InputError("the fused optimizer checks that its parameters are on a GPU or the "
+                         "CPU, which meta tensors are not; use --device fake (no memory either)")
     if key == "meta" and chosen_precision.name == "mixed-bf16":
         raise InputError("mixed-bf16 runs the forward under bf16 autocast, which PyTorch does "
                          "not offer on the meta device; use --device fake (no memory either) "
@@ -179,4 +216,33 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
                          "--precision fp32, bf16 or mixed-bf16")
     return Workload(source=source, batch=batch, seq=seq, step=chosen_step,
                     precision=chosen_precision, optimizer=chosen_optimizer,
-                    checkpoint=checkpoint, device=key, layout=layout)
+                    checkpoint=checkpoint, device=key, layout=layout, target=chosen_target,
+                    optimizer_kernel=kernel)
+
+
+def _program(device: str, target: Target | None, kernel: str, optimizer: str
+             ) -> tuple[Target, str]:
+    """The target whose program is traced, and the optimizer's kernel there."""
+    if device == "cpu":
+        chosen = CPU
+    elif device == "cuda":
+        chosen = Target("cuda", "cuda", native=True)
+    else:
+        chosen = target if target is not None else CPU
+    key = kernel.strip().lower()
+    if key not in (*OPTIMIZER_KERNELS, "auto"):
+        raise UnknownNameError("optimizer kernel", kernel, ("auto", *OPTIMIZER_KERNELS))
+    own = optimizer in FOREACH_OPTIMIZERS
+    if key == "auto":
+        return chosen, chosen.optimizer_kernel if own else "for-loop"
+    if key == "foreach" and not own:
+        raise InputError(f"{optimizer} is written here as a per-parameter loop; torch.optim "
+                         "has no foreach kernels for it: drop --optimizer-kernel")
+    if key == "fused":
+        if optimizer not in FUSED_OPTIMIZERS:
+            raise InputError(f"torch.optim has no fused kernel for {optimizer} on a GPU; "
+                             f"fused: {', '.join(FUSED_OPTIMIZERS)}")
+        if chosen.kind not in ("cuda", "rocm", "cpu"):
+            raise InputError(f"torch.optim's fused kernels run on CUDA, ROCm and CPU, not on "
+                             f"{chosen.name}")
+    return chosen, key

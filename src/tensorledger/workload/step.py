@@ -23,6 +23,7 @@ from torch.utils.checkpoint import checkpoint
 from tensorledger.devices import resolve_device
 from tensorledger.errors import ConfigError, InputError, ModelError
 from tensorledger.models.build import build_model
+from tensorledger.trace.kernels import target_program
 from tensorledger.workload.factory import FactoryFile, load_factory_file, user_code
 from tensorledger.workload.layout import Layout
 from tensorledger.workload.precision import RecipeOptimizer, param_dtype
@@ -101,7 +102,7 @@ def laid_out(work: Workload) -> Iterator[tuple[str, Any]]:
     of more than one device, rank 0 of a fake process group of that many ranks, its mesh built
     before fake tensors are entered (building it reads the rank map as numbers); else None."""
     if work.layout.single:
-        with placement(work.device) as target:
+        with placement(work.device) as target, target_program(work.target):
             yield target, None
         return
     from tensorledger.workload.parallel import build_mesh, fake_process_group
@@ -113,7 +114,7 @@ def laid_out(work: Workload) -> Iterator[tuple[str, Any]]:
             warnings.filterwarnings("ignore", "FSDP2-wrapped module .* returned a view tensor",
                                     UserWarning)
         mesh = build_mesh(work.layout)
-        with placement("fake") as target:
+        with placement("fake") as target, target_program(work.target):
             yield target, mesh
 
 
@@ -305,7 +306,7 @@ def build_module(work: Workload, target: str) -> tuple[nn.Module, FactoryFile | 
     return _build_module(work, target, param_dtype(work.precision), factory), factory
 
 
-def zero1_optimizer(layout: Layout, mesh: Any, optimizer: str
+def zero1_optimizer(layout: Layout, mesh: Any, optimizer: str, kernel: str = "for-loop"
                     ) -> Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None:
     """ZeRO-1's optimizer under ``layout`` (torch's ``ZeroRedundancyOptimizer`` over the
     named optimizer, on ``mesh``), for :class:`RecipeOptimizer`'s ``inner``; None for any
@@ -317,7 +318,8 @@ def zero1_optimizer(layout: Layout, mesh: Any, optimizer: str
 
     def inner(params: list[nn.Parameter]) -> torch.optim.Optimizer:
         return laid_out_optimizer(layout, mesh, params,
-                                  lambda group: make_optimizer(optimizer, cast(Any, group)))
+                                  lambda group: make_optimizer(optimizer, cast(Any, group),
+                                                               kernel=kernel))
 
     return inner
 
@@ -347,7 +349,9 @@ def prepare(work: Workload, target: str, mesh: Any = None) -> PreparedStep:
     if work.step.optimizer:
         optimizer = RecipeOptimizer(parameters, work.optimizer, work.precision,
                                     inner=zero1_optimizer(work.layout, mesh,
-                                                          work.optimizer.name))
+                                                          work.optimizer.name,
+                                                          work.optimizer_kernel),
+                                    kernel=work.optimizer_kernel)
     return PreparedStep(work=work, module=module, parameters=parameters, optimizer=optimizer,
                         args=args, kwargs=kwargs, targets=targets,
                         user_loss=factory.loss if factory is not None else None,
