@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from tensorledger.cli.common import JSON_HELP, Quiet, emit, integer_parser, progress
+from tensorledger.cli.common import JSON_HELP, Quiet, emit_with_plot, integer_parser, progress
 from tensorledger.cli.workload import WorkloadOptions, shared_options
 from tensorledger.errors import InputError
 from tensorledger.report.plots import check_figure_path
@@ -108,10 +108,8 @@ def checkpoint_command(
             chosen = "fake" if verify and key == "auto" else options.device
             work = dataclasses.replace(options, device=chosen, checkpoint=False).resolve()
             study = workload_study(work, chip, every, budget_bytes, verify, progress=say)
-    views = checkpoint_view(study)
-    if plot is not None:
-        views.append(f"plot written to {write_checkpoint_plot(study, plot)}")
-    emit("checkpoint", study, as_json, *views)
+    emit_with_plot("checkpoint", study, as_json, checkpoint_view(study), plot,
+                   write_checkpoint_plot)
 
 
 def register(app: typer.Typer) -> None:

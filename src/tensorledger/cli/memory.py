@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from tensorledger.cli.common import JSON_HELP, Quiet, emit, progress
+from tensorledger.cli.common import JSON_HELP, Quiet, emit_with_plot, progress
 from tensorledger.cli.workload import LayoutOptions, WorkloadOptions, shared_options
 from tensorledger.report.plots import check_figure_path
 
@@ -48,10 +48,7 @@ def memory_command(
 
     with progress(quiet, as_json) as say:
         ledger = memory_report(work, chip, count, progress=say)
-    views = memory_view(ledger)
-    if plot is not None:
-        views.append(f"plot written to {write_memory_plot(ledger, plot)}")
-    emit("memory", ledger, as_json, *views)
+    emit_with_plot("memory", ledger, as_json, memory_view(ledger), plot, write_memory_plot)
 
 
 def register(app: typer.Typer) -> None:
