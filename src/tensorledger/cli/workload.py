@@ -4,16 +4,17 @@ and one default each.
 They come in two groups, each a frozen dataclass whose fields are the options:
 :class:`WorkloadOptions` (``--model`` ... ``--checkpoint``: what one step runs) and
 :class:`LayoutOptions` (``--dp`` ... ``--schedule``: how it is split over ranks). A command
-takes a group by declaring one parameter of its type and wearing :func:`shared_options`::
+takes a group by declaring a parameter of its type (keyword-only, so that it may stand after
+options with defaults) and wearing :func:`shared_options`::
 
     @shared_options
-    def trace_command(options: WorkloadOptions, layout_options: LayoutOptions,
+    def trace_command(*, options: WorkloadOptions, layout_options: LayoutOptions,
                       depth: ... = 4) -> None:
         work = options.resolve(layout_options.resolve())
 
 The decorator writes the group's fields into the signature typer reads, where that parameter
-stands (a required one, ``--model``, first of all), and gathers their values back into one
-object when the command runs.
+stands (but an option without a default, the required ``--model``, leads all the command's
+options), and gathers their values back into one object when the command runs.
 
 To add an option to every command that takes a group: declare its ``Annotated`` type below with
 its ``typer.Option``, add a field of that type and its default to the group, and pass it on in
@@ -25,7 +26,6 @@ A command that needs one option its own way declares a parameter of that name (`
 ``shared_options(leave_out=(...))`` names options a command does not offer; their fields keep
 their defaults.
 """
-
 from __future__ import annotations
 
 import dataclasses
@@ -204,10 +204,10 @@ def _with_options(command: _Command, leave_out: tuple[str, ...]) -> _Command:
     @functools.wraps(command)
     def run(**values: Any) -> None:
         for name, group in groups.items():
-            values[name] = group(**{
-                field.name: values.pop(field.name) if field.name in offered[name]
-                else values[field.name] for field in dataclasses.fields(group)
-                if field.name in offered[name] or field.name in own})
+            given = {option: values.pop(option) for option in offered[name]}
+            given |= {field.name: values[field.name] for field in dataclasses.fields(group)
+                      if field.name in own}  # the command's own, passed to it as well
+            values[name] = group(**given)
         command(**values)
 
     run.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
