@@ -8,26 +8,14 @@ from typing import Annotated
 import typer
 
 from tensorledger.cli.common import JSON_HELP, Quiet, emit, progress
-from tensorledger.cli.workload import (
-    Batch,
-    Checkpoint,
-    Depth,
-    Device,
-    Model,
-    Optimizer,
-    Precision,
-    Seq,
-    Step,
-    check_depth,
-    workload,
-)
-from tensorledger.workload.spec import DEFAULTS
+from tensorledger.cli.workload import Depth, WorkloadOptions, check_depth, shared_options
 
 __all__ = ["register"]
 
 
+@shared_options
 def account_command(
-    model: Model,
+    *,
     hardware: Annotated[str, typer.Option("--hardware", "-H", help=(
         "Catalog chip, a TOML file, or `local` (this machine, as probed)."))] = "h100",
     count: Annotated[int, typer.Option("--count", "-n", help=(
@@ -37,13 +25,7 @@ def account_command(
     usd_per_device_hour: Annotated[float | None, typer.Option(
         "--usd-per-device-hour", help="Price of one device for one hour, for the cost.")
     ] = None,
-    batch: Batch = DEFAULTS.batch,
-    seq: Seq = DEFAULTS.seq,
-    step: Step = DEFAULTS.step,
-    precision: Precision = DEFAULTS.precision,
-    optimizer: Optimizer = DEFAULTS.optimizer,
-    device: Device = DEFAULTS.device,
-    checkpoint: Checkpoint = DEFAULTS.checkpoint,
+    options: WorkloadOptions,
     depth: Depth = 3,
     html_report: Annotated[str | None, typer.Option("--html", help=(
         "Write one self-contained HTML report (tables and interactive plots; opens offline)."
@@ -68,7 +50,7 @@ def account_command(
     from tensorledger.units import parse_count
 
     check_depth(depth)
-    work = workload(model, batch, seq, step, precision, optimizer, device, checkpoint)
+    work = options.resolve()
     chip = get_hardware(hardware)
     local = get_hardware(LOCAL) if measure else None  # no profile: refused before the work
     run_tokens = parse_count(tokens) if tokens is not None else None

@@ -3,15 +3,15 @@ one trace without checkpointing (and with ``--verify`` traced with each applied)
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 import typer
 
-from tensorledger.cli.common import JSON_HELP, Quiet, emit, integer_parser, progress
-from tensorledger.cli.workload import Batch, Device, Optimizer, Precision, Seq, Step, workload
+from tensorledger.cli.common import JSON_HELP, Quiet, emit_with_plot, integer_parser, progress
+from tensorledger.cli.workload import WorkloadOptions, shared_options
 from tensorledger.errors import InputError
 from tensorledger.report.plots import check_figure_path
-from tensorledger.workload.spec import DEFAULTS
 
 __all__ = ["parse_deep", "register"]
 
@@ -41,19 +41,16 @@ def parse_deep(text: str) -> tuple[int, int, int, str]:
     return d_model, n_layers, batch, activation
 
 
+@shared_options(leave_out=("checkpoint",))
 def checkpoint_command(
+    *,
     model: Annotated[str | None, typer.Option("--model", "-m", help=(
         "A reference model, built by tensorledger: a preset (tiny, gpt2, llama-3-8b, ...); "
         "its .blocks are checkpointed. Or give --deep."))] = None,
     deep: Annotated[str | None, typer.Option("--deep", help=(
         "The lecture's deep network instead of --model: D,L,B[,ACT] (width, blocks, batch, "
         "relu or gelu; default gelu), fp32 on meta tensors, e.g. 64,16,512,gelu."))] = None,
-    batch: Batch = DEFAULTS.batch,
-    seq: Seq = DEFAULTS.seq,
-    step: Step = DEFAULTS.step,
-    precision: Precision = DEFAULTS.precision,
-    optimizer: Optimizer = DEFAULTS.optimizer,
-    device: Device = DEFAULTS.device,
+    options: WorkloadOptions,
     hardware: Annotated[str, typer.Option("--hardware", "-H", help=(
         "The chip whose roofline prices the recomputed ops."))] = "h100",
     every: Annotated[int, typer.Option("--every", parser=integer_parser(1, MAX_DEEP_LAYERS * 4),
@@ -103,18 +100,16 @@ def checkpoint_command(
             assert model is not None
             # a checkpointed step is traced on fake tensors: torch's checkpoint checks the
             # recomputed tensors' metadata, which meta tensors lack
-            key = device.strip().lower()
+            key = options.device.strip().lower()
             if verify and key == "meta":
                 raise InputError("--verify traces checkpointed steps on fake or real tensors "
                                  "(torch's checkpoint checks recomputed metadata, which meta "
                                  "tensors lack); use --device fake or auto")
-            chosen = "fake" if verify and key == "auto" else device
-            work = workload(model, batch, seq, step, precision, optimizer, chosen, False)
+            chosen = "fake" if verify and key == "auto" else options.device
+            work = dataclasses.replace(options, device=chosen, checkpoint=False).resolve()
             study = workload_study(work, chip, every, budget_bytes, verify, progress=say)
-    views = checkpoint_view(study)
-    if plot is not None:
-        views.append(f"plot written to {write_checkpoint_plot(study, plot)}")
-    emit("checkpoint", study, as_json, *views)
+    emit_with_plot("checkpoint", study, as_json, checkpoint_view(study), plot,
+                   write_checkpoint_plot)
 
 
 def register(app: typer.Typer) -> None:

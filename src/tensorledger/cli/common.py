@@ -20,7 +20,8 @@ import sys
 import threading
 import typing
 from collections.abc import Callable, Iterator
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console, RenderableType
@@ -29,8 +30,10 @@ from tensorledger.errors import UnitError
 from tensorledger.report.json import to_json
 from tensorledger.units import MAX_INT64, NUMBER_RULES, parse_integer, parse_real
 
-__all__ = ["JSON_HELP", "NUMBER_HELP", "Quiet", "console", "emit", "harden_numbers",
-           "integer_parser", "progress", "quiet_stdout", "real_parser"]
+__all__ = ["JSON_HELP", "NUMBER_HELP", "Quiet", "console", "emit", "emit_with_plot",
+           "harden_numbers", "integer_parser", "progress", "quiet_stdout", "real_parser"]
+
+_Result = TypeVar("_Result")
 
 JSON_HELP = "Print one JSON document on stdout instead of tables (keys carry their units)."
 NUMBER_HELP = f"Numbers: {NUMBER_RULES}; NaN and infinities are refused."
@@ -186,6 +189,16 @@ def emit(command: str, result: Any, as_json: bool, *renderables: RenderableType 
     except BrokenPipeError:  # the reader went away (| head): end quietly, as a success
         quiet_stdout()
         raise typer.Exit(0) from None
+
+
+def emit_with_plot(command: str, result: _Result, as_json: bool,
+                   views: list[RenderableType | str], plot: str | None,
+                   write_plot: Callable[[_Result, str], Path]) -> None:
+    """:func:`emit`, after writing the ``--plot`` asked for (if any) with ``write_plot``; the
+    views end with the path it was written to."""
+    if plot is not None:
+        views.append(f"plot written to {write_plot(result, plot)}")
+    emit(command, result, as_json, *views)
 
 
 def quiet_stdout() -> None:

@@ -6,50 +6,18 @@ from typing import Annotated
 
 import typer
 
-from tensorledger.cli.common import JSON_HELP, Quiet, emit, progress
-from tensorledger.cli.workload import (
-    Batch,
-    Checkpoint,
-    Device,
-    Dp,
-    Fsdp,
-    Microbatches,
-    Model,
-    Optimizer,
-    Pp,
-    Precision,
-    Schedule,
-    Seq,
-    Sp,
-    Step,
-    Tp,
-    Zero,
-    layout,
-    workload,
-)
+from tensorledger.cli.common import JSON_HELP, Quiet, emit_with_plot, progress
+from tensorledger.cli.workload import LayoutOptions, WorkloadOptions, shared_options
 from tensorledger.report.plots import check_figure_path
-from tensorledger.workload.spec import DEFAULTS
 
 __all__ = ["register"]
 
 
+@shared_options
 def memory_command(
-    model: Model,
-    batch: Batch = DEFAULTS.batch,
-    seq: Seq = DEFAULTS.seq,
-    step: Step = DEFAULTS.step,
-    precision: Precision = DEFAULTS.precision,
-    optimizer: Optimizer = DEFAULTS.optimizer,
-    device: Device = DEFAULTS.device,
-    checkpoint: Checkpoint = DEFAULTS.checkpoint,
-    dp: Dp = 1,
-    fsdp: Fsdp = 1,
-    zero: Zero = None,
-    tp: Tp = 1,
-    sp: Sp = False,
-    pp: Pp = 1,
-    microbatches: Microbatches = None,
-    schedule: Schedule = None,
+    *,
+    options: WorkloadOptions,
+    layout_options: LayoutOptions,
     hardware: Annotated[str | None, typer.Option(
         "--hardware", "-H", help="Say whether the step fits on this device.")] = None,
     count: Annotated[int | None, typer.Option("--count", "-n", help=(
@@ -69,8 +37,8 @@ def memory_command(
 
     if count is not None and (isinstance(count, bool) or count < 1):
         raise InputError(f"--count must be a whole number >= 1, got {count}")
-    laid_out = layout(dp, fsdp, zero, tp, sp, count, pp, microbatches, schedule)
-    work = workload(model, batch, seq, step, precision, optimizer, device, checkpoint, laid_out)
+    laid_out = layout_options.resolve(count)
+    work = options.resolve(laid_out)
     count = count if count is not None and laid_out.single else 1
     chip = get_hardware(hardware) if hardware is not None else None
     if plot is not None:
@@ -80,10 +48,7 @@ def memory_command(
 
     with progress(quiet, as_json) as say:
         ledger = memory_report(work, chip, count, progress=say)
-    views = memory_view(ledger)
-    if plot is not None:
-        views.append(f"plot written to {write_memory_plot(ledger, plot)}")
-    emit("memory", ledger, as_json, *views)
+    emit_with_plot("memory", ledger, as_json, memory_view(ledger), plot, write_memory_plot)
 
 
 def register(app: typer.Typer) -> None:

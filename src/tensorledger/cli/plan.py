@@ -10,7 +10,14 @@ from typing import Annotated
 
 import typer
 
-from tensorledger.cli.common import JSON_HELP, emit, integer_parser, progress, real_parser
+from tensorledger.cli.common import (
+    JSON_HELP,
+    emit,
+    emit_with_plot,
+    integer_parser,
+    progress,
+    real_parser,
+)
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware, get_hardware
 from tensorledger.napkin.transformer import TransformerConfig, get_preset
@@ -138,10 +145,7 @@ def plan_command(
         with progress(False, as_json) as say:
             result = _verified(result, model, chip, count, seq, seqs, precision, optimizer,
                                budget_bytes, efficiency, attention.strip().lower(), verify, say)
-    views = layout_plan_view(result)
-    if plot is not None:
-        views.append(f"plot written to {write_plan_plot(result, plot)}")
-    emit("plan", result, as_json, *views)
+    emit_with_plot("plan", result, as_json, layout_plan_view(result), plot, write_plan_plot)
 
 
 def _verified(result: LayoutPlan, model: str, chip: Hardware, count: int, seq: int, seqs: int,

@@ -11,26 +11,11 @@ import typer
 
 from tensorledger.cli.common import JSON_HELP, Quiet, emit, progress
 from tensorledger.cli.workload import (
-    Batch,
-    Checkpoint,
     Depth,
-    Device,
-    Dp,
-    Fsdp,
-    Microbatches,
-    Model,
-    Optimizer,
-    Pp,
-    Precision,
-    Schedule,
-    Seq,
-    Sp,
-    Step,
-    Tp,
-    Zero,
+    LayoutOptions,
+    WorkloadOptions,
     check_depth,
-    layout,
-    workload,
+    shared_options,
 )
 from tensorledger.hardware import get_hardware
 from tensorledger.report.plots import check_figure_path
@@ -39,25 +24,13 @@ from tensorledger.workload.spec import DEFAULTS
 __all__ = ["register"]
 
 
+@shared_options
 def roofline_command(
-    model: Model,
+    *,
     hardware: Annotated[str, typer.Option("--hardware", "-H", help=(
         "Catalog chip, a TOML file, or `local` (this machine, as probed)."))] = "h100",
-    batch: Batch = DEFAULTS.batch,
-    seq: Seq = DEFAULTS.seq,
-    step: Step = DEFAULTS.step,
-    precision: Precision = DEFAULTS.precision,
-    optimizer: Optimizer = DEFAULTS.optimizer,
-    device: Device = DEFAULTS.device,
-    checkpoint: Checkpoint = DEFAULTS.checkpoint,
-    dp: Dp = 1,
-    fsdp: Fsdp = 1,
-    zero: Zero = None,
-    tp: Tp = 1,
-    sp: Sp = False,
-    pp: Pp = 1,
-    microbatches: Microbatches = None,
-    schedule: Schedule = None,
+    options: WorkloadOptions,
+    layout_options: LayoutOptions,
     depth: Depth = None,
     measure: Annotated[bool, typer.Option("--measure", help=(
         "Run the step for real on --device (cpu or cuda) and show predicted against "
@@ -74,11 +47,11 @@ def roofline_command(
 ) -> None:
     """Roofline of one step: each op compute- or memory-bound, predicted time and MFU."""
     check_depth(depth)
-    laid_out = layout(dp, fsdp, zero, tp, sp, None, pp, microbatches, schedule)
-    if measure and device == DEFAULTS.device and laid_out.single:
-        device = "cpu"  # a measurement runs on real tensors: here, unless told otherwise
-    work = workload(model, batch, seq, step, precision, optimizer, device, checkpoint,
-                    laid_out)
+    laid_out = layout_options.resolve()
+    if measure and options.device == DEFAULTS.device and laid_out.single:
+        # a measurement runs on real tensors: here, unless told otherwise
+        options = dataclasses.replace(options, device="cpu")
+    work = options.resolve(laid_out)
     chip = get_hardware(hardware)
     second = get_hardware(overlay) if overlay else None
     if plot is not None:

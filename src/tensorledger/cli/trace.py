@@ -8,52 +8,20 @@ from typing import Annotated
 import typer
 
 from tensorledger.cli.common import JSON_HELP, Quiet, emit, progress
-from tensorledger.cli.workload import (
-    Batch,
-    Checkpoint,
-    Device,
-    Dp,
-    Fsdp,
-    Microbatches,
-    Model,
-    Optimizer,
-    Pp,
-    Precision,
-    Schedule,
-    Seq,
-    Sp,
-    Step,
-    Tp,
-    Zero,
-    layout,
-    workload,
-)
-from tensorledger.errors import EinsumError, InputError
+from tensorledger.cli.workload import LayoutOptions, WorkloadOptions, check_depth, shared_options
+from tensorledger.errors import EinsumError
 from tensorledger.units import parse_integer
-from tensorledger.workload.spec import DEFAULTS
 
 __all__ = ["register"]
 
 JsonOpt = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
 
 
+@shared_options
 def trace_command(
-    model: Model,
-    batch: Batch = DEFAULTS.batch,
-    seq: Seq = DEFAULTS.seq,
-    step: Step = DEFAULTS.step,
-    precision: Precision = DEFAULTS.precision,
-    optimizer: Optimizer = DEFAULTS.optimizer,
-    device: Device = DEFAULTS.device,
-    checkpoint: Checkpoint = DEFAULTS.checkpoint,
-    dp: Dp = 1,
-    fsdp: Fsdp = 1,
-    zero: Zero = None,
-    tp: Tp = 1,
-    sp: Sp = False,
-    pp: Pp = 1,
-    microbatches: Microbatches = None,
-    schedule: Schedule = None,
+    *,
+    options: WorkloadOptions,
+    layout_options: LayoutOptions,
     depth: Annotated[int, typer.Option(help=(
         "Module tree depth shown: 0 the whole step only, 1 the model, 2 its top modules, ... "
         "Repeated modules are summed into one row: blocks.{0..11}.mlp ×12."))] = 4,
@@ -62,10 +30,8 @@ def trace_command(
 ) -> None:
     """Record every aten op of one step: FLOPs and bytes by category, phase and module; under a
     layout (--dp, --fsdp, --tp), one rank's step with every collective it issues."""
-    if depth < 0:
-        raise InputError(f"--depth must be 0 or more, got {depth}")
-    work = workload(model, batch, seq, step, precision, optimizer, device, checkpoint,
-                    layout(dp, fsdp, zero, tp, sp, None, pp, microbatches, schedule))
+    check_depth(depth)
+    work = options.resolve(layout_options.resolve())
     from tensorledger.ledger.trace import trace_report
     from tensorledger.report.trace import trace_view
 

@@ -1,41 +1,50 @@
-"""The workload options every command that runs a model shares: one name, one help text and
-one default each (``trace``, ``memory`` and ``roofline`` declare them from here)."""
+"""The options every command that runs a model shares, declared once: one name, one help text
+and one default each.
 
+They come in two groups, each a frozen dataclass whose fields are the options:
+:class:`WorkloadOptions` (``--model`` ... ``--checkpoint``: what one step runs) and
+:class:`LayoutOptions` (``--dp`` ... ``--schedule``: how it is split over ranks). A command
+takes a group by declaring a parameter of its type (keyword-only, so that it may stand after
+options with defaults) and wearing :func:`shared_options`::
+
+    @shared_options
+    def trace_command(*, options: WorkloadOptions, layout_options: LayoutOptions,
+                      depth: ... = 4) -> None:
+        work = options.resolve(layout_options.resolve())
+
+The decorator writes the group's fields into the signature typer reads, where that parameter
+stands (but an option without a default, the required ``--model``, leads all the command's
+options), and gathers their values back into one object when the command runs.
+
+To add an option to every command that takes a group: declare its ``Annotated`` type below with
+its ``typer.Option``, add a field of that type and its default to the group, and pass it on in
+the group's ``resolve``. The commands, their ``--help`` and the test that compares them
+(tests/cli/test_workload_options.py) follow the fields; nothing else is written again.
+
+A command that needs one option its own way declares a parameter of that name (``checkpoint``'s
+``--model`` is optional): it keeps its place and help, and its value still fills the field.
+``shared_options(leave_out=(...))`` names options a command does not offer; their fields keep
+their defaults.
+"""
 from __future__ import annotations
 
-from typing import Annotated
+import dataclasses
+import functools
+import inspect
+import typing
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any, overload
 
 import typer
 
 from tensorledger.errors import InputError
 from tensorledger.workload.layout import Layout, resolve_layout
-from tensorledger.workload.spec import Workload, resolve_workload
+from tensorledger.workload.spec import DEFAULTS, Workload, resolve_workload
 
-__all__ = [
-    "LAYOUT_OPTIONS",
-    "WORKLOAD_OPTIONS",
-    "Batch",
-    "Checkpoint",
-    "Depth",
-    "Device",
-    "Dp",
-    "Fsdp",
-    "Microbatches",
-    "Model",
-    "Optimizer",
-    "Pp",
-    "Precision",
-    "Schedule",
-    "Seq",
-    "Sp",
-    "Step",
-    "Tp",
-    "Zero",
-    "check_depth",
-    "layout",
-    "workload",
-]
+__all__ = ["LAYOUT_OPTIONS", "WORKLOAD_OPTIONS", "Depth", "LayoutOptions", "WorkloadOptions",
+           "check_depth", "shared_options"]
 
+# The workload group's options (fields of WorkloadOptions below).
 Model = Annotated[str, typer.Option("--model", "-m", help=(
     "A preset (tiny, gpt2, llama-3-8b, ...), a Hugging Face config.json (or a folder holding "
     "one), or your own factory path/to/file.py:make_model."))]
@@ -55,10 +64,7 @@ Device = Annotated[str, typer.Option("--device", help=(
 Checkpoint = Annotated[bool, typer.Option("--checkpoint", help=(
     "Recompute every block of a reference model in backward (activation checkpointing)."))]
 
-Depth = Annotated[int | None, typer.Option("--depth", help=(
-    "Module rows cut to this many path components (1: the model itself, 2: its top modules, "
-    "...); repeated modules are summed into one row either way: blocks.{0..11}.mlp ×12."))]
-
+# The layout group's options (fields of LayoutOptions below).
 Dp = Annotated[int, typer.Option("--dp", help=(
     "Data-parallel replicas: DDP, or HSDP's replicate dimension beside --fsdp."))]
 Fsdp = Annotated[int, typer.Option("--fsdp", help=(
@@ -72,8 +78,6 @@ Tp = Annotated[int, typer.Option("--tp", help=(
     "Tensor-parallel ranks (DTensor, Megatron plan): heads, MLP width and vocabulary split."))]
 Sp = Annotated[bool, typer.Option("--sp", help=(
     "Sequence parallelism beside --tp: norms and dropout on a slice of the sequence."))]
-
-
 Pp = Annotated[int, typer.Option("--pp", help=(
     "Pipeline stages (torch.distributed.pipelining; reference models, fp32, alone): the "
     "first stage's rank is traced."))]
@@ -82,14 +86,10 @@ Microbatches = Annotated[int | None, typer.Option("--microbatches", help=(
 Schedule = Annotated[str | None, typer.Option("--schedule", help=(
     "Pipeline schedule for --pp: gpipe, 1f1b (default) or interleaved-1f1b."))]
 
-
-def layout(dp: int, fsdp: int, zero: int | None, tp: int, sp: bool, count: int | None = None,
-           pp: int = 1, microbatches: int | None = None, schedule: str | None = None
-           ) -> Layout:
-    """The layout the options describe, ``--count`` (if given) checked to be its product; the
-    model's dimensions are checked by :func:`workload`."""
-    return resolve_layout(dp=dp, fsdp=fsdp, zero=zero, tp=tp, sp=sp, pp=pp,
-                          microbatches=microbatches, schedule=schedule, count=count)
+# Not in a group: commands cut their module rows to a depth of their own default.
+Depth = Annotated[int | None, typer.Option("--depth", help=(
+    "Module rows cut to this many path components (1: the model itself, 2: its top modules, "
+    "...); repeated modules are summed into one row either way: blocks.{0..11}.mlp ×12."))]
 
 
 def check_depth(depth: int | None) -> None:
@@ -98,18 +98,118 @@ def check_depth(depth: int | None) -> None:
         raise InputError(f"--depth must be 0 or more, got {depth}")
 
 
-#: The options above, by parameter name, with their shared defaults (tests compare commands).
-WORKLOAD_OPTIONS = ("model", "batch", "seq", "step", "precision", "optimizer", "device",
-                    "checkpoint")
+@dataclasses.dataclass(frozen=True)
+class WorkloadOptions:
+    """What one step runs, as given on the command line: its options, in ``--help`` order."""
+
+    model: Model
+    batch: Batch = DEFAULTS.batch
+    seq: Seq = DEFAULTS.seq
+    step: Step = DEFAULTS.step
+    precision: Precision = DEFAULTS.precision
+    optimizer: Optimizer = DEFAULTS.optimizer
+    device: Device = DEFAULTS.device
+    checkpoint: Checkpoint = DEFAULTS.checkpoint
+
+    def resolve(self, laid_out: Layout | None = None) -> Workload:
+        """Check the options once and look every name up: every name becomes an object here."""
+        return resolve_workload(self.model, batch=self.batch, seq=self.seq, step=self.step,
+                                precision=self.precision, optimizer=self.optimizer,
+                                device=self.device, checkpoint=self.checkpoint,
+                                **({} if laid_out is None else {"layout": laid_out}))
 
 
-#: The layout options of ``trace`` and ``memory``, by parameter name.
-LAYOUT_OPTIONS = ("dp", "fsdp", "zero", "tp", "sp", "pp", "microbatches", "schedule")
+@dataclasses.dataclass(frozen=True)
+class LayoutOptions:
+    """How the step is split over ranks, as given on the command line; all ones: one device."""
+
+    dp: Dp = 1
+    fsdp: Fsdp = 1
+    zero: Zero = None
+    tp: Tp = 1
+    sp: Sp = False
+    pp: Pp = 1
+    microbatches: Microbatches = None
+    schedule: Schedule = None
+
+    def resolve(self, count: int | None = None) -> Layout:
+        """The layout the options describe, ``--count`` (if given) checked to be its product;
+        the model's dimensions are checked when the workload is resolved."""
+        return resolve_layout(dp=self.dp, fsdp=self.fsdp, zero=self.zero, tp=self.tp,
+                              sp=self.sp, pp=self.pp, microbatches=self.microbatches,
+                              schedule=self.schedule, count=count)
 
 
-def workload(model: str, batch: int, seq: int, step: str, precision: str, optimizer: str,
-             device: str, checkpoint: bool, laid_out: Layout | None = None) -> Workload:
-    """Resolve the options once; every name becomes an object here."""
-    return resolve_workload(model, batch=batch, seq=seq, step=step, precision=precision,
-                            optimizer=optimizer, device=device, checkpoint=checkpoint,
-                            **({} if laid_out is None else {"layout": laid_out}))
+_GROUPS: tuple[type, ...] = (WorkloadOptions, LayoutOptions)
+
+#: The options of each group, by parameter name (tests compare the commands by them).
+WORKLOAD_OPTIONS = tuple(field.name for field in dataclasses.fields(WorkloadOptions))
+LAYOUT_OPTIONS = tuple(field.name for field in dataclasses.fields(LayoutOptions))
+
+_Command = Callable[..., None]
+
+
+def _options(group: type) -> Iterator[inspect.Parameter]:
+    """The group's fields as keyword parameters, with their ``Annotated`` types and defaults."""
+    hints = typing.get_type_hints(group, include_extras=True)
+    for field in dataclasses.fields(group):
+        default = inspect.Parameter.empty if field.default is dataclasses.MISSING \
+            else field.default
+        yield inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY,
+                                annotation=hints[field.name], default=default)
+
+
+@overload
+def shared_options(command: _Command, /) -> _Command: ...
+
+
+@overload
+def shared_options(*, leave_out: tuple[str, ...] = ()) -> Callable[[_Command], _Command]: ...
+
+
+def shared_options(command: _Command | None = None, /, *, leave_out: tuple[str, ...] = ()
+                   ) -> _Command | Callable[[_Command], _Command]:
+    """Give ``command`` the options of each group it takes a parameter of (see the module's
+    docstring); those in ``leave_out`` it does not offer."""
+    if command is None:
+        return functools.partial(_with_options, leave_out=leave_out)
+    return _with_options(command, leave_out=leave_out)
+
+
+def _with_options(command: _Command, leave_out: tuple[str, ...]) -> _Command:
+    own = inspect.signature(command, eval_str=True).parameters
+    groups = {name: param.annotation for name, param in own.items()
+              if param.annotation in _GROUPS}
+    if not groups:
+        raise TypeError(f"{command.__name__} takes none of the option groups")
+    offered: dict[str, set[str]] = {name: set() for name in groups}
+    leading: list[inspect.Parameter] = []
+    placed: list[inspect.Parameter] = []
+    for name, param in own.items():
+        if name not in groups:
+            placed.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+            continue
+        for option in _options(groups[name]):
+            if option.name in own:
+                continue  # the command declares it its own way
+            if option.name in leave_out:
+                if option.default is inspect.Parameter.empty:
+                    raise TypeError(f"{command.__name__} cannot leave out --{option.name}: "
+                                    "it has no default")
+                continue
+            offered[name].add(option.name)
+            (leading if option.default is inspect.Parameter.empty else placed).append(option)
+    parameters = leading + placed
+
+    @functools.wraps(command)
+    def run(**values: Any) -> None:
+        for name, group in groups.items():
+            given = {option: values.pop(option) for option in offered[name]}
+            given |= {field.name: values[field.name] for field in dataclasses.fields(group)
+                      if field.name in own}  # the command's own, passed to it as well
+            values[name] = group(**given)
+        command(**values)
+
+    run.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    run.__annotations__ = {param.name: param.annotation for param in parameters}
+    return run
