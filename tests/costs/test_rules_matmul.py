@@ -229,3 +229,113 @@ def test_rule_aten_convolution_backward(mask: list[bool], products: int,
     read = F32 * (grad.numel() + x.numel() + w.numel())  # grad_out, input, weight
     assert record.bytes_read == read == F32 * (160 + 210 + 72) == 1768
     assert record.category == "matmul"
+
+
+# ---- grouped products: G = 3 groups, ΣM = 10 rows, K = 8, N = 24 (bf16 rows of 16 and 48 bytes,
+# as the grouped kernel's 16-byte strides want)
+G, SUM_M, GK, GN = 3, 10, 8, 24
+BF16 = 2
+
+
+def _offsets(*ends: int) -> torch.Tensor:
+    return torch.tensor(ends, dtype=torch.int32)
+
+
+def _per_group_mm(a: torch.Tensor, b: torch.Tensor, ends: tuple[int, ...]) -> int:
+    """FlopCounterMode's count of the same products written as one mm per group of rows."""
+    with FlopCounterMode(display=False) as counter:
+        start = 0
+        for g, end in enumerate(ends):
+            a[start:end] @ b[g]
+            start = end
+    return int(counter.get_total_flops())
+
+
+def test_rule_aten__grouped_mm() -> None:
+    # (ΣM, K) · (G, K, N) → (ΣM, N), bf16 on meta: torch's own meta function
+    a, b, offs = meta(SUM_M, GK, dtype=torch.bfloat16), meta(G, GK, GN, dtype=torch.bfloat16), \
+        meta(G, dtype=torch.int32)
+    record = record_op("aten._grouped_mm", lambda: aten._grouped_mm(a, b, offs))
+    assert record.flops == 2 * 10 * 8 * 24 == 3840
+    # every expert's weights are read (the house convention: whole input storages), offs too
+    assert record.bytes_read == BF16 * (10 * 8 + 3 * 8 * 24) + 4 * 3 == 1324
+    assert record.bytes_written == BF16 * 10 * 24 == 480
+    assert record.category == "matmul"
+    # Real fp32 tensors on the CPU kernel: the count is the same whatever the offsets, and
+    # equals FlopCounterMode over one mm per group (it has no rule for _grouped_mm itself)
+    x, w = torch.randn(SUM_M, GK), torch.randn(G, GK, GN)
+    for ends in ((3, 7, 10), (0, 10, 10), (10, 10, 10)):
+        def grouped(ends: tuple[int, ...] = ends) -> torch.Tensor:
+            return aten._grouped_mm(x, w, _offsets(*ends))  # type: ignore[no-any-return]
+
+        record = record_op("aten._grouped_mm", grouped)
+        assert record.flops == _per_group_mm(x, w, ends) == 3840
+    # Rows past offs[-1] belong to no group and are not computed: the rule counts the whole
+    # axis, an upper bound there (2 · 7 · 8 · 24 = 2688 ran)
+    assert _per_group_mm(x, w, (3, 5, 7)) == 2688 < 3840
+
+
+def test_grouped_mm_every_layout() -> None:
+    # the weight gradient of the forward above: (M, ΣK) · (ΣK, N) → (G, M, N), groups of K;
+    # here M = 24 (N above), ΣK = 10, N = 8: 2 · 24 · 10 · 8 = 3840, each group's share summed;
+    # the gradient's transpose is column-major (a row of 10 bf16 is no multiple of 16 bytes)
+    gt = meta(SUM_M, GN, dtype=torch.bfloat16).t()
+    x = meta(SUM_M, GK, dtype=torch.bfloat16)
+    offs = meta(G, dtype=torch.int32)
+    record = record_op("aten._grouped_mm", lambda: aten._grouped_mm(gt, x, offs))
+    assert record.output_shapes == ((3, 24, 8),)
+    assert record.flops == 2 * 24 * 10 * 8 == 3840
+    # (G, M, K) · (K, ΣN) → (M, ΣN), groups of columns: M = 16, K = 8, ΣN = 24
+    record = record_op("aten._grouped_mm", lambda: aten._grouped_mm(
+        meta(G, 16, GK, dtype=torch.bfloat16), meta(GK, GN, dtype=torch.bfloat16), offs))
+    assert record.output_shapes == ((16, 24),)
+    assert record.flops == 2 * 16 * 8 * 24 == 6144
+    # (G, M, K) · (G, K, N), no offsets: a batched product, as bmm counts it
+    a, b = torch.randn(G, 16, GK), torch.randn(G, GK, GN)
+    record = record_op("aten._grouped_mm", lambda: aten._grouped_mm(a, b))
+    with FlopCounterMode(display=False) as counter:
+        torch.bmm(a, b)
+    assert record.flops == counter.get_total_flops() == 3 * 2 * 16 * 8 * 24 == 18432
+
+
+def test_rule_aten__scaled_grouped_mm() -> None:
+    # fp8 (ΣM 16, K 32) row-major · (G 3, K 32, N 48) column-major, rowwise fp32 scales, bf16 out
+    f8 = torch.float8_e4m3fn
+    a, b = meta(16, 32, dtype=f8), meta(3, 48, 32, dtype=f8).transpose(-2, -1)
+    scale_a, scale_b, offs = meta(16), meta(3, 48), meta(3, dtype=torch.int32)
+    record = record_op("aten._scaled_grouped_mm", lambda: aten._scaled_grouped_mm(
+        a, b, scale_a, scale_b, offs=offs, out_dtype=torch.bfloat16))
+    assert record.flops == 2 * 16 * 32 * 48 == 49152
+    # fp8 operands, fp32 scales, int32 offsets: 512 + 4608 + 64 + 576 + 12
+    assert record.bytes_read == 16 * 32 + 3 * 32 * 48 + 4 * 16 + 4 * 3 * 48 + 4 * 3 == 5772
+    assert record.bytes_written == 2 * 16 * 48 == 1536
+    assert record.category == "matmul"
+
+
+def test_rule_aten__scaled_grouped_mm_v2() -> None:
+    # no meta function (CUDA only): the rule called directly; (self, mat2, scale_a, recipe_a,
+    # swizzle_a, scale_b, ...) with the operands first, as v1
+    f8 = torch.float8_e4m3fn
+    a, b = meta(16, 32, dtype=f8), meta(3, 48, 32, dtype=f8).transpose(-2, -1)
+    args = (a, b, [meta(16)], [0], [0], [meta(3, 48)], [0], [0], meta(3, dtype=torch.int32))
+    assert direct("aten._scaled_grouped_mm_v2", args) == 2 * 16 * 32 * 48 == 49152
+    # NVFP4 packs two values per element along K: (16, 32 packed = 64) · (3, 64, 48)
+    fp4 = torch.float4_e2m1fn_x2
+    packed = (meta(16, 32, dtype=fp4), meta(3, 48, 32, dtype=fp4).transpose(-2, -1))
+    assert direct("aten._scaled_grouped_mm_v2", packed) == 2 * 16 * 64 * 48 == 98304
+    assert rule("aten._scaled_grouped_mm_v2").category == "matmul"
+
+
+def test_rule_aten__scaled_mm_v2() -> None:
+    # per-tensor scales (recipe 0), bf16 out: (16 × 32) · (32 × 48) as v1 above
+    f8 = torch.float8_e4m3fn
+    a, b = meta(16, 32, dtype=f8), meta(48, 32, dtype=f8).t()
+    record = record_op("aten._scaled_mm_v2", lambda: aten._scaled_mm_v2(
+        a, b, [meta()], [0], [0], [meta()], [0], [0], None, torch.bfloat16))
+    assert record.flops == 2 * 16 * 48 * 32 == 49152
+    assert record.bytes_read == 16 * 32 + 48 * 32 + 4 + 4 == 2056
+    assert record.category == "matmul"
+    # fp4 operands hold K = 64 in 32 packed elements: twice the products
+    fp4 = torch.float4_e2m1fn_x2
+    packed = (meta(16, 32, dtype=fp4), meta(48, 32, dtype=fp4).t())
+    assert direct("aten._scaled_mm_v2", packed) == direct("aten._scaled_mm", packed) == 98304
