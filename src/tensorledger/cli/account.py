@@ -50,8 +50,8 @@ def account_command(
     from tensorledger.units import parse_count
 
     check_depth(depth)
-    work = options.resolve()
     chip = get_hardware(hardware)
+    work = options.resolve(chip=chip)
     local = get_hardware(LOCAL) if measure else None  # no profile: refused before the work
     run_tokens = parse_count(tokens) if tokens is not None else None
     from tensorledger.report.files import check_output_path, write_atomic

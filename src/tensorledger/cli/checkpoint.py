@@ -106,7 +106,8 @@ def checkpoint_command(
                                  "(torch's checkpoint checks recomputed metadata, which meta "
                                  "tensors lack); use --device fake or auto")
             chosen = "fake" if verify and key == "auto" else options.device
-            work = dataclasses.replace(options, device=chosen, checkpoint=False).resolve()
+            work = dataclasses.replace(options, device=chosen, checkpoint=False).resolve(
+                chip=chip)
             study = workload_study(work, chip, every, budget_bytes, verify, progress=say)
     emit_with_plot("checkpoint", study, as_json, checkpoint_view(study), plot,
                    write_checkpoint_plot)

@@ -19,7 +19,9 @@ def memory_command(
     options: WorkloadOptions,
     layout_options: LayoutOptions,
     hardware: Annotated[str | None, typer.Option(
-        "--hardware", "-H", help="Say whether the step fits on this device.")] = None,
+        "--hardware", "-H", help=(
+            "Say whether the step fits on this device, traced as its program (attention "
+            "kernels, optimizer kernels); an H100's when none is named."))] = None,
     count: Annotated[int | None, typer.Option("--count", "-n", help=(
         "Number of devices: alone, the traced step's state divided over them in closed form "
         "(ZeRO-3); with a layout, its product (checked)."))] = None,
@@ -38,9 +40,9 @@ def memory_command(
     if count is not None and (isinstance(count, bool) or count < 1):
         raise InputError(f"--count must be a whole number >= 1, got {count}")
     laid_out = layout_options.resolve(count)
-    work = options.resolve(laid_out)
-    count = count if count is not None and laid_out.single else 1
     chip = get_hardware(hardware) if hardware is not None else None
+    work = options.resolve(laid_out, chip)
+    count = count if count is not None and laid_out.single else 1
     if plot is not None:
         check_figure_path(plot)  # refuse a bad path before the work, not after
     from tensorledger.ledger.memory import memory_report

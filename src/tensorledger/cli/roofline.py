@@ -51,8 +51,8 @@ def roofline_command(
     if measure and options.device == DEFAULTS.device and laid_out.single:
         # a measurement runs on real tensors: here, unless told otherwise
         options = dataclasses.replace(options, device="cpu")
-    work = options.resolve(laid_out)
     chip = get_hardware(hardware)
+    work = options.resolve(laid_out, chip)
     second = get_hardware(overlay) if overlay else None
     if plot is not None:
         check_figure_path(plot)  # refuse a bad path before the work, not after

@@ -38,6 +38,8 @@ from typing import Annotated, Any, overload
 import typer
 
 from tensorledger.errors import InputError
+from tensorledger.hardware import Hardware
+from tensorledger.hardware.target import default_target, target_of
 from tensorledger.workload.layout import Layout, resolve_layout
 from tensorledger.workload.spec import DEFAULTS, Workload, resolve_workload
 
@@ -63,6 +65,10 @@ Device = Annotated[str, typer.Option("--device", help=(
     "memory), fake (FakeTensorMode: no memory, runs any model), cpu or cuda (real tensors)."))]
 Checkpoint = Annotated[bool, typer.Option("--checkpoint", help=(
     "Recompute every block of a reference model in backward (activation checkpointing)."))]
+OptimizerKernel = Annotated[str, typer.Option("--optimizer-kernel", help=(
+    "How torch.optim runs the step: auto (the target's default: foreach on a GPU, the "
+    "per-parameter for-loop on a CPU), for-loop, foreach, or fused (sgd, momentum, adam, "
+    "adamw)."))]
 
 # The layout group's options (fields of LayoutOptions below).
 Dp = Annotated[int, typer.Option("--dp", help=(
@@ -110,12 +116,18 @@ class WorkloadOptions:
     optimizer: Optimizer = DEFAULTS.optimizer
     device: Device = DEFAULTS.device
     checkpoint: Checkpoint = DEFAULTS.checkpoint
+    optimizer_kernel: OptimizerKernel = DEFAULTS.optimizer_kernel
 
-    def resolve(self, laid_out: Layout | None = None) -> Workload:
-        """Check the options once and look every name up: every name becomes an object here."""
+    def resolve(self, laid_out: Layout | None = None, chip: Hardware | None = None
+                ) -> Workload:
+        """Check the options once and look every name up: every name becomes an object here.
+        The trace records ``chip``'s program (the ``--hardware`` of the command; an H100 when
+        the command names none)."""
         return resolve_workload(self.model, batch=self.batch, seq=self.seq, step=self.step,
                                 precision=self.precision, optimizer=self.optimizer,
                                 device=self.device, checkpoint=self.checkpoint,
+                                target=default_target() if chip is None else target_of(chip),
+                                optimizer_kernel=self.optimizer_kernel,
                                 **({} if laid_out is None else {"layout": laid_out}))
 
 

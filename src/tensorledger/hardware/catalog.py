@@ -533,7 +533,7 @@ def _capability(chip: str, raw: Any, where: str) -> str | None:
     if len(parts) != 2 or not all(p.isascii() and p.isdigit() and len(p) <= 2 for p in parts):
         raise ConfigError(f"{where}: [{chip}] compute_capability must be NVIDIA's "
                           f"\"major.minor\" such as \"9.0\", not {_short(raw)}")
-    return raw
+    return str(raw)
 
 
 def _calibration(chip: str, raw: Any, where: str) -> Calibration:

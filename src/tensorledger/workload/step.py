@@ -86,13 +86,19 @@ def check_host_memory(work: Workload) -> None:
 @contextmanager
 def placement(device: str) -> Iterator[str]:
     """Enter the mode ``device`` needs and yield the torch device to build on."""
+    from tensorledger.trace.grouped import GroupedMMMode
+
     if device == "fake":
         from torch._subclasses.fake_tensor import FakeTensorMode
 
-        with FakeTensorMode():
+        with FakeTensorMode(), GroupedMMMode():
             yield "cpu"
         return
     resolve_device(device, ("cpu", "cuda", "meta"))
+    if device == "meta":
+        with GroupedMMMode():
+            yield device
+        return
     yield device
 
 
