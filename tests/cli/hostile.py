@@ -52,6 +52,13 @@ FACTORIES = {
         "import sys, torch\n\nclass M(torch.nn.Module):\n    def __init__(self):\n"
         "        super().__init__()\n        self.w = torch.nn.Linear(4, 4)\n\n"
         "    def forward(self, x):\n        sys.exit(0)\n\ndef make():\n    return M()\n"),
+    "os_exit_in_factory.py": "import os\n\ndef make():\n    os._exit(0)\n",
+    "os_exit_in_forward.py": (
+        "import torch\nfrom posix import _exit\n\nclass M(torch.nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "        self.w = torch.nn.Embedding(16, 4)\n\n    def forward(self, x):\n"
+        "        try:\n            _exit(0)\n        except Exception:\n            pass\n\n"
+        "def make():\n    return M()\n"),
     "prints.py": (
         "import torch\nprint('hello from the factory')\n\ndef make():\n"
         "    print('building')\n    return torch.nn.Linear(4, 4)\n"),

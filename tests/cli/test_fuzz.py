@@ -410,6 +410,9 @@ MODEL_LAYER_HOSTILE_CASES = [
     )),
     ("trace", "no_parameters.py:make"),  # ValueError: optimizer got an empty parameter list
     ("memory", "exit_at_import.py:make"),
+    # os._exit ended the process: exit 0, nothing said (issue 35)
+    *((command, "os_exit_in_factory.py:make") for command in ("models", "trace", "memory")),
+    ("trace", "os_exit_in_forward.py:make"),
     ("memory", "prints.py:make"),
     *((command, model) for command in ("models", "trace", "memory", "roofline") for model in (
         "deep.json",  # RecursionError

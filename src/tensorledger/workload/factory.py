@@ -11,10 +11,11 @@ The factory protocol (documented in the README):
   inputs.  Without it: the ``.loss`` a model computed itself, else cross-entropy of the logits
   (a tensor, the first element of a tuple, or ``.logits``) against the token ids.
 
-Whatever the user's code does — raise, ``sys.exit``, ``KeyboardInterrupt``, print — is caught by
-:func:`user_code`: what it prints goes to stderr once it has run well (stdout belongs to the
-tool's own output) and an escape becomes one :class:`~tensorledger.errors.ModelError` line
-saying what happened and where (its prints are dropped then, so the line stands alone).
+Whatever the user's code does — raise, ``sys.exit``, ``os._exit``, ``KeyboardInterrupt``,
+print — is caught by :func:`user_code`: what it prints goes to stderr once it has run well
+(stdout belongs to the tool's own output) and an escape becomes one
+:class:`~tensorledger.errors.ModelError` line saying what happened and where (its prints are
+dropped then, so the line stands alone).
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ import contextlib
 import hashlib
 import importlib.util
 import io
+import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType, TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
 from tensorledger.errors import ConfigError, ModelError, TensorLedgerError
 
@@ -44,7 +46,9 @@ def _first_line(error: BaseException) -> str:
 
 def _where(tb: TracebackType | None, files: tuple[Path, ...]) -> str:
     """``file.py:line`` of the innermost frame in one of ``files`` (else the innermost)."""
-    frames = traceback.extract_tb(tb)
+    # this module's own frames (the guard, the stand-in for os._exit) are never the place
+    frames = [f for f in traceback.extract_tb(tb)
+              if Path(f.filename).resolve() != Path(__file__).resolve()]
     wanted = {str(f.resolve()) for f in files}
     for frame in reversed(frames):
         if str(Path(frame.filename).resolve()) in wanted:
@@ -107,12 +111,15 @@ def user_code(what: str, files: tuple[Path, ...] = ()) -> Iterator[None]:
     """
     printed = io.StringIO()
     try:
-        with contextlib.redirect_stdout(printed):
+        with contextlib.redirect_stdout(printed), _exit_refused():
             yield
     except TensorLedgerError:
         raise
     except SystemExit as error:
         raise ModelError(f"{what} called sys.exit({error.code!r})"
+                         + _at(error.__traceback__, files)) from None
+    except _ExitCalled as error:
+        raise ModelError(f"{what} called os._exit({error.status!r})"
                          + _at(error.__traceback__, files)) from None
     except KeyboardInterrupt as error:
         raise ModelError(f"{what} raised KeyboardInterrupt"
@@ -142,6 +149,47 @@ def hold_user_output() -> Iterator[io.StringIO]:
         yield held
     finally:
         held = previous
+
+
+class _ExitCalled(BaseException):
+    """``os._exit(status)`` called by user code: raised in its place (a BaseException, like
+    SystemExit, so that the user's own ``except Exception`` does not swallow it)."""
+
+    def __init__(self, status: object) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+_real_exit = os._exit
+#: ``posix`` (or ``nt``), where ``os`` found ``_exit``: ``from posix import _exit`` reaches it.
+_platform: Any = sys.modules[os.name]
+#: The process that entered the outermost guard, and how many guards are open.
+_guarded: list[int] = []
+
+
+def _refuse_exit(status: int) -> NoReturn:
+    if not _guarded or os.getpid() != _guarded[0]:
+        # a child the user's code forked (multiprocessing ends one with os._exit), or a call
+        # after every guard has closed: the process really ends
+        _real_exit(status)
+    raise _ExitCalled(status)
+
+
+@contextlib.contextmanager
+def _exit_refused() -> Iterator[None]:
+    """While user code runs, ``os._exit`` (and ``posix._exit``, the same function) raises
+    :class:`_ExitCalled` instead of ending the process, which no ``try`` could catch: the
+    command would end with the status the user's code chose (0, as if it had succeeded) and
+    nothing said.  ``sys.exit`` needs no such help: it raises SystemExit."""
+    if not _guarded:
+        os._exit = _platform._exit = _refuse_exit
+    _guarded.append(os.getpid())
+    try:
+        yield
+    finally:
+        _guarded.pop()
+        if not _guarded:
+            os._exit = _platform._exit = _real_exit
 
 
 def _at(tb: TracebackType | None, files: tuple[Path, ...]) -> str:

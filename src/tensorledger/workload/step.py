@@ -265,11 +265,39 @@ def _build_module(work: Workload, target: str, dtype: torch.dtype,
     if not isinstance(made, nn.Module):
         raise ModelError(f"the factory {source.label} returned {type(made).__name__}, not a "
                          "torch.nn.Module")
-    # Parameters already in the recipe's dtype are left alone; others are cast as the recipe
-    # says (a floating dtype only: integer buffers stay what they are).
-    if any(p.is_floating_point() and p.dtype != dtype for p in made.parameters()):
-        made = made.to(dtype=dtype)
+    with user_code(f"casting the module of {source.label} to {dtype}", (factory.path,)):
+        _cast_floating(made, dtype)
     return made
+
+
+def _cast_floating(module: nn.Module, dtype: torch.dtype) -> None:
+    """Cast ``module``'s floating parameters and buffers to ``dtype`` in place, as
+    ``module.to(dtype=dtype)`` would on real tensors, and under FakeTensorMode too.
+
+    ``Module.to`` swaps a fake parameter for its cast (``torch.utils.swap_tensors``, forced
+    for every FakeTensor whatever ``torch.__future__`` says), and the swap is refused: the fake
+    mode's MetaConverter holds a weak reference to every Parameter made under it.  Setting
+    ``.data`` instead is what ``Module.to`` itself does to a real parameter: the Parameter
+    object stays (ties between modules, references the user kept, attributes set on it), and
+    its storage becomes the cast one.  Integer and complex tensors stay what they are.
+    """
+    with torch.no_grad():
+        # parameters() yields a Parameter shared by several modules once
+        for param in module.parameters():
+            if param.is_floating_point() and param.dtype != dtype:
+                param.data = param.data.to(dtype)
+                if param.grad is not None:
+                    param.grad = param.grad.to(dtype)
+        cast: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id → (buffer, its cast)
+        for sub in module.modules():
+            for name, buffer in sub._buffers.items():
+                if buffer is None or not buffer.is_floating_point() or buffer.dtype == dtype:
+                    continue
+                # a buffer shared by several modules stays shared (the old one is kept
+                # alive in ``cast`` so that its id is not reused meanwhile)
+                if id(buffer) not in cast:
+                    cast[id(buffer)] = (buffer, buffer.to(dtype))
+                sub._buffers[name] = cast[id(buffer)][1]
 
 
 def _inputs(work: Workload, module: nn.Module, target: str, factory: FactoryFile | None
