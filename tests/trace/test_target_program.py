@@ -217,7 +217,8 @@ def test_hf_attention_is_fused_on_an_h100(tmp_path: Path, family: str) -> None:
     folder = tmp_path / family
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(raw))
-    run = trace_workload(resolve_workload(str(folder / "config.json"), batch=2, seq=60))
+    run = trace_workload(resolve_workload(str(folder / "config.json"), batch=2, seq=60,
+                                          target=H100))
     kernels = [kernel for _, kernel, _ in run.trace.attention_kernels]
     assert kernels == ["flash", "flash"]  # one per layer, 2 layers
     scores_bytes = 2 * 4 * 60 * 60 * 2  # B·H·S² in bf16

@@ -23,7 +23,8 @@ from torch.utils.checkpoint import checkpoint
 from tensorledger.devices import resolve_device
 from tensorledger.errors import ConfigError, InputError, ModelError
 from tensorledger.models.build import build_model
-from tensorledger.trace.kernels import target_program
+from tensorledger.hardware.target import Target
+from tensorledger.trace.kernels import active_target, target_program
 from tensorledger.workload.factory import FactoryFile, load_factory_file, user_code
 from tensorledger.workload.layout import Layout
 from tensorledger.workload.precision import RecipeOptimizer, param_dtype
@@ -36,14 +37,25 @@ __all__ = ["CheckpointedBlock", "PreparedStep", "build_module", "check_host_memo
 
 class CheckpointedBlock(nn.Module):
     """A block whose insides are recomputed in backward (``torch.utils.checkpoint``,
-    non-reentrant): only its input is kept."""
+    non-reentrant): only its input is kept.
+
+    The recomputation runs inside autograd's backward, where no torch-function mode of the
+    forward is active: the target's program (:func:`target_program`) is entered again inside
+    the recomputed function, so the recomputation dispatches attention as the forward did."""
 
     def __init__(self, block: nn.Module) -> None:
         super().__init__()
         self.block = block
 
+    def _run(self, x: torch.Tensor, target: Target | None) -> torch.Tensor:
+        if target is None:
+            return cast(torch.Tensor, self.block(x))
+        with target_program(target):
+            return cast(torch.Tensor, self.block(x))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return cast(torch.Tensor, checkpoint(self.block, x, use_reentrant=False))
+        return cast(torch.Tensor, checkpoint(self._run, x, active_target(),
+                                             use_reentrant=False))
 
 
 def checkpoint_blocks(model: nn.Module) -> nn.Module:
