@@ -93,7 +93,7 @@ def test_memory(step: tuple[Ledger, StepTrace]) -> None:
 def test_workload_step_and_reports(step: tuple[Ledger, StepTrace]) -> None:
     ledger, run = step
     work = repr(run.work)
-    assert work == "Workload(gpt2: train, batch 1 × seq 64, fp32, adamw, on meta)"
+    assert work == "Workload(gpt2: train, batch 1 × seq 64, fp32, adamw (for-loop), on meta)"
     text = repr(run)
     assert len(text) < SHORT and work in text and repr(run.trace) in text
     assert _number(text, r"([\d,]+) params") == run.params

@@ -41,7 +41,7 @@ def test_the_same_workload_options_with_the_same_names_help_and_defaults() -> No
     found = {command: _options(command, WORKLOAD_OPTIONS)
              for command in COMMANDS + WORKLOAD_ONLY + ("checkpoint",)}
     assert WORKLOAD_OPTIONS == ("model", "batch", "seq", "step", "precision", "optimizer",
-                                "device", "checkpoint")
+                                "device", "checkpoint", "optimizer_kernel")
     assert set(found["trace"]) == set(WORKLOAD_OPTIONS)
     assert found["trace"] == found["memory"] == found["roofline"] == found["account"]
     assert found["checkpoint"] == {name: spec for name, spec in found["trace"].items()
@@ -52,7 +52,8 @@ def test_the_same_workload_options_with_the_same_names_help_and_defaults() -> No
     defaults = {name: spec[1] for name, spec in found["trace"].items() if name != "model"}
     assert defaults == {"batch": DEFAULTS.batch, "seq": DEFAULTS.seq, "step": DEFAULTS.step,
                         "precision": DEFAULTS.precision, "optimizer": DEFAULTS.optimizer,
-                        "device": DEFAULTS.device, "checkpoint": DEFAULTS.checkpoint}
+                        "device": DEFAULTS.device, "checkpoint": DEFAULTS.checkpoint,
+                        "optimizer_kernel": DEFAULTS.optimizer_kernel}
     assert defaults["precision"] == "mixed-bf16"  # language models train in bf16
 
 
@@ -117,7 +118,8 @@ def test_a_command_declares_one_option_its_own_way_and_leaves_one_out() -> None:
     toy_app = typer.Typer(add_completion=False)
     toy_app.command()(toy)
     command = typer.main.get_command(toy_app)
-    assert [p.name for p in command.params] == ["model", *WORKLOAD_OPTIONS[1:-1]]
+    assert [p.name for p in command.params] == ["model", *(n for n in WORKLOAD_OPTIONS[1:]
+                                                         if n != "checkpoint")]
     command.main(["--seq", "8"], standalone_mode=False)
     assert seen == [WorkloadOptions(model="mine", seq=8, checkpoint=DEFAULTS.checkpoint)]
 

@@ -12,6 +12,7 @@ import tensorledger
 from tensorledger.hardware import get_hardware
 from tensorledger.ledger import memory_report, roofline_report, trace_report
 from tensorledger.napkin.transformer import get_preset, parameter_count
+from tensorledger.hardware.target import target_of
 from tensorledger.workload import resolve_workload
 from tests.conftest import assert_one_line_error
 
@@ -21,8 +22,8 @@ ARGS = ("--model", "tiny", "--batch", "3", "--seq", "20", "--hardware", "a100", 
 
 def test_every_number_equals_the_direct_pipelines(cli: Any) -> None:
     doc = cli("account", *ARGS, "--json").json()
-    work = resolve_workload("tiny", batch=3, seq=20)
     chip = get_hardware("a100")
+    work = resolve_workload("tiny", batch=3, seq=20, target=target_of(chip))
     traced = trace_report(work, 2)
     memory = memory_report(work, chip, 4)
     roofline = roofline_report(work, chip)

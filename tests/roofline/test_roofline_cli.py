@@ -9,6 +9,7 @@ import pytest
 
 from tensorledger.hardware import get_hardware
 from tensorledger.roofline import predict_op
+from tensorledger.hardware.target import default_target
 from tensorledger.workload import trace_model
 from tests.conftest import assert_one_line_error
 
@@ -16,7 +17,8 @@ from tests.conftest import assert_one_line_error
 def test_prediction_json_matches_a_second_path(cli) -> None:  # type: ignore[no-untyped-def]
     doc = cli("roofline", "--model", "tiny", "--batch", "2", "--seq", "16", "--hardware",
               "a100", "--json", "--per-op").json()
-    run = trace_model("tiny", batch=2, seq=16)  # the CLI's defaults: train, mixed-bf16
+    # the CLI's defaults: train, mixed-bf16, the --hardware chip's program (an H100's)
+    run = trace_model("tiny", batch=2, seq=16, target=default_target())
     chip = get_hardware("a100")
     expected = [predict_op(i, r, chip).time_s for i, r in enumerate(run.trace.records)]
     assert doc["prediction"]["time_s"] == pytest.approx(sum(expected))

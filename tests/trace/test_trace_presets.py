@@ -11,9 +11,9 @@ import pytest
 from tests.conftest import assert_one_line_error
 from torch.utils.flop_counter import FlopCounterMode
 
+from tensorledger.hardware.target import default_target
 from tensorledger.napkin.transformer import PRESETS, forward_flops_per_token, get_preset
 from tensorledger.trace import by_module
-from tensorledger.hardware.target import default_target
 from tensorledger.workload import trace_model
 
 

@@ -15,6 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from tensorledger.hardware import get_hardware
 from tensorledger.roofline.model import predict_op
+from tensorledger.hardware.target import default_target
 from tensorledger.workload import placement, prepare, resolve_workload, trace_workload
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own_model.py"
@@ -43,7 +44,8 @@ def test_models_counts_the_factory_module(cli: Any) -> None:
 def test_trace_uses_its_inputs_and_loss_and_matches_flop_counter(cli: Any) -> None:
     doc = cli("trace", "--model", SOURCE, "--batch", "3", "--seq", "20", "--precision", "fp32",
               "--json").json()
-    work = resolve_workload(SOURCE, batch=3, seq=20, precision="fp32")
+    # the command traces an H100's program (no --hardware named)
+    work = resolve_workload(SOURCE, batch=3, seq=20, precision="fp32", target=default_target())
     run = trace_workload(work)
     assert doc["summary"]["flops"] == run.trace.flops and doc["params"] == PARAMS
     # The masked attention saw the mask: the trace's attention op has a 4th (mask) input.
@@ -79,7 +81,7 @@ def test_memory_of_the_factory_step(cli: Any) -> None:
 def test_roofline_of_the_factory_step(cli: Any) -> None:
     doc = cli("roofline", "--model", SOURCE, "--batch", "2", "--seq", "16", "--hardware",
               "h100", "--json", "--per-op").json()
-    run = trace_workload(resolve_workload(SOURCE, batch=2, seq=16))
+    run = trace_workload(resolve_workload(SOURCE, batch=2, seq=16, target=default_target()))
     chip = get_hardware("h100")
     expected = [predict_op(i, r, chip).time_s for i, r in enumerate(run.trace.records)]
     assert doc["prediction"]["time_s"] == pytest.approx(sum(expected))

@@ -22,8 +22,8 @@ from torch.utils.checkpoint import checkpoint
 
 from tensorledger.devices import resolve_device
 from tensorledger.errors import ConfigError, InputError, ModelError
-from tensorledger.models.build import build_model
 from tensorledger.hardware.target import Target
+from tensorledger.models.build import build_model
 from tensorledger.trace.kernels import active_target, target_program
 from tensorledger.workload.factory import FactoryFile, load_factory_file, user_code
 from tensorledger.workload.layout import Layout
