@@ -10,9 +10,9 @@ import pytest
 
 import tensorledger
 from tensorledger.hardware import get_hardware
+from tensorledger.hardware.target import target_of
 from tensorledger.ledger import memory_report, roofline_report, trace_report
 from tensorledger.napkin.transformer import get_preset, parameter_count
-from tensorledger.hardware.target import target_of
 from tensorledger.workload import resolve_workload
 from tests.conftest import assert_one_line_error
 

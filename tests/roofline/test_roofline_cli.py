@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from tensorledger.hardware import get_hardware
-from tensorledger.roofline import predict_op
 from tensorledger.hardware.target import default_target
+from tensorledger.roofline import predict_op
 from tensorledger.workload import trace_model
 from tests.conftest import assert_one_line_error
 

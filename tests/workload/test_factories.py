@@ -14,8 +14,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from tensorledger.hardware import get_hardware
-from tensorledger.roofline.model import predict_op
 from tensorledger.hardware.target import default_target
+from tensorledger.roofline.model import predict_op
 from tensorledger.workload import placement, prepare, resolve_workload, trace_workload
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own_model.py"
