@@ -3,6 +3,7 @@ Llama (fp32, AdamW) and the reference tiny preset, steady-state step and first s
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,12 @@ def _memtracker_peak(work: Workload, steps: int) -> dict[object, int]:
         assert step.optimizer is not None
         tracker = MemTracker()
         tracker.track_external(step.module, *step.optimizer._inner)
-        with tracker:
+        with tracker, warnings.catch_warnings():
+            # with transformers 5.25 ModTracker warns that its module tree may be off (a post
+            # hook meets a module it did not see enter): the figures compared here are by
+            # storage category, which does not read that tree
+            warnings.filterwarnings("ignore", "The module hierarchy tracking maybe",
+                                    UserWarning)
             step.run()
         snapshot = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]
     return dict(snapshot)
