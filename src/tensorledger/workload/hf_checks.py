@@ -29,8 +29,8 @@ from typing import Any, Literal
 
 from tensorledger.errors import ConfigError
 
-__all__ = ["FAMILIES", "HEADS", "SIZES", "CheckedConfig", "Family", "Head", "SizeField",
-           "check_hf_config"]
+__all__ = ["FAMILIES", "HEADS", "LABELS", "SIZES", "CheckedConfig", "Family", "Head",
+           "SizeField", "check_hf_config"]
 
 #: The heads a config's ``architectures`` can ask for; each has a loss the step computes.
 Head = Literal["causal-lm", "masked-lm", "sequence-classification"]
@@ -65,6 +65,9 @@ SIZES: dict[str, SizeField] = {f.standard: f for f in (
     SizeField("max_position_embeddings", "positions", 1 << 24),
     SizeField("head_dim", "the size of one head", 1 << 12),
 )}
+
+#: transformers writes a name for every label (``id2label``): a million labels are minutes.
+LABELS = SizeField("num_labels", "the number of labels", 1 << 16)
 
 _LLAMA_KEYS = {name: name for name in SIZES}
 
@@ -212,6 +215,7 @@ def check_hf_config(raw: Mapping[str, Any], where: str = "config.json", *,
         fields[family.keys[standard]] = family.defaults[standard]
     sizes = {s: _whole(fields, key, SIZES[s], where) for s, key in family.keys.items()
              if key in fields and not (fields[key] is None and s in family.nullable)}
+    _whole(fields, LABELS.standard, LABELS, where)
     hidden, heads = sizes.get("hidden_size"), sizes.get("num_attention_heads")
     if family.heads_divide_hidden and hidden and heads and hidden % heads:
         raise ConfigError(f"{where}: field {family.keys['num_attention_heads']!r} ({heads}) "
