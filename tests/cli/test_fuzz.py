@@ -431,3 +431,57 @@ def test_model_layer_hostile_models(command: str, model: str, hostile_files: dic
             [command, "--model", target, "--batch", "1", "--seq", "8", "--json"])
     with _place(hostile_files) as place:
         run_case(argv, place)
+
+
+# ------------------------------------------------ config.json fields (issue 35): the checker's
+
+#: Values a size field is given: small valid ones (so a case that passes builds in a moment;
+#: the bounds themselves are tests/workload/test_hf_checks.py's), zero, negative, past every
+#: bound, not whole numbers, left out.
+CONFIG_FIELD_VALUES: list[Any] = [1, 2, 3, 4, 8, 12, 97, 0, -1, -(2**63), 1025, (1 << 24) + 1,
+                                  10**40, 1.5, True, None, "32", [4], "MISSING"]
+#: ``num_labels`` also past its bound: transformers names every label, a million take minutes
+CONFIG_LABELS: list[Any] = [1, 3, 0, -1, 1 << 17, (1 << 22) + 1, 10**40, 2.5, None, "MISSING"]
+CONFIG_FIELDS = ("hidden_size", "n_embd", "num_hidden_layers", "n_layer",
+                 "num_attention_heads", "n_head", "num_key_value_heads", "num_kv_heads",
+                 "vocab_size", "intermediate_size", "n_inner", "ffn_hidden_size",
+                 "max_position_embeddings", "n_positions", "head_dim", "pad_token_id",
+                 "architectures", "num_labels")
+CONFIG_EXAMPLES = 24
+
+
+@st.composite
+def hostile_config(draw: st.DrawFn) -> dict[str, Any]:
+    """A tiny config of a supported model_type with one to three fields changed or removed."""
+    from tests.workload.hf_configs import CHECKED
+
+    raw = dict(CHECKED[draw(st.sampled_from(sorted(CHECKED)))])
+    for key in draw(st.lists(st.sampled_from(CONFIG_FIELDS), min_size=1, max_size=3)):
+        if key == "architectures":
+            value: Any = draw(st.sampled_from([["XForCausalLM"], ["XForMaskedLM"],
+                                               ["XForSequenceClassification"], ["XModel"],
+                                               "XForCausalLM", [], None]))
+        else:
+            value = draw(st.sampled_from(CONFIG_LABELS if key == "num_labels"
+                                         else CONFIG_FIELD_VALUES))
+        if value == "MISSING":
+            raw.pop(key, None)
+        else:
+            raw[key] = value
+    return raw
+
+
+def test_fuzz_config_fields(hostile_files: dict[str, str], isolated: None) -> None:
+    @settings(_SETTINGS, max_examples=CONFIG_EXAMPLES)
+    @given(raw=hostile_config(), command=st.sampled_from(["models", "trace"]),
+           seq=st.sampled_from(["8", "64", "65"]))
+    def case(raw: dict[str, Any], command: str, seq: str) -> None:
+        with _place(hostile_files) as place:
+            path = place.out.parent / "config.json"
+            path.write_text(json.dumps(raw))
+            argv = ([command, str(path), "--json"] if command == "models" else
+                    [command, "--model", str(path), "--batch", "1", "--seq", seq,
+                     "--precision", "fp32", "--json"])
+            run_case(argv, place)
+
+    case()

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from tensorledger.errors import ConfigError, ModelError, UnknownNameError
 from tensorledger.napkin.transformer import PRESETS, TransformerConfig, get_preset
+from tensorledger.workload.hf_checks import Head, check_hf_config
 from tensorledger.workload.hf_config import HF_MODEL_TYPES, config_from_hf, read_config_json
 
 __all__ = ["ModelSource", "hf_available", "resolve_source"]
@@ -32,7 +33,11 @@ class ModelSource:
     Hugging Face class of the config's ``model_type``) or ``factory`` (the user's function).
     ``config`` is the reference Transformer's config when the model has one: a preset, or a
     config.json of a family the closed forms share (GPT-2, Llama) — also when transformers
-    builds it, so closed forms can be set beside the trace.
+    builds it, so closed forms can be set beside the trace.  A config.json was checked by
+    :func:`~tensorledger.workload.hf_checks.check_hf_config`: ``head`` is the head its
+    ``architectures`` asks for, ``filled`` the fields taken from transformers' defaults
+    (``fill_defaults``), ``learned_positions`` the length of its table of positions, if it has
+    one.
     """
 
     label: str  # the text the user gave
@@ -43,6 +48,19 @@ class ModelSource:
     hf_config: Mapping[str, Any] | None = field(default=None, repr=False)
     path: Path | None = None  # the config.json or the factory file
     function: str | None = None  # the factory's name
+    head: Head | None = None  # a config.json's head: causal-lm, masked-lm, ...
+    filled: tuple[str, ...] = ()  # fields of a config.json filled with transformers' defaults
+    learned_positions: int | None = None  # a config.json's table of positions
+
+    @property
+    def max_seq(self) -> int | None:
+        """The longest sequence the model can take: its table of learned positions; None
+        where positions are computed (RoPE, ALiBi) and a longer sequence still runs."""
+        if self.learned_positions is not None:
+            return self.learned_positions
+        if self.config is not None and self.config.positions == "learned":
+            return self.config.context_length
+        return None
 
     def __repr__(self) -> str:
         return f"ModelSource({self.label!r}, {self.kind}, built by {self.builder})"
@@ -51,10 +69,24 @@ class ModelSource:
     def built_by(self) -> str:
         """One phrase for the output: which path built the model."""
         if self.builder == "reference":
-            return "tensorledger's reference Transformer"
+            return "tensorledger's reference Transformer" + (
+                f" (from the config{self._filled})" if self.filled else "")
         if self.builder == "transformers":
-            return "Hugging Face transformers (from the config, no weights)"
+            head = f", {_HEAD_WORDS[self.head]} head" if self.head else ""
+            return f"Hugging Face transformers (from the config, no weights{head}{self._filled})"
         return f"the factory {self.function}() in {self.path}"
+
+
+    @property
+    def _filled(self) -> str:
+        if not self.filled or self.hf_config is None:
+            return ""
+        taken = ", ".join(f"{key} = {self.hf_config[key]}" for key in self.filled)
+        return f"; transformers' defaults taken: {taken}"
+
+
+_HEAD_WORDS = {"causal-lm": "causal LM", "masked-lm": "masked LM",
+               "sequence-classification": "sequence classification"}
 
 
 def hf_available() -> bool:
@@ -62,7 +94,7 @@ def hf_available() -> bool:
     return importlib.util.find_spec("transformers") is not None
 
 
-def _config_source(text: str, path: Path) -> ModelSource:
+def _config_source(text: str, path: Path, fill_defaults: bool) -> ModelSource:
     file = path / "config.json" if path.is_dir() else path
     raw = read_config_json(file)
     if not isinstance(raw, dict):
@@ -71,9 +103,12 @@ def _config_source(text: str, path: Path) -> ModelSource:
     if not isinstance(model_type, str) or not model_type:
         raise ConfigError(f"{file}: field 'model_type' must be a name such as \"llama\", got "
                           f"{model_type!r}")
+    checked = check_hf_config(raw, str(file), fill_defaults=fill_defaults)
+    raw = checked.raw
     name = file.parent.name if file.name == "config.json" and file.parent.name else file.stem
     reference = None
-    if model_type in HF_MODEL_TYPES:
+    # the closed forms are a causal LM's; another head is transformers' alone
+    if model_type in HF_MODEL_TYPES and checked.head == "causal-lm":
         try:
             reference = config_from_hf(raw, str(file), name)
         except ConfigError:
@@ -81,13 +116,19 @@ def _config_source(text: str, path: Path) -> ModelSource:
                 raise
     if hf_available():
         return ModelSource(label=text, kind="config", builder="transformers", name=name,
-                           config=reference, hf_config=raw, path=file)
+                           config=reference, hf_config=raw, path=file, head=checked.head,
+                           filled=checked.filled, learned_positions=checked.max_seq)
     if reference is None:
         raise ConfigError(f"{file}: model_type {model_type!r} needs the Hugging Face extra "
                           "(pip install 'tensorledger[hf]'); without it only "
                           f"{', '.join(HF_MODEL_TYPES)} configs are read")
+    if checked.head != "causal-lm":
+        raise ConfigError(f"{file}: field 'architectures' asks for a {checked.head} head, which "
+                          "the Hugging Face extra builds (pip install 'tensorledger[hf]'); "
+                          "tensorledger's reference Transformer is a causal LM")
     return ModelSource(label=text, kind="config", builder="reference", name=name,
-                       config=reference, hf_config=raw, path=file)
+                       config=reference, hf_config=raw, path=file, head=checked.head,
+                       filled=checked.filled, learned_positions=checked.max_seq)
 
 
 def _factory_source(text: str) -> ModelSource:
@@ -101,9 +142,13 @@ def _factory_source(text: str) -> ModelSource:
                        function=function)
 
 
-def resolve_source(text: str) -> ModelSource:
+def resolve_source(text: str, *, fill_defaults: bool = False) -> ModelSource:
     """Resolve ``--model``: a preset (``llama-3-8b``), a ``config.json`` file or a folder
     holding one, or ``path/to/file.py:make_model``.  Nothing is built or called yet.
+
+    A config.json's sizes are checked first (:func:`.hf_checks.check_hf_config`); one that
+    leaves a size out is refused unless ``fill_defaults``, which takes transformers' default
+    and names it in :attr:`ModelSource.filled` (and in :attr:`ModelSource.built_by`).
 
     >>> resolve_source("llama-7")
     Traceback (most recent call last):
@@ -120,6 +165,6 @@ def resolve_source(text: str) -> ModelSource:
         return _factory_source(stripped)
     path = Path(stripped)
     if stripped.endswith(".json") or path.is_dir() or path.is_file():
-        return _config_source(stripped, path)
+        return _config_source(stripped, path, fill_defaults)
     raise UnknownNameError("model (a preset, a config.json path, or file.py:function)",
                            stripped, PRESETS)

@@ -196,10 +196,10 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
         raise InputError(f"--checkpoint wraps the blocks of a reference model; {source.label!r}"
                          " is not one (apply torch.utils.checkpoint in your factory instead)")
     config = source.config
-    if config is not None and config.positions == "learned" and seq > config.context_length:
+    if source.max_seq is not None and seq > source.max_seq:
         raise InputError(f"--seq {seq} is longer than {source.name}'s context of "
-                         f"{config.context_length} (learned positions); use --seq "
-                         f"{config.context_length} or less")
+                         f"{source.max_seq} (learned positions); use --seq "
+                         f"{source.max_seq} or less")
     check_layout(layout, config, batch=batch, seq=seq)
     if layout.pp > 1:
         if config is None:

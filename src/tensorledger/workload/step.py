@@ -174,12 +174,46 @@ def _vocabulary(module: nn.Module) -> int:
                      "make_inputs(batch, seq) in the factory file")
 
 
+#: The head a config's ``architectures`` asks for → the transformers auto class that builds it.
+_AUTO_CLASSES = {"causal-lm": "AutoModelForCausalLM", "masked-lm": "AutoModelForMaskedLM",
+                 "sequence-classification": "AutoModelForSequenceClassification"}
+
+
+def _classification_labels(model: nn.Module, config: Any) -> None:
+    """A sequence classifier scores one label per sequence, not a token per position: while
+    gradients are on (a step with a loss) it is handed zero labels of its problem's shape and
+    computes its own loss, which :func:`default_loss` takes; a forward-only step runs none."""
+    problem = config.problem_type or ("regression" if config.num_labels == 1
+                                      else "single_label_classification")
+
+    def add_labels(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+                   ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        if not torch.is_grad_enabled() or "labels" in kwargs:
+            return None
+        ids = args[0] if args else kwargs["input_ids"]
+        batch = ids.shape[0]
+        if problem == "multi_label_classification":
+            labels = torch.zeros(batch, config.num_labels, device=ids.device)
+        elif problem == "regression":
+            labels = torch.zeros(batch, device=ids.device)
+        else:
+            labels = torch.zeros(batch, dtype=torch.long, device=ids.device)
+        return args, {**kwargs, "labels": labels}
+
+    model.register_forward_pre_hook(add_labels, with_kwargs=True)
+
+
 def _hf_model(work: Workload, dtype: torch.dtype) -> nn.Module:
+    """The config's model, built by transformers with the head its ``architectures`` asks
+    for (:attr:`ModelSource.head`, checked before torch loaded)."""
     import transformers
+
+    from tensorledger.workload.quiet import quiet_torch
 
     raw = dict(work.source.hf_config or {})
     model_type = str(raw.pop("model_type"))
     where = work.source.path
+    head = work.source.head or "causal-lm"
     try:
         config_class = transformers.CONFIG_MAPPING[model_type]
     except KeyError:
@@ -191,12 +225,18 @@ def _hf_model(work: Workload, dtype: torch.dtype) -> nn.Module:
     except (TypeError, ValueError, KeyError, AttributeError) as error:
         raise ConfigError(f"{where}: transformers cannot read it as a {model_type} config "
                           f"({type(error).__name__}: {error})") from None
+    if head == "sequence-classification" and config.pad_token_id is None:
+        # decoders find each sequence's last token by its padding; which id pads changes no cost
+        config.pad_token_id = 0
+    auto = getattr(transformers, _AUTO_CLASSES[head])
     try:
-        model = transformers.AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
-            config, dtype=dtype)
+        with quiet_torch():
+            model = auto.from_config(config, dtype=dtype)
     except ValueError as error:
-        raise ConfigError(f"{where}: model_type {model_type!r} has no causal language-model "
-                          f"class in transformers ({str(error).splitlines()[0]})") from None
+        raise ConfigError(f"{where}: model_type {model_type!r} has no {head} class in "
+                          f"transformers ({str(error).splitlines()[0]})") from None
+    if head == "sequence-classification":
+        _classification_labels(model, config)
     return cast(nn.Module, model)
 
 
@@ -217,9 +257,11 @@ class PreparedStep:
 
     def guard(self) -> AbstractContextManager[None]:
         """Errors of the module's own code become one line naming what and where."""
+        from tensorledger.workload.quiet import quiet_torch
+
         source = self.work.source
         files = (source.path,) if source.kind == "factory" and source.path else ()
-        return user_code(f"a step of {source.label}", files)
+        return quiet_torch(user_code(f"a step of {source.label}", files))
 
     def autocast(self) -> AbstractContextManager[object]:
         """bf16 autocast for ``mixed-bf16`` (PyTorch has none on meta: fp32 there)."""

@@ -1,0 +1,56 @@
+"""What torch says beside an error it raises anyway, held back so that a refusal stays the one
+line the error becomes (torch-free: loggers are looked up by name).
+
+FakeTensorMode logs the whole traceback of a meta kernel that failed (``log.exception``, then
+``raise``): 20-odd lines on stderr before the step's guard turns the same exception into one.
+Those records are dropped; they only ever repeat an exception that propagates.  Warnings raised
+inside the block are held: shown after it when it succeeds, dropped when it fails.  Filters that
+turn a warning into an error (the tests') still apply, since they act before a warning is held.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+
+__all__ = ["REPEATING_LOGGERS", "quiet_torch"]
+
+#: Loggers whose records repeat an exception that is raised right after.
+REPEATING_LOGGERS = ("torch._subclasses.fake_tensor",)
+
+
+def _drop(record: logging.LogRecord) -> bool:
+    return False
+
+
+@contextmanager
+def quiet_torch(inner: AbstractContextManager[object] | None = None) -> Iterator[None]:
+    """Run the block (inside ``inner``, if given) with :data:`REPEATING_LOGGERS` silent and its
+    warnings held until it has succeeded.
+
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as shown:
+    ...     warnings.simplefilter("always")
+    ...     try:
+    ...         with quiet_torch():
+    ...             warnings.warn("about to fail")
+    ...             raise ValueError("failed")
+    ...     except ValueError:
+    ...         pass
+    >>> shown
+    []
+    """
+    loggers = [logging.getLogger(name) for name in REPEATING_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(_drop)
+    try:
+        with warnings.catch_warnings(record=True) as held, inner or nullcontext():
+            yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(_drop)
+    for message in held:  # reached only when the block succeeded
+        warnings.showwarning(message.message, message.category, message.filename,
+                             message.lineno, message.file, message.line)
