@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from tensorledger.cli.common import JSON_HELP, emit
+from tensorledger.cli.workload import FillDefaults
 from tensorledger.napkin.transformer import (
     ForwardFlops,
     ParameterCount,
@@ -39,6 +40,7 @@ def models_command(
               "reference Transformer's closed forms apply)."))] = None,
     seq_len: Annotated[int | None, typer.Option(
         "--seq-len", help="Sequence length for attention FLOPs (default: the context).")] = None,
+    fill_defaults: FillDefaults = False,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """List the model presets with parameter counts, or show one model's counts by part."""
@@ -46,7 +48,7 @@ def models_command(
         summaries = preset_summaries()
         emit("models", {"presets": summaries}, as_json, *presets_view(summaries))
         return
-    source = resolve_source(name)
+    source = resolve_source(name, fill_defaults=fill_defaults)
     if source.config is None:  # a factory or an architecture only transformers knows
         from tensorledger.workload import model_params  # builds it on fake tensors
 

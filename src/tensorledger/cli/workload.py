@@ -41,10 +41,11 @@ from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
 from tensorledger.hardware.target import default_target, target_of
 from tensorledger.workload.layout import Layout, resolve_layout
+from tensorledger.workload.source import resolve_source
 from tensorledger.workload.spec import DEFAULTS, Workload, resolve_workload
 
-__all__ = ["LAYOUT_OPTIONS", "WORKLOAD_OPTIONS", "Depth", "LayoutOptions", "WorkloadOptions",
-           "check_depth", "shared_options"]
+__all__ = ["LAYOUT_OPTIONS", "WORKLOAD_OPTIONS", "Depth", "FillDefaults", "LayoutOptions",
+           "WorkloadOptions", "check_depth", "shared_options"]
 
 # The workload group's options (fields of WorkloadOptions below).
 Model = Annotated[str, typer.Option("--model", "-m", help=(
@@ -65,6 +66,9 @@ Device = Annotated[str, typer.Option("--device", help=(
     "memory), fake (FakeTensorMode: no memory, runs any model), cpu or cuda (real tensors)."))]
 Checkpoint = Annotated[bool, typer.Option("--checkpoint", help=(
     "Recompute every block of a reference model in backward (activation checkpointing)."))]
+FillDefaults = Annotated[bool, typer.Option("--fill-defaults", help=(
+    "A config.json that leaves sizes out (layers, heads, ...) is refused; with this flag "
+    "transformers' defaults fill them, and the output names each one taken."))]
 OptimizerKernel = Annotated[str, typer.Option("--optimizer-kernel", help=(
     "How torch.optim runs the step: auto (the target's default: foreach on a GPU, the "
     "per-parameter for-loop on a CPU), for-loop, foreach, or fused (sgd, momentum, adam, "
@@ -117,13 +121,15 @@ class WorkloadOptions:
     device: Device = DEFAULTS.device
     checkpoint: Checkpoint = DEFAULTS.checkpoint
     optimizer_kernel: OptimizerKernel = DEFAULTS.optimizer_kernel
+    fill_defaults: FillDefaults = False
 
     def resolve(self, laid_out: Layout | None = None, chip: Hardware | None = None
                 ) -> Workload:
         """Check the options once and look every name up: every name becomes an object here.
         The trace records ``chip``'s program (the ``--hardware`` of the command; an H100 when
         the command names none)."""
-        return resolve_workload(self.model, batch=self.batch, seq=self.seq, step=self.step,
+        source = resolve_source(self.model, fill_defaults=self.fill_defaults)
+        return resolve_workload(source, batch=self.batch, seq=self.seq, step=self.step,
                                 precision=self.precision, optimizer=self.optimizer,
                                 device=self.device, checkpoint=self.checkpoint,
                                 target=default_target() if chip is None else target_of(chip),
