@@ -23,7 +23,8 @@ def account(model: Any, hardware: str | Hardware = "h100", *, count: int = 1,
     """The whole ledger of one workload: ``model`` is a preset, a config.json, a factory
     ``file.py:name`` or a resolved :class:`~tensorledger.workload.Workload`; ``options`` are
     the workload's (``batch``, ``seq``, ``step``, ``precision``, ``optimizer``, ``device``,
-    ``checkpoint``).  Returns a frozen :class:`~tensorledger.ledger.Ledger`, which renders in
+    ``checkpoint``, ``optimizer_kernel``); the step traced is ``hardware``'s program (its
+    attention and optimizer kernels; :mod:`tensorledger.hardware.target`).  Returns a frozen :class:`~tensorledger.ledger.Ledger`, which renders in
     the terminal (rich), in Jupyter and as JSON.
 
     >>> import tensorledger
@@ -31,11 +32,13 @@ def account(model: Any, hardware: str | Hardware = "h100", *, count: int = 1,
     >>> ledger.trace.flops == ledger.roofline.flops and ledger.run.tokens == 1e9
     True
     """
+    from tensorledger.hardware.target import target_of
     from tensorledger.ledger.account import account_workload
     from tensorledger.workload import Workload, resolve_workload
 
-    work = model if isinstance(model, Workload) else resolve_workload(model, **options)
     chip = get_hardware(hardware) if isinstance(hardware, str) else hardware
+    work = model if isinstance(model, Workload) else resolve_workload(
+        model, **{"target": target_of(chip), **options})
     return account_workload(work, chip, count=count, run_tokens=tokens,
                             usd_per_device_hour=usd_per_device_hour)
 

@@ -22,7 +22,8 @@ def step_summary(run: StepTrace, depth: int | None) -> TraceSummary:
     params = run.model_params or run.params
     return summarize(run.trace, depth, params=params if backward else None,
                      tokens=run.tokens if backward else None,
-                     mesh_dims=run.work.layout.dim_strides, program=program_of(run.work))
+                     mesh_dims=run.work.layout.dim_strides, program=program_of(run.work),
+                     assumptions=run.assumptions)
 
 
 def program_of(work: Workload) -> str:

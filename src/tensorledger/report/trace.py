@@ -89,6 +89,7 @@ def flops_notes(s: TraceSummary) -> View:
     for a in s.attention:
         notes.append(f"attention: {a.kernel} in {a.modules}" + (f" ×{a.count}" if a.count > 1
                                                                  else "") + f" ({a.reason})")
+    notes += s.assumptions
     if s.six_n_d is not None:
         notes.append(f"6·N·D = 6 × {s.six_n_d.params:,} × {s.six_n_d.tokens:,} = "
                      f"{_flops(s.six_n_d.six_n_d_flops)} FLOPs; counted / 6·N·D = "

@@ -125,6 +125,7 @@ class TraceSummary:
     communication: tuple[CollectiveTotal, ...] = ()  # the collectives this rank issued
     program: str = ""  # the target whose program was traced, and its optimizer kernel
     attention: tuple[AttentionKernel, ...] = ()  # the kernel each attention module ran
+    assumptions: tuple[str, ...] = ()  # what the trace decided that tensor values would have
 
     def phase_flops(self) -> dict[str, int]:
         """FLOPs by phase (``forward``, ``backward``, ...), the phases that ran."""
@@ -437,7 +438,7 @@ def attention_kernels(trace: Trace) -> tuple[AttentionKernel, ...]:
 
 def summarize(trace: Trace, depth: int | None = None, params: int | None = None,
               tokens: int | None = None, mesh_dims: Mapping[int, str] | None = None,
-              program: str = "") -> TraceSummary:
+              program: str = "", assumptions: tuple[str, ...] = ()) -> TraceSummary:
     """Everything the ``trace`` command prints, from one trace; ``program`` names the target
     whose program it is."""
     ops, flops, halved, read, written = _sums(trace.records)
@@ -461,4 +462,5 @@ def summarize(trace: Trace, depth: int | None = None, params: int | None = None,
         communication=communication(trace, mesh_dims),
         program=program,
         attention=attention_kernels(trace),
+        assumptions=assumptions,
     )

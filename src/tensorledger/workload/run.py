@@ -61,6 +61,7 @@ class StepTrace:
     first_step: Trace | None = None
     first_step_tags: dict[int, str] = field(default_factory=dict)
     measured_peak_bytes: int | None = None  # torch.cuda.max_memory_allocated on cuda
+    assumptions: tuple[str, ...] = ()  # what the trace decided that values would have
     model_params: int = 0  # the whole model's parameters (all ranks' shards together)
 
     @property
@@ -173,7 +174,8 @@ def trace_workload(work: Workload, first_step: bool = False,
     layout = work.layout
     if layout.pp > 1:
         return _pipeline_rank(work, say)
-    with laid_out(work) as (target, mesh):
+    notes: list[str] = []
+    with laid_out(work, notes) as (target, mesh):
         where = work.device if layout.single else (f"rank 0 of {layout.count} fake ranks "
                                                    f"({layout.describe()})")
         say(f"building {work.model} on {where}")
@@ -203,7 +205,8 @@ def trace_workload(work: Workload, first_step: bool = False,
     return StepTrace(work=work, param_numels=tuple(local(p).numel() for p in step.parameters),
                      trace=trace, param_parts=parts_of(step), tags=tags, first_step=first,
                      first_step_tags=first_tags, measured_peak_bytes=measured,
-                     model_params=sum(p.numel() for p in step.parameters))
+                     model_params=sum(p.numel() for p in step.parameters),
+                     assumptions=tuple(notes))
 
 
 def _pipeline_rank(work: Workload, say: Callable[[str], None]) -> StepTrace:

@@ -115,12 +115,20 @@ def placement(device: str) -> Iterator[str]:
 
 
 @contextmanager
-def laid_out(work: Workload) -> Iterator[tuple[str, Any]]:
+def laid_out(work: Workload, notes: list[str] | None = None) -> Iterator[tuple[str, Any]]:
     """:func:`placement` of ``work``'s device, and the device mesh of its layout: for a layout
     of more than one device, rank 0 of a fake process group of that many ranks, its mesh built
-    before fake tensors are entered (building it reads the rank map as numbers); else None."""
+    before fake tensors are entered (building it reads the rank map as numbers); else None.
+    Inside, the step runs the target's program (:func:`target_program`); on fake or meta
+    tensors a Hugging Face padding mask is decided as a real one without padding
+    (:func:`.hf_masks.padding_as_given`), the assumption appended to ``notes``."""
+    masks: AbstractContextManager[None] = nullcontext()
+    if work.device in ("fake", "meta") and work.source.builder != "reference":
+        from tensorledger.workload.hf_masks import padding_as_given
+
+        masks = padding_as_given([] if notes is None else notes)
     if work.layout.single:
-        with placement(work.device) as target, target_program(work.target):
+        with placement(work.device) as target, target_program(work.target), masks:
             yield target, None
         return
     from tensorledger.workload.parallel import build_mesh, fake_process_group
@@ -132,7 +140,7 @@ def laid_out(work: Workload) -> Iterator[tuple[str, Any]]:
             warnings.filterwarnings("ignore", "FSDP2-wrapped module .* returned a view tensor",
                                     UserWarning)
         mesh = build_mesh(work.layout)
-        with placement("fake") as target, target_program(work.target):
+        with placement("fake") as target, target_program(work.target), masks:
             yield target, mesh
 
 
