@@ -24,8 +24,9 @@ def account(model: Any, hardware: str | Hardware = "h100", *, count: int = 1,
     ``file.py:name`` or a resolved :class:`~tensorledger.workload.Workload`; ``options`` are
     the workload's (``batch``, ``seq``, ``step``, ``precision``, ``optimizer``, ``device``,
     ``checkpoint``, ``optimizer_kernel``); the step traced is ``hardware``'s program (its
-    attention and optimizer kernels; :mod:`tensorledger.hardware.target`).  Returns a frozen :class:`~tensorledger.ledger.Ledger`, which renders in
-    the terminal (rich), in Jupyter and as JSON.
+    attention and optimizer kernels; :mod:`tensorledger.hardware.target`).  Returns a frozen
+    :class:`~tensorledger.ledger.Ledger`, which renders in the terminal (rich), in Jupyter
+    and as JSON.
 
     >>> import tensorledger
     >>> ledger = tensorledger.account("tiny", "a100", batch=2, seq=16, tokens=1e9)

@@ -140,6 +140,7 @@ def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[s
         "dtype": ["fp32", "bf16", "fp16", "fp8", "fp4", "int8", "", "fp33", "٣", "tf32"],
         "dtype_arg": ["fp32", "bf16", "fp4", "", "fp33"],
         "optimizer": ["adamw", "sgd", "adam8bit", "lion", "", "adan"],
+        "optimizer_kernel": ["auto", "foreach", "fused", "for-loop", "", "apex", "FUSED"],
         "precision": ["mixed-bf16", "fp32", "lecture", "", "fp12"],
         "to": ["fp16", "bf16", "e4m3", "fp4", "e8m0", "fp64", "", "fp3"],
         "value": st.one_of(st.sampled_from(FLOATS), _quantities()),

@@ -15,7 +15,6 @@ padding is a real run's to measure (``--device cpu``): its values are what decid
 from __future__ import annotations
 
 import importlib.util
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -42,9 +41,9 @@ def padding_as_given(notes: list[str]) -> Iterator[None]:
     if importlib.util.find_spec("transformers") is None:
         yield
         return
-    masking = sys.modules.get("transformers.masking_utils")
-    if masking is None:
-        import transformers.masking_utils as masking
+    import transformers.masking_utils
+
+    masking: Any = transformers.masking_utils
     original: Callable[..., bool] | None = getattr(masking, "_ignore_causal_mask_sdpa", None)
     if original is None:  # another transformers: nothing to decide
         yield
