@@ -125,3 +125,21 @@ def test_gpt2_adamw_as_torch_runs_it_on_the_target(kernel: str) -> None:
     tensors = 12 * 16 + 2 + 2
     assert len(run.param_numels) == tensors
     assert optimizer_ops == (2 * tensors + 10 if kernel == "foreach" else 10 * tensors)
+
+
+@pytest.mark.parametrize("model_type", ["gemma2", "phi3", "gpt_neox", "falcon", "bert"])
+def test_on_the_cpu_target_fake_equals_a_real_cpu_run(tmp_path: Path, model_type: str) -> None:
+    """This machine's program (``--device cpu``, and fake tensors with the CPU target): every
+    op the same, in order, with its module, phase, FLOPs and bytes, and the same peak."""
+    from tests.workload.hf_configs import write_config
+
+    path = str(write_config(tmp_path / model_type, model_type))
+    works = {device: resolve_workload(path, batch=2, seq=12, precision="fp32", device=device)
+             for device in ("fake", "cpu")}
+
+    def rows(device: str) -> list[tuple[Any, ...]]:
+        return [(r.op, r.module, r.phase, r.flops, r.bytes_read, r.bytes_written,
+                 r.output_shapes) for r in trace_workload(works[device]).trace.records]
+
+    assert rows("fake") == rows("cpu")
+    assert memory_report(works["fake"]).peak_bytes == memory_report(works["cpu"]).peak_bytes
