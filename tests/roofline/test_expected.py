@@ -178,9 +178,8 @@ PUBLISHED_MFU = {"gpt2": (0.15, 0.45), "llama-3-8b": (0.30, 0.47)}
 
 @pytest.mark.parametrize(("model", "batch", "seq"), [("gpt2", 8, 1024), ("llama-3-8b", 1, 8192)])
 def test_expected_mfu_lands_in_the_published_range(model: str, batch: int, seq: int) -> None:
-    from tensorledger.workload import resolve_workload, trace_workload
-
     from tensorledger.hardware.target import target_of
+    from tensorledger.workload import resolve_workload, trace_workload
 
     h100 = get_hardware("h100")  # traced as it runs there: flash attention, foreach AdamW
     work = resolve_workload(model, batch=batch, seq=seq, precision="mixed-bf16",
