@@ -21,8 +21,8 @@ from tensorledger.cli.workload import (
 from tensorledger.workload.layout import resolve_layout
 from tensorledger.workload.spec import DEFAULTS
 
-COMMANDS = ("trace", "memory", "roofline")  # the workload and the layout
-WORKLOAD_ONLY = ("account",)
+COMMANDS = ("trace", "memory", "roofline", "account")  # the workload and the layout
+WORKLOAD_ONLY: tuple[str, ...] = ()
 #: checkpoint declares its own --model (optional: or --deep) and offers no --checkpoint
 CHECKPOINT_OWN = ("model", "checkpoint")
 
@@ -62,12 +62,12 @@ def test_the_same_layout_options_with_the_resolvers_defaults() -> None:
     assert LAYOUT_OPTIONS == ("dp", "fsdp", "zero", "tp", "sp", "pp", "microbatches",
                               "schedule")
     assert set(found["trace"]) == set(LAYOUT_OPTIONS)
-    assert found["trace"] == found["memory"] == found["roofline"]
+    assert found["trace"] == found["memory"] == found["roofline"] == found["account"]
     # a second path: the defaults resolve_layout itself takes (1 everywhere: one device)
     resolver = inspect.signature(resolve_layout).parameters
     assert {name: spec[1] for name, spec in found["trace"].items()} == {
         name: resolver[name].default for name in LAYOUT_OPTIONS}
-    assert not _options("account", LAYOUT_OPTIONS) and not _options("checkpoint", LAYOUT_OPTIONS)
+    assert not _options("checkpoint", LAYOUT_OPTIONS)
 
 
 @pytest.mark.parametrize("command", COMMANDS + WORKLOAD_ONLY + ("checkpoint",))

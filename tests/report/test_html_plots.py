@@ -60,8 +60,12 @@ def test_memory_timeline_peak_and_phases(ledger: Any) -> None:
     (peak,) = [a for a in figure.layout.annotations if a.text.startswith("peak ")]
     assert format_bytes(peak_bytes, "auto") in peak.text
     # phase boundaries from a fresh trace of the same workload: where a record's phase changes
-    records = trace_workload(resolve_workload("tiny", batch=2, seq=12,
-                                              precision=ledger.precision)).trace.records
+    from tensorledger.hardware import get_hardware
+    from tensorledger.hardware.target import target_of
+
+    records = trace_workload(resolve_workload(
+        "tiny", batch=2, seq=12, precision=ledger.precision,
+        target=target_of(get_hardware(ledger.hardware)))).trace.records
     starts = [(r.index, r.phase) for prev, r in pairwise(records) if r.phase != prev.phase]
     assert {phase for _, phase in starts} >= {"backward", "optimizer"}
     assert [s.x0 for s in figure.layout.shapes] == [i - 0.5 for i, _ in starts]

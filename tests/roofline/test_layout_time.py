@@ -72,7 +72,7 @@ def test_fsdp_collectives_take_the_ring_time_on_nvlink(fsdp4: RooflineRun,
     compute = p.time_s - p.communication_s
     assert p.overlapped_time_s <= p.time_s
     assert p.overlapped_time_s >= max(compute, p.communication_s)
-    assert run.ranks == 4 and run.data_parallel == 4
+    assert run.ranks == 4 and run.cluster is not None and run.cluster.data_parallel == 4
 
 
 def test_hsdp_replicas_cross_nodes_on_the_nic() -> None:
@@ -103,7 +103,7 @@ def test_a_chip_without_topology_is_refused_for_a_layout(fsdp4_trace: Trace
 def test_pipeline_rank_time_with_its_bubble_and_sends(piped: RooflineRun) -> None:
     run = piped
     # 2 stages, 2 micro-batches: (p − 1)/(m + p − 1) = 1/3 of the step idles
-    assert run.pipeline_bubble == pytest.approx(1 / 3)
+    assert run.cluster is not None and run.cluster.pipeline_bubble == pytest.approx(1 / 3)
     assert run.step_s == pytest.approx(run.prediction.time_s * 3 / 2)
     # stage 0 sends each micro-batch's activation (2 · 16 · 64 fp32 = 8,192 bytes) and
     # receives its gradient: 4 transfers, each one hop on NVLink (0.6 µs) plus 8,192 B / 450 GB/s
@@ -112,11 +112,15 @@ def test_pipeline_rank_time_with_its_bubble_and_sends(piped: RooflineRun) -> Non
 
 
 def test_cluster_tokens_per_s_by_hand(fsdp4: RooflineRun, piped: RooflineRun) -> None:
-    run = fsdp4
-    p = run.prediction
+    assert fsdp4.cluster is not None and piped.cluster is not None
+    run = fsdp4.cluster
+    p = fsdp4.prediction
     # 4 data-parallel ranks, each 2 × 16 tokens per step, over the serial and overlapped step
-    assert run.cluster_tokens_per_s == pytest.approx((4 * 32 / p.time_s,
-                                                      4 * 32 / p.overlapped_time_s))
+    assert run.tokens_per_s == pytest.approx((4 * 32 / p.time_s, 4 * 32 / p.overlapped_time_s))
     assert run.exposed_communication_s == pytest.approx(p.time_s - p.overlapped_time_s)
     # one pipeline (no data parallelism), 64 tokens, the step stretched by 1 / (1 − 1/3)
-    assert piped.cluster_tokens_per_s[0] == pytest.approx(64 / (piped.prediction.time_s * 1.5))
+    assert piped.cluster.tokens_per_s[0] == pytest.approx(64 / (piped.prediction.time_s * 1.5))
+    # the cluster's MFU: the rank's FLOPs over the stretched step and the dense peak
+    peak = p.flops / (p.mfu * p.time_s)
+    assert piped.cluster.mfu == pytest.approx(
+        piped.prediction.flops / (piped.prediction.time_s * 1.5 * peak), rel=1e-9)

@@ -8,7 +8,15 @@ from typing import Annotated
 import typer
 
 from tensorledger.cli.common import JSON_HELP, Quiet, emit, progress
-from tensorledger.cli.workload import Depth, WorkloadOptions, check_depth, shared_options
+from tensorledger.cli.workload import (
+    Depth,
+    LayoutOptions,
+    WorkloadOptions,
+    check_depth,
+    shared_options,
+)
+from tensorledger.errors import InputError
+from tensorledger.workload.layout import resolve_layout
 
 __all__ = ["register"]
 
@@ -18,14 +26,17 @@ def account_command(
     *,
     hardware: Annotated[str, typer.Option("--hardware", "-H", help=(
         "Catalog chip, a TOML file, or `local` (this machine, as probed)."))] = "h100",
-    count: Annotated[int, typer.Option("--count", "-n", help=(
-        "Devices, data parallel: each runs the step on its own batch."))] = 1,
+    count: Annotated[int | None, typer.Option("--count", "-n", help=(
+        "Devices.  Alone: data parallel (DDP: each runs the step on its own batch, the "
+        "gradients all-reduced on the chip's links); with layout options, their product "
+        "(checked)."))] = None,
     tokens: Annotated[str | None, typer.Option("--tokens", help=(
         "Tokens of the whole run (15T, 300B, ...): its days, device-hours and cost."))] = None,
     usd_per_device_hour: Annotated[float | None, typer.Option(
         "--usd-per-device-hour", help="Price of one device for one hour, for the cost.")
     ] = None,
     options: WorkloadOptions,
+    layout_options: LayoutOptions,
     depth: Depth = 3,
     html_report: Annotated[str | None, typer.Option("--html", help=(
         "Write one self-contained HTML report (tables and interactive plots; opens offline)."
@@ -51,7 +62,14 @@ def account_command(
 
     check_depth(depth)
     chip = get_hardware(hardware)
-    work = options.resolve(chip=chip)
+    if count is not None and (isinstance(count, bool) or count < 1):
+        raise InputError(f"--count must be a whole number >= 1, got {count}")
+    laid_out = layout_options.resolve(count)
+    devices = count or 1
+    if laid_out.single and devices > 1 and options.device in ("auto", "fake"):
+        # --count alone: data parallel, its all-reduce traced on a fake process group
+        laid_out = resolve_layout(dp=devices)
+    work = options.resolve(laid_out, chip)
     local = get_hardware(LOCAL) if measure else None  # no profile: refused before the work
     run_tokens = parse_count(tokens) if tokens is not None else None
     from tensorledger.report.files import check_output_path, write_atomic
@@ -66,7 +84,7 @@ def account_command(
     from tensorledger.report.exports import chrome_trace_json, memory_snapshot_pickle
 
     with progress(quiet, as_json) as say:
-        ledger, traced = account_run(work, chip, count=count, run_tokens=run_tokens,
+        ledger, traced = account_run(work, chip, count=devices, run_tokens=run_tokens,
                                      usd_per_device_hour=usd_per_device_hour, depth=depth,
                                      progress=say, measure_on=local)
     notes = []

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
+from tensorledger.ledger.cluster import ClusterStep, cluster_step
 from tensorledger.ledger.memory import memory_of
 from tensorledger.ledger.roofline import RooflineRun, roofline_report
 from tensorledger.ledger.trace import step_summary
@@ -59,15 +60,15 @@ class Ledger:
     optimizer: str | None
     device: str  # where the step was traced
     hardware: str
-    count: int
+    count: int  # devices of the cluster
     params: int
     params_by_part: dict[str, int]
     trace: TraceSummary  # FLOPs by category, phase, module; 6·N·D; uncovered ops
     memory: MemoryLedger
     roofline: RooflinePrediction
     step_time_s: float  # expected, per device (all devices step together); see roofline.basis
-    cluster_tokens_per_s: float
-    mfu: float  # against the dense peak the step's matmuls ran at (roofline.mfu_peak_key)
+    cluster_tokens_per_s: float  # serial: communication after compute, the bubble included
+    mfu: float  # the cluster's, against the dense peak its matmuls ran at (mfu_peak_key)
     peak_flop_per_s: float  # that dense peak
     memory_bandwidth_bytes_per_s: float
     run: RunCost | None  # with run tokens
@@ -75,6 +76,8 @@ class Ledger:
     # with a measurement: the same step run for real on this machine, predicted for its
     # probed profile and measured beside it
     measured: RooflineRun | None = None
+    # the cluster's step as the traced rank sets it: its layout, bubble, exposed communication
+    cluster: ClusterStep | None = None
 
     def _repr_html_(self) -> str:  # Jupyter: the presentation layer renders it
         import importlib
@@ -128,6 +131,10 @@ def account_run(work: Workload, hardware: Hardware, *, count: int = 1,
     """
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise InputError(f"--count must be a whole number >= 1, got {count!r}")
+    if not work.layout.single and count not in (1, work.layout.count):
+        raise InputError(f"--count {count} is not the layout's {work.layout.count} devices "
+                         f"({work.layout.describe()}); drop --count or make them agree")
+    count = work.layout.count if not work.layout.single else count
     for name, value in (("--tokens", run_tokens), ("--usd-per-device-hour",
                                                    usd_per_device_hour)):
         if value is not None and not (math.isfinite(value) and value > 0):
@@ -138,17 +145,21 @@ def account_run(work: Workload, hardware: Hardware, *, count: int = 1,
     summary = step_summary(run, depth)
     memory = memory_of(run, hardware, count)
     prediction = predict(run.trace.records, hardware, tokens=work.tokens)
+    peak = hardware.peak_flop_per_s(prediction.mfu_peak_key)
+    cluster = cluster_step(work, prediction, peak, count=count)
     step_s = prediction.time_s
-    cluster_tokens_per_s = count * work.tokens / step_s if step_s > 0 else 0.0
+    cluster_tokens_per_s = cluster.tokens_per_s[0]
+    tokens_per_step = cluster.data_parallel * work.tokens
+    bound_step_s = prediction.ideal_time_s * cluster.stretch
     cost = None
     if run_tokens is not None and cluster_tokens_per_s > 0:
         time_s = run_tokens / cluster_tokens_per_s
         hours = time_s / 3600.0 * count
-        cost = RunCost(tokens=run_tokens, steps=run_tokens / (count * work.tokens),
+        cost = RunCost(tokens=run_tokens, steps=run_tokens / tokens_per_step,
                        time_s=time_s, days=time_s / SECONDS_PER_DAY, device_hours=hours,
                        usd_per_device_hour=usd_per_device_hour,
                        cost_usd=hours * usd_per_device_hour if usd_per_device_hour else None,
-                       bound_time_s=run_tokens / (count * work.tokens) * prediction.ideal_time_s)
+                       bound_time_s=run_tokens / tokens_per_step * bound_step_s)
     ledger = Ledger(model=work.model, built_by=work.source.built_by, step=work.step.name,
                     batch=work.batch, seq=work.seq, tokens_per_step=work.tokens,
                     precision=work.precision.name,
@@ -157,11 +168,10 @@ def account_run(work: Workload, hardware: Hardware, *, count: int = 1,
                     params_by_part=dict(run.param_parts), trace=summary, memory=memory,
                     roofline=prediction, step_time_s=step_s,
                     cluster_tokens_per_s=cluster_tokens_per_s,
-                    cluster_bound_tokens_per_s=count * work.tokens / prediction.ideal_time_s
-                    if prediction.ideal_time_s > 0 else 0.0, mfu=prediction.mfu,
-                    peak_flop_per_s=hardware.peak_flop_per_s(prediction.mfu_peak_key),
+                    cluster_bound_tokens_per_s=tokens_per_step / bound_step_s
+                    if bound_step_s > 0 else 0.0, mfu=cluster.mfu, peak_flop_per_s=peak,
                     memory_bandwidth_bytes_per_s=hardware.memory_bandwidth_bytes_per_s,
-                    run=cost)
+                    run=cost, cluster=cluster)
     if measure_on is not None:
         say("measuring the step on this machine")
         local = work if work.device in ("cpu", "cuda") else work.on_device("cpu")

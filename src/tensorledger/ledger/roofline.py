@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
+from tensorledger.ledger.cluster import ClusterStep, cluster_step
 from tensorledger.roofline.compare import Comparison, compare
 from tensorledger.roofline.model import RooflinePrediction, predict
 from tensorledger.roofline.modules import ModuleTime, module_times
@@ -43,30 +44,12 @@ class RooflineRun:
     modules: tuple[ModuleTime, ...] = ()  # by module, cut to a depth, repeats grouped
     ranks: int = 1  # the step is one rank of a layout of this many devices
     layout: str = ""
-    data_parallel: int = 1  # ranks that each run their own batch: the cluster's tokens/s
-    # a pipeline's idle share of the step, (p − 1)/(v·m + p − 1), every stage as this one
-    pipeline_bubble: float = 0.0
+    cluster: ClusterStep | None = None  # the cluster's step, as this rank sets it
 
     @property
     def step_s(self) -> float:
         """The cluster's step: this rank's expected time, stretched by the pipeline bubble."""
-        return self.prediction.time_s / (1.0 - self.pipeline_bubble)
-
-    @property
-    def exposed_communication_s(self) -> float:
-        """The most communication the step can leave exposed: serial less ideally overlapped."""
-        return self.prediction.time_s - self.prediction.overlapped_time_s
-
-    @property
-    def cluster_tokens_per_s(self) -> tuple[float, float]:
-        """The cluster's tokens/s, (serial, ideally overlapped): every data-parallel rank's
-        tokens per step over the step, the pipeline bubble included; 0 for a step of no time."""
-        tokens = self.data_parallel * self.tokens
-        stretch = 1.0 / (1.0 - self.pipeline_bubble)
-        serial, overlapped = (self.prediction.time_s * stretch,
-                              self.prediction.overlapped_time_s * stretch)
-        return (tokens / serial if serial > 0 else 0.0,
-                tokens / overlapped if overlapped > 0 else 0.0)
+        return self.prediction.time_s if self.cluster is None else self.cluster.step_s
 
     def __repr__(self) -> str:
         p = self.prediction
@@ -196,6 +179,7 @@ def roofline_report(work: Workload, hardware: Hardware, *, measure_step: bool = 
 def _report(work: Workload, hardware: Hardware, traced: Trace, prediction: RooflinePrediction,
             comparison: Comparison | None, warning: str | None,
             depth: int | None) -> RooflineRun:
+    cluster = cluster_step(work, prediction, hardware.peak_flop_per_s(prediction.mfu_peak_key))
     return RooflineRun(model=work.model, built_by=work.source.built_by, step=work.step.name,
                        batch=work.batch, seq=work.seq, device=work.device,
                        precision=work.precision.name, tokens=work.tokens,
@@ -204,15 +188,4 @@ def _report(work: Workload, hardware: Hardware, traced: Trace, prediction: Roofl
                        hardware_unreliable=hardware.unreliable,
                        modules=module_times(prediction.by_module, depth),
                        ranks=work.layout.count, layout=work.layout.describe(),
-                       data_parallel=work.layout.data_parallel,
-                       pipeline_bubble=_bubble(work))
-
-
-def _bubble(work: Workload) -> float:
-    layout = work.layout
-    if layout.pp == 1:
-        return 0.0
-    from tensorledger.napkin.parallel import pipeline_bubble
-
-    chunks = 2 if layout.schedule == "interleaved-1f1b" else 1  # the traced pipeline's default
-    return pipeline_bubble(layout.pp, layout.microbatches, chunks).bubble_fraction
+                       cluster=cluster)

@@ -10,7 +10,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 
 from tensorledger.report.memory import memory_view
-from tensorledger.report.roofline import measurement_view, step_lines, totals_table
+from tensorledger.report.roofline import cluster_lines, measurement_view, step_lines, totals_table
 from tensorledger.report.trace import flops_notes, flops_table, module_table
 from tensorledger.units import format_bytes, format_count, format_duration, format_sci
 
@@ -55,6 +55,8 @@ def account_view(ledger: Ledger) -> View:
     view.append(f"on {ledger.count} device(s), stepping together:")
     view += step_lines(ledger.roofline, (ledger.cluster_tokens_per_s,
                                          ledger.cluster_bound_tokens_per_s))
+    if ledger.cluster is not None:
+        view += cluster_lines(ledger.cluster)
     if ledger.run is not None:
         r = ledger.run
         cost = f", ${r.cost_usd:,.0f} at ${r.usd_per_device_hour:g} per device-hour" if (

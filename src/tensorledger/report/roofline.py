@@ -12,6 +12,7 @@ from rich.console import RenderableType
 from rich.table import Table
 
 from tensorledger.hardware import Hardware
+from tensorledger.ledger.cluster import ClusterStep
 from tensorledger.ledger.roofline import RooflineRun
 from tensorledger.report.plots import new_figure, save_figure
 from tensorledger.roofline import OpPrediction, RooflinePrediction, TimeTotal
@@ -288,27 +289,38 @@ def roofline_run_view(run: RooflineRun) -> View:
 
 
 def layout_lines(run: RooflineRun) -> list[str]:
+    """One rank of a layout: see :func:`cluster_lines`."""
+    return [] if run.cluster is None else cluster_lines(run.cluster)
+
+
+def cluster_lines(cluster: ClusterStep) -> list[str]:
     """One rank of a layout: its communication on the links, the step between the two overlap
-    bounds, and the cluster's tokens/s."""
-    if run.ranks == 1:
+    bounds, and the cluster's tokens/s and MFU; nothing for one device."""
+    if cluster.ranks == 1:
         return []
-    p = run.prediction
-    cluster = [f"{rate:,.0f}" if rate > 0 else "—" for rate in run.cluster_tokens_per_s]
-    bubble = [] if run.pipeline_bubble == 0 else [
-        f"pipeline bubble {run.pipeline_bubble:.1%} of the step ((p − 1)/(v·m + p − 1)): "
+    c = cluster
+    rates = [f"{rate:,.0f}" if rate > 0 else "—" for rate in c.tokens_per_s]
+    bubble = [] if c.pipeline_bubble == 0 else [
+        f"pipeline bubble {c.pipeline_bubble:.1%} of the step ((p − 1)/(v·m + p − 1)): "
         f"with every stage as busy as this one, the step takes "
-        f"{format_duration(run.step_s)}"]
+        f"{format_duration(c.step_s)}"]
+    if c.communication_s == 0 and c.data_parallel == c.ranks and not c.pipeline_bubble:
+        return [f"{c.ranks} devices ({c.layout}): nothing exchanged between them; the "
+                f"cluster: {c.data_parallel} × {c.tokens:,} tokens per step = {rates[0]} "
+                "tokens/s"]
     return [*bubble,
-        f"one rank of {run.ranks} ({run.layout}): its collectives take "
-        f"{format_duration(p.communication_s)} on the links (ring formulas, the catalog's "
+        f"one rank of {c.ranks} ({c.layout}): its collectives take "
+        f"{format_duration(c.communication_s)} on the links (ring formulas, the catalog's "
         "link bandwidths and latencies)",
-        f"step {format_duration(p.time_s)} with communication after compute (serial), "
-        f"{format_duration(p.overlapped_time_s)} with each phase's communication hidden under "
+        f"step {format_duration(c.rank_time_s)} with communication after compute (serial), "
+        f"{format_duration(c.overlapped_time_s)} with each phase's communication hidden under "
         f"its compute (ideal overlap); exposed communication between 0 and "
-        f"{format_duration(run.exposed_communication_s)}",
-        f"the cluster: {run.data_parallel} × {run.tokens:,} tokens per step = {cluster[0]} "
-        f"tokens/s serial, {cluster[1]} tokens/s overlapped"
-        + (" (the bubble included)" if run.pipeline_bubble else ""),
+        f"{format_duration(c.exposed_communication_s)}",
+        f"the cluster: {c.data_parallel} × {c.tokens:,} tokens per step = {rates[0]} "
+        f"tokens/s serial, {rates[1]} tokens/s overlapped"
+        + (" (the bubble included)" if c.pipeline_bubble else "")
+        + f"; MFU of the cluster {format_sci(c.mfu, 3)} (serial; FLOPs that ran, "
+        "recomputation included)",
     ]
 
 

@@ -84,11 +84,14 @@ def parts_of(step: PreparedStep) -> tuple[tuple[str, int], ...]:
     from tensorledger.models.transformer import TransformerLM
 
     counts: dict[str, int] = {}
-    named = dict(step.module.named_parameters())  # tied tensors once
-    if isinstance(step.module, TransformerLM):
+    module = step.module
+    if isinstance(module, torch.nn.parallel.DistributedDataParallel):
+        module = module.module  # DDP holds the model whole: its parts are the model's
+    named = dict(module.named_parameters())  # tied tensors once
+    if isinstance(module, TransformerLM):
         from tensorledger.models.build import parameter_parts
 
-        for name, part in parameter_parts(step.module).items():
+        for name, part in parameter_parts(module).items():
             counts[part] = counts.get(part, 0) + named[name].numel()
     else:
         for name, parameter in named.items():

@@ -1,0 +1,80 @@
+"""``account`` on a cluster (issue 36, item 1): every layout option, ``--count`` alone as data
+parallel with its all-reduce priced, the cluster's step and MFU from the traced rank."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tensorledger.hardware import get_hardware
+from tensorledger.roofline.collectives import CollectiveKind, collective_time
+
+LLAMA = {"model_type": "llama", "vocab_size": 128, "hidden_size": 128,
+         "intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8,
+         "num_key_value_heads": 8, "max_position_embeddings": 256}
+
+
+def test_count_alone_is_data_parallel_with_its_all_reduce_on_the_network(cli: Any) -> None:
+    """tiny in fp32 on 16 H100s (two nodes of 8): DDP all-reduces the fp32 gradients, one
+    bucket of 4 × 90,432 = 361,728 bytes.  A ring over 16 ranks crosses the network, where its
+    slowest link is the node's 8 NICs together, 8 × 50 GB/s = 400 GB/s (NVLink: 450):
+    2·15/16 · 361,728 B / 400 GB/s = 1.6956 µs; 2·15 = 30 ring steps, 2 of them between the
+    nodes at 2.7 µs and 28 inside at 0.6 µs: 22.2 µs; 23.8956 µs in all.  On one device nothing
+    is exchanged."""
+    args = ("account", "--model", "tiny", "--batch", "2", "--seq", "32", "--precision", "fp32",
+            "--hardware", "h100", "--json")
+    doc = cli(*args, "--count", "16").json()
+    assert doc["params"] == 90_432
+    (reduce,) = doc["trace"]["communication"]
+    assert (reduce["kind"], reduce["group_size"], reduce["calls"]) == ("all-reduce", 16, 1)
+    assert reduce["size_bytes"] == 4 * 90_432
+    bandwidth_s = 2 * 15 / 16 * 361_728 / 400e9
+    latency_s = 2 * 2.7e-6 + 28 * 0.6e-6
+    assert doc["roofline"]["communication_s"] == pytest.approx(bandwidth_s + latency_s,
+                                                               rel=1e-9)
+    second_path = collective_time(CollectiveKind.ALL_REDUCE, 361_728, 16, get_hardware("h100"))
+    assert second_path.link == "inter-node (NIC)"
+    assert second_path.time_s == pytest.approx(bandwidth_s + latency_s, rel=1e-9)
+    assert doc["count"] == 16 and doc["cluster"]["data_parallel"] == 16
+    one = cli(*args).json()
+    assert one["roofline"]["communication_s"] == 0 and one["trace"]["communication"] == []
+    assert one["cluster"]["ranks"] == 1
+
+
+def test_a_3d_layout_of_an_hf_config_per_rank_and_cluster_by_hand(cli: Any,
+                                                                  tmp_path: Path) -> None:
+    """An HF Llama config on 128 H100s, FSDP 8 × TP 8 × PP 2 with 4 micro-batches: the
+    account's per-rank memory is ``memory``'s with the same options, byte for byte; the
+    cluster's step is the rank's over (1 − bubble), bubble (p − 1)/(m + p − 1) = 1/5; its
+    tokens/s the 8 data-parallel ranks' 8 × 64 tokens over that step; its MFU the rank's FLOPs
+    over the peak and that step."""
+    folder = tmp_path / "llama"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(LLAMA))
+    options = ("--model", str(folder / "config.json"), "--fsdp", "8", "--tp", "8", "--pp", "2",
+               "--microbatches", "4", "--batch", "8", "--seq", "64", "--hardware", "h100",
+               "--json")
+    account = cli("account", *options).json()
+    memory = cli("memory", *options).json()
+    assert account["memory"]["peak_bytes"] == memory["peak_bytes"]
+    for key in ("params_bytes", "grads_bytes", "optimizer_state_bytes",
+                "saved_activation_bytes"):
+        assert account["memory"][key] == memory[key], key
+    cluster = account["cluster"]
+    assert cluster["ranks"] == 128 and cluster["data_parallel"] == 8
+    bubble = (2 - 1) / (4 + 2 - 1)
+    assert cluster["pipeline_bubble"] == pytest.approx(bubble)
+    rank_s = account["roofline"]["time_s"]
+    step_s = rank_s / (1 - bubble)
+    assert account["cluster_tokens_per_s"] == pytest.approx(8 * 8 * 64 / step_s)
+    peak = get_hardware("h100").peak_flop_per_s("bf16")
+    assert account["mfu"] == pytest.approx(account["roofline"]["flops"] / (peak * step_s))
+    assert account["mfu"] < account["roofline"]["mfu"]  # the bubble costs the cluster
+
+
+def test_count_and_layout_must_agree(cli: Any) -> None:
+    result = cli("account", "--model", "tiny", "--fsdp", "2", "--count", "4")
+    assert result.code == 2 and "--count" in result.stderr
