@@ -11,8 +11,10 @@ from tensorledger.cli.common import JSON_HELP, Quiet, emit, progress
 from tensorledger.cli.workload import (
     Depth,
     LayoutOptions,
+    MemoryBudget,
     WorkloadOptions,
     check_depth,
+    memory_budget,
     shared_options,
 )
 from tensorledger.errors import InputError
@@ -37,6 +39,7 @@ def account_command(
     ] = None,
     options: WorkloadOptions,
     layout_options: LayoutOptions,
+    budget: MemoryBudget = None,
     depth: Depth = 3,
     html_report: Annotated[str | None, typer.Option("--html", help=(
         "Write one self-contained HTML report (tables and interactive plots; opens offline)."
@@ -64,6 +67,7 @@ def account_command(
     chip = get_hardware(hardware)
     if count is not None and (isinstance(count, bool) or count < 1):
         raise InputError(f"--count must be a whole number >= 1, got {count}")
+    budget_bytes = memory_budget(budget)
     laid_out = layout_options.resolve(count)
     devices = count or 1
     if laid_out.single and devices > 1 and options.device in ("auto", "fake"):
@@ -86,7 +90,8 @@ def account_command(
     with progress(quiet, as_json) as say:
         ledger, traced = account_run(work, chip, count=devices, run_tokens=run_tokens,
                                      usd_per_device_hour=usd_per_device_hour, depth=depth,
-                                     progress=say, measure_on=local)
+                                     progress=say, measure_on=local,
+                                     budget_bytes=budget_bytes)
     notes = []
     if html_report is not None:
         from tensorledger.report.html import ledger_report_html

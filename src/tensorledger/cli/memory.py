@@ -7,7 +7,13 @@ from typing import Annotated
 import typer
 
 from tensorledger.cli.common import JSON_HELP, Quiet, emit_with_plot, progress
-from tensorledger.cli.workload import LayoutOptions, WorkloadOptions, shared_options
+from tensorledger.cli.workload import (
+    LayoutOptions,
+    MemoryBudget,
+    WorkloadOptions,
+    memory_budget,
+    shared_options,
+)
 from tensorledger.report.plots import check_figure_path
 
 __all__ = ["register"]
@@ -22,6 +28,7 @@ def memory_command(
         "--hardware", "-H", help=(
             "Say whether the step fits on this device, traced as its program (attention "
             "kernels, optimizer kernels); an H100's when none is named."))] = None,
+    budget: MemoryBudget = None,
     count: Annotated[int | None, typer.Option("--count", "-n", help=(
         "Number of devices: alone, the traced step's state divided over them in closed form "
         "(ZeRO-3); with a layout, its product (checked)."))] = None,
@@ -39,6 +46,7 @@ def memory_command(
 
     if count is not None and (isinstance(count, bool) or count < 1):
         raise InputError(f"--count must be a whole number >= 1, got {count}")
+    budget_bytes = memory_budget(budget)
     laid_out = layout_options.resolve(count)
     chip = get_hardware(hardware) if hardware is not None else None
     work = options.resolve(laid_out, chip)
@@ -49,7 +57,7 @@ def memory_command(
     from tensorledger.report.memory import memory_view, write_memory_plot
 
     with progress(quiet, as_json) as say:
-        ledger = memory_report(work, chip, count, progress=say)
+        ledger = memory_report(work, chip, count, progress=say, budget_bytes=budget_bytes)
     emit_with_plot("memory", ledger, as_json, memory_view(ledger), plot, write_memory_plot)
 
 

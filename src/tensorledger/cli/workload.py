@@ -45,7 +45,7 @@ from tensorledger.workload.source import resolve_source
 from tensorledger.workload.spec import DEFAULTS, Workload, resolve_workload
 
 __all__ = ["LAYOUT_OPTIONS", "WORKLOAD_OPTIONS", "Depth", "FillDefaults", "LayoutOptions",
-           "WorkloadOptions", "check_depth", "shared_options"]
+           "MemoryBudget", "WorkloadOptions", "check_depth", "memory_budget", "shared_options"]
 
 # The workload group's options (fields of WorkloadOptions below).
 Model = Annotated[str, typer.Option("--model", "-m", help=(
@@ -100,6 +100,23 @@ Schedule = Annotated[str | None, typer.Option("--schedule", help=(
 Depth = Annotated[int | None, typer.Option("--depth", help=(
     "Module rows cut to this many path components (1: the model itself, 2: its top modules, "
     "...); repeated modules are summed into one row either way: blocks.{0..11}.mlp ×12."))]
+
+
+MemoryBudget = Annotated[str | None, typer.Option("--budget", help=(
+    "Usable memory of one device (80GB, 75GiB, ...), in place of its memory less the reserve "
+    "it keeps (CUDA context, NCCL buffers, allocator fragmentation; printed with the fit)."))]
+
+
+def memory_budget(budget: str | None) -> float | None:
+    """``--budget`` in bytes, or None."""
+    if budget is None:
+        return None
+    from tensorledger.units import parse_bytes
+
+    try:
+        return float(parse_bytes(budget))
+    except InputError as error:
+        raise InputError(f"--budget: {error}") from None
 
 
 def check_depth(depth: int | None) -> None:

@@ -121,7 +121,8 @@ def account_workload(work: Workload, hardware: Hardware, *, count: int = 1,
 def account_run(work: Workload, hardware: Hardware, *, count: int = 1,
                 run_tokens: float | None = None, usd_per_device_hour: float | None = None,
                 depth: int | None = 3, progress: Callable[[str], None] | None = None,
-                measure_on: Hardware | None = None) -> tuple[Ledger, StepTrace]:
+                measure_on: Hardware | None = None, budget_bytes: float | None = None
+                ) -> tuple[Ledger, StepTrace]:
     """:func:`account_workload`, and the traced step it was computed from (for exports).
 
     ``measure_on``: a probed profile of this machine; the step is then also run for real here
@@ -143,7 +144,7 @@ def account_run(work: Workload, hardware: Hardware, *, count: int = 1,
     run = trace_workload(work, first_step=True, progress=progress)
     say("accounting memory and time")
     summary = step_summary(run, depth)
-    memory = memory_of(run, hardware, count)
+    memory = memory_of(run, hardware, count, budget_bytes)
     prediction = predict(run.trace.records, hardware, tokens=work.tokens)
     peak = hardware.peak_flop_per_s(prediction.mfu_peak_key)
     cluster = cluster_step(work, prediction, peak, count=count)

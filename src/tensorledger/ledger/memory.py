@@ -25,7 +25,8 @@ def step_facts(run: StepTrace) -> StepFacts:
 
 
 def memory_report(work: Workload, hardware: Hardware | None = None, count: int = 1,
-                  progress: Callable[[str], None] | None = None) -> MemoryLedger:
+                  progress: Callable[[str], None] | None = None,
+                  budget_bytes: float | None = None) -> MemoryLedger:
     """Trace ``work``'s first and steady-state steps and account the memory of the latter.
 
     >>> from tensorledger.workload import resolve_workload
@@ -34,14 +35,20 @@ def memory_report(work: Workload, hardware: Hardware | None = None, count: int =
     ...     ledger.recipe.total_bytes)
     True
     """
-    return memory_of(trace_workload(work, first_step=True, progress=progress), hardware, count)
+    return memory_of(trace_workload(work, first_step=True, progress=progress), hardware, count,
+                     budget_bytes)
 
 
-def memory_of(run: StepTrace, hardware: Hardware | None = None, count: int = 1
-              ) -> MemoryLedger:
+def memory_of(run: StepTrace, hardware: Hardware | None = None, count: int = 1,
+              budget_bytes: float | None = None) -> MemoryLedger:
     """The memory ledger of a traced step (its first step beside it, when traced).  A step
     traced as one rank of a layout is already per device: ``count`` must then be 1 or the
-    layout's."""
+    layout's.  ``budget_bytes``: the usable bytes of a device, in place of its memory less
+    the reserve it keeps (``napkin.headroom``)."""
+    if hardware is not None and budget_bytes is not None and not (
+            0 < budget_bytes <= hardware.memory_bytes):
+        raise InputError(f"--budget must be above 0 and at most {hardware.id}'s "
+                         f"{hardware.memory_bytes / 1e9:g} GB, got {budget_bytes / 1e9:g} GB")
     if not run.work.layout.single:
         if count not in (1, run.work.layout.count):
             raise InputError(f"--count {count} is not the layout's {run.work.layout.count} "
@@ -49,4 +56,5 @@ def memory_of(run: StepTrace, hardware: Hardware | None = None, count: int = 1
         count = 1
     first = (run.first_step, run.first_step_tags) if run.first_step is not None else None
     return memory_ledger(run.trace, run.tags, step_facts(run), hardware=hardware, count=count,
-                         first_step=first, measured_peak_bytes=run.measured_peak_bytes)
+                         first_step=first, measured_peak_bytes=run.measured_peak_bytes,
+                         budget_bytes=budget_bytes)

@@ -23,6 +23,7 @@ from tensorledger.napkin.activations import (
     activation_memory,
     deep_network_activations,
 )
+from tensorledger.napkin.headroom import device_headroom
 from tensorledger.napkin.recipes import Optimizer, Precision, RecipeBytes, recipe_bytes
 from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.summary import show_bytes, summary
@@ -33,7 +34,8 @@ __all__ = ["Fit", "MemoryLedger", "MemoryPart", "StepFacts", "memory_ledger"]
 
 @dataclass(frozen=True)
 class Fit:
-    """Whether the step's peak fits on ``count`` devices of ``hardware``."""
+    """Whether the step's peak fits on ``count`` devices of ``hardware``, beside the reserve
+    the device keeps (``napkin.headroom``), or within a ``--budget`` given in its place."""
 
     hardware: str
     count: int
@@ -45,6 +47,10 @@ class Fit:
     # activations and temporaries not.
     sharded_peak_bytes: int
     fits_sharded: bool
+    # what the device keeps beside the replica's peak (0 under a budget), and what it is
+    reserve_bytes: float = 0.0
+    reserve: str = ""
+    budget_bytes: float | None = None  # the usable bytes a user gave in place of the reserve
 
 
 @dataclass(frozen=True)
@@ -141,21 +147,35 @@ class MemoryLedger:
         return importlib.import_module("tensorledger.report.render").render(self)
 
 
-def _fit(timeline: MemoryTimeline, chip: Hardware, count: int) -> Fit:
+def _fit(timeline: MemoryTimeline, chip: Hardware, count: int, ranks: int,
+         budget_bytes: float | None) -> Fit:
     peak = timeline.peak
     state = peak.parameter_bytes + peak.gradient_bytes + peak.optimizer_state_bytes
     sharded = peak.total_bytes - state + -(-state // count)
+    if budget_bytes is not None:
+        return Fit(hardware=chip.name, count=count, device_memory_bytes=chip.memory_bytes,
+                   replica_peak_bytes=peak.total_bytes,
+                   fits_replicated=peak.total_bytes <= budget_bytes,
+                   sharded_peak_bytes=sharded, fits_sharded=sharded <= budget_bytes,
+                   budget_bytes=budget_bytes)
+    headroom = device_headroom(max(ranks, count))
+    usable = headroom.largest_peak(chip.memory_bytes)
     return Fit(hardware=chip.name, count=count, device_memory_bytes=chip.memory_bytes,
                replica_peak_bytes=peak.total_bytes,
-               fits_replicated=peak.total_bytes <= chip.memory_bytes,
-               sharded_peak_bytes=sharded, fits_sharded=sharded <= chip.memory_bytes)
+               fits_replicated=peak.total_bytes <= usable,
+               sharded_peak_bytes=sharded, fits_sharded=sharded <= usable,
+               reserve_bytes=headroom.reserve_bytes(peak.total_bytes),
+               reserve=headroom.describe())
 
 
 def memory_ledger(trace: Trace, tags: Mapping[int, str], facts: StepFacts, *,
                   hardware: Hardware | None = None, count: int = 1,
                   first_step: tuple[Trace, Mapping[int, str]] | None = None,
-                  measured_peak_bytes: int | None = None) -> MemoryLedger:
-    """Account the memory of a traced step (a pure function: nothing runs here)."""
+                  measured_peak_bytes: int | None = None,
+                  budget_bytes: float | None = None) -> MemoryLedger:
+    """Account the memory of a traced step (a pure function: nothing runs here).  Whether it
+    fits ``hardware`` counts the device's reserve (``napkin.headroom``) unless
+    ``budget_bytes`` gives the usable bytes in its place."""
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise InputError(f"count must be a whole number >= 1, got {count!r}")
     timeline = dataclasses.replace(build_timeline(trace, tags),
@@ -194,6 +214,7 @@ def memory_ledger(trace: Trace, tags: Mapping[int, str], facts: StepFacts, *,
                         peak_op=peak.op, peak_phase=peak.phase, peak_module=peak.module,
                         first_step_peak_bytes=first_peak, recipe=recipe,
                         activations_closed_form=closed, timeline=timeline,
-                        fit=_fit(timeline, hardware, count) if hardware is not None else None,
+                        fit=None if hardware is None else _fit(timeline, hardware, count,
+                                                               facts.ranks, budget_bytes),
                         deep_relu=deep.get("relu"), deep_gelu=deep.get("gelu"),
                         ranks=facts.ranks, layout=facts.layout)

@@ -39,6 +39,7 @@ from typing import TypeVar
 
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
+from tensorledger.napkin.headroom import device_headroom
 from tensorledger.napkin.parallel import tp_indivisible
 from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
 from tensorledger.napkin.transformer import TransformerConfig
@@ -118,6 +119,7 @@ class LayoutPlan:
     max_pp: int | None = None  # the most pipeline stages searched, when the caller capped it
     #: the feasible layouts no other beats on both step time and memory per rank, fastest first
     frontier: tuple[LayoutEstimate, ...] = ()
+    reserve: str = ""  # what the device keeps beside the budget, when none was given
 
     @property
     def best(self) -> LayoutEstimate:
@@ -229,7 +231,8 @@ def plan_setup(config: TransformerConfig, hardware: Hardware, count: int, *, seq
     _check("count", count, LARGEST_COUNT)
     _check("seq_len", seq_len, config.context_length)
     _check("global batch (sequences)", global_batch_seqs, 1 << 32)
-    budget = hardware.memory_bytes if budget_bytes is None else budget_bytes
+    budget = device_headroom(count).largest_peak(hardware.memory_bytes) if budget_bytes is None \
+        else budget_bytes
     if not 0 < budget <= hardware.memory_bytes:
         raise InputError(f"the memory budget must be above 0 and at most {hardware.id}'s "
                          f"{hardware.memory_bytes / 1e9:g} GB, got {budget / 1e9:g} GB")
@@ -248,7 +251,8 @@ def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, s
     """Search every layout of ``count`` devices; raise :class:`NoLayoutError` when none fits.
 
     ``global_batch_seqs`` sequences of ``seq_len`` tokens make one optimizer step;
-    ``budget_bytes`` caps the memory of one rank (default: the device's); ``tokens`` adds
+    ``budget_bytes`` caps the memory of one rank (default: the device's less the reserve it
+    keeps, ``napkin.headroom``: the CUDA context, NCCL's buffers, fragmentation); ``tokens`` adds
     days of training to each ranked layout; ``max_pp`` leaves out layouts of more pipeline
     stages (1: no pipeline).
     """
@@ -320,7 +324,9 @@ def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, s
                       peak_flop_per_s=hardware.peak_flop_per_s(setup.dtype),
                       budget_bytes=budget, tokens=tokens, searched=tally.searched,
                       feasible=len(feasible), rejected_by_reason=dict(tally.counts),
-                      ranked=ranked, rejected=rejected, max_pp=max_pp, frontier=frontier)
+                      ranked=ranked, rejected=rejected, max_pp=max_pp, frontier=frontier,
+                      reserve="" if budget_bytes is not None else
+                      device_headroom(count).describe())
 
 
 def pareto_frontier(points: Sequence[tuple[float, float, T]]) -> list[T]:

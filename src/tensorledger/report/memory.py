@@ -79,8 +79,12 @@ def memory_view(ledger: Any) -> View:
         fit = ledger.fit
         verdict = "fits" if fit.fits_replicated else "does not fit"
         where = "each device" if ledger.ranks > 1 else "one device"
+        beside = (f"against the budget of {format_bytes(fit.budget_bytes, 'auto')} given"
+                  if fit.budget_bytes is not None else
+                  f"beside a reserve of {format_bytes(fit.reserve_bytes, 'auto')}: {fit.reserve}; "
+                  "--budget sets the usable bytes instead")
         view.append(f"{fit.hardware} ({_b(fit.device_memory_bytes)}): the step {verdict} on "
-                    f"{where} (peak {format_bytes(fit.replica_peak_bytes, 'auto')})")
+                    f"{where} (peak {format_bytes(fit.replica_peak_bytes, 'auto')}, {beside})")
         if fit.count > 1:
             verdict = "fits" if fit.fits_sharded else "does not fit"
             view.append(f"× {fit.count} with parameters, gradients and optimizer state fully "

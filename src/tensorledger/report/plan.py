@@ -17,6 +17,11 @@ __all__ = ["accumulation_view", "layout_plan_view", "plan_figure", "write_plan_p
 View = list[RenderableType | str]
 
 
+def _reserve(plan: LayoutPlan) -> str:
+    return "" if not plan.reserve else (
+        f" (the device's memory less its reserve: {plan.reserve}; --budget to set it)")
+
+
 def _gb(value: float) -> str:
     return f"{value / 1e9:.1f}"
 
@@ -59,7 +64,8 @@ def layout_plan_view(plan: LayoutPlan) -> View:
         f"{counts}",
         f"best: {best.layout}, micro-batch {best.choice.micro_batch} × {best.choice.accumulation}"
         f", checkpoint {best.choice.checkpoint}: {_gb(best.memory.total_bytes)} GB per rank of "
-        f"{_gb(plan.budget_bytes)} GB, {format_duration(best.time.step_s)} per step "
+        f"{_gb(plan.budget_bytes)} GB{_reserve(plan)}, {format_duration(best.time.step_s)} "
+        "per step "
         f"({format_duration(best.time.compute_s)} compute, bubble "
         f"{best.time.bubble_to_compute:.1%}, TP comm {format_duration(best.time.tp_comm_s)}, "
         f"DP comm exposed {format_duration(best.time.dp_exposed_s)} of "
