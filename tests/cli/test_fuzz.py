@@ -160,7 +160,10 @@ def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[s
         # checkpoint --verify traces the step six times: only the tiny model is traced there
         "model": [("tiny" if command == "checkpoint" else "llama-3-8b"), "gpt2-small", "",
                   "nope", place.files["deep.json"], place.files["fifo.json"],
-                  place.files["dev_zero"]],
+                  place.files["dev_zero"],
+                  *(["tiny", "gpt2", "llama-3-70b", place.files["config.json"],
+                     place.files["wide.json"], place.files["huge_layers.json"]]
+                    if command == "serve" else [])],
         "deep": ["4,3,8", "4,3,8,relu", "8,2,4,gelu", "0,3,8", "4,3", "4,3,8,tanh", "4,999,8",
                  "٤,3,8", "", "x" * 5000],
         "every": ["1", "2", "3", "4", "0", "-1", "٣", "", "nan", str(INT64_MAX + 1)],
@@ -176,6 +179,18 @@ def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[s
                          "1e400", "nan", "٤M", "", "1M", "7" * 5000, "4294967297seq"],
         "checkpoint": ["none", "full", "selective", "", "FULL"],
         "attention": ["flash", "eager", "", "sdpa"],
+        # serve (issue 39): cache and weight dtypes, chips that lack them, contexts that fit
+        # no batch, utilisations and page sizes at and past their bounds
+        "kv_dtype": ["bf16", "fp16", "fp8", "e5m2", "int8", "fp4", "bool", "e8m0", "fp64", "",
+                     "fp33", "٣"],
+        "weights_dtype": ["bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4", "fp16", "", "int3",
+                          "٣"],
+        "context": ["1", "16", "128", "8192", "131072", "1000000", str(2**31),
+                    str(2**31 + 1), "0", "-1", "", "٤", "1e3", "7" * 5000],
+        "memory_utilization": ["0.9", "0.5", "1", "0.01", "1e-300", "0", "-0.5", "1.01",
+                               "nan", "inf", "", "٣"],
+        "block_size": ["16", "1", "32", "8192", "1048576", "1048577", "0", "-16", "", "٤"],
+        "tp": ["1", "2", "4", "8", "3", "0", "-1", str(INT64_MAX), str(INT64_MAX + 1), "", "٤"],
         # a valid --verify traces a model for seconds to minutes: tests/plan/test_verify.py
         "verify": ["0", "-1", "11", "", "٣", "nan"],
     }
@@ -343,7 +358,7 @@ def test_fuzz_covers_every_command_and_enough_cases() -> None:
     # the command list comes from the app itself: a new command is fuzzed without a change here
     assert set(OWN_COMMANDS) | set(MODEL_COMMANDS) == set(COMMANDS)
     assert {"time", "budget", "fit", "tensor", "hardware", "formats", "cast", "quantize",
-            "probe", "bench matmul", "zero", "plan"} <= set(OWN_COMMANDS)
+            "probe", "bench matmul", "zero", "plan", "serve"} <= set(OWN_COMMANDS)
     assert EXAMPLES_PER_COMMAND * len(OWN_COMMANDS) >= 300
 
 

@@ -19,6 +19,7 @@ from tensorledger.cli import models as models_commands
 from tensorledger.cli import napkin as napkin_commands
 from tensorledger.cli import plan as plan_commands
 from tensorledger.cli import roofline as roofline_commands
+from tensorledger.cli import serve as serve_commands
 from tensorledger.cli import trace as trace_commands
 from tensorledger.cli.common import harden_numbers, quiet_stdout
 from tensorledger.errors import TensorLedgerError
@@ -41,7 +42,7 @@ app = typer.Typer(
 
 for _module in (account_commands, napkin_commands, hardware_commands, models_commands,
                 trace_commands, memory_commands, roofline_commands, formats_commands,
-                bench_commands, plan_commands, checkpoint_commands):
+                bench_commands, plan_commands, checkpoint_commands, serve_commands):
     _module.register(app)
 
 

@@ -15,6 +15,15 @@ from tensorledger.napkin.fit import (
     largest_model,
     largest_model_with_activations,
 )
+from tensorledger.napkin.kvcache import (
+    KV_PRESETS,
+    KvCache,
+    KvLayout,
+    get_kv_layout,
+    kv_cache,
+    kv_layout,
+    kv_layout_from_hf,
+)
 from tensorledger.napkin.parallel import (
     ZERO_STAGES,
     CollectiveVolume,
@@ -76,6 +85,7 @@ from tensorledger.napkin.transformer import (
 
 __all__ = [
     "ATTENTION_CONVENTIONS",
+    "KV_PRESETS",
     "OPTIMIZERS",
     "PRECISIONS",
     "PRESETS",
@@ -88,6 +98,8 @@ __all__ = [
     "DevicesNeeded",
     "FlopBudget",
     "ForwardFlops",
+    "KvCache",
+    "KvLayout",
     "LargestModel",
     "LargestModelWithActivations",
     "ModelParams",
@@ -112,7 +124,11 @@ __all__ = [
     "flop_budget",
     "forward_flops_per_token",
     "fsdp_comm_volume",
+    "get_kv_layout",
     "get_preset",
+    "kv_cache",
+    "kv_layout",
+    "kv_layout_from_hf",
     "largest_model",
     "largest_model_with_activations",
     "parameter_count",
