@@ -38,14 +38,24 @@ __all__ = ["global_batch_seqs", "register"]
 #: The largest global batch taken, in sequences (2^32).
 LARGEST_BATCH_SEQS = 1 << 32
 _SEQUENCES = re.compile(r"^\s*(.+?)\s*(seqs|seq|sequences)\s*$")
+#: A token count with a prefix papers read in powers of two ("a 4M-token batch": 4·2²⁰).
+_BINARY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KkMmGgBb])\s*$")
+_BINARY_POWER = {"k": 10, "m": 20, "g": 30, "b": 30}
 
 
 def global_batch_seqs(text: str, seq_len: int) -> tuple[int, str | None]:
-    """Sequences per step from ``--global-batch``: tokens (``4M``), rounded to whole sequences
-    of ``seq_len``, or sequences (``512seq``); with a note when tokens were rounded.
+    """Sequences per step from ``--global-batch``: tokens (``4M``) or sequences (``512seq``);
+    with a note whenever the tokens were read or rounded.
+
+    Papers give batches in binary prefixes ("4M tokens" at 8,192 a sequence is 4·2²⁰ =
+    4,194,304 tokens, 512 sequences): a count with K, M or G (B) whose decimal reading is no
+    whole number of sequences but whose binary one is, is read in binary; otherwise it is
+    rounded to whole sequences.  The note says which.
 
     >>> global_batch_seqs("4M", 8192)[0], global_batch_seqs("512seq", 8192)
-    (488, (512, None))
+    (512, (512, None))
+    >>> global_batch_seqs("4M", 1000)   # 4,000,000 tokens are 4,000 sequences of 1,000
+    (4000, None)
     """
     match = _SEQUENCES.match(text)
     if match:
@@ -62,6 +72,15 @@ def global_batch_seqs(text: str, seq_len: int) -> tuple[int, str | None]:
     seqs = round(tokens / seq_len)
     if seqs * seq_len == tokens:
         return seqs, None
+    binary = _BINARY.match(text)
+    if binary:
+        value = float(binary.group(1)) * 2 ** _BINARY_POWER[binary.group(2).lower()]
+        if value == int(value) and int(value) % seq_len == 0:
+            whole = int(value) // seq_len
+            return whole, (f"--global-batch {text.strip()}: read as papers write it, in "
+                           f"powers of two: {int(value):,} tokens = {whole:,} sequences of "
+                           f"{seq_len:,} ({tokens:,.0f} tokens in decimal are no whole number "
+                           "of them)")
     return seqs, (f"--global-batch {text}: {tokens:,.0f} tokens are {tokens / seq_len:,.2f} "
                   f"sequences of {seq_len:,}; rounded to {seqs:,} ({seqs * seq_len:,} tokens). "
                   f"Give {seqs}seq or a token count that divides to say it exactly")
