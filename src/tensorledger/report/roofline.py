@@ -42,7 +42,8 @@ def _name(total: TimeTotal | ModuleTime) -> str:
 def totals_table(title: str, totals: Sequence[TimeTotal] | Sequence[ModuleTime],
                  limit: int = 12) -> Table:
     table = Table(title=title, title_justify="left", header_style="bold")
-    names = [_name(total) for total in totals[:limit]]
+    shown: list[TimeTotal | ModuleTime] = list(totals[:limit])
+    names = [_name(total) for total in shown]
     # a module path keeps its end when the column is narrow: the attention projections
     # (blocks.{0..11}.attention.query, .key, .value) differ only there
     paths = any("." in name for name in names)
@@ -50,7 +51,7 @@ def totals_table(title: str, totals: Sequence[TimeTotal] | Sequence[ModuleTime],
     for column in ("ops", "FLOPs", "bytes", "expected", "share", "roofline bound",
                    "bound c/m/o"):
         table.add_column(column, justify="right")
-    for name, total in zip(names, totals[:limit], strict=True):
+    for name, total in zip(names, shown, strict=True):
         table.add_row(TailText(name) if paths else name, str(total.ops), format_sci(total.flops),
                       format_bytes(total.bytes), format_duration(total.time_s),
                       f"{total.share_of_step:.1%}", format_duration(total.ideal_time_s),
