@@ -17,12 +17,7 @@ from dataclasses import dataclass
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
 from tensorledger.memory.timeline import MEMORY_CATEGORIES, MemoryTimeline, build_timeline
-from tensorledger.napkin.activations import (
-    ActivationMemory,
-    DeepActivations,
-    activation_memory,
-    deep_network_activations,
-)
+from tensorledger.napkin.activations import ActivationMemory, activation_memory
 from tensorledger.napkin.recipes import Optimizer, Precision, RecipeBytes, recipe_bytes
 from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.summary import show_bytes, summary
@@ -107,8 +102,6 @@ class MemoryLedger:
     activations_closed_form: ActivationMemory | None  # reference models without autocast
     timeline: MemoryTimeline
     fit: Fit | None
-    deep_relu: DeepActivations | None  # the checkpointing explanation, when asked
-    deep_gelu: DeepActivations | None
     ranks: int = 1  # the step is one rank of a layout of this many devices: figures per rank
     layout: str = ""
 
@@ -177,12 +170,6 @@ def memory_ledger(trace: Trace, tags: Mapping[int, str], facts: StepFacts, *,
     first_peak = None
     if first_step is not None:
         first_peak = build_timeline(*first_step).peak.total_bytes
-    deep: dict[str, DeepActivations] = {}
-    if facts.checkpointed and facts.config is not None:
-        for activation in ("relu", "gelu"):
-            deep[activation] = deep_network_activations(
-                facts.config.d_model, facts.config.n_layers, facts.batch * facts.seq_len,
-                activation)
     peak = timeline.peak
     return MemoryLedger(model=facts.model, step=facts.step, batch=facts.batch,
                         seq_len=facts.seq_len,
@@ -195,5 +182,4 @@ def memory_ledger(trace: Trace, tags: Mapping[int, str], facts: StepFacts, *,
                         first_step_peak_bytes=first_peak, recipe=recipe,
                         activations_closed_form=closed, timeline=timeline,
                         fit=_fit(timeline, hardware, count) if hardware is not None else None,
-                        deep_relu=deep.get("relu"), deep_gelu=deep.get("gelu"),
                         ranks=facts.ranks, layout=facts.layout)
