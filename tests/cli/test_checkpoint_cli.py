@@ -215,3 +215,23 @@ def test_bad_input_after_the_plot_path_leaves_no_file(cli, tmp_path: Path) -> No
     assert_one_line_error(cli(*TINY, "--every", "5", "--plot", str(tmp_path / "p.png")),
                           "--every 5")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("activation", "kept"), [
+    ("gelu", "(8 → 4)"),  # L = 4: each block's matmul input and GELU input, 2·L = 8 → L = 4
+    ("relu", "(5 → 4)"),  # ReLU's output is the next block's input: L + 1 = 5 → L = 4
+])
+def test_the_deep_network_explains_what_its_activation_keeps(
+        cli, activation: str, kept: str) -> None:  # type: ignore[no-untyped-def]
+    out = cli("checkpoint", "--deep", f"64,4,8,{activation}").stdout
+    assert "checkpointing each block keeps only the block's input" in out
+    assert kept in out and {"gelu": "GELU", "relu": "ReLU"}[activation] in out
+    assert "L·B·D" in out
+
+
+def test_a_transformer_is_not_explained_by_the_deep_network(cli) -> None:  # type: ignore[no-untyped-def]
+    # the paragraph is the lecture's deep network's (issue 41: it was printed under every
+    # checkpointed model, llama-3-405b's included)
+    out = cli("checkpoint", "--model", "tiny", "--seq", "8").stdout
+    assert "Activation checkpointing" in out
+    assert "GELU" not in out and "ReLU" not in out and "L·B·D" not in out

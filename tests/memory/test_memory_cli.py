@@ -30,9 +30,11 @@ def test_table_checkpoint_explanation_and_plot(cli, tmp_path: Path) -> None:  # 
     result = cli("memory", "--model", "tiny", "--batch", "1", "--seq", "8", "--precision",
                  "fp32", "--checkpoint", "--plot", str(plot))
     assert result.code == 0, result.stderr
-    assert "halves it" in result.stdout and "saves almost nothing" in result.stdout
-    # tiny has 2 layers: GELU 2L = 4 → 2 tensors, ReLU L + 1 = 3 → 2.
-    assert "(4 → 2 tensors of B·D)" in result.stdout and "(3 → 2)" in result.stdout
+    assert "checkpointed" in result.stdout
+    # the lecture's deep network (blocks of matmul + GELU or ReLU) explains checkpointing under
+    # `checkpoint --deep`; under a Transformer it described another network (issue 41)
+    assert "GELU" not in result.stdout and "ReLU" not in result.stdout
+    assert "L·B·D" not in result.stdout
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -152,11 +152,19 @@ def test_sharding_divides_the_state_over_count() -> None:
 def test_the_fit_boundary_includes_equality() -> None:
     peak = memory_ledger("sgd", "fp32").peak_bytes
     h100 = get_hardware("h100")
-    for memory, fits in ((peak, True), (peak - 1, False)):
-        chip = dataclasses.replace(h100, memory_bytes=float(memory))
-        fit = memory_ledger("sgd", "fp32", chip).fit
+    work = resolve_workload("tiny", batch=1, seq=8, optimizer="sgd", precision="fp32")
+    # a budget given: the peak fits a budget of exactly its bytes, not one byte less
+    for budget, fits in ((peak, True), (peak - 1, False)):
+        fit = memory_report(work, h100, budget_bytes=float(budget)).fit
         assert fit is not None and fit.replica_peak_bytes == peak
         assert (fit.fits_replicated, fit.fits_sharded) == (fits, fits)  # count 1: the same
+    # no budget: the device keeps 723 MiB of CUDA context and 5% of the peak beside it, so the
+    # smallest memory the step fits is 758,120,448 + 1.05 · peak bytes
+    smallest = 758_120_448 + 1.05 * peak
+    for memory, fits in ((smallest + 1, True), (smallest - 1, False)):
+        chip = dataclasses.replace(h100, memory_bytes=float(memory))
+        fit = memory_ledger("sgd", "fp32", chip).fit
+        assert fit is not None and fit.fits_replicated == fits
 
 
 def test_saved_activations_are_taken_at_their_high_point() -> None:

@@ -59,7 +59,8 @@ def test_eight_bit_adam() -> None:
 
 def test_aliases_and_unknown_names() -> None:
     assert bytes_per_param("lecture", "adamw") == bytes_per_param("bf16-fp32-states", "adamw")
-    with pytest.raises(UnknownNameError, match="unknown optimizer 'adan'; known: adagrad"):
+    with pytest.raises(UnknownNameError, match=r"unknown optimizer 'adan'; "
+                       r"did you mean adam, adamw\? known: adagrad"):
         bytes_per_param("fp32", "adan")
     with pytest.raises(UnknownNameError, match="unknown precision 'fp12'"):
         bytes_per_param("fp12", "sgd")

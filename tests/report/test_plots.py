@@ -15,7 +15,7 @@ import pytest
 from matplotlib.collections import PathCollection
 from matplotlib.colors import to_rgb
 from matplotlib.legend import Legend
-from matplotlib.text import Annotation
+from matplotlib.text import Annotation, Text
 
 from tensorledger.hardware import get_hardware
 from tensorledger.ledger.memory import memory_of
@@ -207,3 +207,33 @@ def test_number_line_tick_labels_do_not_collide(formats: tuple[str, ...], tmp_pa
     assert names == list(formats)
     written = number_line(formats, tmp_path / "line.png")
     assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plan_frontier_labels_do_not_overlap() -> None:
+    # issue 41: `plan --plot` of llama-3-70b on 64 H100s, 4M tokens of 8192 (488 sequences):
+    # two frontier layouts lie 0.5 GB apart near 66 GB and their labels overlapped
+    from tensorledger.napkin.transformer import get_preset
+    from tensorledger.plan.layouts import plan_layouts
+    from tensorledger.report.plan import plan_figure
+
+    plan = plan_layouts(get_preset("llama-3-70b"), H100, 64, seq_len=8192,
+                        global_batch_seqs=488, tokens=15e12)
+    figure = plan_figure(plan)
+    axes = figure.axes[0]
+    notes = [t for t in axes.texts if isinstance(t, Annotation)]
+    # the six fastest frontier layouts are named, fastest first, each at its own point
+    front = plan.frontier[:6]
+    assert [n.xy for n in notes] == [(r.time.step_s, r.memory.total_bytes / 1e9) for r in front]
+    assert [n.get_text().split(",")[0] for n in notes] == [r.layout for r in front]
+    assert min(abs(a.memory.total_bytes - b.memory.total_bytes)
+               for a, b in pairwise(front)) < 1e9  # points closer than 1 GB: the hard case
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    # the labels' own boxes (an Annotation's extent includes its leader line)
+    boxes = [Text.get_window_extent(n, renderer) for n in notes]
+    legend = axes.get_legend().get_window_extent(renderer)
+    assert [(i, j) for (i, a), (j, b) in combinations(enumerate(boxes), 2) if a.overlaps(b)] == []
+    assert not any(box.overlaps(legend) for box in boxes)
+    plot_area = axes.get_window_extent(renderer)
+    assert all(plot_area.contains(box.x0, box.y0) and plot_area.contains(box.x1, box.y1)
+               for box in boxes)

@@ -77,6 +77,11 @@ def test_a_factory_that_prints_keeps_json_on_stdout(cli: Any, tmp_path: Path) ->
     ("{tmp}/unknown/config.json", ("model_type 'no-such-architecture'",)),
     ("{tmp}/typeless/config.json", ("field 'model_type' must be a name",)),
     ("llama-7", ("unknown model", "llama-3-8b")),
+    # a path is not a typo: it says the path is missing (issue 41)
+    ("{tmp}/cfg/pythia", ("model path", "cfg/pythia does not exist", "config.json")),
+    ("./cfg/pythia", ("model path ./cfg/pythia does not exist",)),
+    # a near-miss preset names the nearest presets first (issue 41)
+    ("llama3-8b", ("unknown model", "'llama3-8b'; did you mean llama-3-8b,")),
 ])
 @pytest.mark.parametrize("command", (*COMMANDS, "models"))
 def test_bad_sources_are_one_line(cli: Any, tmp_path: Path, command: str, source: str,

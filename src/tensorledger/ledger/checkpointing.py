@@ -10,12 +10,14 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
 from tensorledger.memory.timeline import build_timeline
+from tensorledger.napkin.activations import DeepActivations, deep_network_activations
 from tensorledger.plan.checkpoint import (
     CheckpointPolicy,
     CheckpointPrediction,
@@ -180,6 +182,8 @@ class CheckpointStudy:
     verified: bool
     rows: tuple[PolicyRow, ...]
     no_fit: str | None = None  # why there is no budget optimum, when nothing fits
+    # the lecture's deep network: what its activation keeps, and what checkpointing leaves
+    deep: DeepActivations | None = None
 
     @property
     def optimal(self) -> PolicyRow | None:
@@ -255,7 +259,11 @@ def deep_network_study(d_model: int, n_layers: int, batch: int, activation: str,
     """:func:`study_policies` of the lecture's deep network."""
     label = (f"deep network: {n_layers} blocks of D = {d_model}, {activation}, batch {batch}, "
              f"fp32 on {device}")
-    return study_policies(
+    study = study_policies(
         lambda policy: trace_deep_network(d_model, n_layers, batch, activation, policy,
                                           device),
         label, hardware, every_k, budget_bytes, verify, progress)
+    # what the activation keeps is this network's explanation of checkpointing, not a
+    # Transformer's: it is said here and nowhere else
+    return dataclasses.replace(study, deep=deep_network_activations(d_model, n_layers, batch,
+                                                                    activation))

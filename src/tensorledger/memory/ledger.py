@@ -4,8 +4,8 @@ A pure function of a traced step (its records and storage tags, see :mod:`.timel
 per-parameter state at the end of the step, the saved activations at their high point, and
 the peak with its op and phase — of the steady-state step, when the optimizer state already
 exists, with the first step's peak beside it.  Beside them sit the closed forms they are
-checked against — napkin's recipe bytes and activation memory — and, for checkpointed steps,
-the deep-network figures that explain why checkpointing pays off with GELU and hardly with ReLU.
+checked against — napkin's recipe bytes and activation memory — and whether the peak fits a
+chip beside the reserve the device keeps (``napkin.headroom``).
 """
 
 from __future__ import annotations
@@ -17,12 +17,7 @@ from dataclasses import dataclass
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
 from tensorledger.memory.timeline import MEMORY_CATEGORIES, MemoryTimeline, build_timeline
-from tensorledger.napkin.activations import (
-    ActivationMemory,
-    DeepActivations,
-    activation_memory,
-    deep_network_activations,
-)
+from tensorledger.napkin.activations import ActivationMemory, activation_memory
 from tensorledger.napkin.headroom import device_headroom
 from tensorledger.napkin.recipes import Optimizer, Precision, RecipeBytes, recipe_bytes
 from tensorledger.napkin.transformer import TransformerConfig
@@ -113,8 +108,6 @@ class MemoryLedger:
     activations_closed_form: ActivationMemory | None  # reference models without autocast
     timeline: MemoryTimeline
     fit: Fit | None
-    deep_relu: DeepActivations | None  # the checkpointing explanation, when asked
-    deep_gelu: DeepActivations | None
     ranks: int = 1  # the step is one rank of a layout of this many devices: figures per rank
     layout: str = ""
 
@@ -197,12 +190,6 @@ def memory_ledger(trace: Trace, tags: Mapping[int, str], facts: StepFacts, *,
     first_peak = None
     if first_step is not None:
         first_peak = build_timeline(*first_step).peak.total_bytes
-    deep: dict[str, DeepActivations] = {}
-    if facts.checkpointed and facts.config is not None:
-        for activation in ("relu", "gelu"):
-            deep[activation] = deep_network_activations(
-                facts.config.d_model, facts.config.n_layers, facts.batch * facts.seq_len,
-                activation)
     peak = timeline.peak
     return MemoryLedger(model=facts.model, step=facts.step, batch=facts.batch,
                         seq_len=facts.seq_len,
@@ -216,5 +203,4 @@ def memory_ledger(trace: Trace, tags: Mapping[int, str], facts: StepFacts, *,
                         activations_closed_form=closed, timeline=timeline,
                         fit=None if hardware is None else _fit(timeline, hardware, count,
                                                                facts.ranks, budget_bytes),
-                        deep_relu=deep.get("relu"), deep_gelu=deep.get("gelu"),
                         ranks=facts.ranks, layout=facts.layout)

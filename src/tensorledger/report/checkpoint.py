@@ -15,6 +15,8 @@ __all__ = ["checkpoint_figure", "checkpoint_view", "write_checkpoint_plot"]
 
 View = list[RenderableType | str]
 
+_ACTIVATIONS = {"relu": "ReLU", "gelu": "GELU"}
+
 
 def _b(value: float | None) -> str:
     return "—" if value is None else format_bytes(value, "auto")
@@ -75,6 +77,13 @@ def checkpoint_view(study: Any) -> View:
         view += [traced, "selective's predicted peak is an upper bound (its cached outputs are "
                  "counted beside the recomputed insides); the traced bytes include the loss "
                  "and its gradient seed"]
+    if study.deep is not None:
+        deep = study.deep
+        name = _ACTIVATIONS.get(deep.activation, deep.activation)
+        view.append(f"checkpointing each block keeps only the block's input. Without it, with "
+                    f"{name} {deep.explanation}; checkpointed, "
+                    f"{deep.n_layers} tensors of B·D ({deep.kept_tensors} → {deep.n_layers}): "
+                    "the napkin count, L·B·D, is what checkpointing leaves")
     return view
 
 

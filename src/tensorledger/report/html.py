@@ -5,7 +5,9 @@ Plots: the roofline with every distinct roof of the chip (coinciding peaks merge
 dtype thick, its ridge marked) and every op (ops of a category at one spot are one point, area
 ∝ share of the step; hover: ops, modules, phase, FLOPs, bytes), memory over the step stacked
 by category with the peak's value and each phase's start marked (hover: what is live), the
-memory breakdown, predicted time by category and by module, and FLOPs by phase.  Formats;
+memory breakdown (the peak in its title: a moment, not a category), predicted time by category
+and by module (repeated modules summed as the terminal's table sums them, the ops outside every
+module named), and FLOPs by phase.  Log axes carry their unit on every tick.  Formats;
 computes nothing.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import html
 import io
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -113,12 +116,35 @@ def _roofline(go: Any, ledger: Ledger) -> Any:
                            "<br>phase %{customdata[2]}<br>%{customdata[3]:.4g} FLOPs, "
                            "%{customdata[4]:.4g} bytes<br>%{customdata[5]:.2%} of the step<extra>"
                            + category + "</extra>")))
+    # ticks at powers of ten written with their unit: plotly's own would write 1e10 FLOP/s as
+    # "10B", read as bytes, beside "1T"
+    ys = [y for _, y in (spot for spots in op_spots(ops).values() for spot in spots)]
+    ys += [peak for _, peak, _ in _roofs(ledger)] if ops else []
+    xs = [o.intensity_flop_per_byte for o in ops]
     figure.update_layout(title=f"Roofline on {ledger.hardware}: every op of the step, matmuls "
                                f"at {ledger.roofline.mfu_peak_key}; point area ∝ share of time",
-                         xaxis={"type": "log", "title": "arithmetic intensity (FLOP/byte)"},
-                         yaxis={"type": "log", "title": "attained FLOP/s"},
+                         xaxis={"type": "log", "title": "arithmetic intensity (FLOP/byte)",
+                                **_decade_ticks(xs, _intensity)},
+                         yaxis={"type": "log", "title": "attained FLOP/s",
+                                **_decade_ticks(ys, format_flop_rate)},
                          legend={"itemsizing": "constant"})
     return figure
+
+
+def _intensity(value: float) -> str:
+    return f"{value:g} FLOP/B"
+
+
+def _decade_ticks(values: list[float], label: Callable[[float], str]) -> dict[str, Any]:
+    """A tick at each power of ten over ``values`` (one decade either side), its text written
+    by ``label`` with the unit; nothing when there are no positive values."""
+    positive = [v for v in values if v > 0]
+    if not positive:
+        return {}
+    low = math.floor(math.log10(min(positive))) - 1
+    high = math.ceil(math.log10(max(positive))) + 1
+    powers = [10.0**k for k in range(low, high + 1)]
+    return {"tickmode": "array", "tickvals": powers, "ticktext": [label(p) for p in powers]}
 
 
 def _memory_timeline(go: Any, ledger: Ledger) -> Any:
@@ -142,14 +168,16 @@ def _memory_timeline(go: Any, ledger: Ledger) -> Any:
         if number:
             figure.add_shape(type="line", x0=at, x1=at, y0=0, y1=1, yref="paper",
                              line={"dash": "dot", "width": 1, "color": "#404040"})
-        figure.add_annotation(x=at, y=1, yref="paper", xanchor="left", yanchor="bottom",
+        figure.add_annotation(x=max(at, 0), y=1, yref="paper", xanchor="left", yanchor="bottom",
                               showarrow=False, text=f"{span.phase} →")
     peak = ledger.memory.timeline.peak
     figure.add_annotation(x=peak.index, y=peak.total_bytes / 1e9, showarrow=True, ay=-28,
                           text=f"peak {format_bytes(peak.total_bytes, 'auto')} after {peak.op} "
                                f"({peak.phase})", bgcolor="white")
+    # the axis starts at the first op, not at plotly's padding before it (−500 on gpt2)
     figure.update_layout(title="Memory over the step, stacked by category (GB)",
-                         xaxis={"title": "op"},
+                         xaxis={"title": "op (in the order the step runs them)",
+                                "range": [0, max(index, default=0) + 0.5]},
                          yaxis={"title": "GB live", "range": [0, peak.total_bytes / 1e9 * 1.2]})
     return figure
 
@@ -158,6 +186,32 @@ def _bars(go: Any, title: str, names: list[str], values: list[float], unit: str)
     figure = go.Figure(go.Bar(x=names, y=values, hovertemplate="%{x}: %{y:.4g} " + unit
                               + "<extra></extra>"))
     figure.update_layout(title=title, yaxis={"title": unit})
+    return figure
+
+
+#: What the ops outside every module are in a training step: the optimizer's, and the loss's
+#: where the model's forward does not compute it.
+ROOT_WITH_OPTIMIZER = "optimizer step and ops outside modules"
+ROOT = "ops outside modules"
+
+
+def _time_by_module(go: Any, ledger: Ledger, shown: int = 15) -> Any:
+    """Predicted time by module as the terminal's table has it: repeated modules summed into
+    one bar (``blocks.{0..11}.mlp.up ×12``), the ops outside every module named for what they
+    are; horizontal, so that long paths read whole."""
+    from tensorledger.roofline.modules import module_times
+
+    optimizer = any(p.name == "optimizer" and p.ops for p in ledger.roofline.by_phase)
+    rows = module_times(ledger.roofline.by_module)[:shown]
+    names = [(m.name or (ROOT_WITH_OPTIMIZER if optimizer else ROOT))
+             + (f" ×{m.count}" if m.count > 1 else "") for m in rows]
+    values = [m.time_s * 1e3 for m in rows]
+    figure = go.Figure(go.Bar(x=values[::-1], y=names[::-1], orientation="h",
+                              hovertemplate="%{y}: %{x:.4g} ms<extra></extra>"))
+    figure.update_layout(title=f"Predicted time by module, top {shown} (ms; ×N: N repeated "
+                               "modules summed)",
+                         xaxis={"title": "ms"}, yaxis={"automargin": True},
+                         height=max(420, 28 * len(rows) + 160))
     return figure
 
 
@@ -173,22 +227,22 @@ def ledger_figures(ledger: Ledger) -> dict[str, Any]:
     """The plotly figures of the page, by the ids of :data:`PLOT_IDS`."""
     go = _plotly()
     m = ledger.memory
-    modules = sorted(ledger.roofline.by_module, key=lambda t: -t.time_s)[:15]
     return {
         "roofline": _roofline(go, ledger),
         "memory-timeline": _memory_timeline(go, ledger),
-        "memory-breakdown": _bars(go, "Memory by category (GB)",
+        # the peak is a moment of the step, not a category: it is said in the title
+        "memory-breakdown": _bars(go, "Memory by category (GB); the step's peak, these and "
+                                  "the temporaries live at one moment: "
+                                  f"{format_bytes(m.peak_bytes, 'auto')}",
                                   ["parameters", "gradients", "optimizer state",
-                                   "saved activations", "peak"],
+                                   "saved activations"],
                                   [m.params_bytes / 1e9, m.grads_bytes / 1e9,
                                    m.optimizer_state_bytes / 1e9,
-                                   m.saved_activation_bytes / 1e9, m.peak_bytes / 1e9], "GB"),
+                                   m.saved_activation_bytes / 1e9], "GB"),
         "time-by-category": _bars(go, f"Predicted time by category on {ledger.hardware} (ms)",
                                   [t.name for t in ledger.roofline.by_category],
                                   [t.time_s * 1e3 for t in ledger.roofline.by_category], "ms"),
-        "time-by-module": _bars(go, "Predicted time by module, top 15 (ms)",
-                                [t.name or "(root)" for t in modules],
-                                [t.time_s * 1e3 for t in modules], "ms"),
+        "time-by-module": _time_by_module(go, ledger),
         "flops-by-phase": _bars(go, "FLOPs by phase", [p.phase for p in ledger.trace.by_phase],
                                 [float(p.flops) for p in ledger.trace.by_phase], "FLOPs"),
     }

@@ -26,7 +26,7 @@ def _b(value: float) -> str:
 
 
 def memory_view(ledger: Any) -> View:
-    """Breakdown against the closed forms, the peak, the fit and (asked) checkpointing."""
+    """Breakdown against the closed forms, the peak and the fit."""
     rank = (f" on one of {ledger.ranks} ranks ({ledger.layout})" if ledger.ranks > 1 else "")
     table = Table(title=f"Memory of one {ledger.step} step{rank}: {ledger.model}, batch "
                         f"{ledger.batch}, seq {ledger.seq_len}, {ledger.optimizer}, "
@@ -90,14 +90,6 @@ def memory_view(ledger: Any) -> View:
             view.append(f"× {fit.count} with parameters, gradients and optimizer state fully "
                         f"sharded (ZeRO-3): {format_bytes(fit.sharded_peak_bytes, 'auto')} per "
                         f"device, {verdict}")
-    if ledger.deep_relu is not None and ledger.deep_gelu is not None:
-        relu, gelu = ledger.deep_relu, ledger.deep_gelu
-        view.append(
-            "checkpointing each block keeps only the block's input. What it saves depends on "
-            f"what the activation keeps: with GELU {gelu.explanation}, so checkpointing halves "
-            f"it ({gelu.kept_tensors} → {gelu.n_layers} tensors of B·D); with ReLU "
-            f"{relu.explanation}, so it saves almost nothing ({relu.kept_tensors} → "
-            f"{relu.n_layers}). The napkin count, L·B·D, is what checkpointing leaves.")
     return view
 
 

@@ -15,6 +15,7 @@ from tensorledger.hardware import Hardware
 from tensorledger.ledger.cluster import ClusterStep
 from tensorledger.ledger.roofline import RooflineRun
 from tensorledger.report.plots import new_figure, save_figure
+from tensorledger.report.terminal import TailText
 from tensorledger.roofline import OpPrediction, RooflinePrediction, TimeTotal
 from tensorledger.roofline.compare import MEDIAN_COVERAGE, Comparison
 from tensorledger.roofline.modules import ModuleTime
@@ -42,11 +43,17 @@ def _name(total: TimeTotal | ModuleTime) -> str:
 def totals_table(title: str, totals: Sequence[TimeTotal] | Sequence[ModuleTime],
                  limit: int = 12) -> Table:
     table = Table(title=title, title_justify="left", header_style="bold")
-    for column in ("name", "ops", "FLOPs", "bytes", "expected", "share", "roofline bound",
+    shown: list[TimeTotal | ModuleTime] = list(totals[:limit])
+    names = [_name(total) for total in shown]
+    # a module path keeps its end when the column is narrow: the attention projections
+    # (blocks.{0..11}.attention.query, .key, .value) differ only there
+    paths = any("." in name for name in names)
+    table.add_column("name", justify="left")
+    for column in ("ops", "FLOPs", "bytes", "expected", "share", "roofline bound",
                    "bound c/m/o"):
-        table.add_column(column, justify="left" if column == "name" else "right")
-    for total in totals[:limit]:
-        table.add_row(_name(total), str(total.ops), format_sci(total.flops),
+        table.add_column(column, justify="right")
+    for name, total in zip(names, shown, strict=True):
+        table.add_row(TailText(name) if paths else name, str(total.ops), format_sci(total.flops),
                       format_bytes(total.bytes), format_duration(total.time_s),
                       f"{total.share_of_step:.1%}", format_duration(total.ideal_time_s),
                       f"{total.compute_bound_ops}/{total.memory_bound_ops}/"

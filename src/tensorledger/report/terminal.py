@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions
+from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 from tensorledger.napkin.arithmetic import Step
 from tensorledger.units import (
@@ -15,7 +19,7 @@ from tensorledger.units import (
     format_sci,
 )
 
-__all__ = ["format_value", "steps_table"]
+__all__ = ["TailText", "format_value", "steps_table", "tail_cut"]
 
 
 def format_value(value: float, unit: str) -> str:
@@ -50,3 +54,52 @@ def steps_table(steps: Iterable[Step], title: str | None = None) -> Table:
     for step in steps:
         table.add_row(step.label, step.formula, format_value(step.value, step.unit))
     return table
+
+
+def tail_cut(text: str, width: int) -> str:
+    """``text`` in at most ``width`` cells, cut from the front: module paths differ at their
+    end (``blocks.{0..11}.attention.query``, ``.key``), so the end is what is kept.
+
+    >>> tail_cut("TransformerLM.blocks.{0..11}.attention.query ×12", 30)
+    '…{0..11}.attention.query ×12'
+    >>> tail_cut("TransformerLM.blocks.{0..11}.attention.query ×12", 24)
+    '…attention.query ×12'
+    >>> tail_cut("TransformerLM.head", 30)
+    'TransformerLM.head'
+    """
+    if cell_len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    kept = text
+    while cell_len(kept) > width - 1:
+        kept = kept[1:]
+    # start the kept tail at a path component where one is near, not mid-word (nor inside a
+    # group's braces, ``{0..11}``)
+    closing, opening = kept.find("}"), kept.find("{")
+    depth = 1 if closing >= 0 and (opening < 0 or closing < opening) else 0
+    for at, char in enumerate(kept[:len(kept) // 2]):
+        depth += (char == "{") - (char == "}")
+        if char == "." and depth == 0:
+            return "…" + kept[at + 1:]
+    return "…" + kept
+
+
+class TailText:
+    """A table cell that, when its column is narrower than the text, keeps the text's end
+    (:func:`tail_cut`) where rich would keep its start."""
+
+    def __init__(self, text: str, min_width: int = 20) -> None:
+        self.text = text
+        self.min_width = min_width
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        full = cell_len(self.text)
+        return Measurement(min(full, self.min_width), full)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Text]:
+        yield Text(tail_cut(self.text, options.max_width), no_wrap=True, overflow="crop",
+                   end="")

@@ -142,6 +142,12 @@ def _factory_source(text: str) -> ModelSource:
                        function=function)
 
 
+def _looks_like_a_path(text: str) -> bool:
+    """A ``--model`` written as a path (``./cfg/pythia``, ``~/models/x``, ``C:\\m``), which no
+    preset name is: its error says the path is missing, not that a name is unknown."""
+    return "/" in text or "\\" in text or text.startswith((".", "~"))
+
+
 def resolve_source(text: str, *, fill_defaults: bool = False) -> ModelSource:
     """Resolve ``--model``: a preset (``llama-3-8b``), a ``config.json`` file or a folder
     holding one, or ``path/to/file.py:make_model``.  Nothing is built or called yet.
@@ -153,7 +159,7 @@ def resolve_source(text: str, *, fill_defaults: bool = False) -> ModelSource:
     >>> resolve_source("llama-7")
     Traceback (most recent call last):
     ...
-    tensorledger.errors.UnknownNameError: unknown model (a preset, a config.json path, or file.py:function) 'llama-7'; known: gpt2, gpt2-large, gpt2-medium, gpt2-xl, gpt3-175b, llama-2-7b, llama-3-405b, llama-3-70b, llama-3-8b, tiny
+    tensorledger.errors.UnknownNameError: unknown model (a preset, a config.json path, or file.py:function) 'llama-7'; did you mean llama-2-7b, llama-3-70b, llama-3-8b? known: gpt2, gpt2-large, gpt2-medium, gpt2-xl, gpt3-175b, llama-2-7b, llama-3-405b, llama-3-70b, llama-3-8b, tiny
     """  # noqa: E501
     stripped = text.strip()
     if stripped.lower() in PRESETS:
@@ -166,5 +172,8 @@ def resolve_source(text: str, *, fill_defaults: bool = False) -> ModelSource:
     path = Path(stripped)
     if stripped.endswith(".json") or path.is_dir() or path.is_file():
         return _config_source(stripped, path, fill_defaults)
+    if _looks_like_a_path(stripped):
+        raise ConfigError(f"model path {stripped} does not exist (expected a config.json, or a "
+                          "folder holding one)")
     raise UnknownNameError("model (a preset, a config.json path, or file.py:function)",
                            stripped, PRESETS)
