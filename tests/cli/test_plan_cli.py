@@ -34,12 +34,21 @@ def test_plan_table(cli) -> None:  # type: ignore[no-untyped-def]
                    "days"):
         assert column in out
     assert "searched" in out and "feasible" in out and "memory per rank" in out
-    # 4e6 / 8192 = 488.28 sequences: rounded, and said so
-    assert "rounded to 488 (3,997,696 tokens)" in " ".join(out.split())
+    # 4e6 / 8192 = 488.28 sequences; 4·2²⁰ / 8192 = 512: read in binary, and said so
+    assert "4,194,304 tokens = 512 sequences of 8,192" in " ".join(out.split())
 
 
 def test_global_batch_parsing() -> None:
-    assert global_batch_seqs("4M", 8192) == (488, global_batch_seqs("4M", 8192)[1])
+    # "4M" at 8,192 a sequence: 4,000,000 / 8,192 = 488.28, 4·2²⁰ / 8,192 = 512 exactly
+    seqs, note = global_batch_seqs("4M", 8192)
+    assert seqs == 512 and note is not None and "powers of two" in note
+    # "4M" at 1,000 a sequence: 4,000 sequences exactly, in decimal; no note
+    assert global_batch_seqs("4M", 1000) == (4000, None)
+    # neither reading whole: 3M at 7,000 a sequence: 428.57 (decimal), 449.39 (binary): rounded
+    seqs, note = global_batch_seqs("3M", 7000)
+    assert seqs == 429 and note is not None and "rounded to 429" in note
+    # 16M for llama-3-405b at 8,192: 16·2²⁰ / 8,192 = 2,048 sequences
+    assert global_batch_seqs("16M", 8192)[0] == 2048
     assert global_batch_seqs("4194304", 8192) == (512, None)  # 2^22 tokens
     assert global_batch_seqs("512seq", 8192) == (512, None)
     assert global_batch_seqs("1K seqs", 8192) == (1000, None)
@@ -95,7 +104,7 @@ def test_plan_does_not_import_torch() -> None:
 
 def test_accumulate(cli) -> None:  # type: ignore[no-untyped-def]
     doc = cli("accumulate", "-m", "llama-3-8b", "-n", "8", "--zero", "3", "-g", "64seq",
-              "--seq", "8192", "--json").json()
+              "--seq", "8192", "--budget", "80GB", "--json").json()
     assert doc["command"] == "accumulate"
     assert [(o["micro_batch"], o["accumulation"]) for o in doc["options"]] == [
         (1, 8), (2, 4), (4, 2), (8, 1)]
@@ -103,7 +112,7 @@ def test_accumulate(cli) -> None:  # type: ignore[no-untyped-def]
     assert doc["chosen"]["micro_batch"] == 1
     assert doc["chosen"]["activation_bytes"] == 59_649_458_180
     table = cli("accumulate", "-m", "llama-3-8b", "-n", "8", "--zero", "3", "-g", "64seq",
-                "--seq", "8192").stdout
+                "--seq", "8192", "--budget", "80GB").stdout
     assert "chosen: micro-batch 1 × 8 accumulation steps" in " ".join(table.split())
     assert_one_line_error(cli("accumulate", "-m", "llama-3-8b", "-n", "8", "-g", "4seq"),
                           "does not split over 8")
@@ -137,3 +146,21 @@ def test_plan_plot_is_written_whole_or_refused(cli, tmp_path) -> None:  # type: 
     assert_one_line_error(cli("plan", "-m", "llama-3-70b", "-n", "64", "-g", "512seq",
                               "--seq", "8192", "--plot", str(bad)), ".gif")
     assert not bad.exists()
+
+
+def test_llama_405b_on_16k_h100s_plans_at_a_published_mfu(cli) -> None:  # type: ignore[no-untyped-def]
+    """Llama 3 405B, 16M tokens (2,048 sequences of 8,192) on 16,384 H100s: the default
+    prices matmuls at the H100's published fraction at the layer's largest matmul, which on
+    a TP-8 rank at micro-batch 1 is 2·8,192·16,384·53,248/8 = 1.79e12 FLOPs, past the largest
+    sized point (4096³·2 = 1.37e11): 80.3%; the MFU lands in 0.30–0.50 (Llama 3: 38–43%).
+    With --efficiency 1 (the ideal bound) it is faster."""
+    args = ("plan", "-m", "llama-3-405b", "-n", "16384", "-g", "16M", "--seq", "8192",
+            "--top", "1", "--json")
+    doc = cli(*args).json()
+    best = doc["ranked"][0]
+    assert doc["global_batch_seqs"] == 2048 and doc["efficiency"] is None
+    assert 0.30 <= best["time"]["mfu"] <= 0.50
+    assert best["time"]["efficiency"] == pytest.approx(0.803)
+    assert best["time"]["hfu"] >= best["time"]["mfu"]
+    ideal = cli(*args, "--efficiency", "1").json()["ranked"][0]
+    assert ideal["time"]["mfu"] > best["time"]["mfu"] and ideal["time"]["efficiency"] == 1.0

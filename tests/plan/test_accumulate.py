@@ -13,8 +13,9 @@ H100 = get_hardware("h100")
 
 
 def test_splits_and_activations_by_hand() -> None:
+    # the whole 80 GB as the budget: one sequence (76.7 GB) does not fit beside the reserve
     plan = plan_accumulation(get_preset("llama-3-8b"), H100, seq_len=8192,
-                             global_batch_seqs=64, count=8, zero=3)
+                             global_batch_seqs=64, count=8, zero=3, budget_bytes=80e9)
     assert [(o.micro_batch, o.accumulation) for o in plan.options] == [
         (1, 8), (2, 4), (4, 2), (8, 1)]
     # one sequence in bf16 (n = 8192 tokens, d 4096), per layer: two RMSNorms

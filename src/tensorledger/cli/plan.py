@@ -123,9 +123,11 @@ def plan_command(
         "paper's 16 bytes per parameter), mixed-bf16, bf16, fp32, lecture."))] = "bf16-master",
     optimizer: Annotated[str, typer.Option("--optimizer", "-o", help=(
         "adamw, adam, sgd, momentum, lion, adam8bit, ..."))] = "adamw",
-    efficiency: Annotated[float, typer.Option(parser=real_parser(0.0, 1.0, minimum_open=True),
-                                              help="Share of the ideal dense peak the matmuls "
-                                              "reach, in (0, 1]; 1 by default.")] = 1.0,
+    efficiency: Annotated[float | None, typer.Option(
+        parser=real_parser(0.0, 1.0, minimum_open=True), help=(
+            "Share of the dense peak the matmuls reach, in (0, 1]; default: the chip's "
+            "published fraction at each layout's largest matmul (1: the ideal bound)."))
+    ] = None,
     attention: Annotated[str, typer.Option(help=(
         "flash (no s² scores kept) or eager (scores kept; selective checkpointing searched)."))
     ] = "flash",
@@ -168,7 +170,8 @@ def plan_command(
 
 
 def _verified(result: LayoutPlan, model: str, chip: Hardware, count: int, seq: int, seqs: int,
-              precision: str, optimizer: str, budget_bytes: float | None, efficiency: float,
+              precision: str, optimizer: str, budget_bytes: float | None,
+              efficiency: float | None,
               attention: str, wanted: int, say: Callable[[str], None]) -> LayoutPlan:
     """Trace the fastest ``wanted`` layouts the tracer lays out; note the ones it cannot."""
     from tensorledger.ledger.plan import traceable_layout, verify_choice  # imports torch

@@ -10,7 +10,7 @@ becomes memory-bound and slower.  The chosen split is the fastest that fits.
 
 >>> from tensorledger.hardware import get_hardware
 >>> from tensorledger.napkin.transformer import get_preset
->>> p = plan_accumulation(get_preset("llama-3-8b"), get_hardware("h100"), seq_len=8192,
+>>> p = plan_accumulation(get_preset("llama-3-8b"), get_hardware("h100"), seq_len=4096,
 ...                       global_batch_seqs=64, count=8, zero=3)
 >>> p.chosen.micro_batch * p.chosen.accumulation * 8
 64
@@ -62,7 +62,8 @@ def plan_accumulation(config: TransformerConfig, hardware: Hardware, *, seq_len:
                       global_batch_seqs: int, count: int = 1, zero: int = 0,
                       checkpoint: str = "none", precision: str = "bf16-master",
                       optimizer: str = "adamw", budget_bytes: float | None = None,
-                      efficiency: float = 1.0, attention: str = "flash") -> AccumulationPlan:
+                      efficiency: float | None = None, attention: str = "flash"
+                      ) -> AccumulationPlan:
     """Every micro-batch × accumulation split of ``global_batch_seqs`` over ``count`` ranks;
     raise :class:`~tensorledger.plan.NoLayoutError` when not even one sequence fits."""
     if checkpoint not in CHECKPOINTS:

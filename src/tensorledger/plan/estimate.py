@@ -53,7 +53,10 @@ order).  Of the ``dp`` data-parallel ranks, groups of ``shard`` hold one ZeRO-sh
   parameters × 2 × (parameter bytes + gradient bytes) (weights read in forward and again in
   backward, the accumulated gradient read and written).  More, smaller micro-batches lower
   F / W: below the chip's ridge point a step is memory-bound.  The peak is the catalog's ideal
-  dense figure and ``efficiency`` (default 1) the share of it the matmuls reach.
+  dense figure and the efficiency the share of it the matmuls reach: by default the chip's
+  published fraction at the size of the layer's largest matmul on this rank (the MLP's
+  up-projection of one micro-batch, 2·b·s·h·d_ff/t FLOPs), as ``roofline`` prices every
+  matmul of a traced step; ``efficiency`` set, that share instead (1: the ideal bound).
 - uneven stages: with ⌈L/p⌉ · p > L the slowest stage sets the pace, compute × ⌈L/p⌉·p/L.
 - pipeline bubble (Narayanan et al. 2021): compute × (p−1)/(v·m) on top.
 - tensor-parallel communication is exposed: per micro-batch and layer two all-reduces of the
@@ -123,7 +126,7 @@ class PlanSetup:
     precision: Precision
     optimizer: Optimizer
     budget_bytes: float  # memory one rank may use
-    efficiency: float = 1.0  # share of the ideal peak the matmuls reach
+    efficiency: float | None = None  # share of the ideal peak; None: the chip's expected one
     attention: str = "flash"
     dtype: str = "bf16"
     max_pp: int | None = None  # the most pipeline stages searched (1: no pipeline)
@@ -132,7 +135,7 @@ class PlanSetup:
         if self.attention not in ATTENTIONS:
             raise InputError(f"unknown attention {self.attention!r}; known: "
                              f"{', '.join(ATTENTIONS)}")
-        if not 0.0 < self.efficiency <= 1.0:
+        if self.efficiency is not None and not 0.0 < self.efficiency <= 1.0:
             raise InputError(f"efficiency must be in (0, 1], got {self.efficiency!r}")
         # counts and FLOPs of the model, and the priced collectives, worked out once per search
         object.__setattr__(self, "_model", _Model(self))
@@ -220,6 +223,8 @@ class StepTime:
     step_s: float
     tokens_per_s: float
     mfu: float  # model FLOPs / (step · count · ideal peak)
+    efficiency: float = 1.0  # the share of the peak the matmuls were taken to reach
+    hfu: float = 0.0  # the FLOPs that ran (recomputation included) / (step · count · peak)
 
 
 @dataclass(frozen=True)
@@ -498,7 +503,8 @@ def step_time(setup: PlanSetup, choice: LayoutChoice, memory: RankMemory) -> Ste
     p = setup.precision
     bytes_micro = memory.stage_params * 2 * (p.param_bytes + p.grad_bytes)
     intensity = flops_micro / bytes_micro
-    micro_s = max(flops_micro / (peak * setup.efficiency),
+    efficiency = matmul_efficiency(setup, choice)
+    micro_s = max(flops_micro / (peak * efficiency),
                   bytes_micro / setup.hardware.memory_bandwidth_bytes_per_s)
     compute_s = m * micro_s
     layers = _layers_per_stage(setup.config, choice.pp)
@@ -526,12 +532,38 @@ def step_time(setup: PlanSetup, choice: LayoutChoice, memory: RankMemory) -> Ste
     step_s = compute_s * imbalance * (1 + bubble) + tp_comm + dp_exposed
     return StepTime(model_flops=model_flops, recompute_flops=recompute,
                     intensity_flop_per_byte=intensity,
-                    memory_bound=intensity < peak * setup.efficiency
+                    memory_bound=intensity < peak * efficiency
                     / setup.hardware.memory_bandwidth_bytes_per_s, compute_s=compute_s,
                     imbalance=imbalance, bubble_to_compute=bubble, tp_comm_s=tp_comm,
                     dp_comm_s=dp_comm, dp_exposed_s=dp_exposed, step_s=step_s,
                     tokens_per_s=tokens / step_s,
-                    mfu=model_flops / (step_s * setup.count * peak))
+                    mfu=model_flops / (step_s * setup.count * peak), efficiency=efficiency,
+                    hfu=(model_flops + recompute) / (step_s * setup.count * peak))
+
+
+def matmul_efficiency(setup: PlanSetup, choice: LayoutChoice) -> float:
+    """The share of the dense peak a rank's matmuls reach: ``setup.efficiency`` when set, else
+    the chip's published fraction at the size of the layer's largest matmul on the rank (the
+    MLP's up-projection of one micro-batch, 2·b·s·h·d_ff/t FLOPs), else 1 (a chip with no
+    published efficiencies: the ideal peak).
+
+    >>> from tensorledger.hardware import get_hardware
+    >>> from tensorledger.napkin.transformer import get_preset
+    >>> from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
+    >>> setup = PlanSetup(get_preset("llama-3-8b"), get_hardware("h100"), 8, 4096, 64,
+    ...                   resolve_precision("bf16"), resolve_optimizer("adamw"), 80e9)
+    >>> choice = LayoutChoice(dp=8, tp=1, pp=1, zero=3, shard=8, accumulation=8)
+    >>> round(matmul_efficiency(setup, choice), 3)  # 2·4096·4096·14336 FLOPs ≥ 4096³·2: 80.3%
+    0.803
+    """
+    if setup.efficiency is not None:
+        return setup.efficiency
+    published = setup.hardware.efficiency
+    if published is None:
+        return 1.0
+    config = setup.config
+    flops = 2.0 * choice.micro_batch * setup.seq_len * config.d_model * config.d_ff / choice.tp
+    return published.matmul_fraction(setup.dtype, flops)
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,9 @@ LARGEST_COUNT = 1 << 20
 KEPT_REJECTIONS = 5
 
 ASSUMPTIONS = (
-    "compute at the catalog's ideal dense peak × efficiency; MFU against the ideal peak",
+    "compute at the catalog's dense peak × the matmul efficiency (the chip's published "
+    "fraction at each layout's largest matmul, unless --efficiency); MFU counts the model's "
+    "FLOPs against the dense peak, HFU the recomputed ones too",
     "activations: the reference model's closed form for the rank's tp/sp split and the recipe "
     "(exact against traced ranks); flash attention stores no s² scores unless --attention "
     "eager (Korthikanti et al.'s 5·a·s²·b/t)",
@@ -104,7 +106,7 @@ class LayoutPlan:
     precision: str
     optimizer: str
     attention: str
-    efficiency: float
+    efficiency: float | None  # given by the caller; None: the chip's expected (per layout)
     peak_flop_per_s: float
     budget_bytes: float
     tokens: float | None
@@ -224,7 +226,7 @@ def _shardings(dp: int) -> Iterator[tuple[int, int]]:
 
 def plan_setup(config: TransformerConfig, hardware: Hardware, count: int, *, seq_len: int,
                global_batch_seqs: int, precision: str = "bf16-master", optimizer: str = "adamw",
-               budget_bytes: float | None = None, efficiency: float = 1.0,
+               budget_bytes: float | None = None, efficiency: float | None = None,
                attention: str = "flash", max_pp: int | None = None) -> PlanSetup:
     """What a search of ``count`` devices shares, its options checked (one line each): the
     one :func:`plan_layouts` searches, and that a traced check of its layouts prices."""
@@ -246,7 +248,8 @@ def plan_setup(config: TransformerConfig, hardware: Hardware, count: int, *, seq
 def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, seq_len: int,
                  global_batch_seqs: int, precision: str = "bf16-master",
                  optimizer: str = "adamw", budget_bytes: float | None = None,
-                 efficiency: float = 1.0, attention: str = "flash", tokens: float | None = None,
+                 efficiency: float | None = None, attention: str = "flash",
+                 tokens: float | None = None,
                  top: int = 10, max_pp: int | None = None) -> LayoutPlan:
     """Search every layout of ``count`` devices; raise :class:`NoLayoutError` when none fits.
 

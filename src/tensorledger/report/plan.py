@@ -70,7 +70,8 @@ def layout_plan_view(plan: LayoutPlan) -> View:
         f"({format_duration(best.time.compute_s)} compute, bubble "
         f"{best.time.bubble_to_compute:.1%}, TP comm {format_duration(best.time.tp_comm_s)}, "
         f"DP comm exposed {format_duration(best.time.dp_exposed_s)} of "
-        f"{format_duration(best.time.dp_comm_s)})",
+        f"{format_duration(best.time.dp_comm_s)}); MFU {best.time.mfu:.1%} (model FLOPs), "
+        f"HFU {best.time.hfu:.1%} (recomputation included)",
     ]
     if plan.rejected:
         lines.append(rejected)
@@ -80,8 +81,11 @@ def layout_plan_view(plan: LayoutPlan) -> View:
     lines.extend(f"assumes: {a}" for a in plan.assumptions)
     checked = (f"the top {len(plan.verified)} traceable layouts traced" if plan.verified
                else "closed forms, not yet verified by a trace (--verify N)")
-    lines.append(f"peak: {plan.peak_flop_per_s / 1e12:g} TFLOP/s dense (ideal) × efficiency "
-                 f"{plan.efficiency:g}; attention {plan.attention}; {checked}")
+    efficiency = (f"the chip's published matmul efficiency ({plan.best.time.efficiency:.1%} "
+                  "for the best layout's largest matmul)" if plan.efficiency is None else
+                  f"efficiency {plan.efficiency:g} (--efficiency)")
+    lines.append(f"peak: {plan.peak_flop_per_s / 1e12:g} TFLOP/s dense × {efficiency}; "
+                 f"attention {plan.attention}; {checked}")
     return lines
 
 
