@@ -78,3 +78,42 @@ def test_a_3d_layout_of_an_hf_config_per_rank_and_cluster_by_hand(cli: Any,
 def test_count_and_layout_must_agree(cli: Any) -> None:
     result = cli("account", "--model", "tiny", "--fsdp", "2", "--count", "4")
     assert result.code == 2 and "--count" in result.stderr
+
+
+SMALL = """[small]
+name = "a small GPU"
+memory = "0.8GB"
+memory_bandwidth = "1TB/s"
+[small.dense]
+bf16 = "100TFLOP/s"
+fp32 = "10TFLOP/s"
+"""
+
+
+def test_a_step_that_does_not_fit_names_the_planners_layout(cli: Any, tmp_path: Path) -> None:
+    """tiny at batch 256 × 32 on a 0.8 GB chip: beside the 723 MiB CUDA context and 5% of the
+    peak, (0.8e9 − 758,120,448) / 1.05 = 39.9 MB is usable, the traced peak is larger; the
+    account names the planner's fastest layout that fits, the same as ``plan_layouts`` of the
+    same model, device, batch and recipe (a second path).  At batch 8 it fits: nothing named."""
+    from tensorledger.hardware.catalog import load_hardware_file
+    from tensorledger.napkin.transformer import get_preset
+    from tensorledger.plan import plan_layouts
+
+    chip = tmp_path / "small.toml"
+    chip.write_text(SMALL)
+    doc = cli("account", "--model", "tiny", "--batch", "256", "--seq", "32", "--hardware",
+              str(chip), "--json").json()
+    usable = (0.8e9 - 758_120_448) / 1.05
+    assert doc["memory"]["peak_bytes"] > usable and not doc["memory"]["fit"]["fits_replicated"]
+    plan = plan_layouts(get_preset("tiny"), load_hardware_file(chip), 1, seq_len=32,
+                        global_batch_seqs=256, precision="mixed-bf16", optimizer="adamw",
+                        top=1)
+    assert doc["fits_with"]["layout"] == plan.best.layout
+    assert doc["fits_with"]["choice"]["micro_batch"] == plan.best.choice.micro_batch
+    assert doc["fits_with"]["memory"]["total_bytes"] <= usable
+    text = cli("account", "--model", "tiny", "--batch", "256", "--seq", "32", "--hardware",
+               str(chip)).stdout
+    assert "to fit: the planner's fastest layout" in " ".join(text.split())
+    fits = cli("account", "--model", "tiny", "--batch", "8", "--seq", "32", "--hardware",
+               str(chip), "--json").json()
+    assert fits["memory"]["fit"]["fits_replicated"] and fits["fits_with"] is None

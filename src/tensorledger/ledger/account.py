@@ -21,6 +21,7 @@ from tensorledger.ledger.memory import memory_of
 from tensorledger.ledger.roofline import RooflineRun, roofline_report
 from tensorledger.ledger.trace import step_summary
 from tensorledger.memory.ledger import MemoryLedger
+from tensorledger.plan.estimate import LayoutEstimate
 from tensorledger.roofline.model import RooflinePrediction, predict
 from tensorledger.summary import show_bytes, show_flops, show_time, summary
 from tensorledger.trace.aggregate import TraceSummary
@@ -78,6 +79,10 @@ class Ledger:
     measured: RooflineRun | None = None
     # the cluster's step as the traced rank sets it: its layout, bubble, exposed communication
     cluster: ClusterStep | None = None
+    # when the step does not fit: the planner's fastest layout of the same devices that does
+    # (its closed form), or why none does; None when it fits or the model has no closed form
+    fits_with: LayoutEstimate | None = None
+    fits_nowhere: str | None = None
 
     def _repr_html_(self) -> str:  # Jupyter: the presentation layer renders it
         import importlib
@@ -173,9 +178,32 @@ def account_run(work: Workload, hardware: Hardware, *, count: int = 1,
                     if bound_step_s > 0 else 0.0, mfu=cluster.mfu, peak_flop_per_s=peak,
                     memory_bandwidth_bytes_per_s=hardware.memory_bandwidth_bytes_per_s,
                     run=cost, cluster=cluster)
+    if memory.fit is not None and not memory.fit.fits_replicated and \
+            work.source.config is not None:
+        say("planning a layout that fits")
+        fits_with, fits_nowhere = _what_fits(work, hardware, count, budget_bytes)
+        ledger = dataclasses.replace(ledger, fits_with=fits_with, fits_nowhere=fits_nowhere)
     if measure_on is not None:
         say("measuring the step on this machine")
         local = work if work.device in ("cpu", "cuda") else work.on_device("cpu")
         ledger = dataclasses.replace(ledger, measured=roofline_report(
             local, measure_on, measure_step=True, progress=progress))
     return ledger, run
+
+
+def _what_fits(work: Workload, hardware: Hardware, count: int, budget_bytes: float | None
+               ) -> tuple[LayoutEstimate | None, str | None]:
+    """The planner's fastest layout of ``count`` devices that fits ``work``'s global batch
+    (its data-parallel ranks' sequences), or why none does."""
+    from tensorledger.plan import plan_layouts
+
+    config = work.source.config
+    assert config is not None
+    sequences = work.batch * (work.layout.data_parallel if not work.layout.single else count)
+    try:
+        plan = plan_layouts(config, hardware, count, seq_len=work.seq,
+                            global_batch_seqs=sequences, precision=work.precision.name,
+                            optimizer=work.optimizer.name, budget_bytes=budget_bytes, top=1)
+    except InputError as error:  # none fits (NoLayoutError), or the planner cannot plan it
+        return None, str(error)
+    return plan.best, None

@@ -50,6 +50,16 @@ def account_view(ledger: Ledger) -> View:
     view += flops_notes(s)
     view.append(module_table(s.modules))
     view += memory_view(ledger.memory)
+    if ledger.fits_with is not None:
+        best = ledger.fits_with
+        view.append(f"to fit: the planner's fastest layout of these {ledger.count} device(s) "
+                    f"that fits is {best.layout}, micro-batch {best.choice.micro_batch} × "
+                    f"{best.choice.accumulation}, checkpoint {best.choice.checkpoint} "
+                    f"({format_bytes(best.memory.total_bytes, 'auto')} per rank, closed form; "
+                    "`tensorledger plan` for the others)")
+    elif ledger.fits_nowhere is not None:
+        view.append(f"to fit: no layout of these {ledger.count} device(s) does "
+                    f"({ledger.fits_nowhere})")
     view.append(totals_table(f"Predicted time by category on {ledger.hardware}",
                              ledger.roofline.by_category))
     view.append(f"on {ledger.count} device(s), stepping together:")
