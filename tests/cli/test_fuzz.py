@@ -171,7 +171,7 @@ def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[s
         "n": ["1", "2", "16", "0", "-1", "1000000", "1048577", str(INT64_MAX + 1), "٤", "",
               "1" + "0" * 400],
         "budget": (["70GB", "80GB", "81GB", "1GB", "0", "-1GB", "nan", "1e400", "٣", "", "70"]
-                   if command == "plan" else
+                   if command in ("plan", "accumulate", "memory", "account") else
                    ["900000", "1MB", "2MiB", "0", "-1", "nan", "1e400", "٣", "", "1e300"]
                    if command == "checkpoint" else
                    ["0", "0.001", "-1", "nan", "inf", "601", "1e400", "٣", ""]),
