@@ -89,8 +89,9 @@ Tp = Annotated[int, typer.Option("--tp", help=(
 Sp = Annotated[bool, typer.Option("--sp", help=(
     "Sequence parallelism beside --tp: norms and dropout on a slice of the sequence."))]
 Pp = Annotated[int, typer.Option("--pp", help=(
-    "Pipeline stages (torch.distributed.pipelining; reference models, fp32, alone): the "
-    "first stage's rank is traced."))]
+    "Pipeline stages (torch.distributed.pipelining, beside the other layout options; models "
+    "with a reference config: presets, GPT-2 and Llama config.json): the first stage's rank "
+    "is traced."))]
 Microbatches = Annotated[int | None, typer.Option("--microbatches", help=(
     "Micro-batches the --batch is split into for --pp (default 1)."))]
 Schedule = Annotated[str | None, typer.Option("--schedule", help=(
