@@ -188,6 +188,9 @@ def trace_workload(work: Workload, first_step: bool = False,
         warm_up = work.step.optimizer or not layout.single
         if layout.strategy in ("ddp", "zero1"):  # DDP's second step reads real memory
             warm_up = False
+            if work.step.optimizer:
+                say("creating the optimizer state (an optimizer step on zero gradients)")
+                step.prime_optimizer()
         if warm_up:
             say("running the first step (optimizer state)" if work.step.optimizer else
                 "running a first step (sharding set-up)")

@@ -305,6 +305,19 @@ class PreparedStep:
                 self.optimizer.step()
             self.drop_gradients()
 
+    def prime_optimizer(self) -> None:
+        """One optimizer step on zero gradients, outside any trace: the state every later
+        step holds exists (for a layout whose first step is the one traced: DDP's second
+        step rebuilds its buckets from real memory, which fake tensors do not have)."""
+        if self.optimizer is None:
+            return
+        with self.guard(), torch.no_grad():
+            for p in self.parameters:
+                if p.requires_grad:
+                    p.grad = torch.zeros_like(p)
+            self.optimizer.step()
+            self.drop_gradients()
+
     def drop_gradients(self) -> None:
         for p in self.parameters:
             p.grad = None
