@@ -194,9 +194,9 @@ class FixedDims:
                 raise InputError(f"a shard group of {shard} does not divide DP {self.dp}")
             left = count // product
             if self.dp is None and left % shard:
-                raise InputError(f"a shard group of {shard} does not divide the {left:,} "
-                                 "data-parallel ranks left" + (f" beside {named}" if degrees
-                                                               else f" of the {where}"))
+                raise InputError(f"a shard group of {shard} does not divide the {where}"
+                                 if not degrees else f"a shard group of {shard} does not "
+                                 f"divide the {left:,} data-parallel ranks {named} leave")
         if self.zero is not None and self.zero > 0 and self.dp == 1:
             raise InputError(f"ZeRO-{self.zero} needs a data-parallel degree above 1, not DP 1")
         if self.checkpoint == "selective" and setup.attention != "eager":
@@ -442,7 +442,13 @@ def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, s
                 continue
             micros = (per_rank // fix.accumulation,)
         stage_layers = -(-config.n_layers // pp)
-        for zero, shard in _shardings(dp, fix):
+        shardings = tuple(_shardings(dp, fix))
+        if not shardings:
+            tally.reject(LayoutChoice(dp=dp, tp=tp, pp=pp, sp=sp), "divisibility",
+                         f"DP {dp:,} leaves no shard group" + (
+                             f" of {fix.shard:,}" if fix.shard else " above 1 rank") + (
+                             f" for ZeRO-{fix.zero}" if fix.zero else ""))
+        for zero, shard in shardings:
             for schedule, v in _schedules(pp, fix):
                 for checkpoint in _checkpoints(attention, fix.checkpoint):
                     # memory grows with the micro-batch (b · min(p, m) = min(p·b, B) in
