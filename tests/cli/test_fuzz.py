@@ -194,6 +194,13 @@ def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[s
         # a valid --verify traces a model for seconds to minutes: tests/plan/test_verify.py
         "verify": ["0", "-1", "11", "", "٣", "nan"],
     }
+    if command == "plan":  # the dimensions plan fixes (issue 36): valid, contradictory, junk
+        degrees = ["1", "2", "4", "8", "3", "16", "0", "-1", "1048577", "", "٤"]
+        pools |= {"dp": degrees, "fsdp": degrees, "pp": degrees,
+                  "zero": ["0", "1", "2", "3", "4", "-1", "", "٣"],
+                  "microbatches": ["1", "2", "8", "3", "0", "-1", "4294967297", "", "٤"],
+                  "schedule": ["1f1b", "interleaved", "interleaved-2", "interleaved-4",
+                               "interleaved-3", "interleaved-1f1b", "gpipe", "", "1F1B"]}
     pool = pools.get(name)
     if isinstance(pool, list):
         return st.sampled_from(pool)

@@ -164,3 +164,55 @@ def test_llama_405b_on_16k_h100s_plans_at_a_published_mfu(cli) -> None:  # type:
     assert best["time"]["hfu"] >= best["time"]["mfu"]
     ideal = cli(*args, "--efficiency", "1").json()["ranked"][0]
     assert ideal["time"]["mfu"] > best["time"]["mfu"] and ideal["time"]["efficiency"] == 1.0
+
+
+def test_plan_405b_tp_8_pp_16_evaluates_that_layout(cli) -> None:  # type: ignore[no-untyped-def]
+    args = ("plan", "-m", "llama-3-405b", "-n", "16384", "-g", "16M", "--seq", "8192",
+            "--tp", "8", "--pp", "16", "--top", "5")
+    doc = cli(*args, "--json").json()
+    # 16,384 / (8 · 16) = 128 data-parallel ranks in every row; 126 layers on 16 stages
+    assert {(r["choice"]["dp"], r["choice"]["tp"], r["choice"]["pp"])
+            for r in doc["ranked"]} == {(128, 8, 16)}
+    assert doc["fixed"]["tp"] == 8 and doc["fixed"]["pp"] == 16 and doc["fixed"]["dp"] is None
+    table = " ".join(cli(*args).stdout.split())
+    assert "fixed by you: TP 8, PP 16; the search filled the rest" in table
+
+
+def test_plan_every_dimension_fixed_is_the_searched_row(cli) -> None:  # type: ignore[no-untyped-def]
+    base = ("plan", "-m", "llama-3-70b", "-n", "64", "-g", "512seq", "--seq", "8192", "--json")
+    best = cli(*base, "--top", "1").json()["ranked"][0]
+    c = best["choice"]
+    fixed = ["--dp", str(c["dp"]), "--tp", str(c["tp"]), "--pp", str(c["pp"]),
+             "--zero", str(c["zero"]), "--fsdp", str(c["shard"]),
+             "--sp" if c["sp"] else "--no-sp", "--microbatches", str(c["accumulation"]),
+             "--checkpoint", c["checkpoint"]]
+    if c["pp"] > 1:
+        fixed += ["--schedule", c["schedule"] if c["schedule"] == "1f1b"
+                  else f"interleaved-{c['chunks']}"]
+    doc = cli(*base, *fixed).json()
+    assert doc["searched"] == 1 and doc["feasible"] == 1
+    (only,) = doc["ranked"]
+    assert only["choice"] == c and only["time"]["step_s"] == best["time"]["step_s"]
+    table = " ".join(cli(*base[:-1], *fixed).stdout.split())
+    assert "searched 1 configuration:" in table and "one layout evaluated" in table
+
+
+@pytest.mark.parametrize(("argv", "fragments"), [
+    (["--tp", "8", "--pp", "18"], ("TP 8 · PP 18 does not divide the 16,384 devices",)),
+    (["--dp", "128", "--tp", "8", "--pp", "8"], ("= 8,192 devices, not the 16,384",)),
+    (["--tp", "16"], ("TP 16 (fixed by you)", "spans nodes")),
+    (["--schedule", "gpipe"], ("unknown --schedule 'gpipe'", "1f1b")),
+    (["--checkpoint", "some"], ("unknown --checkpoint 'some'",)),
+    (["--checkpoint", "selective"], ("--attention eager",)),
+    (["--fsdp", "1", "--zero", "3"], ("ZeRO-3 needs a shard group above 1 rank",)),
+    (["--pp", "1", "--schedule", "1f1b"], ("needs a pipeline",)),
+    (["--tp", "1", "--sp"], ("SP needs tensor parallelism",)),
+    (["--tp", "8", "--pp", "16", "--microbatches", "3"], ("do not split into 3 micro-batches",)),
+    (["--zero", "4"], ("--zero",)),
+    (["--tp", "8", "--pp", "16", "--dp", "128", "--fsdp", "8", "--zero", "1", "--no-sp",
+      "--microbatches", "16", "--schedule", "1f1b", "--checkpoint", "none"],
+     ("(fixed by you) does not fit: memory per rank", "against a budget of")),
+])
+def test_plan_fixed_refusals(cli, argv: list[str], fragments: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+    assert_one_line_error(cli("plan", "-m", "llama-3-405b", "-n", "16384", "-g", "16M",
+                              "--seq", "8192", *argv), *fragments)

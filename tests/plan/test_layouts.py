@@ -12,6 +12,7 @@ from tensorledger.napkin import tp_activation_bytes, tp_indivisible
 from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
 from tensorledger.napkin.transformer import TransformerConfig, get_preset
 from tensorledger.plan import (
+    FixedDims,
     LayoutChoice,
     NoLayoutError,
     PlanSetup,
@@ -364,3 +365,106 @@ def test_zero_comm_under_a_pipeline_by_hand() -> None:
     # one reduce-scatter, and the parameters gathered 4 + 1 times
     assert step_time(setup, zero3, rank_memory(setup, zero3)).dp_comm_s == pytest.approx(
         6 * half)
+
+
+# ----------------------------------------------------------------------- fixed dimensions
+
+def _every_layout(model: str, count: int, seq: int, batch: int, **kwargs: object) -> list:  # type: ignore[type-arg]
+    return list(plan_layouts(get_preset(model), H100, count, seq_len=seq,
+                             global_batch_seqs=batch, top=10_000, **kwargs).ranked)  # type: ignore[arg-type]
+
+
+def test_fixed_tp_and_pp_narrow_the_search_to_those_degrees() -> None:
+    full = _every_layout("llama-3-70b", 64, 8192, 512)
+    plan = plan_layouts(get_preset("llama-3-70b"), H100, 64, seq_len=8192,
+                        global_batch_seqs=512, top=10_000, fixed=FixedDims(tp=8, pp=2))
+    assert plan.ranked and {(r.choice.tp, r.choice.pp) for r in plan.ranked} == {(8, 2)}
+    assert {r.choice.dp for r in plan.ranked} == {4}  # 64 / (8 · 2)
+    # a second path: the unconstrained search's rows with those degrees, in the same order
+    assert [(r.layout, r.choice, r.time.step_s) for r in plan.ranked] == [
+        (r.layout, r.choice, r.time.step_s) for r in full
+        if (r.choice.tp, r.choice.pp) == (8, 2)]
+    assert plan.fixed == FixedDims(tp=8, pp=2)
+    assert plan.searched == plan.feasible + sum(plan.rejected_by_reason.values())
+    assert plan.searched < plan_layouts(get_preset("llama-3-70b"), H100, 64, seq_len=8192,
+                                        global_batch_seqs=512).searched
+
+
+def _all_of(choice: LayoutChoice) -> FixedDims:
+    return FixedDims(dp=choice.dp, tp=choice.tp, pp=choice.pp, zero=choice.zero,
+                     shard=choice.shard, sp=choice.sp, accumulation=choice.accumulation,
+                     schedule=None if choice.pp == 1 else choice.schedule,
+                     chunks=choice.chunks if choice.schedule == "interleaved" else None,
+                     checkpoint=choice.checkpoint)
+
+
+def test_every_dimension_fixed_evaluates_the_one_layout_the_search_ranks() -> None:
+    full = _every_layout("llama-3-70b", 64, 8192, 512)
+    # the fastest, a ZeRO-3 one, an interleaved one and a plain-DP one of the full search
+    picks = [full[0], next(r for r in full if r.choice.zero == 3),
+             next(r for r in full if r.choice.schedule == "interleaved"),
+             next(r for r in full if r.choice.zero == 0)]
+    for row in picks:
+        plan = plan_layouts(get_preset("llama-3-70b"), H100, 64, seq_len=8192,
+                            global_batch_seqs=512, fixed=_all_of(row.choice))
+        assert (plan.searched, plan.feasible) == (1, 1)
+        (only,) = plan.ranked
+        assert only.choice == row.choice
+        assert only.time.step_s == row.time.step_s
+        assert only.memory.total_bytes == row.memory.total_bytes
+
+
+def test_405b_tp_8_pp_16_runs_126_layers_on_uneven_stages() -> None:
+    plan = plan_layouts(get_preset("llama-3-405b"), H100, 16384, seq_len=8192,
+                        global_batch_seqs=2048, top=10_000, fixed=FixedDims(tp=8, pp=16))
+    assert {(r.choice.dp, r.choice.tp, r.choice.pp) for r in plan.ranked} == {(128, 8, 16)}
+    # ⌈126 / 16⌉ = 8 layers a stage, 8 · 16 = 128 slots for 126 layers: the slowest stage
+    # paces the step at 128 / 126 of the average
+    assert {r.time.imbalance for r in plan.ranked} == {128 / 126}
+
+
+@pytest.mark.parametrize(("fixed", "attention", "message"), [
+    (FixedDims(tp=8, pp=3), "flash", "TP 8 · PP 3 does not divide the 64 devices"),
+    (FixedDims(dp=8, tp=8, pp=2), "flash", "DP 8 · TP 8 · PP 2 = 128 devices, not the 64"),
+    (FixedDims(tp=1, sp=True), "flash", "SP needs tensor parallelism"),
+    (FixedDims(pp=1, schedule="1f1b"), "flash", "the 1f1b schedule needs a pipeline"),
+    (FixedDims(zero=0, shard=8), "flash", "a shard group of 8 needs a ZeRO stage"),
+    (FixedDims(zero=3, shard=1), "flash", "ZeRO-3 needs a shard group above 1 rank"),
+    (FixedDims(dp=4, shard=8), "flash", "a shard group of 8 does not divide DP 4"),
+    (FixedDims(checkpoint="selective"), "flash", "selective is priced with eager attention"),
+])
+def test_fixed_dimensions_no_layout_can_have_are_refused(fixed: FixedDims, attention: str,
+                                                        message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        plan_layouts(get_preset("llama-3-70b"), H100, 64, seq_len=8192, global_batch_seqs=512,
+                     attention=attention, fixed=fixed)
+
+
+def test_fixed_dimensions_are_checked_when_made() -> None:
+    with pytest.raises(InputError, match="ZeRO stage must be 0, 1, 2 or 3"):
+        FixedDims(zero=4)
+    with pytest.raises(InputError, match="unknown schedule 'gpipe'"):
+        FixedDims(schedule="gpipe")
+    with pytest.raises(InputError, match="2 or 4 chunks"):
+        FixedDims(chunks=3)
+    with pytest.raises(InputError, match="fixed tp must be a whole number"):
+        FixedDims(tp=0)
+    with pytest.raises(InputError, match="PP 64 exceeds llama-3-8b's 32 layers"):
+        plan_layouts(get_preset("llama-3-8b"), H100, 64, seq_len=4096, global_batch_seqs=64,
+                     fixed=FixedDims(pp=64))
+
+
+def test_a_fixed_layout_that_does_not_fit_says_its_memory_against_the_budget() -> None:
+    # llama-3-70b unsharded on TP 8 alone: 70.6e9 parameters / 8 · 16 bytes ≈ 141 GB of state
+    # alone, past any budget; the one layout's own memory is named
+    fixed = FixedDims(dp=8, tp=8, pp=1, zero=0, sp=False, accumulation=64, checkpoint="full")
+    with pytest.raises(NoLayoutError, match=r"\(fixed by you\) does not fit: memory per rank "
+                       r"1[0-9]{2}\.[0-9] GB \(DP 8 · TP 8, micro-batch 1 × 64, checkpoint full\)"
+                       r" against a budget of 80 GB"):
+        plan_layouts(get_preset("llama-3-70b"), H100, 64, seq_len=8192, global_batch_seqs=512,
+                     budget_bytes=80e9, fixed=fixed)
+    # micro-batches that do not split a rank's share: 512 / 8 = 64 sequences, not in 3
+    with pytest.raises(NoLayoutError, match=r"64 sequences a data-parallel rank \(DP 8\) do not "
+                       "split into 3 micro-batches"):
+        plan_layouts(get_preset("llama-3-70b"), H100, 64, seq_len=8192, global_batch_seqs=512,
+                     fixed=FixedDims(dp=8, accumulation=3))

@@ -23,17 +23,20 @@ from tensorledger.hardware import Hardware, get_hardware
 from tensorledger.napkin.transformer import TransformerConfig, get_preset
 from tensorledger.plan import (
     ATTENTIONS,
+    CHECKPOINTS,
+    FixedDims,
     LayoutPlan,
     Verified,
     plan_accumulation,
     plan_layouts,
 )
+from tensorledger.plan.estimate import INTERLEAVE_CHUNKS
 from tensorledger.plan.layouts import LARGEST_COUNT, plan_setup
 from tensorledger.report.plan import accumulation_view, layout_plan_view, write_plan_plot
 from tensorledger.report.plots import check_figure_path
 from tensorledger.units import parse_bytes, parse_count
 
-__all__ = ["global_batch_seqs", "register"]
+__all__ = ["fixed_dims", "global_batch_seqs", "register"]
 
 #: The largest global batch taken, in sequences (2^32).
 LARGEST_BATCH_SEQS = 1 << 32
@@ -41,6 +44,9 @@ _SEQUENCES = re.compile(r"^\s*(.+?)\s*(seqs|seq|sequences)\s*$")
 #: A token count with a prefix papers read in powers of two ("a 4M-token batch": 4·2²⁰).
 _BINARY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KkMmGgBb])\s*$")
 _BINARY_POWER = {"k": 10, "m": 20, "g": 30, "b": 30}
+#: Where ``plan --help`` lists the options that fix a dimension of the layout.
+_FIXED = "Fix a dimension (the search fills the rest)"
+_CHUNKS = tuple(str(v) for v in INTERLEAVE_CHUNKS)
 
 
 def global_batch_seqs(text: str, seq_len: int) -> tuple[int, str | None]:
@@ -143,12 +149,48 @@ def plan_command(
     plot: Annotated[str | None, typer.Option(help=(
         "Write the frontier (memory per rank against step time) to a .png, .svg or .pdf."))
     ] = None,
+    dp: Annotated[int | None, typer.Option("--dp", parser=integer_parser(1, LARGEST_COUNT),
+                                           help=(
+        "Fix the data-parallel degree: replicas × the --fsdp group (the table's 'DP N'); "
+        "DP · TP · PP = --count."), rich_help_panel=_FIXED)] = None,
+    fsdp: Annotated[int | None, typer.Option("--fsdp", parser=integer_parser(
+        1, LARGEST_COUNT), help=(
+        "Fix the ranks one sharded copy spans (ZeRO-3 unless --zero says otherwise; 1: no "
+        "sharding)."), rich_help_panel=_FIXED)] = None,
+    zero: Annotated[int | None, typer.Option("--zero", parser=integer_parser(0, 3), help=(
+        "Fix the ZeRO stage: 0 (plain data parallelism) to 3 (FSDP)."),
+        rich_help_panel=_FIXED)] = None,
+    tp: Annotated[int | None, typer.Option("--tp", parser=integer_parser(1, LARGEST_COUNT),
+                                           help="Fix the tensor-parallel degree.",
+                                           rich_help_panel=_FIXED)] = None,
+    sp: Annotated[bool | None, typer.Option("--sp/--no-sp", help=(
+        "Fix sequence parallelism beside TP on (--sp) or off (--no-sp)."),
+        rich_help_panel=_FIXED)] = None,
+    pp: Annotated[int | None, typer.Option("--pp", parser=integer_parser(1, LARGEST_COUNT),
+                                           help=(
+        "Fix the pipeline stages (they need not divide the layers: the heaviest sets the "
+        "pace)."), rich_help_panel=_FIXED)] = None,
+    microbatches: Annotated[int | None, typer.Option("--microbatches", parser=integer_parser(
+        1, LARGEST_BATCH_SEQS), help=(
+        "Fix the micro-batches per step (gradient accumulation; a pipeline's micro-batches)."),
+        rich_help_panel=_FIXED)] = None,
+    schedule: Annotated[str | None, typer.Option("--schedule", help=(
+        "Fix the pipeline schedule: 1f1b, interleaved (2 or 4 chunks a stage searched), "
+        "interleaved-2 or interleaved-4."), rich_help_panel=_FIXED)] = None,
+    checkpoint: Annotated[str | None, typer.Option("--checkpoint", help=(
+        "Fix activation checkpointing: none, selective (with --attention eager) or full."),
+        rich_help_panel=_FIXED)] = None,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Search every layout (DP, ZeRO, TP/SP, PP, micro-batches, checkpointing) in closed form;
-    rank the ones that fit by step time and count the rejected ones by their binding constraint."""
+    rank the ones that fit by step time and count the rejected ones by their binding constraint.
+    Any of --dp, --fsdp, --zero, --tp, --sp, --pp, --microbatches, --schedule, --checkpoint
+    fixes that dimension and the search fills the rest; all of them fixed, one layout is
+    evaluated."""
     if plot is not None:
         check_figure_path(plot)  # refuse a bad path before the work, not after
+    fixed = fixed_dims(dp=dp, fsdp=fsdp, zero=zero, tp=tp, sp=sp, pp=pp,
+                       microbatches=microbatches, schedule=schedule, checkpoint=checkpoint)
     config, chip, seqs, note = _checked(model, hardware, attention, seq, global_batch)
     train_tokens = None
     if tokens is not None:
@@ -159,7 +201,7 @@ def plan_command(
     result = plan_layouts(config, chip, count, seq_len=seq, global_batch_seqs=seqs,
                           precision=precision, optimizer=optimizer, budget_bytes=budget_bytes,
                           efficiency=efficiency, attention=attention.strip().lower(),
-                          tokens=train_tokens, top=top, max_pp=max_pp)
+                          tokens=train_tokens, top=top, max_pp=max_pp, fixed=fixed)
     if note is not None:
         result = dataclasses.replace(result, notes=(note,))
     if verify:
@@ -167,6 +209,45 @@ def plan_command(
             result = _verified(result, model, chip, count, seq, seqs, precision, optimizer,
                                budget_bytes, efficiency, attention.strip().lower(), verify, say)
     emit_with_plot("plan", result, as_json, layout_plan_view(result), plot, write_plan_plot)
+
+
+def fixed_dims(*, dp: int | None = None, fsdp: int | None = None, zero: int | None = None,
+               tp: int | None = None, sp: bool | None = None, pp: int | None = None,
+               microbatches: int | None = None, schedule: str | None = None,
+               checkpoint: str | None = None) -> FixedDims:
+    """``plan``'s layout options in the planner's terms: ``--fsdp N`` is the shard group, at
+    ZeRO-3 unless ``--zero`` says otherwise (``--fsdp 1``: none, ZeRO-0); ``--microbatches``
+    the accumulation; ``--schedule interleaved-2`` the interleaved schedule with 2 chunks.
+
+    >>> fixed_dims(tp=8, pp=16).describe()
+    'TP 8, PP 16'
+    >>> fixed_dims(fsdp=64, schedule="interleaved-4", checkpoint="FULL").describe()
+    'ZeRO-3, shard 64, interleaved × 4, checkpoint full'
+    """
+    if fsdp is not None and zero is None:
+        zero = 3 if fsdp > 1 else 0
+    chunks = None
+    if schedule is not None:
+        name = schedule.strip().lower()
+        if name in ("interleaved-1f1b", "interleaved"):
+            name = "interleaved"
+        elif name.startswith("interleaved-") and name[len("interleaved-"):] in _CHUNKS:
+            chunks = int(name[len("interleaved-"):])
+            name = "interleaved"
+        elif name != "1f1b":
+            raise InputError(f"unknown --schedule {schedule!r}; the planner prices 1f1b, "
+                             "interleaved, " + ", ".join(f"interleaved-{v}" for v in _CHUNKS)
+                             + ("; gpipe is not searched (1f1b's bubble, with every "
+                                "micro-batch in flight)" if name == "gpipe" else ""))
+        schedule = name
+    if checkpoint is not None:
+        checkpoint = checkpoint.strip().lower()
+        if checkpoint not in CHECKPOINTS:
+            raise InputError(f"unknown --checkpoint {checkpoint!r}; known: "
+                             f"{', '.join(CHECKPOINTS)}")
+    return FixedDims(dp=dp, tp=tp, pp=pp, zero=zero, shard=fsdp, sp=sp,
+                     accumulation=microbatches, schedule=schedule, chunks=chunks,
+                     checkpoint=checkpoint)
 
 
 def _verified(result: LayoutPlan, model: str, chip: Hardware, count: int, seq: int, seqs: int,

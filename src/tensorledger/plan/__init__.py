@@ -31,6 +31,7 @@ from tensorledger.plan.estimate import (
 )
 from tensorledger.plan.layouts import (
     REASONS,
+    FixedDims,
     LayoutPlan,
     NoLayoutError,
     Rejection,
@@ -39,7 +40,7 @@ from tensorledger.plan.layouts import (
 )
 
 __all__ = ["ATTENTIONS", "CHECKPOINTS", "REASONS", "AccumulationOption", "AccumulationPlan",
-           "LayoutChoice", "LayoutEstimate", "LayoutPlan", "NoLayoutError", "PlanSetup",
-           "RankMemory", "Rejection", "SentBytes", "StepTime", "Verified", "divisors",
-           "estimate", "layer_activation_bytes", "plan_accumulation", "plan_layouts",
-           "rank_memory", "sent_bytes", "step_time"]
+           "FixedDims", "LayoutChoice", "LayoutEstimate", "LayoutPlan", "NoLayoutError",
+           "PlanSetup", "RankMemory", "Rejection", "SentBytes", "StepTime", "Verified",
+           "divisors", "estimate", "layer_activation_bytes", "plan_accumulation",
+           "plan_layouts", "rank_memory", "sent_bytes", "step_time"]

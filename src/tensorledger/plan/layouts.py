@@ -34,7 +34,7 @@ import functools
 import math
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TypeVar
 
 from tensorledger.errors import InputError
@@ -44,7 +44,9 @@ from tensorledger.napkin.parallel import tp_indivisible
 from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
 from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.plan.estimate import (
+    CHECKPOINTS,
     INTERLEAVE_CHUNKS,
+    SCHEDULES,
     LayoutChoice,
     LayoutEstimate,
     PlanSetup,
@@ -54,8 +56,8 @@ from tensorledger.plan.estimate import (
     step_time,
 )
 
-__all__ = ["LARGEST_COUNT", "REASONS", "LayoutPlan", "NoLayoutError", "Rejection", "divisors",
-           "pareto_frontier", "plan_layouts", "plan_setup"]
+__all__ = ["LARGEST_COUNT", "REASONS", "FixedDims", "LayoutPlan", "NoLayoutError", "Rejection",
+           "divisors", "pareto_frontier", "plan_layouts", "plan_setup"]
 
 T = TypeVar("T")
 
@@ -81,6 +83,125 @@ ASSUMPTIONS = (
 
 class NoLayoutError(InputError):
     """No configuration is feasible; the message names the constraint that binds."""
+
+
+@dataclass(frozen=True)
+class FixedDims:
+    """Dimensions of the layout the caller fixed; the search fills the others (None).
+
+    Every field given leaves only the layouts with that value in the search (the others are
+    neither searched nor rejected, as with ``max_pp``); all of them given, one layout is
+    evaluated.  ``chunks`` fixes the interleaved schedule's chunks per stage.
+
+    >>> FixedDims(tp=8, pp=16).describe()
+    'TP 8, PP 16'
+    >>> FixedDims(dp=128, zero=3, shard=128, sp=True, accumulation=16, schedule="interleaved",
+    ...           chunks=2, checkpoint="full").describe()
+    'DP 128, ZeRO-3, shard 128, SP on, 16 micro-batches, interleaved × 2, checkpoint full'
+    """
+
+    dp: int | None = None  # data-parallel degree (replicas × shard)
+    tp: int | None = None
+    pp: int | None = None
+    zero: int | None = None  # 0 (plain data parallelism) to 3
+    shard: int | None = None  # ranks one ZeRO-sharded copy spans (FSDP's group)
+    sp: bool | None = None
+    accumulation: int | None = None  # micro-batches per step
+    schedule: str | None = None  # "1f1b" or "interleaved" (a pipeline's)
+    chunks: int | None = None  # the interleaved schedule's model chunks per stage
+    checkpoint: str | None = None  # "none", "selective" or "full"
+
+    def __post_init__(self) -> None:
+        for name in ("dp", "tp", "pp", "shard", "accumulation", "chunks"):
+            value = getattr(self, name)
+            if value is not None:
+                _check(f"fixed {name}", value, LARGEST_COUNT)
+        if self.zero is not None and (isinstance(self.zero, bool) or self.zero not in (
+                0, 1, 2, 3)):
+            raise InputError(f"fixed ZeRO stage must be 0, 1, 2 or 3, got {self.zero!r}")
+        if self.schedule is not None and self.schedule not in SCHEDULES:
+            raise InputError(f"unknown schedule {self.schedule!r}; the planner prices "
+                             f"{', '.join(SCHEDULES)}")
+        if self.chunks is not None and self.chunks not in INTERLEAVE_CHUNKS:
+            raise InputError(f"the interleaved schedule is priced with "
+                             f"{' or '.join(map(str, INTERLEAVE_CHUNKS))} chunks per stage, "
+                             f"got {self.chunks}")
+        if self.chunks is not None and self.schedule not in (None, "interleaved"):
+            raise InputError(f"{self.chunks} chunks per stage need the interleaved schedule, "
+                             f"not {self.schedule}")
+        if self.checkpoint is not None and self.checkpoint not in CHECKPOINTS:
+            raise InputError(f"unknown checkpoint {self.checkpoint!r}; known: "
+                             f"{', '.join(CHECKPOINTS)}")
+
+    @property
+    def given(self) -> bool:
+        return any(getattr(self, f.name) is not None for f in fields(self))
+
+    def describe(self) -> str:
+        """The fixed dimensions, in the order of the layout's name."""
+        parts = [f"{label} {value}" for label, value in (
+            ("DP", self.dp), ("TP", self.tp), ("PP", self.pp)) if value is not None]
+        if self.zero is not None:
+            parts.append(f"ZeRO-{self.zero}")
+        if self.shard is not None:
+            parts.append(f"shard {self.shard}")
+        if self.sp is not None:
+            parts.append(f"SP {'on' if self.sp else 'off'}")
+        if self.accumulation is not None:
+            parts.append(f"{self.accumulation} micro-batch"
+                         f"{'' if self.accumulation == 1 else 'es'}")
+        if self.schedule is not None or self.chunks is not None:
+            parts.append("1f1b" if self.schedule == "1f1b" else "interleaved" + (
+                f" × {self.chunks}" if self.chunks is not None else ""))
+        if self.checkpoint is not None:
+            parts.append(f"checkpoint {self.checkpoint}")
+        return ", ".join(parts)
+
+    def check(self, setup: PlanSetup) -> None:
+        """Refuse, in one line, fixed dimensions no layout of ``setup`` can have: degrees that
+        do not divide the count, a pipeline schedule without a pipeline, ZeRO without a shard
+        group, selective checkpointing under flash attention."""
+        count, layers = setup.count, setup.config.n_layers
+        where = f"{count:,} devices"
+        degrees = [(label, value) for label, value in (
+            ("DP", self.dp), ("TP", self.tp), ("PP", self.pp)) if value is not None]
+        product = math.prod(value for _, value in degrees)
+        named = " · ".join(f"{label} {value}" for label, value in degrees)
+        if len(degrees) == 3 and product != count:
+            raise InputError(f"{named} = {product:,} devices, not the {where}; DP · TP · PP "
+                             "must equal --count")
+        if degrees and count % product:
+            raise InputError(f"{named} does not divide the {where}; DP · TP · PP must equal "
+                             "--count")
+        if self.pp is not None and self.pp > layers:
+            raise InputError(f"PP {self.pp} exceeds {setup.config.name}'s {layers} layers")
+        if self.pp is not None and setup.max_pp is not None and self.pp > setup.max_pp:
+            raise InputError(f"PP {self.pp} is past --max-pp {setup.max_pp}")
+        if self.sp and self.tp == 1:
+            raise InputError("SP needs tensor parallelism: TP 1 splits no sequence")
+        pipelined = self.schedule is not None or self.chunks is not None
+        if pipelined and (self.pp == 1 or setup.max_pp == 1):
+            raise InputError(f"the {self.schedule or 'interleaved'} schedule needs a pipeline "
+                             "(PP above 1)")
+        shard = self.shard
+        if shard is not None:
+            if self.zero == 0 and shard > 1:
+                raise InputError(f"a shard group of {shard} needs a ZeRO stage of 1 to 3, "
+                                 "not ZeRO-0")
+            if self.zero is not None and self.zero > 0 and shard == 1:
+                raise InputError(f"ZeRO-{self.zero} needs a shard group above 1 rank")
+            if self.dp is not None and self.dp % shard:
+                raise InputError(f"a shard group of {shard} does not divide DP {self.dp}")
+            left = count // product
+            if self.dp is None and left % shard:
+                raise InputError(f"a shard group of {shard} does not divide the {where}"
+                                 if not degrees else f"a shard group of {shard} does not "
+                                 f"divide the {left:,} data-parallel ranks {named} leave")
+        if self.zero is not None and self.zero > 0 and self.dp == 1:
+            raise InputError(f"ZeRO-{self.zero} needs a data-parallel degree above 1, not DP 1")
+        if self.checkpoint == "selective" and setup.attention != "eager":
+            raise InputError("checkpoint selective is priced with eager attention only (flash "
+                             "keeps no scores to drop); add --attention eager")
 
 
 @dataclass(frozen=True)
@@ -122,6 +243,7 @@ class LayoutPlan:
     #: the feasible layouts no other beats on both step time and memory per rank, fastest first
     frontier: tuple[LayoutEstimate, ...] = ()
     reserve: str = ""  # what the device keeps beside the budget, when none was given
+    fixed: FixedDims | None = None  # the dimensions the caller fixed; the search filled the rest
 
     @property
     def best(self) -> LayoutEstimate:
@@ -152,8 +274,9 @@ def _check(name: str, value: int, largest: int) -> int:
     return value
 
 
-def _checkpoints(attention: str) -> tuple[str, ...]:
-    return ("none", "selective", "full") if attention == "eager" else ("none", "full")
+def _checkpoints(attention: str, fixed: str | None = None) -> tuple[str, ...]:
+    searched = ("none", "selective", "full") if attention == "eager" else ("none", "full")
+    return searched if fixed is None else tuple(c for c in searched if c == fixed)
 
 
 @dataclass
@@ -184,11 +307,13 @@ def _kind(detail: str) -> str:
     return re.sub(r"[0-9,.]+", "#", detail)
 
 
-def _degrees(setup: PlanSetup, tally: _Tally) -> Iterator[tuple[int, int, int, bool]]:
-    """(dp, tp, pp, sp) layouts that divide the model; the others are tallied as rejected."""
+def _degrees(setup: PlanSetup, tally: _Tally, fixed: FixedDims
+             ) -> Iterator[tuple[int, int, int, bool]]:
+    """(dp, tp, pp, sp) layouts that divide the model; the others are tallied as rejected.
+    Degrees other than the ``fixed`` ones are left out: neither searched nor rejected."""
     config, count = setup.config, setup.count
     per_node = setup.hardware.devices_per_node or 1
-    for tp in divisors(count):
+    for tp in divisors(count) if fixed.tp is None else (fixed.tp,):
         if tp > per_node:
             tally.reject(LayoutChoice(dp=1, tp=tp, pp=1), "divisibility",
                          f"tp {tp} spans nodes ({per_node} devices per node)")
@@ -198,15 +323,26 @@ def _degrees(setup: PlanSetup, tally: _Tally) -> Iterator[tuple[int, int, int, b
             tally.reject(LayoutChoice(dp=1, tp=tp, pp=1), "divisibility",
                          f"tp {tp} does not divide the {bad[1]:,} {bad[0]}")
             continue
-        for pp in divisors(count // tp):
+        rest = count // tp
+        if fixed.pp is not None:
+            pps: tuple[int, ...] = (fixed.pp,) if rest % fixed.pp == 0 else ()
+        elif fixed.dp is not None:
+            pps = (rest // fixed.dp,) if rest % fixed.dp == 0 else ()
+        else:
+            pps = divisors(rest)
+        for pp in pps:
             if setup.max_pp is not None and pp > setup.max_pp:
                 continue  # left out by the caller: neither searched nor rejected
-            dp = count // (tp * pp)
+            dp = rest // pp
+            if fixed.dp is not None and dp != fixed.dp:
+                continue
             if pp > config.n_layers:
                 tally.reject(LayoutChoice(dp=dp, tp=tp, pp=pp), "divisibility",
                              f"pp {pp} exceeds the {config.n_layers} layers")
                 continue
             for sp in (False, True) if tp > 1 else (False,):
+                if fixed.sp is not None and sp != fixed.sp:
+                    continue
                 if sp and setup.seq_len % tp:
                     tally.reject(LayoutChoice(dp=dp, tp=tp, pp=pp, sp=True), "divisibility",
                                  f"sp: tp {tp} does not divide the sequence {setup.seq_len}")
@@ -217,11 +353,25 @@ def _degrees(setup: PlanSetup, tally: _Tally) -> Iterator[tuple[int, int, int, b
 _SCHEDULES = (("1f1b", 1), *(("interleaved", v) for v in INTERLEAVE_CHUNKS))
 
 
-def _shardings(dp: int) -> Iterator[tuple[int, int]]:
-    yield 0, 1
-    for shard in divisors(dp)[1:]:
-        for zero in (1, 2, 3):
+def _shardings(dp: int, fixed: FixedDims) -> Iterator[tuple[int, int]]:
+    """(zero, shard) of ``dp`` data-parallel ranks: plain data parallelism, then each ZeRO
+    stage over each shard group; those the ``fixed`` stage or group leave out are skipped."""
+    if fixed.zero in (None, 0) and fixed.shard in (None, 1):
+        yield 0, 1
+    if fixed.zero == 0:
+        return
+    shards = divisors(dp)[1:] if fixed.shard is None else (
+        (fixed.shard,) if fixed.shard > 1 and dp % fixed.shard == 0 else ())
+    for shard in shards:
+        for zero in (1, 2, 3) if fixed.zero is None else (fixed.zero,):
             yield zero, shard
+
+
+def _schedules(pp: int, fixed: FixedDims) -> tuple[tuple[str, int], ...]:
+    if pp == 1:
+        return (("none", 1),)
+    return tuple((schedule, v) for schedule, v in _SCHEDULES
+                 if fixed.schedule in (None, schedule) and fixed.chunks in (None, v))
 
 
 def plan_setup(config: TransformerConfig, hardware: Hardware, count: int, *, seq_len: int,
@@ -250,14 +400,16 @@ def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, s
                  optimizer: str = "adamw", budget_bytes: float | None = None,
                  efficiency: float | None = None, attention: str = "flash",
                  tokens: float | None = None,
-                 top: int = 10, max_pp: int | None = None) -> LayoutPlan:
+                 top: int = 10, max_pp: int | None = None,
+                 fixed: FixedDims | None = None) -> LayoutPlan:
     """Search every layout of ``count`` devices; raise :class:`NoLayoutError` when none fits.
 
     ``global_batch_seqs`` sequences of ``seq_len`` tokens make one optimizer step;
     ``budget_bytes`` caps the memory of one rank (default: the device's less the reserve it
     keeps, ``napkin.headroom``: the CUDA context, NCCL's buffers, fragmentation); ``tokens`` adds
     days of training to each ranked layout; ``max_pp`` leaves out layouts of more pipeline
-    stages (1: no pipeline).
+    stages (1: no pipeline); ``fixed`` keeps the search to layouts with those dimensions (all
+    of them fixed: one layout evaluated), refusing in one line dimensions no layout can have.
     """
     _check("top", top, 10_000)
     if tokens is not None and not tokens > 0:
@@ -266,11 +418,13 @@ def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, s
                        global_batch_seqs=global_batch_seqs, precision=precision,
                        optimizer=optimizer, budget_bytes=budget_bytes, efficiency=efficiency,
                        attention=attention, max_pp=max_pp)
+    fix = fixed if fixed is not None and fixed.given else FixedDims()
+    fix.check(setup)
     budget = setup.budget_bytes
     tally = _Tally()
     feasible: list[tuple[float, float, LayoutChoice]] = []
     closest_batch = None
-    for dp, tp, pp, sp in _degrees(setup, tally):
+    for dp, tp, pp, sp in _degrees(setup, tally, fix):
         if global_batch_seqs % dp:
             why = ("smaller than" if global_batch_seqs < dp else "not a multiple of")
             tally.reject(LayoutChoice(dp=dp, tp=tp, pp=pp, sp=sp), "global batch",
@@ -280,10 +434,23 @@ def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, s
             continue
         per_rank = global_batch_seqs // dp
         micros = divisors(per_rank)
+        if fix.accumulation is not None:
+            if per_rank % fix.accumulation:
+                tally.reject(LayoutChoice(dp=dp, tp=tp, pp=pp, sp=sp), "global batch",
+                             f"{_sequences(per_rank)} a data-parallel rank (DP {dp:,}) do not "
+                             f"split into {fix.accumulation:,} micro-batches")
+                continue
+            micros = (per_rank // fix.accumulation,)
         stage_layers = -(-config.n_layers // pp)
-        for zero, shard in _shardings(dp):
-            for schedule, v in _SCHEDULES if pp > 1 else (("none", 1),):
-                for checkpoint in _checkpoints(attention):
+        shardings = tuple(_shardings(dp, fix))
+        if not shardings:
+            tally.reject(LayoutChoice(dp=dp, tp=tp, pp=pp, sp=sp), "divisibility",
+                         f"DP {dp:,} leaves no shard group" + (
+                             f" of {fix.shard:,}" if fix.shard else " above 1 rank") + (
+                             f" for ZeRO-{fix.zero}" if fix.zero else ""))
+        for zero, shard in shardings:
+            for schedule, v in _schedules(pp, fix):
+                for checkpoint in _checkpoints(attention, fix.checkpoint):
                     # memory grows with the micro-batch (b · min(p, m) = min(p·b, B) in
                     # flight): past the first that does not fit, none does
                     past = None
@@ -314,7 +481,7 @@ def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, s
                         time = step_time(setup, point, memory)
                         feasible.append((time.step_s, memory.total_bytes, point))
     if not feasible:
-        raise NoLayoutError(_why_none(setup, tally, closest_batch))
+        raise NoLayoutError(_why_none(setup, tally, closest_batch, fixed=fix))
     feasible.sort(key=lambda item: (item[0], item[1]))  # fastest, then the least memory
     ranked = tuple(estimate(setup, choice, tokens) for _, _, choice in feasible[:top])
     frontier = tuple(estimate(setup, choice, tokens) for choice in pareto_frontier(feasible))
@@ -329,7 +496,8 @@ def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, s
                       feasible=len(feasible), rejected_by_reason=dict(tally.counts),
                       ranked=ranked, rejected=rejected, max_pp=max_pp, frontier=frontier,
                       reserve="" if budget_bytes is not None else
-                      device_headroom(count).describe())
+                      device_headroom(count).describe(),
+                      fixed=fix if fix.given else None)
 
 
 def pareto_frontier(points: Sequence[tuple[float, float, T]]) -> list[T]:
@@ -353,9 +521,12 @@ def _sequences(n: int) -> str:
     return f"{n:,} sequence{'' if n == 1 else 's'}"
 
 
-def _why_none(setup: PlanSetup, tally: _Tally, closest_batch: int | None) -> str:
+def _why_none(setup: PlanSetup, tally: _Tally, closest_batch: int | None,
+              fixed: FixedDims | None = None) -> str:
     """One line naming the constraint that binds, the furthest one the search got to."""
     where = f"{setup.config.name} on {setup.count:,} × {setup.hardware.id}"
+    if fixed is not None and fixed.given:
+        return _why_none_fixed(setup, tally, fixed, where)
     memory = tally.kept["memory per rank"]
     if memory:
         least = memory[0]
@@ -374,3 +545,22 @@ def _why_none(setup: PlanSetup, tally: _Tally, closest_batch: int | None) -> str
     detail = first[0].detail if first else "no layout"
     return (f"{where}: divisibility binds, no layout divides the model ({detail}); use a "
             "device count with divisors the model's heads and layers accept")
+
+
+def _why_none_fixed(setup: PlanSetup, tally: _Tally, fixed: FixedDims, where: str) -> str:
+    """One line for a search the caller narrowed: the fixed layout's memory against the budget
+    when that binds, else the first rejection of the furthest reason reached."""
+    mine = f"{where} with {fixed.describe()} (fixed by you)"
+    memory = tally.kept["memory per rank"]
+    if memory:
+        least = memory[0]
+        return (f"{mine} does not fit: memory per rank {(least.memory_bytes or 0.0) / 1e9:.1f}"
+                f" GB ({least.choice.describe()}, micro-batch {least.choice.micro_batch} × "
+                f"{least.choice.accumulation}, checkpoint {least.choice.checkpoint}) against a "
+                f"budget of {setup.budget_bytes / 1e9:g} GB; fix fewer dimensions or ones "
+                "that shard more")
+    for reason in ("global batch", "divisibility"):
+        kept = tally.kept[reason]
+        if kept:
+            return f"{mine}: {reason} binds, {kept[0].detail}; fix fewer dimensions or others"
+    return f"{mine}: no layout has these dimensions; fix fewer of them or others"

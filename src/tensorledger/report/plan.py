@@ -61,8 +61,8 @@ def layout_plan_view(plan: LayoutPlan) -> View:
     best = plan.best
     lines: View = [
         table,
-        f"searched {plan.searched:,} configurations: {plan.feasible:,} feasible, rejected by "
-        f"{counts}",
+        f"searched {plan.searched:,} configuration{'' if plan.searched == 1 else 's'}: "
+        f"{plan.feasible:,} feasible, rejected by {counts}",
         f"best: {best.layout}, micro-batch {best.choice.micro_batch} × {best.choice.accumulation}"
         f", checkpoint {best.choice.checkpoint}: {_gb(best.memory.total_bytes)} GB per rank of "
         f"{_gb(plan.budget_bytes)} GB{_reserve(plan)}, {format_duration(best.time.step_s)} "
@@ -73,6 +73,9 @@ def layout_plan_view(plan: LayoutPlan) -> View:
         f"{format_duration(best.time.dp_comm_s)}); MFU {best.time.mfu:.1%} (model FLOPs), "
         f"HFU {best.time.hfu:.1%} (recomputation included)",
     ]
+    if plan.fixed is not None:
+        lines.append(f"fixed by you: {plan.fixed.describe()}" + (
+            "; one layout evaluated" if plan.searched == 1 else "; the search filled the rest"))
     if plan.rejected:
         lines.append(rejected)
     if plan.verified:
