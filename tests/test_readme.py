@@ -155,3 +155,17 @@ def test_the_readme_quotes_the_real_summary(readme_run: tuple[dict[str, Any], st
     prose = " ".join(README.read_text(encoding="utf-8").split())
     assert f"`print(trace)` below prints `{ns['trace']!r}`" in prose
 
+
+
+def test_the_main_jobs_sample_is_what_the_command_prints() -> None:
+    """The README's sample of the main job is the command's output today, at 120 columns
+    (``python scripts/readme_sample.py`` writes it anew)."""
+    import importlib.util
+
+    path = README.parent / "scripts" / "readme_sample.py"
+    spec = importlib.util.spec_from_file_location("readme_sample", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = README.read_text(encoding="utf-8")
+    assert module.readme_with(module.command_output(), text) == text

@@ -41,6 +41,7 @@ class ClusterStep:
     pipeline_bubble: float  # idle share of a pipeline's step, (p − 1)/(v·m + p − 1)
     rank_flops: float  # FLOPs one rank runs a step
     peak_flop_per_s: float  # the dense peak MFU is taken against
+    recomputed: bool = False  # checkpointed: the FLOPs that ran include a recomputed forward
 
     @property
     def stretch(self) -> float:
@@ -71,7 +72,9 @@ class ClusterStep:
 
     @property
     def mfu(self) -> float:
-        """FLOPs of every rank over the cluster's serial step and the peak of every rank."""
+        """FLOPs of every rank over the cluster's serial step and the peak of every rank: the
+        hardware FLOPs utilisation (HFU) when the step recomputes (:attr:`recomputed`), the
+        model FLOPs utilisation otherwise."""
         denominator = self.peak_flop_per_s * self.step_s
         return self.rank_flops / denominator if denominator > 0 else 0.0
 
@@ -100,4 +103,5 @@ def cluster_step(work: Workload, prediction: RooflinePrediction, peak_flop_per_s
         tokens=work.tokens, rank_time_s=prediction.time_s,
         overlapped_time_s=prediction.overlapped_time_s,
         communication_s=prediction.communication_s, pipeline_bubble=pipeline_bubble_of(work),
-        rank_flops=float(prediction.flops), peak_flop_per_s=peak_flop_per_s)
+        rank_flops=float(prediction.flops), peak_flop_per_s=peak_flop_per_s,
+        recomputed=work.checkpoint)

@@ -326,8 +326,9 @@ def cluster_lines(cluster: ClusterStep) -> list[str]:
         f"the cluster: {c.data_parallel} × {c.tokens:,} tokens per step = {rates[0]} "
         f"tokens/s serial, {rates[1]} tokens/s overlapped"
         + (" (the bubble included)" if c.pipeline_bubble else "")
-        + f"; MFU of the cluster {format_sci(c.mfu, 3)} (serial; FLOPs that ran, "
-        "recomputation included)",
+        + (f"; HFU of the cluster {format_sci(c.mfu, 3)} (serial; the FLOPs that ran, the "
+           "recomputed forward included)" if c.recomputed else
+           f"; MFU of the cluster {format_sci(c.mfu, 3)} (serial)"),
     ]
 
 
