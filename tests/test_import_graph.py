@@ -26,7 +26,7 @@ else:  # a dependency below 3.11 (pyproject)
 SRC = Path(tensorledger.__file__).parent
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 ROOT = "tensorledger"
-DOOR = ("tensorledger.display", "tensorledger.report.render")
+DOOR = ("tensorledger.display", "tensorledger.report.views")
 #: Presentation: the only folders that may name tensorledger.report.
 PRESENTATION = {"report", "cli"}
 #: importlib doors not yet moved to tensorledger.display, each in a folder another branch is

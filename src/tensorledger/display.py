@@ -4,9 +4,10 @@ The core computes and never formats; presentation (:mod:`tensorledger.report`) f
 computes, and imports the core, never the other way.  Yet a result shows itself where a person
 looks at it: ``rich.print(x)`` calls ``x.__rich__()``, Jupyter calls ``x._repr_html_()``, and the
 live meter writes its line inside the user's loop, with no CLI above it.  Those methods ask
-:func:`view` here, which knows no result type: presentation registers, per type and kind, the
-function that draws it (:mod:`tensorledger.report.render` does, when it is imported), and
-:func:`view` imports that module on first use.  That import is the one dependency of the core
+:func:`view` here, which knows no result type: presentation registers, per type (by its dotted
+name, so that registering loads no result's module) and kind, the function that draws it
+(:mod:`tensorledger.report.views` does, when it is imported), and :func:`view` imports that
+module on first use.  That import is the one dependency of the core
 on presentation, declared in the import contract (pyproject's ``ignore_imports``).
 
 The kinds: ``rich`` (a rich renderable, for ``__rich__``), ``html`` (a self-contained HTML
@@ -20,26 +21,32 @@ from typing import Any, Literal
 
 from tensorledger.errors import InputError
 
-__all__ = ["Kind", "register", "view"]
+__all__ = ["Kind", "register", "type_name", "view"]
 
 Kind = Literal["rich", "html", "text"]
 
-_VIEWS: dict[tuple[type, Kind], Callable[[Any], object]] = {}
+_VIEWS: dict[tuple[str, Kind], Callable[[Any], object]] = {}
 
 
-def register(kind: Kind, cls: type, draw: Callable[[Any], object]) -> None:
-    """Draw instances of *cls* (and of its subclasses) as *kind* with *draw*."""
-    _VIEWS[(cls, kind)] = draw
+def type_name(cls: type) -> str:
+    """A type's dotted name, as :func:`register` takes it."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def register(kind: Kind, name: str, draw: Callable[[Any], object]) -> None:
+    """Draw instances of the type *name* (its :func:`type_name`) and of its subclasses as *kind*
+    with *draw*."""
+    _VIEWS[(name, kind)] = draw
 
 
 def view(kind: Kind, result: object) -> Any:
     """*result* drawn as *kind* by the function presentation registered for its type."""
     # The declared door (pyproject's ignore_imports): loading presentation registers its views.
-    import tensorledger.report.render  # noqa: F401
+    import tensorledger.report.views  # noqa: F401
 
     for cls in type(result).__mro__:
-        draw = _VIEWS.get((cls, kind))
+        draw = _VIEWS.get((type_name(cls), kind))
         if draw is not None:
             return draw(result)
-    known = sorted({c.__name__ for c, k in _VIEWS if k == kind})
+    known = sorted({name.rpartition(".")[2] for name, k in _VIEWS if k == kind})
     raise InputError(f"no {kind} view for {type(result).__name__}; known: {', '.join(known)}")

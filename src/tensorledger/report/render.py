@@ -1,9 +1,9 @@
 """Any result as the tables the CLI prints: ``render(result)`` for ``rich.print``.
 
-The result types' ``__rich__`` and ``_repr_html_`` methods, and the live meter's lines, ask
-:func:`tensorledger.display.view`, which imports this module when first asked: the views are
-registered at the end of it, so ``rich.print(ledger.memory)`` shows what ``tensorledger memory``
-shows.  Formats; never computes a figure.
+The result types' ``__rich__`` methods reach :func:`render` through :mod:`tensorledger.display`
+(registered in :mod:`tensorledger.report.views`, imported when first rendered), so
+``rich.print(ledger.memory)`` shows what ``tensorledger memory`` shows.  Formats; never
+computes a figure.
 
 >>> import torch
 >>> from tensorledger.hardware import get_hardware
@@ -21,15 +21,12 @@ from typing import Any
 
 from rich.console import Group, RenderableType
 
-from tensorledger.bench.meter import MeterInterval, MeterSummary
-from tensorledger.display import register
 from tensorledger.ledger.account import Ledger
 from tensorledger.ledger.roofline import RooflineRun
 from tensorledger.ledger.trace import TraceReport
 from tensorledger.memory.ledger import MemoryLedger
-from tensorledger.report.account import account_view, ledger_group, ledger_html
+from tensorledger.report.account import account_view
 from tensorledger.report.memory import memory_view
-from tensorledger.report.meter import interval_line, summary_text
 from tensorledger.report.roofline import prediction_view, roofline_run_view
 from tensorledger.report.trace import flops_notes, flops_table, module_table, trace_view
 from tensorledger.roofline.model import RooflinePrediction
@@ -70,13 +67,3 @@ def render(result: Any) -> Group:
                          "TraceReport, MemoryLedger, RooflineRun, RooflinePrediction, "
                          "TraceSummary")
     return Group(*view)
-
-
-# The views the core's results show through tensorledger.display (their __rich__, _repr_html_
-# and the live meter's lines), registered when tensorledger.display first imports this module.
-for _shown in (TraceReport, MemoryLedger, RooflineRun, TraceSummary):
-    register("rich", _shown, render)
-register("rich", Ledger, ledger_group)
-register("html", Ledger, ledger_html)
-register("text", MeterInterval, interval_line)
-register("text", MeterSummary, summary_text)
