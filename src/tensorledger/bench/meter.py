@@ -73,6 +73,7 @@ import torch
 from tensorledger.bench.harness import Measurement, _statistics, synchronize
 from tensorledger.bench.meter_cluster import cluster_figures, gather_rows
 from tensorledger.bench.meter_peak import Peak, StepCount, count_step, dense_peak, resolve_hardware
+from tensorledger.display import view
 from tensorledger.errors import ConfigError, InputError, TensorLedgerError
 from tensorledger.hardware import Hardware
 from tensorledger.summary import show_time
@@ -578,9 +579,7 @@ class Meter:
             self._jsonl.write("\n".join(lines) + "\n")
             self._jsonl.flush()
         if timed and not self.quiet and self.rank == 0:
-            from tensorledger.report.meter import interval_line  # presentation lives in report
-
-            self._write(interval_line(interval))
+            self._write(str(view("text", interval)))  # drawn by presentation (report.meter)
         return interval
 
     def _keep(self, record: StepRecord) -> None:
@@ -708,9 +707,7 @@ class Meter:
             self._jsonl.close()
             self._jsonl = None
         if not self.quiet and self.rank == 0:
-            from tensorledger.report.meter import summary_text
-
-            self._write(summary_text(summary))
+            self._write(str(view("text", summary)))
         return summary
 
     def _release(self) -> None:

@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tensorledger.display import view
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
 from tensorledger.ledger.cluster import ClusterStep, cluster_step
@@ -85,16 +86,10 @@ class Ledger:
     fits_nowhere: str | None = None
 
     def _repr_html_(self) -> str:  # Jupyter: the presentation layer renders it
-        import importlib
-
-        view = importlib.import_module("tensorledger.report.account")
-        return str(view.ledger_html(self))
+        return str(view("html", self))
 
     def __rich__(self) -> object:  # rich: the terminal view, from the presentation layer
-        import importlib
-
-        view = importlib.import_module("tensorledger.report.account")
-        return view.ledger_group(self)
+        return view("rich", self)
 
     def __repr__(self) -> str:
         return summary("Ledger", f"{self.model} {self.step}",

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tensorledger.display import view
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
 from tensorledger.ledger.cluster import ClusterStep, cluster_step
@@ -60,9 +61,7 @@ class RooflineRun:
                        f"MFU {p.mfu:.3f}", f"bound {show_time(p.ideal_time_s)}")
 
     def __rich__(self) -> object:  # rich: the command's tables, from the presentation layer
-        import importlib
-
-        return importlib.import_module("tensorledger.report.render").render(self)
+        return view("rich", self)
 
 
 class StepTiming:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tensorledger.display import view
 from tensorledger.summary import show_count, summary
 from tensorledger.trace.aggregate import TraceSummary, summarize
 from tensorledger.workload import StepTrace, Workload, trace_workload
@@ -60,9 +61,7 @@ class TraceReport:
                        repr(self.summary))
 
     def __rich__(self) -> object:  # rich: the command's tables, from the presentation layer
-        import importlib
-
-        return importlib.import_module("tensorledger.report.render").render(self)
+        return view("rich", self)
 
     @classmethod
     def of(cls, run: StepTrace, depth: int | None) -> TraceReport:

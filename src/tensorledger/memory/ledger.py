@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from tensorledger.display import view
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
 from tensorledger.memory.timeline import MEMORY_CATEGORIES, MemoryTimeline, build_timeline
@@ -135,9 +136,7 @@ class MemoryLedger:
                        *(f"{c} {show_bytes(live[c])}" for c in MEMORY_CATEGORIES if live[c]))
 
     def __rich__(self) -> object:  # pragma: no mutate block (presentation: rich tables)
-        import importlib
-
-        return importlib.import_module("tensorledger.report.render").render(self)
+        return view("rich", self)
 
 
 def _fit(timeline: MemoryTimeline, chip: Hardware, count: int, ranks: int,

@@ -1,6 +1,7 @@
 """Any result as the tables the CLI prints: ``render(result)`` for ``rich.print``.
 
-The result types' ``__rich__`` methods call :func:`render` (imported when first rendered), so
+The result types' ``__rich__`` methods reach :func:`render` through :mod:`tensorledger.display`
+(registered in :mod:`tensorledger.report.views`, imported when first rendered), so
 ``rich.print(ledger.memory)`` shows what ``tensorledger memory`` shows.  Formats; never
 computes a figure.
 

@@ -1,0 +1,26 @@
+"""tensorledger.display: the views presentation registers name real types, and an unknown type
+is told so."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+import tensorledger.report.views  # noqa: F401  registers the views
+from tensorledger.display import _VIEWS, type_name, view
+from tensorledger.errors import InputError
+
+
+def test_every_registered_name_is_a_type_that_has_it_under_that_name() -> None:
+    assert _VIEWS  # the registrations ran
+    for name, _kind in _VIEWS:
+        module, _, qualname = name.rpartition(".")
+        cls = getattr(importlib.import_module(module), qualname)
+        assert isinstance(cls, type)
+        assert type_name(cls) == name
+
+
+def test_an_unknown_type_is_told_with_the_known_ones() -> None:
+    with pytest.raises(InputError, match=r"no html view for int; known: Ledger$"):
+        view("html", 3)
