@@ -29,10 +29,6 @@ ROOT = "tensorledger"
 DOOR = ("tensorledger.display", "tensorledger.report.views")
 #: Presentation: the only folders that may name tensorledger.report.
 PRESENTATION = {"report", "cli"}
-#: importlib doors not yet moved to tensorledger.display, each in a folder another branch is
-#: editing now (issue 41).  A door leaves this list when its module says ``view("rich", self)``;
-#: test_pending_doors_are_still_there fails once one is gone, so the list only shrinks.
-PENDING = {("tensorledger.trace.aggregate", "tensorledger.report.render")}
 
 Edge = tuple[str, str]  # (importer, imported), dotted module names
 
@@ -182,7 +178,7 @@ def test_the_contract_declares_one_door() -> None:
 
 
 def test_no_circle_between_folders() -> None:
-    assert _circles(_edges() - _declared() - PENDING) == []
+    assert _circles(_edges() - _declared()) == []
 
 
 def test_the_core_opens_no_importlib_door_to_presentation() -> None:
@@ -196,8 +192,5 @@ def test_the_core_opens_no_importlib_door_to_presentation() -> None:
                 named = _named_module(node)
                 if named is not None and named.startswith(f"{ROOT}.report"):
                     doors.add((module, named))
-    assert doors - PENDING == set()
+    assert doors == set()
 
-
-def test_pending_doors_are_still_there() -> None:
-    assert _edges() >= PENDING

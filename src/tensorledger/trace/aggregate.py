@@ -141,9 +141,9 @@ class TraceSummary:
                        ratio, show_count(len(self.uncovered), "uncovered"))
 
     def __rich__(self) -> object:  # rich: the command's tables, from the presentation layer
-        import importlib
+        from tensorledger.display import view
 
-        return importlib.import_module("tensorledger.report.render").render(self)
+        return view("rich", self)
 
 
 @dataclass(frozen=True)
