@@ -28,6 +28,7 @@ from tensorledger.costs import packet
 from tensorledger.errors import InputError
 from tensorledger.hardware import Calibration, Hardware
 from tensorledger.ledger.calibration_fit import (
+    REFERENCE_VIEW,
     SCALE_RANGE,
     Run,
     StepSample,
@@ -45,8 +46,8 @@ if TYPE_CHECKING:
     from tensorledger.trace import OpRecord
     from tensorledger.workload.step import PreparedStep
 
-__all__ = ["CALIBRATION_BUDGET_S", "CALIBRATION_MODELS", "CALIBRATION_ROUNDS", "ROUND_SPREAD",
-           "SCALE_RANGE", "CalibrationRounds", "Run", "StepSample", "calibrate",
+__all__ = ["CALIBRATION_BUDGET_S", "CALIBRATION_MODELS", "CALIBRATION_ROUNDS", "REFERENCE_VIEW",
+           "ROUND_SPREAD", "SCALE_RANGE", "CalibrationRounds", "Run", "StepSample", "calibrate",
            "calibration_toml", "fit", "nonnegative_least_squares", "round_spread"]
 
 #: The calibration models: Llama-like (RMSNorm, RoPE, SwiGLU) and GPT-2-like (LayerNorm,

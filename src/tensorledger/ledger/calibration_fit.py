@@ -63,7 +63,7 @@ from tensorledger.hardware import Calibration
 from tensorledger.hardware.catalog import BETWEEN_GROUPS, FACTOR_RANGE
 from tensorledger.roofline.model import step_footprint
 
-__all__ = ["SCALE_RANGE", "Run", "StepSample", "calibration_toml", "fit",
+__all__ = ["REFERENCE_VIEW", "SCALE_RANGE", "Run", "StepSample", "calibration_toml", "fit",
            "nonnegative_least_squares"]
 
 #: The range a class's kernel scale is clamped to.
