@@ -164,6 +164,9 @@ def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[s
                   *(["tiny", "gpt2", "llama-3-70b", place.files["config.json"],
                      place.files["wide.json"], place.files["huge_layers.json"]]
                     if command == "serve" else [])],
+        "lora": ["8", "1", "0", "-1", "65537", "٣", "", str(INT64_MAX + 1)],
+        "lora_targets": ["q_proj,v_proj", "query,value", "nope", "", ",", "q proj", "٣",
+                         "x" * 5000],
         "deep": ["4,3,8", "4,3,8,relu", "8,2,4,gelu", "0,3,8", "4,3", "4,3,8,tanh", "4,999,8",
                  "٤,3,8", "", "x" * 5000],
         "every": ["1", "2", "3", "4", "0", "-1", "٣", "", "nan", str(INT64_MAX + 1)],

@@ -40,9 +40,9 @@ import typer
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
 from tensorledger.hardware.target import default_target, target_of
-from tensorledger.workload.layout import Layout, resolve_layout
+from tensorledger.workload.layout import SINGLE, Layout, resolve_layout
 from tensorledger.workload.source import resolve_source
-from tensorledger.workload.spec import DEFAULTS, Workload, resolve_workload
+from tensorledger.workload.spec import DEFAULTS, Workload, resolve_lora, resolve_workload
 
 __all__ = ["LAYOUT_OPTIONS", "WORKLOAD_OPTIONS", "Depth", "FillDefaults", "LayoutOptions",
            "MemoryBudget", "WorkloadOptions", "check_depth", "memory_budget", "shared_options"]
@@ -73,6 +73,12 @@ OptimizerKernel = Annotated[str, typer.Option("--optimizer-kernel", help=(
     "How torch.optim runs the step: auto (the target's default: foreach on a GPU, the "
     "per-parameter for-loop on a CPU), for-loop, foreach, or fused (sgd, momentum, adam, "
     "adamw)."))]
+LoraRank = Annotated[int | None, typer.Option("--lora", help=(
+    "Train LoRA adapters of this rank (peft) on a frozen model: gradients and optimizer state "
+    "for the adapters only. Needs the lora extra (pip install 'tensorledger[lora]')."))]
+LoraTargets = Annotated[str | None, typer.Option("--lora-targets", help=(
+    "The modules --lora adapts, by name: q_proj,v_proj,... (default: peft's for the model "
+    "type; query,value for the reference presets)."))]
 
 # The layout group's options (fields of LayoutOptions below).
 Dp = Annotated[int, typer.Option("--dp", help=(
@@ -140,6 +146,8 @@ class WorkloadOptions:
     checkpoint: Checkpoint = DEFAULTS.checkpoint
     optimizer_kernel: OptimizerKernel = DEFAULTS.optimizer_kernel
     fill_defaults: FillDefaults = False
+    lora: LoraRank = None
+    lora_targets: LoraTargets = None
 
     def resolve(self, laid_out: Layout | None = None, chip: Hardware | None = None
                 ) -> Workload:
@@ -147,12 +155,13 @@ class WorkloadOptions:
         The trace records ``chip``'s program (the ``--hardware`` of the command; an H100 when
         the command names none)."""
         source = resolve_source(self.model, fill_defaults=self.fill_defaults)
+        lora = resolve_lora(self.lora, self.lora_targets)
         return resolve_workload(source, batch=self.batch, seq=self.seq, step=self.step,
                                 precision=self.precision, optimizer=self.optimizer,
                                 device=self.device, checkpoint=self.checkpoint,
+                                layout=SINGLE if laid_out is None else laid_out,
                                 target=default_target() if chip is None else target_of(chip),
-                                optimizer_kernel=self.optimizer_kernel,
-                                **({} if laid_out is None else {"layout": laid_out}))
+                                optimizer_kernel=self.optimizer_kernel, lora=lora)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -63,6 +63,7 @@ class StepTrace:
     measured_peak_bytes: int | None = None  # torch.cuda.max_memory_allocated on cuda
     assumptions: tuple[str, ...] = ()  # what the trace decided that values would have
     model_params: int = 0  # the whole model's parameters (all ranks' shards together)
+    trainable_params: int | None = None  # with adapters (LoRA): those trained; None: all
 
     @property
     def params(self) -> int:
@@ -80,7 +81,8 @@ class StepTrace:
 
 def parts_of(step: PreparedStep) -> tuple[tuple[str, int], ...]:
     """Parameters by part: the reference model's parts (embeddings, attention, mlp, norms,
-    head), else by module path up to the first layer index (``model.layers``, ``lm_head``)."""
+    head), else by module path up to the first layer index (``model.layers``, ``lm_head``);
+    LoRA adapters are a part of their own."""
     from tensorledger.models.transformer import TransformerLM
 
     counts: dict[str, int] = {}
@@ -88,11 +90,18 @@ def parts_of(step: PreparedStep) -> tuple[tuple[str, int], ...]:
     if isinstance(module, torch.nn.parallel.DistributedDataParallel):
         module = module.module  # DDP holds the model whole: its parts are the model's
     named = dict(module.named_parameters())  # tied tensors once
+    if step.lora is not None:
+        module = module.get_base_model()  # type: ignore[operator]  # peft's wrapper: the model
+        named = dict(module.named_parameters())
+        adapters = {name: p for name, p in named.items() if ".lora_" in name}
+        counts["lora adapters"] = sum(p.numel() for p in adapters.values())
+        named = {name: p for name, p in named.items() if name not in adapters}
     if isinstance(module, TransformerLM):
         from tensorledger.models.build import parameter_parts
 
         for name, part in parameter_parts(module).items():
-            counts[part] = counts.get(part, 0) + named[name].numel()
+            if name in named:  # not an adapter
+                counts[part] = counts.get(part, 0) + named[name].numel()
     else:
         for name, parameter in named.items():
             pieces = name.split(".")[:-1] or ["(root)"]
@@ -212,7 +221,10 @@ def trace_workload(work: Workload, first_step: bool = False,
                      trace=trace, param_parts=parts_of(step), tags=tags, first_step=first,
                      first_step_tags=first_tags, measured_peak_bytes=measured,
                      model_params=sum(p.numel() for p in step.parameters),
-                     assumptions=tuple(notes))
+                     trainable_params=None if step.lora is None else
+                     sum(p.numel() for p in step.parameters if p.requires_grad),
+                     assumptions=tuple(notes) + (() if step.lora is None
+                                                 else (step.lora.describe(),)))
 
 
 def _pipeline_rank(work: Workload, say: Callable[[str], None]) -> StepTrace:

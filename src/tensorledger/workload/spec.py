@@ -12,6 +12,8 @@ one line) before torch is imported, a model is built or a factory file is run.
 
 from __future__ import annotations
 
+import importlib.util
+import re
 from dataclasses import dataclass, replace
 
 from tensorledger.errors import InputError, UnknownNameError
@@ -22,8 +24,8 @@ from tensorledger.workload.layout import SINGLE, Layout, check_layout
 from tensorledger.workload.source import ModelSource, resolve_source
 
 __all__ = ["DEFAULTS", "DEVICES", "FOREACH_OPTIMIZERS", "FUSED_OPTIMIZERS", "MAX_BATCH",
-           "MAX_SEQ", "STEPS", "Step", "Workload", "WorkloadDefaults", "resolve_step",
-           "resolve_workload"]
+           "MAX_LORA_RANK", "MAX_SEQ", "STEPS", "Lora", "Step", "Workload", "WorkloadDefaults",
+           "peft_available", "resolve_lora", "resolve_step", "resolve_workload"]
 
 #: Where a step runs: ``auto`` picks meta or fake (see :func:`resolve_workload`).
 DEVICES = ("auto", "meta", "fake", "cpu", "cuda")
@@ -38,6 +40,8 @@ FOREACH_OPTIMIZERS = ("sgd", "momentum", "adagrad", "rmsprop", "adam", "adamw")
 #: batch × seq × vocabulary stays a number every library down the line can hold.
 MAX_BATCH = 1 << 20
 MAX_SEQ = 1 << 24
+#: Largest LoRA rank accepted: far past any adapter in use (8 to 256), a bound on a typo.
+MAX_LORA_RANK = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,62 @@ STEPS: dict[str, Step] = {s.name: s for s in (
     Step("forward-backward", True, False, "forward, loss and backward; no optimizer"),
     Step("train", True, True, "forward, loss, backward and the optimizer step (steady state)"),
 )}
+
+@dataclass(frozen=True)
+class Lora:
+    """Low-rank adapters on the named linear modules, by peft's ``LoraConfig``: every weight
+    of the model frozen, and an ``A`` (r × d_in) and ``B`` (d_out × r) trained beside each
+    targeted linear: r · (d_in + d_out) parameters apiece.
+
+    >>> resolve_lora(8, "q_proj, v_proj")
+    Lora(rank=8, alpha=8, targets=('q_proj', 'v_proj'), dropout=0.0)
+    """
+
+    rank: int
+    alpha: int  # peft's lora_alpha: the update is scaled by alpha / rank, which costs nothing
+    targets: tuple[str, ...] = ()  # module names (a name, or a dotted tail); (): the defaults
+    dropout: float = 0.0  # no dropout on the adapters' input: a dropout's mask is a cost apart
+
+    def describe(self) -> str:
+        on = ", ".join(self.targets) if self.targets else "the model's default targets"
+        return f"LoRA r={self.rank} on {on}"
+
+
+_MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.\w+)*")
+
+
+def peft_available() -> bool:
+    """True when the optional ``peft`` package is installed (it is not imported)."""
+    return importlib.util.find_spec("peft") is not None
+
+
+def resolve_lora(rank: int | None, targets: str | None = None) -> Lora | None:
+    """``--lora R`` and ``--lora-targets a,b`` checked: None without ``--lora``.
+
+    >>> resolve_lora(0)
+    Traceback (most recent call last):
+    ...
+    tensorledger.errors.InputError: --lora must be between 1 and 65,536, got 0
+    """
+    if rank is None:
+        if targets is not None:
+            raise InputError("--lora-targets names the modules that get adapters; give the "
+                             "adapters' rank with --lora R too")
+        return None
+    rank = _whole("lora", rank, MAX_LORA_RANK)
+    names: tuple[str, ...] = ()
+    if targets is not None:
+        pieces = [piece.strip() for piece in targets.split(",")]
+        bad = [piece for piece in pieces if not _MODULE_NAME.fullmatch(piece)]
+        if bad:
+            raise InputError(f"--lora-targets takes module names separated by commas "
+                             f"(q_proj,v_proj), got {bad[0]!r} in {targets!r}")
+        names = tuple(dict.fromkeys(pieces))
+    if not peft_available():
+        raise InputError("--lora builds its adapters with peft, which is not installed: "
+                         "pip install 'tensorledger[lora]'")
+    return Lora(rank=rank, alpha=rank, targets=names)
+
 
 @dataclass(frozen=True)
 class WorkloadDefaults:
@@ -100,6 +160,7 @@ class Workload:
     layout: Layout = SINGLE  # how the step is spread over devices; traced as one rank
     target: Target = CPU  # the chip whose program the trace records (hardware.target)
     optimizer_kernel: str = "for-loop"  # for-loop, foreach or fused (OPTIMIZER_KERNELS)
+    lora: Lora | None = None  # adapters trained on a frozen model (peft's LoRA)
 
     @property
     def tokens(self) -> int:
@@ -134,7 +195,8 @@ class Workload:
                        f"batch {self.batch} × seq {self.seq}", self.precision.name,
                        f"{self.optimizer.name} ({self.optimizer_kernel})"
                        if self.step.optimizer else "",
-                       "checkpointed" if self.checkpoint else "", f"on {self.device}",
+                       "checkpointed" if self.checkpoint else "",
+                       self.lora.describe() if self.lora else "", f"on {self.device}",
                        "" if self.layout.single else
                        f"one rank of {self.layout.describe()}")
 
@@ -152,7 +214,8 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
                      precision: str = DEFAULTS.precision, optimizer: str = DEFAULTS.optimizer,
                      device: str = DEFAULTS.device, checkpoint: bool = DEFAULTS.checkpoint,
                      layout: Layout = SINGLE, target: Target | None = None,
-                     optimizer_kernel: str = DEFAULTS.optimizer_kernel) -> Workload:
+                     optimizer_kernel: str = DEFAULTS.optimizer_kernel,
+                     lora: Lora | None = None) -> Workload:
     """Check every option and look every name up once; nothing is built or imported.
 
     ``device="auto"`` chooses ``meta`` for the reference presets (exact, fastest) unless the
@@ -166,6 +229,7 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
     (``cpu``, ``cuda``) the device's own program is, whatever the target.  ``optimizer_kernel``
     ``auto`` is the target's default (``foreach`` on a GPU, ``for-loop`` on a CPU); ``fused``
     runs torch's fused kernel (SGD, Adam, AdamW), traced on fake tensors.
+    ``lora`` (:func:`resolve_lora`) trains adapters beside a frozen model, on one device.
     """
     source = model if isinstance(model, ModelSource) else resolve_source(model)
     batch = _whole("batch", batch, MAX_BATCH)
@@ -201,6 +265,9 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
                          f"{source.max_seq} (learned positions); use --seq "
                          f"{source.max_seq} or less")
     check_layout(layout, config, batch=batch, seq=seq)
+    if lora is not None and not layout.single:
+        raise InputError(f"--lora is traced on one device for now; drop the layout "
+                         f"({layout.describe()}) or --lora")
     if layout.pp > 1:
         if config is None:
             raise InputError(f"--pp cuts a reference model into stages; {source.label!r} is "
@@ -217,7 +284,7 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
     return Workload(source=source, batch=batch, seq=seq, step=chosen_step,
                     precision=chosen_precision, optimizer=chosen_optimizer,
                     checkpoint=checkpoint, device=key, layout=layout, target=chosen_target,
-                    optimizer_kernel=kernel)
+                    optimizer_kernel=kernel, lora=lora)
 
 
 def _program(device: str, target: Target | None, kernel: str, optimizer: str

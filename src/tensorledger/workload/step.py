@@ -27,6 +27,7 @@ from tensorledger.models.build import build_model
 from tensorledger.trace.kernels import active_target, target_program
 from tensorledger.workload.factory import FactoryFile, load_factory_file, user_code
 from tensorledger.workload.layout import Layout
+from tensorledger.workload.lora import AppliedLora, apply_lora, trainable
 from tensorledger.workload.precision import RecipeOptimizer, param_dtype
 from tensorledger.workload.spec import Workload
 
@@ -262,6 +263,7 @@ class PreparedStep:
     user_loss: Callable[[Any, Any], Any] | None
     user_inputs: Any
     device_type: str
+    lora: AppliedLora | None = None  # the adapters peft put on the module, if any
 
     def guard(self) -> AbstractContextManager[None]:
         """Errors of the module's own code become one line naming what and where."""
@@ -441,6 +443,9 @@ def prepare(work: Workload, target: str, mesh: Any = None) -> PreparedStep:
     check_host_memory(work)
     source = work.source
     module, factory = build_module(work, target)
+    applied = None
+    if work.lora is not None:  # before any layout (none is taken with adapters yet)
+        module, applied = apply_lora(work, module)
     if mesh is not None:
         from tensorledger.workload.parallel import parallelize
 
@@ -456,7 +461,8 @@ def prepare(work: Workload, target: str, mesh: Any = None) -> PreparedStep:
     args, kwargs, targets, user_inputs = _inputs(work, module, target, factory)
     optimizer = None
     if work.step.optimizer:
-        optimizer = RecipeOptimizer(parameters, work.optimizer, work.precision,
+        # frozen weights (adapters' bases) get no gradient, so no state either
+        optimizer = RecipeOptimizer(trainable(parameters), work.optimizer, work.precision,
                                     inner=zero1_optimizer(work.layout, mesh,
                                                           work.optimizer.name,
                                                           work.optimizer_kernel),
@@ -464,4 +470,5 @@ def prepare(work: Workload, target: str, mesh: Any = None) -> PreparedStep:
     return PreparedStep(work=work, module=module, parameters=parameters, optimizer=optimizer,
                         args=args, kwargs=kwargs, targets=targets,
                         user_loss=factory.loss if factory is not None else None,
-                        user_inputs=user_inputs, device_type=torch.device(target).type)
+                        user_inputs=user_inputs, device_type=torch.device(target).type,
+                        lora=applied)
