@@ -13,7 +13,8 @@ from tensorledger.hardware import get_hardware
 from tensorledger.ledger.plan import traceable_layout, verify_choice
 from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
 from tensorledger.napkin.transformer import get_preset
-from tensorledger.plan.estimate import LayoutChoice, PlanSetup, rank_memory, sent_bytes
+from tensorledger.plan.estimate import LayoutChoice, PlanSetup, rank_memory
+from tensorledger.plan.traffic import sent_bytes
 from tests.plan.test_layouts import _odd
 
 

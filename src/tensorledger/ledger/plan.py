@@ -29,11 +29,10 @@ from tensorledger.errors import InputError
 from tensorledger.plan.estimate import (
     LayoutChoice,
     PlanSetup,
-    Verified,
     layer_activation_bytes,
     rank_memory,
-    sent_bytes,
 )
+from tensorledger.plan.traffic import Verified, sent_bytes
 from tensorledger.trace.aggregate import communication
 from tensorledger.workload import resolve_workload, trace_workload
 from tensorledger.workload.layout import Layout, resolve_layout

@@ -20,13 +20,10 @@ from tensorledger.plan.estimate import (
     LayoutEstimate,
     PlanSetup,
     RankMemory,
-    SentBytes,
     StepTime,
-    Verified,
     estimate,
     layer_activation_bytes,
     rank_memory,
-    sent_bytes,
     step_time,
 )
 from tensorledger.plan.layouts import (
@@ -38,6 +35,7 @@ from tensorledger.plan.layouts import (
     divisors,
     plan_layouts,
 )
+from tensorledger.plan.traffic import SentBytes, Verified, sent_bytes
 
 __all__ = ["ATTENTIONS", "CHECKPOINTS", "REASONS", "AccumulationOption", "AccumulationPlan",
            "FixedDims", "LayoutChoice", "LayoutEstimate", "LayoutPlan", "NoLayoutError",

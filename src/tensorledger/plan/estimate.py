@@ -83,7 +83,7 @@ MFU = model FLOPs (without recomputation) / (step · count · ideal peak).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import cast
 
 from tensorledger.errors import InputError
@@ -100,9 +100,8 @@ from tensorledger.napkin.transformer import (
 from tensorledger.roofline.collectives import CollectiveKind, collective_time
 
 __all__ = ["ATTENTIONS", "CHECKPOINTS", "INTERLEAVE_CHUNKS", "SCHEDULES", "LayoutChoice",
-           "LayoutEstimate", "PlanSetup", "RankMemory", "SentBytes", "StepTime", "Verified",
-           "estimate",
-           "layer_activation_bytes", "rank_memory", "sent_bytes", "step_time"]
+           "LayoutEstimate", "PlanSetup", "RankMemory", "StepTime", "estimate",
+           "layer_activation_bytes", "matmul_efficiency", "rank_memory", "step_time"]
 
 #: Checkpoint policies in closed form: keep everything, recompute attention, recompute blocks.
 CHECKPOINTS = ("none", "selective", "full")
@@ -564,163 +563,6 @@ def matmul_efficiency(setup: PlanSetup, choice: LayoutChoice) -> float:
     config = setup.config
     flops = 2.0 * choice.micro_batch * setup.seq_len * config.d_model * config.d_ff / choice.tp
     return published.matmul_fraction(setup.dtype, flops)
-
-
-@dataclass(frozen=True)
-class Verified:
-    """One layout's closed-form figures beside its traced rank's, for one micro-batch step
-    (:func:`tensorledger.ledger.plan.verify_choice` traces it)."""
-
-    layout: str
-    traced_layout: str
-    closed_state_bytes: float
-    traced_state_bytes: int
-    closed_activation_bytes: float
-    traced_activation_bytes: int
-    closed_total_bytes: float
-    traced_peak_bytes: int
-    closed_sent_bytes: float
-    traced_sent_bytes: int
-    traced_peak_by_category: dict[str, int] = field(default_factory=dict)  # what the peak holds
-    traced_peak_op: str = ""  # the op at the traced peak, and its phase
-
-    def errors(self) -> dict[str, float]:
-        """(closed − traced) / traced for each figure."""
-        pairs = {"state": (self.closed_state_bytes, self.traced_state_bytes),
-                 "activations": (self.closed_activation_bytes, self.traced_activation_bytes),
-                 "peak": (self.closed_total_bytes, self.traced_peak_bytes),
-                 "sent": (self.closed_sent_bytes, self.traced_sent_bytes)}
-        return {name: (closed - traced) / traced if traced else 0.0
-                for name, (closed, traced) in pairs.items()}
-
-
-@dataclass(frozen=True)
-class SentBytes:
-    """Bytes one rank sends in one step (forward and backward of its micro-batches, the
-    optimizer step), by the group they cross, in the ring convention of
-    :mod:`tensorledger.napkin.parallel`."""
-
-    data_parallel_bytes: float
-    tensor_parallel_bytes: float
-    total_bytes: float
-    pipeline_bytes: float = 0.0  # the stream and its gradient between stages
-
-
-def sent_bytes(setup: PlanSetup, choice: LayoutChoice) -> SentBytes:
-    """What one rank of ``choice`` sends in a step of its ``accumulation`` micro-batches
-    (one, without a pipeline), as torch.distributed's layouts issue it (the traced ranks'
-    collectives, item by item); under a pipeline, the rank of the busiest stage
-    (:func:`rank_memory`), with that stage's parameters and layers:
-
-    data parallel, G and W the rank's gradient and parameter bytes (its tensor-parallel part),
-    s the shard group, r = dp/s its replicas:
-
-    - ZeRO-0 (DDP): all-reduce G, 2(N−1)/N·G;
-    - ZeRO-1 (DDP + ``ZeroRedundancyOptimizer``): the same, then every parameter broadcast from
-      its owner: W in all;
-    - ZeRO-2: all-gather W once, reduce-scatter G: (s−1)/s·(W + G);
-    - ZeRO-3: all-gather W in forward and again in backward but for the root unit (the
-      embedding, head and final norm, which FSDP2 keeps gathered): (s−1)/s·(2W − root + G);
-    - replicas (HSDP) all-reduce the gradient shard: 2(r−1)/r·G/s;
-    - under a pipeline all of it once a step, but ZeRO-3's gathers under 1F1B: every unit
-      but the root m + 1 times, (s−1)/s·((m+1)(W − root) + root + G).
-
-    tensor parallel, n = b·s tokens, d the width, L layers, per block half (attention, MLP)
-    and the embedding and head:
-
-    - without SP: an all-reduce of the half's output in forward and of its input gradient in
-      backward (4·L), the embedding's output and the head's input gradient (2), each
-      2(t−1)/t·n·d; the logits gathered, (t−1)/t·n·V;
-    - with SP: each of those 2·L + 1 all-reduces in each direction is a reduce-scatter and
-      an all-gather, (t−1)/t·n·d each; the norms' weight gradients are partial sums that AdamW
-      all-reduces 3 times each (once, before FSDP reduce-scatters them, under ZeRO-2/3):
-      3·(2·L + 1) × 2(t−1)/t·d·bytes;
-    - with full recomputation each block's recompute stops once its saved tensors are back:
-      it redoes the attention output's all-reduce (with SP, both input gathers and the
-      attention output's reduce-scatter), not the MLP's.
-
-    The tensor-parallel bytes are per micro-batch (× m), the first stage's with the
-    embedding's, the last's with the head's and the logits; the norms' once a step.
-
-    pipeline: each micro-batch's stream (b·s·d, ÷ t under SP) sent forward by every stage
-    but the model's last and its gradient backward by every stage but the first.
-
-    Widths: the parameter dtype; under autocast the block outputs and logits are bf16 (and
-    their gradients, where SP gathers them back), the stream fp32 (the embedding's output, the
-    norms' outputs, their gradients).
-    """
-    model = _model(setup)
-    p = setup.precision
-    tp, pp, m, v = choice.tp, choice.pp, choice.accumulation, choice.chunks
-    memory = rank_memory(setup, choice)
-    params = memory.stage_params  # the rank's TP part of its stage
-    # the stages the rank holds: the first (the embedding) and the last (the head and the
-    # final norm) of the whole model, or neither
-    first = memory.stage in ("only", "first")
-    last = memory.stage in ("only", "last")
-    layers = _layers_per_stage(setup.config, pp) if pp > 1 else setup.config.n_layers
-    root = ((-(-model.embeddings // tp) if first else 0)
-            + (-(-model.head // tp) + model.final_norm if last else 0))
-    grads, weights = p.grad_bytes * params, p.param_bytes * params
-    s, r = choice.shard, choice.replicas
-
-    def ring(n: int) -> float:
-        return (n - 1) / n
-
-    if choice.zero == 0:
-        dp = 2 * ring(choice.dp) * grads
-    elif choice.zero == 1:
-        dp = 2 * ring(s) * grads + weights
-    elif choice.zero == 2:
-        dp = ring(s) * (weights + grads)
-    elif pp == 1:
-        dp = ring(s) * (2 * weights - p.param_bytes * root + grads)
-    else:  # torch's 1F1B: the units but the root gathered m + 1 times, reduced once
-        dp = ring(s) * ((m + 1) * (weights - p.param_bytes * root) + p.param_bytes * root
-                        + grads)
-    if choice.zero >= 2:
-        dp += 2 * ring(r) * grads / s
-    closed, _ = model.activations(setup, choice.micro_batch, 1, False, False)
-    compute = closed.dtype_bytes
-    stream = 4 if closed.autocast else compute
-    n, d = choice.micro_batch * setup.seq_len, setup.config.d_model
-    tp_bytes = 0.0
-    if tp > 1:
-        embedding, head = (1 if first else 0), (1 if last else 0)
-        logits = head * ring(tp) * n * setup.config.vocab_size * compute
-        if choice.sp:
-            halves = 2 * layers + head
-            # forward gathers the stream into each half and the head, and scatters each
-            # half's output and the embedding's; backward mirrors it, dtype for dtype
-            forward = ring(tp) * n * d * (halves * stream + 2 * layers * compute
-                                          + embedding * stream)
-            backward = forward
-            if choice.checkpoint == "full":  # each block's two gathers and one scatter again
-                backward += ring(tp) * n * d * layers * (2 * stream + compute)
-            # the norms' partial gradients, once a step: reduced once before FSDP takes
-            # them, else AdamW all-reduces each three times
-            # (AdamW's on the fp32 masters where the recipe keeps them)
-            uses, width = ((1, p.param_bytes) if choice.zero >= 2 and s > 1
-                           else (3, p.master_bytes or p.param_bytes))
-            norms = uses * halves * 2 * ring(tp) * d * width
-            tp_bytes = m * (forward + backward + logits) + norms
-        else:
-            forward = 2 * ring(tp) * n * d * (2 * layers * compute + embedding * stream)
-            backward = 2 * ring(tp) * n * d * (2 * layers + head) * stream
-            if choice.checkpoint == "full":  # each block's attention all-reduce again
-                backward += 2 * ring(tp) * n * d * layers * compute
-            tp_bytes = m * (forward + backward + logits)
-    pp_bytes = 0.0
-    if pp > 1:
-        # each micro-batch's stream forward out of every stage but the model's last, its
-        # gradient backward out of every stage but the first (the rank's sequence shard
-        # under SP); of the rank's v stages the first rank's first and the last rank's
-        # last each send one way only
-        boundary = n // (tp if choice.sp else 1) * d * stream
-        sends = 2 * v - (1 if first else 0) - (1 if last else 0)
-        pp_bytes = m * sends * boundary
-    return SentBytes(data_parallel_bytes=dp, tensor_parallel_bytes=tp_bytes,
-                     total_bytes=dp + tp_bytes + pp_bytes, pipeline_bytes=pp_bytes)
 
 
 def estimate(setup: PlanSetup, choice: LayoutChoice, tokens: float | None = None

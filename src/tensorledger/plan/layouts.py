@@ -50,11 +50,11 @@ from tensorledger.plan.estimate import (
     LayoutChoice,
     LayoutEstimate,
     PlanSetup,
-    Verified,
     estimate,
     rank_memory,
     step_time,
 )
+from tensorledger.plan.traffic import Verified
 
 __all__ = ["LARGEST_COUNT", "REASONS", "FixedDims", "LayoutPlan", "NoLayoutError", "Rejection",
            "divisors", "pareto_frontier", "plan_layouts", "plan_setup"]
