@@ -64,176 +64,33 @@ import sys
 import time
 from array import array
 from collections.abc import Callable, Hashable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import torch
 
-from tensorledger.bench.harness import Measurement, _statistics, synchronize
+from tensorledger.bench.harness import _statistics
 from tensorledger.bench.meter_cluster import cluster_figures, gather_rows
 from tensorledger.bench.meter_peak import Peak, StepCount, count_step, dense_peak, resolve_hardware
+from tensorledger.bench.meter_records import (
+    ClockTimer,
+    CudaTimer,
+    MeterInterval,
+    MeterSummary,
+    StepRecord,
+    flat_record,
+    peak_memory,
+)
 from tensorledger.display import view
 from tensorledger.errors import ConfigError, InputError, TensorLedgerError
 from tensorledger.hardware import Hardware
-from tensorledger.summary import show_time
-from tensorledger.summary import summary as one_line
 from tensorledger.trace.recorder import Recorder
 from tensorledger.units import format_flop_rate
 
 __all__ = ["Meter", "MeterInterval", "MeterSummary", "StepRecord"]
 
 _CONVENTIONS = ("full", "causal-halved")
-
-
-@dataclass(frozen=True, slots=True)
-class StepRecord:
-    """One optimizer step as the meter saw it (one JSON line of kind ``step``)."""
-
-    step: int  # 1-based count of steps on this rank
-    time_s: float  # inside the step
-    outside_time_s: float | None  # since the previous step ended; None for the first
-    tokens: int
-    flops: int | None  # None: a shape never recorded
-    peak_flop_per_s: float | None
-    mfu: float | None
-    recorded: bool  # ran under the recorder: slower, left out of every figure
-    warmup: bool  # among the first ``warmup_steps``: left out of the summary
-
-
-@dataclass(frozen=True)
-class MeterInterval:
-    """The figures of the steps since the previous interval (recorded steps left out)."""
-
-    step: int  # the last step of the interval
-    steps: int  # steps timed (recorded ones excluded)
-    step_time_s: float | None  # mean inside a step
-    outside_time_s: float | None  # mean between steps
-    tokens_per_s: float | None
-    flops: float  # Σ over the counted steps (the weight of this rank's MFU in the cluster's)
-    flops_per_step: float | None  # mean over the counted steps
-    flop_per_s: float | None
-    mfu: float | None
-    peak_flop_per_s: float | None
-    peak_dtype: str | None
-    hardware: str
-    attention: str
-    peak_memory_bytes: int
-    memory_source: str  # "cuda-allocator" or "process-rss"
-    rank: int
-    world_size: int
-    cluster_tokens_per_s: float | None  # sum over ranks
-    cluster_mfu: float | None  # FLOP-weighted mean over ranks
-
-
-@dataclass(frozen=True)
-class MeterSummary:
-    """The run on one rank (and the cluster's figures when gathered at ``close()``)."""
-
-    hardware: str
-    device: str
-    timer: str  # "cuda-events", "perf_counter" or "injected clock"
-    attention: str
-    steps: int  # every step that ended without an error
-    warmup_steps: int  # left out of the figures below
-    recorded_steps: int  # ran under the recorder; left out as well
-    recording_time_s: float  # their time, apart
-    measured_steps: int  # the steps the figures below come from
-    uncounted_steps: int  # measured steps of a shape never recorded: timed, no FLOPs
-    step_time: Measurement | None  # median, quartiles and spread of the measured steps
-    outside_time_median_s: float | None
-    outside_share: float | None  # outside / (inside + outside), summed over measured steps
-    tokens: int  # over the measured steps
-    tokens_per_s: float | None  # Σ tokens / Σ step time
-    tokens_per_s_median: float | None  # over steps
-    flops_per_step: int | None  # the latest recording
-    flops: float  # Σ FLOPs over the counted steps
-    flops_per_token: float | None  # Σ FLOPs / Σ tokens over the counted steps
-    flop_per_s: float | None
-    mfu: float | None  # Σ (FLOPs / peak) / Σ step time over the counted steps
-    mfu_median: float | None
-    mfu_q1: float | None
-    mfu_q3: float | None
-    peak: Peak | None
-    peak_memory_bytes: int
-    memory_source: str
-    rank: int
-    world_size: int
-    cluster_tokens_per_s: float | None
-    cluster_mfu: float | None
-
-    def __repr__(self) -> str:
-        median = "" if self.step_time is None else (
-            f"median {show_time(self.step_time.median_s)} per step")
-        rate = "" if self.tokens_per_s is None else f"{self.tokens_per_s:,.0f} tokens/s"
-        mfu = "" if self.mfu is None else f"MFU {self.mfu:.3f}"
-        return one_line("MeterSummary", f"{self.measured_steps:,} steps measured on "
-                       f"{self.hardware}", median, rate, mfu)
-
-
-# ---------------------------------------------------------------------------------- timers
-
-def _flat(record: StepRecord | MeterInterval) -> dict[str, Any]:
-    # dataclasses.asdict deep-copies every value: ten times slower for these flat records
-    names = _FIELDS.get(type(record))
-    if names is None:
-        names = _FIELDS[type(record)] = tuple(f.name for f in fields(record))
-    return {name: getattr(record, name) for name in names}
-
-
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-class _ClockTimer:
-    """Readings of a clock after synchronising the device (a no-op on the CPU)."""
-
-    def __init__(self, clock: Callable[[], float], device: torch.device, name: str) -> None:
-        self.clock = clock
-        self.name = name
-        self._sync = device.type not in ("cpu", "meta")
-        self._device = device
-
-    def mark(self) -> Any:
-        if self._sync:
-            synchronize(self._device)
-        return self.clock()
-
-    def resolve(self, last: Any) -> None:
-        return None
-
-    @staticmethod
-    def seconds(start: Any, end: Any) -> float:
-        return float(end - start)
-
-
-class _CudaTimer:
-    """CUDA events on the current stream; resolved by waiting for the last one."""
-
-    name = "cuda-events"
-
-    def mark(self) -> Any:
-        event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        event.record()
-        return event
-
-    def resolve(self, last: Any) -> None:
-        last.synchronize()
-
-    @staticmethod
-    def seconds(start: Any, end: Any) -> float:
-        return float(start.elapsed_time(end)) / 1e3
-
-
-def _peak_memory(device: torch.device) -> tuple[int, str]:
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device)), "cuda-allocator"
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - Windows
-        return 0, "unavailable"
-    peak = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-    # Linux reports KiB, macOS bytes
-    return (peak if sys.platform == "darwin" else peak * 1024), "process-rss"
 
 
 # ---------------------------------------------------------------------------------- the meter
@@ -349,12 +206,12 @@ class Meter:
         self._group = group
         self.rank, self.world_size = self._world(group)
         if clock is not None:
-            self._timer: _ClockTimer | _CudaTimer = _ClockTimer(clock, self.device,
+            self._timer: ClockTimer | CudaTimer = ClockTimer(clock, self.device,
                                                                 "injected clock")
         elif self.device.type == "cuda":
-            self._timer = _CudaTimer()
+            self._timer = CudaTimer()
         else:
-            self._timer = _ClockTimer(time.perf_counter, self.device, "perf_counter")
+            self._timer = ClockTimer(time.perf_counter, self.device, "perf_counter")
         self._jsonl_path = None if jsonl is None else self._rank_path(Path(jsonl))
         self._jsonl: IO[str] | None = None
         if self._jsonl_path is not None:
@@ -548,7 +405,7 @@ class Meter:
         mfu = ideal / counted_time if counted and counted_time > 0 else None
         latest = self._recordings[-1] if self._recordings else None
         peak = self._peak(latest) if latest is not None else None
-        memory, source = _peak_memory(self.device)
+        memory, source = peak_memory(self.device)
         cluster_rate = cluster_mfu = None
         if self.world_size > 1:
             nan = float("nan")
@@ -574,8 +431,9 @@ class Meter:
             return interval
         self._last = interval
         if self._jsonl is not None:
-            lines = [json.dumps({"kind": "step", "rank": self.rank, **_flat(r)}) for r in records]
-            lines.append(json.dumps({"kind": "interval", **_flat(interval)}))
+            lines = [json.dumps({"kind": "step", "rank": self.rank, **flat_record(r)})
+                     for r in records]
+            lines.append(json.dumps({"kind": "interval", **flat_record(interval)}))
             self._jsonl.write("\n".join(lines) + "\n")
             self._jsonl.flush()
         if timed and not self.quiet and self.rank == 0:
@@ -653,7 +511,7 @@ class Meter:
         flops = math.fsum(self._flops[i] for i in counted)
         counted_tokens = math.fsum(self._tokens[i] for i in counted)
         latest = self._recordings[-1] if self._recordings else None
-        memory, source = _peak_memory(self.device)
+        memory, source = peak_memory(self.device)
         inside_outside = total_time + math.fsum(outside)
         return MeterSummary(
             hardware=self.hardware.id, device=str(self.device), timer=self._timer.name,

@@ -1,7 +1,7 @@
 """The meter's words: one compact line per interval and a short summary at the end.
 
-Formats the figures of :class:`tensorledger.bench.meter.MeterInterval` and
-:class:`~tensorledger.bench.meter.MeterSummary`; computes none of them.
+Formats the figures of :class:`tensorledger.bench.meter_records.MeterInterval` and
+:class:`~tensorledger.bench.meter_records.MeterSummary`; computes none of them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tensorledger.units import (
 )
 
 if TYPE_CHECKING:
-    from tensorledger.bench.meter import MeterInterval, MeterSummary
+    from tensorledger.bench.meter_records import MeterInterval, MeterSummary
 
 __all__ = ["interval_line", "summary_text"]
 

@@ -43,5 +43,5 @@ for _name in ("tensorledger.ledger.trace.TraceReport", "tensorledger.memory.ledg
     register("rich", _name, _tables)
 register("rich", "tensorledger.ledger.account.Ledger", _ledger_tables)
 register("html", "tensorledger.ledger.account.Ledger", _ledger_html)
-register("text", "tensorledger.bench.meter.MeterInterval", interval_line)
-register("text", "tensorledger.bench.meter.MeterSummary", summary_text)
+register("text", "tensorledger.bench.meter_records.MeterInterval", interval_line)
+register("text", "tensorledger.bench.meter_records.MeterSummary", summary_text)
