@@ -9,8 +9,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-import torch
-from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
+from torch.distributed._tools.mem_tracker import _MemRefType
 
 from tensorledger.errors import InputError
 from tensorledger.memory import build_timeline
@@ -19,6 +18,7 @@ from tensorledger.workload import placement, prepare, resolve_workload, trace_wo
 from tensorledger.workload.spec import Lora, Workload, resolve_lora
 from tests.conftest import assert_one_line_error
 from tests.workload.hf_configs import TINY, write_config
+from tests.workload.test_memory_oracle import _memtracker_peak
 
 pytest.importorskip("peft")
 pytest.importorskip("transformers")
@@ -122,32 +122,6 @@ def test_mixed_bf16_keeps_the_base_in_fp32_and_adapters_trained(tmp_path: Path) 
     assert max(p.gradient_bytes for p in timeline.points) == 4 * HAND_TRAINABLE
 
 
-class _NoHook:
-    def remove(self) -> None:
-        pass
-
-
-def _memtracker_peak(work: Workload) -> dict[object, int]:
-    """MemTracker's peak snapshot of the second real CPU step (peft's own path, no fakes)."""
-    torch.manual_seed(0)
-    real = work.on_device("cpu")
-    with placement("cpu") as target:
-        step = prepare(real, target)
-        step.run()
-        assert step.optimizer is not None
-        tracker = MemTracker()
-        tracker.track_external(step.module, *step.optimizer._inner)
-        # MemTracker hooks every parameter's gradient, which a frozen one refuses: it is told
-        # that the frozen ones are hooked already (they get no gradient to see)
-        for param in step.parameters:
-            if not param.requires_grad:
-                tracker._param_to_grad_hook_handles[param] = (_NoHook(), _NoHook())
-        with tracker, warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "The module hierarchy tracking maybe",
-                                    UserWarning)
-            step.run()
-        snapshot = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]
-    return dict(snapshot)
 
 
 @pytest.mark.parametrize("model", ["llama", "tiny"])
@@ -159,7 +133,7 @@ def test_memory_on_fake_equals_memtracker_on_real_cpu(tmp_path: Path, model: str
                                 lora=resolve_lora(4, "query,value,down"))
     run = trace_workload(work)
     ours = build_timeline(run.trace, run.tags).peak
-    theirs = _memtracker_peak(work)
+    theirs = _memtracker_peak(work, 2)
     assert ours.total_bytes == pytest.approx(theirs["Total"], rel=0.005)
     assert ours.parameter_bytes == theirs[_MemRefType.PARAM]
     assert ours.gradient_bytes == theirs[_MemRefType.GRAD]
