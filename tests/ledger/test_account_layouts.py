@@ -117,3 +117,16 @@ def test_a_step_that_does_not_fit_names_the_planners_layout(cli: Any, tmp_path: 
     fits = cli("account", "--model", "tiny", "--batch", "8", "--seq", "32", "--hardware",
                str(chip), "--json").json()
     assert fits["memory"]["fit"]["fits_replicated"] and fits["fits_with"] is None
+
+
+def test_a_recomputed_step_names_its_utilisation_hfu(cli: Any) -> None:
+    """With --checkpoint the trace holds the recomputed forward too: FLOPs that ran over the
+    step and the peak are the hardware FLOPs utilisation, and the line says HFU; without it,
+    MFU."""
+    args = ("--model", "tiny", "--batch", "2", "--seq", "32", "--hardware", "h100")
+    for command in ("roofline", "account"):
+        checkpointed = " ".join(cli(command, *args, "--checkpoint").stdout.split())
+        plain = " ".join(cli(command, *args).stdout.split())
+        assert "expected step" in checkpointed and "HFU (the recomputed forward counted)" in \
+            checkpointed
+        assert "HFU" not in plain and ": MFU " in plain

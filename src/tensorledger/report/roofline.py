@@ -64,9 +64,11 @@ def totals_table(title: str, totals: Sequence[TimeTotal] | Sequence[ModuleTime],
 
 
 def prediction_view(prediction: RooflinePrediction,
-                    modules: Sequence[ModuleTime] | None = None) -> View:
+                    modules: Sequence[ModuleTime] | None = None,
+                    recomputed: bool = False) -> View:
     """The tables and the step line; ``modules``: the by-module rows, repeated modules grouped
-    (``module_times``), else the prediction's own."""
+    (``module_times``), else the prediction's own; ``recomputed``: the step recomputes its
+    forward, so its utilisation is named HFU."""
     lines: View = [
         totals_table("Predicted time by category", prediction.by_category),
         totals_table("by phase", prediction.by_phase),
@@ -74,27 +76,30 @@ def prediction_view(prediction: RooflinePrediction,
                      prediction.by_module if modules is None else modules, 8),
         f"{format_sci(prediction.flops)} FLOPs and {format_bytes(prediction.bytes)} moved per "
         f"step on {prediction.hardware}",
-        *step_lines(prediction),
+        *step_lines(prediction, recomputed=recomputed),
     ]
     return lines
 
 
 def step_lines(prediction: RooflinePrediction,
-               tokens_per_s: tuple[float | None, float | None] | None = None) -> list[str]:
+               tokens_per_s: tuple[float | None, float | None] | None = None, *,
+               recomputed: bool = False) -> list[str]:
     """The step's two figures, each with its MFU and tokens/s: the expected time (and what it
     rests on) and the roofline bound; ``tokens_per_s`` (expected, bound) replaces the
-    prediction's own (a cluster's)."""
+    prediction's own (a cluster's).  The utilisation counts every FLOP the trace holds: with a
+    recomputed forward (``recomputed``) it is the hardware FLOPs utilisation, named HFU."""
     expected, bound = tokens_per_s or (prediction.tokens_per_s, prediction.ideal_tokens_per_s)
 
     def rate(value: float | None) -> str:
         return "" if value is None else f", {value:,.0f} tokens/s"
 
     peak = f"the dense {prediction.mfu_peak_key} peak"
+    name = "HFU (the recomputed forward counted)" if recomputed else "MFU"
     return [
-        f"expected step {format_duration(prediction.time_s)}: MFU "
+        f"expected step {format_duration(prediction.time_s)}: {name} "
         f"{format_sci(prediction.mfu, 3)} against {peak}{rate(expected)} — from "
         f"{prediction.basis}",
-        f"roofline bound {format_duration(prediction.ideal_time_s)}: MFU "
+        f"roofline bound {format_duration(prediction.ideal_time_s)}: {name} "
         f"{format_sci(prediction.ideal_mfu, 3)}{rate(bound)} — peak FLOP/s and "
         f"{prediction.bound_bandwidth}, no overhead; no real step is faster",
     ]
@@ -287,7 +292,8 @@ def roofline_run_view(run: RooflineRun) -> View:
     view: View = [f"{run.model} (built by {run.built_by}), {run.step}, batch {run.batch} × seq "
                   f"{run.seq} ({run.tokens} tokens), {run.precision}, traced on {run.device}; "
                   f"hardware {run.prediction.hardware}",
-                  *prediction_view(run.prediction, run.modules),
+                  *prediction_view(run.prediction, run.modules,
+                                   run.cluster is not None and run.cluster.recomputed),
                   *layout_lines(run)]
     if run.uncovered:
         view.append("ops with no cost rule (counted as 0 FLOPs, 0 bytes): " + ", ".join(
