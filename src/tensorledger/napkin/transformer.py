@@ -448,6 +448,10 @@ class ModelParams:
     model: str
     params: int
     source: str = field(default="closed form")
+    # a mixture of experts: the parameters one token runs through (k of E routed experts,
+    # every shared one), and the routing that gives it; None for a dense model
+    active_params: int | None = None
+    routing: str = ""
 
 
 def preset_params(name: str) -> ModelParams:

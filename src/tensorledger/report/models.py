@@ -91,5 +91,8 @@ def model_detail_view(config: TransformerConfig, count: ParameterCount, full: Fo
 
 def model_params_note(params: ModelParams) -> str:
     """The line ``time --model`` prints to say which parameter count it used."""
+    active = "" if params.active_params is None else (
+        f"; active per token {params.active_params:,} ({format_count(params.active_params)}: "
+        f"{params.routing})")
     return (f"params of {params.model}: {params.params:,} ({format_count(params.params)}), "
-            f"{params.source}")
+            f"{params.source}{active}")

@@ -3,10 +3,12 @@ else ``sum(p.numel())`` of the module built on fake tensors (nothing allocated).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tensorledger.napkin.transformer import ModelParams, parameter_count
 from tensorledger.workload.source import ModelSource, resolve_source
 
-__all__ = ["model_params"]
+__all__ = ["model_params", "routing"]
 
 
 def model_params(model: str | ModelSource) -> ModelParams:
@@ -27,7 +29,54 @@ def model_params(model: str | ModelSource) -> ModelParams:
     work = resolve_workload(source, step="forward", precision="fp32", device="fake", seq=1)
     with placement(work.device) as target:
         module, _ = build_module(work, target)
-        total = sum(p.numel() for p in dict.fromkeys(module.parameters()))
+        named = dict(module.named_parameters())  # tied tensors once
+        total = sum(p.numel() for p in named.values())
+        routed = routing(source)
+        active = None
+        if routed is not None:
+            experts, chosen = routed
+            expert_params = sum(p.numel() for name, p in named.items()
+                                if _routed_expert(name, p.shape, experts))
+            # each token runs through `chosen` of the `experts` routed experts
+            active = total - expert_params + expert_params * chosen // experts
     return ModelParams(model=source.label, params=total,
                        source=f"sum of parameter numel of {source.built_by}, built on fake "
-                              "tensors")
+                              "tensors", active_params=active,
+                       routing="" if routed is None else
+                       f"{routed[1]} of {routed[0]} routed experts per token, shared ones "
+                       "always")
+
+
+#: config.json fields of the routed experts and of the experts each token is sent to, by the
+#: names transformers' mixture-of-experts configs use.
+_EXPERTS = ("num_local_experts", "num_experts", "n_routed_experts")
+_CHOSEN = ("num_experts_per_tok", "moe_topk", "top_k")
+
+
+def routing(source: ModelSource) -> tuple[int, int] | None:
+    """(routed experts, experts per token) of a mixture-of-experts config.json, else None.
+
+    >>> from tensorledger.workload.source import ModelSource
+    >>> routing(ModelSource("m", "config", "transformers", "m", hf_config={
+    ...     "model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2}))
+    (8, 2)
+    """
+    raw = source.hf_config or {}
+    experts = next((raw[k] for k in _EXPERTS if isinstance(raw.get(k), int)), None)
+    chosen = next((raw[k] for k in _CHOSEN if isinstance(raw.get(k), int)), None)
+    if experts is None or chosen is None or not 0 < chosen <= experts or experts < 2:
+        return None
+    return int(experts), int(chosen)
+
+
+def _routed_expert(name: str, shape: Sequence[int], experts: int) -> bool:
+    """A parameter of the routed experts: under an ``experts`` module, either one expert's own
+    (``experts.3.w1.weight``) or all of them stacked on the first dimension
+    (``experts.gate_up_proj`` of E × ...); shared experts (``shared_expert``) are not."""
+    parts = name.split(".")
+    if "experts" not in parts:
+        return False
+    after = parts[parts.index("experts") + 1:]
+    if after and after[0].isdigit():
+        return True
+    return len(shape) > 0 and shape[0] == experts
