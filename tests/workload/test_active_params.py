@@ -58,3 +58,24 @@ def test_a_dense_model_has_no_active_count(tmp_path: Path) -> None:
                hidden_size=64, intermediate_size=96, num_attention_heads=4,
                num_key_value_heads=2, vocab_size=97)
     assert model_params(_config(tmp_path, raw)).active_params is None
+
+
+def test_the_trace_sets_6_n_active_d_beside_6_n_d(tmp_path: Path, cli: Any) -> None:
+    """A tiny Mixtral traced for one training step: the step's summary holds N_active from the
+    built module, equal to ``model_params``' (a second path), and counted / 6·N_active·D
+    beside counted / 6·N·D (larger: a token runs 2 of the 4 experts)."""
+    from tensorledger.ledger.trace import trace_report
+    from tensorledger.workload import resolve_workload
+
+    raw = {"model_type": "mixtral", "vocab_size": 97, "hidden_size": 40,
+           "intermediate_size": 24, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "num_local_experts": 4, "num_experts_per_tok": 2,
+           "max_position_embeddings": 64, "tie_word_embeddings": False}
+    path = _config(tmp_path, raw)
+    report = trace_report(resolve_workload(path, batch=2, seq=12, precision="fp32"))
+    six = report.summary.six_n_d
+    assert six is not None and six.active_params == model_params(path).active_params
+    assert six.active_ratio is not None and six.active_ratio > six.ratio
+    assert six.active_ratio == six.counted_flops / (6 * six.active_params * 24)
+    text = " ".join(cli("trace", "--model", path, "--batch", "2", "--seq", "12").stdout.split())
+    assert f"N_active = {six.active_params:,}" in text

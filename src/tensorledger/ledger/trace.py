@@ -24,7 +24,7 @@ def step_summary(run: StepTrace, depth: int | None) -> TraceSummary:
     return summarize(run.trace, depth, params=params if backward else None,
                      tokens=run.tokens if backward else None,
                      mesh_dims=run.work.layout.dim_strides, program=program_of(run.work),
-                     assumptions=run.assumptions)
+                     assumptions=run.assumptions, active_params=run.active_params)
 
 
 def program_of(work: Workload) -> str:

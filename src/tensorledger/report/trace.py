@@ -94,6 +94,11 @@ def flops_notes(s: TraceSummary) -> View:
         notes.append(f"6·N·D = 6 × {s.six_n_d.params:,} × {s.six_n_d.tokens:,} = "
                      f"{_flops(s.six_n_d.six_n_d_flops)} FLOPs; counted / 6·N·D = "
                      f"{s.six_n_d.ratio:.3f}")
+        active = s.six_n_d.active_ratio
+        if active is not None and s.six_n_d.active_params is not None:
+            notes.append(f"a mixture of experts: N_active = {s.six_n_d.active_params:,} "
+                         "parameters a token runs (its routed experts and every shared "
+                         f"part); counted / 6·N_active·D = {active:.3f}")
     if s.hand_attention is not None:
         h = s.hand_attention
         notes.append(f"attention written as bmm + softmax in {len(h.modules)} module(s): its "

@@ -100,6 +100,14 @@ class SixND:
     six_n_d_flops: int
     counted_flops: int
     ratio: float  # counted / 6·N·D
+    active_params: int | None = None  # a mixture of experts: N of the experts a token runs
+
+    @property
+    def active_ratio(self) -> float | None:
+        """counted / 6·N_active·D, for a mixture of experts."""
+        if self.active_params is None or not self.tokens or not self.active_params:
+            return None
+        return self.counted_flops / (6 * self.active_params * self.tokens)
 
 
 @dataclass(frozen=True)
@@ -362,11 +370,13 @@ def group_modules(root: ModuleNode) -> ModuleNode:
     return _regroup(root)
 
 
-def versus_6nd(trace: Trace, params: int, tokens: int) -> SixND:
-    """Counted FLOPs against 6·N·D for N parameters and D tokens."""
+def versus_6nd(trace: Trace, params: int, tokens: int, active: int | None = None) -> SixND:
+    """Counted FLOPs against 6·N·D for N parameters and D tokens (and N_active of a mixture
+    of experts beside)."""
     six_n_d = 6 * params * tokens
     counted = trace.flops
-    return SixND(params, tokens, six_n_d, counted, counted / six_n_d if six_n_d else math.nan)
+    return SixND(params, tokens, six_n_d, counted, counted / six_n_d if six_n_d else math.nan,
+                 active)
 
 
 @dataclass(frozen=True)
@@ -438,7 +448,8 @@ def attention_kernels(trace: Trace) -> tuple[AttentionKernel, ...]:
 
 def summarize(trace: Trace, depth: int | None = None, params: int | None = None,
               tokens: int | None = None, mesh_dims: Mapping[int, str] | None = None,
-              program: str = "", assumptions: tuple[str, ...] = ()) -> TraceSummary:
+              program: str = "", assumptions: tuple[str, ...] = (),
+              active_params: int | None = None) -> TraceSummary:
     """Everything the ``trace`` command prints, from one trace; ``program`` names the target
     whose program it is."""
     ops, flops, halved, read, written = _sums(trace.records)
@@ -455,7 +466,7 @@ def summarize(trace: Trace, depth: int | None = None, params: int | None = None,
         by_phase=by_phase(trace),
         modules=group_modules(by_module(trace, depth)),
         uncovered=dict(trace.uncovered),
-        six_n_d=versus_6nd(trace, params, tokens) if params and tokens else None,
+        six_n_d=versus_6nd(trace, params, tokens, active_params) if params and tokens else None,
         hand_attention=hand_attention(trace),
         norms=norms(trace),
         unhalved_attention=unhalved_attention(trace),

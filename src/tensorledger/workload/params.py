@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from tensorledger.napkin.transformer import ModelParams, parameter_count
 from tensorledger.workload.source import ModelSource, resolve_source
 
-__all__ = ["model_params", "routing"]
+__all__ = ["active_params", "model_params", "routing"]
 
 
 def model_params(model: str | ModelSource) -> ModelParams:
@@ -29,16 +29,10 @@ def model_params(model: str | ModelSource) -> ModelParams:
     work = resolve_workload(source, step="forward", precision="fp32", device="fake", seq=1)
     with placement(work.device) as target:
         module, _ = build_module(work, target)
-        named = dict(module.named_parameters())  # tied tensors once
-        total = sum(p.numel() for p in named.values())
+        named = {name: (p.numel(), tuple(p.shape)) for name, p in module.named_parameters()}
+        total = sum(numel for numel, _ in named.values())
         routed = routing(source)
-        active = None
-        if routed is not None:
-            experts, chosen = routed
-            expert_params = sum(p.numel() for name, p in named.items()
-                                if _routed_expert(name, p.shape, experts))
-            # each token runs through `chosen` of the `experts` routed experts
-            active = total - expert_params + expert_params * chosen // experts
+        active = None if routed is None else active_params(named, *routed)
     return ModelParams(model=source.label, params=total,
                        source=f"sum of parameter numel of {source.built_by}, built on fake "
                               "tensors", active_params=active,
@@ -67,6 +61,20 @@ def routing(source: ModelSource) -> tuple[int, int] | None:
     if experts is None or chosen is None or not 0 < chosen <= experts or experts < 2:
         return None
     return int(experts), int(chosen)
+
+
+def active_params(named: dict[str, tuple[int, tuple[int, ...]]], experts: int, chosen: int
+                  ) -> int:
+    """Parameters one token runs through: every one but the routed experts', of which
+    ``chosen`` of ``experts`` (``named``: parameter name → (numel, shape), tied ones once).
+
+    >>> active_params({"mlp.experts.w": (8 * 6, (8, 6)), "attn.q": (10, (10,))}, 8, 2)
+    22
+    """
+    total = sum(numel for numel, _ in named.values())
+    routed = sum(numel for name, (numel, shape) in named.items()
+                 if _routed_expert(name, shape, experts))
+    return total - routed + routed * chosen // experts
 
 
 def _routed_expert(name: str, shape: Sequence[int], experts: int) -> bool:

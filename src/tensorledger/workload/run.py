@@ -64,6 +64,7 @@ class StepTrace:
     assumptions: tuple[str, ...] = ()  # what the trace decided that values would have
     model_params: int = 0  # the whole model's parameters (all ranks' shards together)
     trainable_params: int | None = None  # with adapters (LoRA): those trained; None: all
+    active_params: int | None = None  # a mixture of experts: the parameters a token runs
 
     @property
     def params(self) -> int:
@@ -224,7 +225,20 @@ def trace_workload(work: Workload, first_step: bool = False,
                      trainable_params=None if step.lora is None else
                      sum(p.numel() for p in step.parameters if p.requires_grad),
                      assumptions=tuple(notes) + (() if step.lora is None
-                                                 else (step.lora.describe(),)))
+                                                 else (step.lora.describe(),)),
+                     active_params=_active(step))
+
+
+def _active(step: PreparedStep) -> int | None:
+    """The parameters one token runs through, for a mixture-of-experts config.json."""
+    from tensorledger.workload.params import active_params, routing
+
+    routed = routing(step.work.source)
+    if routed is None or not step.work.layout.single:
+        return None
+    named = {name: (local(p).numel(), tuple(local(p).shape))
+             for name, p in step.module.named_parameters()}
+    return active_params(named, *routed)
 
 
 def _pipeline_rank(work: Workload, say: Callable[[str], None]) -> StepTrace:
