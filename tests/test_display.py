@@ -22,5 +22,6 @@ def test_every_registered_name_is_a_type_that_has_it_under_that_name() -> None:
 
 
 def test_an_unknown_type_is_told_with_the_known_ones() -> None:
-    with pytest.raises(InputError, match=r"no html view for int; known: Ledger$"):
+    with pytest.raises(InputError, match=r"no html view for int; known: Ledger, MemoryLedger, "
+                       r"RooflineRun, Trace, TraceReport, TraceSummary$"):
         view("html", 3)

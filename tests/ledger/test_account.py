@@ -70,9 +70,11 @@ def test_every_number_equals_the_direct_pipelines(cli: Any) -> None:
 def test_the_library_returns_a_ledger_that_renders() -> None:
     ledger = tensorledger.account("tiny", "a100", batch=2, seq=16)
     assert "MFU" in repr(ledger) and ledger.run is None
-    html = ledger._repr_html_()  # the report with its plots inline, self-contained
-    assert "<html" in html and "FLOPs by phase" in html and 'id="roofline"' in html
-    assert not re.search(r"<script[^>]+src=|<link[^>]+href=\"?https?:", html)
+    html = ledger._repr_html_()  # a fragment: headline, tables, SVG plots; no page, no script
+    assert "<html" not in html and "<script" not in html
+    assert "<caption>FLOPs by phase</caption>" in html and "id='roofline'" in html
+    assert "id='headline'" in html and len(html.encode()) < 300_000
+    assert not re.search(r"<link[^>]+href=\"?https?:|<img[^>]+src=\"?https?:", html)
     import io
 
     from rich.console import Console

@@ -63,6 +63,9 @@ class RooflineRun:
     def __rich__(self) -> object:  # rich: the command's tables, from the presentation layer
         return view("rich", self)
 
+    def _repr_html_(self) -> str:  # Jupyter: the same tables as HTML, from presentation
+        return str(view("html", self))
+
 
 class StepTiming:
     """A workload's step run for real beside its prediction, in rounds.

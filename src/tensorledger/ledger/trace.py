@@ -63,6 +63,9 @@ class TraceReport:
     def __rich__(self) -> object:  # rich: the command's tables, from the presentation layer
         return view("rich", self)
 
+    def _repr_html_(self) -> str:  # Jupyter: the same tables as HTML, from presentation
+        return str(view("html", self))
+
     @classmethod
     def of(cls, run: StepTrace, depth: int | None) -> TraceReport:
         work = run.work

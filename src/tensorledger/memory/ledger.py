@@ -138,6 +138,9 @@ class MemoryLedger:
     def __rich__(self) -> object:  # pragma: no mutate block (presentation: rich tables)
         return view("rich", self)
 
+    def _repr_html_(self) -> str:  # pragma: no mutate block (presentation: HTML tables, plot)
+        return str(view("html", self))
+
 
 def _fit(timeline: MemoryTimeline, chip: Hardware, count: int, ranks: int,
          budget_bytes: float | None) -> Fit:

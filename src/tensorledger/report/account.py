@@ -1,12 +1,12 @@
-"""The ledger of one workload on one page: the terminal view (rich), Jupyter's HTML, and the
-lines ``tensorledger account`` prints.  Formats; computes nothing."""
+"""The ledger of one workload on one page: the terminal view (rich) and the lines
+``tensorledger account`` prints (Jupyter's HTML: :mod:`tensorledger.report.document`).
+Formats; computes nothing."""
 
 from __future__ import annotations
 
-import io
 from typing import TYPE_CHECKING
 
-from rich.console import Console, Group, RenderableType
+from rich.console import Group, RenderableType
 from rich.table import Table
 
 from tensorledger.report.memory import memory_view
@@ -17,7 +17,7 @@ from tensorledger.units import format_bytes, format_count, format_duration, form
 if TYPE_CHECKING:
     from tensorledger.ledger.account import Ledger
 
-__all__ = ["account_view", "ledger_group", "ledger_html"]
+__all__ = ["account_view", "ledger_group"]
 
 View = list[RenderableType | str]
 
@@ -87,19 +87,3 @@ def account_view(ledger: Ledger) -> View:
 def ledger_group(ledger: Ledger) -> Group:
     """The terminal view as one rich renderable (``Ledger.__rich__``)."""
     return Group(*account_view(ledger))
-
-
-def ledger_html(ledger: Ledger) -> str:
-    """Jupyter's view: the report with its plots when plotly is installed, else the tables;
-    self-contained either way (no network request)."""
-    from tensorledger.errors import InputError
-
-    try:
-        from tensorledger.report.html import ledger_report_html
-
-        return ledger_report_html(ledger)
-    except InputError:  # no plotly: the tables alone
-        pass
-    console = Console(record=True, width=120, file=io.StringIO())
-    console.print(ledger_group(ledger))
-    return console.export_html(inline_styles=True)

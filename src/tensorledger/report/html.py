@@ -1,4 +1,5 @@
-"""One self-contained HTML page for a ledger: its tables and interactive plots (plotly, the
+"""One self-contained HTML page for a ledger: its headline (the answers a reader came for,
+first), its tables (:mod:`tensorledger.report.document`) and interactive plots (plotly, the
 library inlined into the page, so it opens offline and makes no network request).
 
 Plots: the roofline with every distinct roof of the chip (coinciding peaks merged, the run's
@@ -14,12 +15,9 @@ computes nothing.
 from __future__ import annotations
 
 import html
-import io
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-
-from rich.console import Console
 
 from tensorledger.errors import InputError
 from tensorledger.units import format_bytes, format_flop_rate
@@ -216,11 +214,12 @@ def _time_by_module(go: Any, ledger: Ledger, shown: int = 15) -> Any:
 
 
 def _tables(ledger: Ledger) -> str:
-    from tensorledger.report.account import ledger_group
+    """The headline, then the terminal's tables and lines as a document's tables and text."""
+    from tensorledger.report.account import account_view
+    from tensorledger.report.document import STYLE, headline_html, view_html
 
-    console = Console(record=True, width=130, file=io.StringIO())
-    console.print(ledger_group(ledger))
-    return console.export_html(inline_styles=True, code_format="<pre>{code}</pre>")
+    return (f"<div class='tensorledger'>{STYLE}{headline_html(ledger)}\n"
+            f"{view_html(account_view(ledger))}</div>")
 
 
 def ledger_figures(ledger: Ledger) -> dict[str, Any]:
@@ -249,7 +248,8 @@ def ledger_figures(ledger: Ledger) -> dict[str, Any]:
 
 
 def ledger_report_html(ledger: Ledger) -> str:
-    """The whole page: tables (as the terminal shows them) and the plots of :data:`PLOT_IDS`."""
+    """The whole page: the headline (the answers first: fit, step time, MFU, tokens/s, the
+    run), the tables, and the plots of :data:`PLOT_IDS`."""
     figures = ledger_figures(ledger)
     parts = []
     for i, name in enumerate(PLOT_IDS):

@@ -32,16 +32,31 @@ def _ledger_tables(ledger: Any) -> object:
 
 
 def _ledger_html(ledger: Any) -> str:
-    from tensorledger.report.account import ledger_html
+    from tensorledger.report.document import ledger_display_html
 
-    return ledger_html(ledger)
+    return ledger_display_html(ledger)
+
+
+def _result_html(result: Any) -> str:
+    """The command's tables as HTML tables (:func:`tensorledger.report.document`)."""
+    from tensorledger.report.document import result_display_html
+
+    return result_display_html(result)
+
+
+def _trace_html(trace: Any) -> str:
+    from tensorledger.report.document import trace_display_html
+
+    return trace_display_html(trace)
 
 
 for _name in ("tensorledger.ledger.trace.TraceReport", "tensorledger.memory.ledger.MemoryLedger",
               "tensorledger.ledger.roofline.RooflineRun",
               "tensorledger.trace.aggregate.TraceSummary"):
     register("rich", _name, _tables)
+    register("html", _name, _result_html)
 register("rich", "tensorledger.ledger.account.Ledger", _ledger_tables)
 register("html", "tensorledger.ledger.account.Ledger", _ledger_html)
+register("html", "tensorledger.trace.records.Trace", _trace_html)
 register("text", "tensorledger.bench.meter_records.MeterInterval", interval_line)
 register("text", "tensorledger.bench.meter_records.MeterSummary", summary_text)

@@ -153,6 +153,11 @@ class TraceSummary:
 
         return view("rich", self)
 
+    def _repr_html_(self) -> str:  # Jupyter: the same tables as HTML, from presentation
+        from tensorledger.display import view
+
+        return str(view("html", self))
+
 
 @dataclass(frozen=True)
 class Norms:

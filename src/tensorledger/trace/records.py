@@ -127,3 +127,8 @@ class Trace:
         return summary("Trace", show_count(len(self.records), "ops"), show_flops(self.flops),
                        show_bytes(self.bytes) + " moved",
                        show_count(len(self.uncovered), "uncovered"), f"on {self.device}")
+
+    def _repr_html_(self) -> str:  # Jupyter: its totals as a table, from presentation
+        from tensorledger.display import view
+
+        return str(view("html", self))
