@@ -166,3 +166,37 @@ def test_every_display_renders_in_chromium(results: dict[str, Any], tmp_path: Pa
         assert "<table>" in block and "<th" in block, name
     ledger_block = dom.split('id="out-Ledger"', 1)[1].split('id="out-', 1)[0]
     assert ledger_block.count("<svg") == 2
+
+
+NOTEBOOK_CELLS = [
+    "import tensorledger\n"
+    "from tensorledger.hardware import get_hardware\n"
+    "from tensorledger.ledger import memory_report, roofline_report, trace_report\n"
+    "from tensorledger.workload import resolve_workload\n"
+    "work = resolve_workload('tiny', batch=2, seq=16, precision='fp32')\n"
+    "a100 = get_hardware('a100')",
+    "tensorledger.account('tiny', 'a100', batch=2, seq=16)",
+    "memory_report(work, a100)",
+    "trace_report(work)",
+    "trace_report(work).summary",
+    "roofline_report(work, a100)",
+]
+
+
+def test_a_notebook_run_by_nbclient_displays_every_result() -> None:
+    """Each result as the last value of a cell of a notebook executed by nbclient in a fresh
+    kernel: each cell's output is Jupyter's ``text/html`` display, with its tables; the
+    ledger's under 300 kB."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)
+                                               for source in NOTEBOOK_CELLS])
+    nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3").execute()
+    displays = []
+    for cell in notebook.cells[1:]:
+        (output,) = [o for o in cell.outputs if o.output_type == "execute_result"]
+        displays.append(output.data["text/html"])
+    for html in displays:
+        parsed = outline(html)
+        assert not parsed.errors and parsed.opened.get("table", 0) >= 1
+    assert len(displays[0].encode()) < LEDGER_LIMIT_BYTES
