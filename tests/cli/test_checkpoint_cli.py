@@ -235,3 +235,10 @@ def test_a_transformer_is_not_explained_by_the_deep_network(cli) -> None:  # typ
     out = cli("checkpoint", "--model", "tiny", "--seq", "8").stdout
     assert "Activation checkpointing" in out
     assert "GELU" not in out and "ReLU" not in out and "L·B·D" not in out
+
+
+def test_sqrt_segments_that_equal_none_say_why(cli) -> None:  # type: ignore[no-untyped-def]
+    """tiny has 2 blocks: ⌈√2⌉ = 2 blocks a segment makes one segment, the last, which is not
+    recomputed, so √L checkpoints nothing; the output says so."""
+    text = " ".join(cli("checkpoint", "--model", "tiny", "--seq", "32").stdout.split())
+    assert "sqrt(L) segments: ⌈√2⌉ = 2 blocks a segment leaves no segment but the last" in text

@@ -11,6 +11,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -184,6 +185,12 @@ class CheckpointStudy:
     no_fit: str | None = None  # why there is no budget optimum, when nothing fits
     # the lecture's deep network: what its activation keeps, and what checkpointing leaves
     deep: DeepActivations | None = None
+
+    @property
+    def sqrt_segment_blocks(self) -> int:
+        """Blocks in a segment of the √L policy: ⌈√L⌉ (:func:`~tensorledger.plan.checkpoint.
+        sqrt_segments`)."""
+        return math.isqrt(self.n_blocks - 1) + 1 if self.n_blocks > 1 else 1
 
     @property
     def optimal(self) -> PolicyRow | None:

@@ -53,6 +53,13 @@ def checkpoint_view(study: Any) -> View:
             cells.append("yes" if row.fits else "no")
         table.add_row(*cells)
     view: View = [table]
+    for row in study.rows:
+        if row.policy == "sqrt(L) segments" and not row.segments and study.n_blocks > 1:
+            view.append(f"sqrt(L) segments: ⌈√{study.n_blocks}⌉ = {study.sqrt_segment_blocks} "
+                        "blocks a segment "
+                        "leaves no segment but the last, which checkpoint_sequential does not "
+                        "recompute (its backward starts as soon as its forward ends): the "
+                        "same as none here")
     if study.budget_bytes is not None:
         if study.no_fit is not None:
             view.append(f"budget {_b(study.budget_bytes)}: {study.no_fit}")
