@@ -169,3 +169,15 @@ def test_the_main_jobs_sample_is_what_the_command_prints() -> None:
     spec.loader.exec_module(module)
     text = README.read_text(encoding="utf-8")
     assert module.readme_with(module.command_output(), text) == text
+
+
+def test_the_outputs_the_readme_quotes_are_printed(cli: Any) -> None:
+    """Every "`tensorledger ARGS` says "QUOTE"" of the README: the command, run, prints the
+    quote (whitespace aside)."""
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    quoted = re.findall(r'`tensorledger ([^`]+)` says "([^"]+)"', text)
+    assert quoted, "the README quotes at least one command's output"
+    for args, quote in quoted:
+        result = cli(*args.split())
+        assert result.code == 0, result.stderr
+        assert quote in " ".join(result.stdout.split()), (args, quote)

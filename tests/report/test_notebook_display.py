@@ -180,6 +180,7 @@ NOTEBOOK_CELLS = [
     "trace_report(work)",
     "trace_report(work).summary",
     "roofline_report(work, a100)",
+    "from tensorledger.workload import trace_workload\ntrace_workload(work).trace",
 ]
 
 

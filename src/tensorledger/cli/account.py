@@ -9,6 +9,7 @@ import typer
 
 from tensorledger.cli.common import JSON_HELP, Quiet, emit, progress
 from tensorledger.cli.workload import (
+    Chip,
     Depth,
     LayoutOptions,
     MemoryBudget,
@@ -26,8 +27,7 @@ __all__ = ["register"]
 @shared_options
 def account_command(
     *,
-    hardware: Annotated[str, typer.Option("--hardware", "-H", help=(
-        "Catalog chip, a TOML file, or `local` (this machine, as probed)."))] = "h100",
+    hardware: Chip = "h100",
     count: Annotated[int | None, typer.Option("--count", "-n", help=(
         "Devices.  Alone: data parallel (DDP: each runs the step on its own batch, the "
         "gradients all-reduced on the chip's links); with layout options, their product "

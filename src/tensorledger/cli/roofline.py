@@ -11,6 +11,7 @@ import typer
 
 from tensorledger.cli.common import JSON_HELP, Quiet, emit, progress
 from tensorledger.cli.workload import (
+    Chip,
     Depth,
     LayoutOptions,
     WorkloadOptions,
@@ -27,8 +28,7 @@ __all__ = ["register"]
 @shared_options
 def roofline_command(
     *,
-    hardware: Annotated[str, typer.Option("--hardware", "-H", help=(
-        "Catalog chip, a TOML file, or `local` (this machine, as probed)."))] = "h100",
+    hardware: Chip = "h100",
     options: WorkloadOptions,
     layout_options: LayoutOptions,
     depth: Depth = None,

@@ -44,7 +44,8 @@ from tensorledger.workload.layout import SINGLE, Layout, resolve_layout
 from tensorledger.workload.source import resolve_source
 from tensorledger.workload.spec import DEFAULTS, Workload, resolve_lora, resolve_workload
 
-__all__ = ["LAYOUT_OPTIONS", "WORKLOAD_OPTIONS", "Depth", "FillDefaults", "LayoutOptions",
+__all__ = ["LAYOUT_OPTIONS", "WORKLOAD_OPTIONS", "Chip", "Depth", "FillDefaults",
+           "LayoutOptions",
            "MemoryBudget", "WorkloadOptions", "check_depth", "memory_budget", "shared_options"]
 
 # The workload group's options (fields of WorkloadOptions below).
@@ -108,6 +109,11 @@ Depth = Annotated[int | None, typer.Option("--depth", help=(
     "Module rows cut to this many path components (1: the model itself, 2: its top modules, "
     "...); repeated modules are summed into one row either way: blocks.{0..11}.mlp ×12."))]
 
+
+#: The chip a workload command predicts for (and whose program it traces).
+Chip = Annotated[str, typer.Option("--hardware", "-H", help=(
+    "Catalog chip, a TOML file, or `local` (this machine, as probed); the step is traced as "
+    "it runs there."))]
 
 MemoryBudget = Annotated[str | None, typer.Option("--budget", help=(
     "Usable memory of one device (80GB, 75GiB, ...), in place of its memory less the reserve "
