@@ -25,3 +25,20 @@ def test_an_unknown_type_is_told_with_the_known_ones() -> None:
     with pytest.raises(InputError, match=r"no html view for int; known: Ledger, MemoryLedger, "
                        r"RooflineRun, Trace, TraceReport, TraceSummary$"):
         view("html", 3)
+
+
+def test_the_results_share_one_workload_header() -> None:
+    """TraceReport, RooflineRun and Ledger begin with the same fields, declared once."""
+    import dataclasses
+
+    from tensorledger.ledger.account import Ledger
+    from tensorledger.ledger.header import WorkloadHeader
+    from tensorledger.ledger.roofline import RooflineRun
+    from tensorledger.ledger.trace import TraceReport
+
+    header = [f.name for f in dataclasses.fields(WorkloadHeader)]
+    assert header == ["model", "built_by", "step", "batch", "seq", "device", "precision",
+                      "optimizer"]
+    for result in (TraceReport, RooflineRun, Ledger):
+        assert issubclass(result, WorkloadHeader)
+        assert [f.name for f in dataclasses.fields(result)][:len(header)] == header

@@ -101,7 +101,8 @@ def test_workload_step_and_reports(step: tuple[Ledger, StepTrace]) -> None:
     assert len(repr(report)) < SHORT and repr(report.summary) in repr(report)
     roofline = RooflineRun(model=ledger.model, built_by=ledger.built_by, step=ledger.step,
                            batch=ledger.batch, seq=ledger.seq, device=ledger.device,
-                           precision=ledger.precision, tokens=ledger.tokens_per_step,
+                           precision=ledger.precision, optimizer=ledger.optimizer,
+                           tokens=ledger.tokens_per_step,
                            uncovered={}, prediction=ledger.roofline, comparison=None,
                            measurement_warning=None, hardware_unreliable=())
     for text in (repr(roofline), repr(ledger)):

@@ -18,6 +18,7 @@ from tensorledger.display import view
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
 from tensorledger.ledger.cluster import ClusterStep, cluster_step
+from tensorledger.ledger.header import WorkloadHeader, header_of
 from tensorledger.ledger.memory import memory_of
 from tensorledger.ledger.roofline import RooflineRun, roofline_report
 from tensorledger.ledger.trace import step_summary
@@ -49,18 +50,10 @@ class RunCost:
 
 
 @dataclass(frozen=True)
-class Ledger:
+class Ledger(WorkloadHeader):
     """Everything one workload costs, from one trace."""
 
-    model: str
-    built_by: str
-    step: str
-    batch: int
-    seq: int
     tokens_per_step: int  # per device
-    precision: str
-    optimizer: str | None
-    device: str  # where the step was traced
     hardware: str
     count: int  # devices of the cluster
     params: int
@@ -161,11 +154,8 @@ def account_run(work: Workload, hardware: Hardware, *, count: int = 1,
                        usd_per_device_hour=usd_per_device_hour,
                        cost_usd=hours * usd_per_device_hour if usd_per_device_hour else None,
                        bound_time_s=run_tokens / tokens_per_step * bound_step_s)
-    ledger = Ledger(model=work.model, built_by=work.source.built_by, step=work.step.name,
-                    batch=work.batch, seq=work.seq, tokens_per_step=work.tokens,
-                    precision=work.precision.name,
-                    optimizer=work.optimizer.name if work.step.optimizer else None,
-                    device=work.device, hardware=hardware.id, count=count, params=run.params,
+    ledger = Ledger(**header_of(work), tokens_per_step=work.tokens,
+                    hardware=hardware.id, count=count, params=run.params,
                     params_by_part=dict(run.param_parts), trace=summary, memory=memory,
                     roofline=prediction, step_time_s=step_s,
                     cluster_tokens_per_s=cluster_tokens_per_s,

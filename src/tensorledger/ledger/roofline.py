@@ -15,6 +15,7 @@ from tensorledger.display import view
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
 from tensorledger.ledger.cluster import ClusterStep, cluster_step
+from tensorledger.ledger.header import WorkloadHeader, header_of
 from tensorledger.roofline.compare import Comparison, compare
 from tensorledger.roofline.model import RooflinePrediction, predict
 from tensorledger.roofline.modules import ModuleTime, module_times
@@ -28,14 +29,9 @@ __all__ = ["RooflineRun", "StepTiming", "roofline_report"]
 
 
 @dataclass(frozen=True)
-class RooflineRun:
-    model: str
-    built_by: str
-    step: str
-    batch: int
-    seq: int
-    device: str
-    precision: str
+class RooflineRun(WorkloadHeader):
+    """One step predicted on a chip (and, with a measurement, run beside its prediction)."""
+
     tokens: int
     uncovered: dict[str, int]
     prediction: RooflinePrediction
@@ -182,9 +178,7 @@ def _report(work: Workload, hardware: Hardware, traced: Trace, prediction: Roofl
             comparison: Comparison | None, warning: str | None,
             depth: int | None) -> RooflineRun:
     cluster = cluster_step(work, prediction, hardware.peak_flop_per_s(prediction.mfu_peak_key))
-    return RooflineRun(model=work.model, built_by=work.source.built_by, step=work.step.name,
-                       batch=work.batch, seq=work.seq, device=work.device,
-                       precision=work.precision.name, tokens=work.tokens,
+    return RooflineRun(**header_of(work), tokens=work.tokens,
                        uncovered=dict(traced.uncovered), prediction=prediction,
                        comparison=comparison, measurement_warning=warning,
                        hardware_unreliable=hardware.unreliable,

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tensorledger.display import view
+from tensorledger.ledger.header import WorkloadHeader, header_of
 from tensorledger.summary import show_count, summary
 from tensorledger.trace.aggregate import TraceSummary, summarize
 from tensorledger.workload import StepTrace, Workload, trace_workload
@@ -37,17 +38,9 @@ def program_of(work: Workload) -> str:
 
 
 @dataclass(frozen=True)
-class TraceReport:
+class TraceReport(WorkloadHeader):
     """What ``tensorledger trace`` prints: the run and its totals (not every op record)."""
 
-    model: str
-    built_by: str
-    step: str
-    batch: int
-    seq: int
-    device: str
-    precision: str
-    optimizer: str | None
     params: int  # the whole model's
     tokens: int
     summary: TraceSummary
@@ -70,12 +63,9 @@ class TraceReport:
     def of(cls, run: StepTrace, depth: int | None) -> TraceReport:
         work = run.work
         summary = step_summary(run, depth)
-        return cls(model=work.model, built_by=work.source.built_by, step=work.step.name,
-                   batch=work.batch, seq=work.seq, device=work.device,
-                   precision=work.precision.name,
-                   optimizer=work.optimizer.name if work.step.optimizer else None,
-                   params=run.model_params or run.params, tokens=run.tokens, summary=summary,
-                   ranks=work.layout.count, layout=work.layout.describe(),
+        return cls(**header_of(work), params=run.model_params or run.params,
+                   tokens=run.tokens, summary=summary, ranks=work.layout.count,
+                   layout=work.layout.describe(),
                    params_per_rank=run.params)
 
 
