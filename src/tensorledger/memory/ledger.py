@@ -48,6 +48,19 @@ class Fit:
     reserve: str = ""
     budget_bytes: float | None = None  # the usable bytes a user gave in place of the reserve
 
+    @property
+    def usable_bytes(self) -> float:
+        """What the replica's peak is held against: the budget given, else the device's memory
+        less the reserve it keeps beside that peak."""
+        if self.budget_bytes is not None:
+            return self.budget_bytes
+        return self.device_memory_bytes - self.reserve_bytes
+
+    @property
+    def margin_bytes(self) -> float:
+        """Usable bytes left beside the replica's peak (negative: by how much it is over)."""
+        return self.usable_bytes - self.replica_peak_bytes
+
 
 @dataclass(frozen=True)
 class StepFacts:

@@ -105,22 +105,22 @@ def headline_rows(ledger: Ledger) -> list[tuple[str, str]]:
         rows.append(("memory", f"peak {peak} per device (no device to fit it on)"))
     else:
         if fit.budget_bytes is not None:
-            usable = fit.budget_bytes
-            against = f"the budget of {format_bytes(usable, 'auto')} given"
+            against = f"the budget of {format_bytes(fit.usable_bytes, 'auto')} given"
         else:
-            usable = fit.device_memory_bytes - fit.reserve_bytes
-            against = (f"{format_bytes(usable, 'auto')} usable: "
+            against = (f"{format_bytes(fit.usable_bytes, 'auto')} usable: "
                        f"{format_bytes(fit.device_memory_bytes, 'auto')} less a reserve of "
                        f"{format_bytes(fit.reserve_bytes, 'auto')}")
-        margin = usable - fit.replica_peak_bytes
-        verdict = (f"fits, {format_bytes(margin, 'auto')} to spare" if fit.fits_replicated
-                   else f"does not fit, {format_bytes(-margin, 'auto')} over")
+        verdict = (f"fits, {format_bytes(fit.margin_bytes, 'auto')} to spare"
+                   if fit.fits_replicated
+                   else f"does not fit, {format_bytes(-fit.margin_bytes, 'auto')} over")
         rows.append(("fits?", f"{verdict}: peak {format_bytes(fit.replica_peak_bytes, 'auto')}"
                               f" per device against {against} ({fit.hardware})"))
     rows.append(("step time", f"{format_duration(ledger.step_time_s)} expected, "
                               f"{format_duration(ledger.roofline.ideal_time_s)} at the roofline "
                               "bound"))
-    rows.append(("MFU", f"{format_sci(ledger.mfu, 3)} expected, "
+    recomputed = ledger.cluster is not None and ledger.cluster.recomputed
+    rows.append(("HFU (the recomputed forward counted)" if recomputed else "MFU",
+                 f"{format_sci(ledger.mfu, 3)} expected, "
                         f"{format_sci(ledger.roofline.ideal_mfu, 3)} at the bound (against the "
                         f"dense {ledger.roofline.mfu_peak_key} peak)"))
     rows.append(("tokens/s", f"{ledger.cluster_tokens_per_s:,.0f} tokens/s on "
