@@ -34,14 +34,16 @@ bench: $(STAMP)
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
-# Mutation testing of costs/, napkin/ and memory/ (see [tool.mutmut] in pyproject.toml): slow,
-# so not part of `test` nor of CI; run it before closing an issue that touches those packages.
-# mutmut is installed here, into the venv, not through the dev extra.  Results are cached in
-# mutants/ (only changed functions rerun); remove it for a fresh run.
+# Mutation testing of every package that computes a figure (see [tool.mutmut] in pyproject.toml
+# for the list and for what is left out: presentation, cli, bench): slow, so not part of `test`
+# nor of CI.  `make mutation` runs them all; `make mutation-changed BASE=<ref>` only the
+# functions changed since BASE (scripts/mutation_changed.py), which each issue touching the core
+# runs before it closes.  mutmut is installed here, into the venv, not through the dev extra.
+# Results are cached in mutants/ (only changed functions rerun); remove it for a fresh run.
 MUTMUT_VERSION := 3.8.1
 MUTATION_JOBS ?= 2
 
-.PHONY: mutation
+.PHONY: mutation mutation-changed
 mutation: $(STAMP)
 	$(BIN)/python -m pip install -q "mutmut==$(MUTMUT_VERSION)"
 	$(BIN)/mutmut run --max-children $(MUTATION_JOBS)
@@ -49,7 +51,16 @@ mutation: $(STAMP)
 	@$(BIN)/python -c 'import json; s = json.load(open("mutants/mutmut-cicd-stats.json")); \
 	tested = s["total"] - s["skipped"]; killed = s["killed"] + s["timeout"]; \
 	print(f"mutation score: {killed} of {tested} mutants killed = {100 * killed / tested:.1f}%", s)'
+	@$(BIN)/python scripts/mutation_score.py
 	@echo "mutants not killed (survived, no tests, suspicious):"
 	@$(BIN)/mutmut results
 	@for m in $$($(BIN)/mutmut results | awk -F': ' '$$2 == "survived" {print $$1}'); do \
 		$(BIN)/mutmut show $$m; done
+
+BASE ?= main
+mutation-changed: $(STAMP)
+	$(BIN)/python -m pip install -q "mutmut==$(MUTMUT_VERSION)"
+	@globs="$$($(BIN)/python scripts/mutation_changed.py $(BASE))"; \
+	if [ -z "$$globs" ]; then echo "no function of the mutated packages changed since $(BASE)"; \
+	else echo "$$globs" | tr '\n' '\0' | xargs -0 $(BIN)/mutmut run --max-children $(MUTATION_JOBS); \
+	$(BIN)/mutmut results; fi
