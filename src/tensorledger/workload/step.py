@@ -26,6 +26,7 @@ from tensorledger.hardware.target import Target
 from tensorledger.models.build import build_model
 from tensorledger.trace.kernels import active_target, target_program
 from tensorledger.workload.factory import FactoryFile, load_factory_file, user_code
+from tensorledger.workload.float8 import AppliedFloat8, apply_float8
 from tensorledger.workload.layout import Layout
 from tensorledger.workload.lora import AppliedLora, apply_lora, trainable
 from tensorledger.workload.precision import RecipeOptimizer, param_dtype
@@ -264,6 +265,7 @@ class PreparedStep:
     user_inputs: Any
     device_type: str
     lora: AppliedLora | None = None  # the adapters peft put on the module, if any
+    float8: AppliedFloat8 | None = None  # the linears torchao runs in fp8, if any
 
     def guard(self) -> AbstractContextManager[None]:
         """Errors of the module's own code become one line naming what and where."""
@@ -446,6 +448,12 @@ def prepare(work: Workload, target: str, mesh: Any = None) -> PreparedStep:
     applied = None
     if work.lora is not None:  # before any layout (none is taken with adapters yet)
         module, applied = apply_lora(work, module)
+    float8 = None
+    if work.precision.float8:  # before the layout: FSDP2 shards the converted weights
+        with user_code(f"converting {source.label} to float8 with torchao",
+                       (source.path,) if source.kind == "factory" and source.path else ()):
+            module, float8 = apply_float8(module, work.precision,
+                                          sharded=work.layout.strategy in ("fsdp", "hsdp"))
     if mesh is not None:
         from tensorledger.workload.parallel import parallelize
 
@@ -471,4 +479,4 @@ def prepare(work: Workload, target: str, mesh: Any = None) -> PreparedStep:
                         args=args, kwargs=kwargs, targets=targets,
                         user_loss=factory.loss if factory is not None else None,
                         user_inputs=user_inputs, device_type=torch.device(target).type,
-                        lora=applied)
+                        lora=applied, float8=float8)
