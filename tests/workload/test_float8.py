@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tensorledger.errors import InputError
+from tensorledger.ledger.memory import memory_of
 from tensorledger.memory import build_timeline
 from tensorledger.napkin.recipes import resolve_precision
 from tensorledger.trace.records import Trace
@@ -156,7 +157,11 @@ def test_fsdp_all_gathers_tensorwise_weights_in_fp8() -> None:
     def gathered(precision: str) -> tuple[int, set[str]]:
         work = resolve_workload("tiny", batch=2, seq=16, precision=precision,
                                 layout=resolve_layout(fsdp=2))
-        records = [r for r in trace_workload(work).trace.records
+        run = trace_workload(work)
+        # the rank's fp32 shards are parameters though torchao wraps each linear's weight
+        # (its fp8 all-gather): half of 4·90,432 = 180,864 bytes
+        assert memory_of(run).params_bytes == 4 * 90_432 // 2 == 180_864
+        records = [r for r in run.trace.records
                    if r.collective is not None and r.collective.kind == "all-gather"
                    and r.phase == "forward"]
         return (sum(r.collective.size_bytes for r in records if r.collective),

@@ -9,20 +9,32 @@ PyTorch's ``StorageImpl``, which is stable while the storage lives and exists on
 from __future__ import annotations
 
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 __all__ = ["local_tensor", "storage_bytes", "storage_key"]
 
 
 def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
-    """The tensor this rank holds: a DTensor's local shard (whose storage is the memory), else
-    the tensor itself.
+    """The tensor this rank holds: a DTensor's local shard (whose storage is the memory), the
+    one tensor a wrapper subclass wraps (torchao's fp8-gathered weight inside it), else the
+    tensor itself.
 
     >>> t = torch.zeros(2, device="meta")
     >>> local_tensor(t) is t
     True
     """
-    shard = getattr(tensor, "_local_tensor", None)
-    return shard if isinstance(shard, torch.Tensor) else tensor
+    while True:
+        shard = getattr(tensor, "_local_tensor", None)
+        if isinstance(shard, torch.Tensor):
+            tensor = shard
+            continue
+        if is_traceable_wrapper_subclass(tensor):
+            names = tensor.__tensor_flatten__()[0]
+            inner = getattr(tensor, names[0], None) if len(names) == 1 else None
+            if isinstance(inner, torch.Tensor):
+                tensor = inner
+                continue
+        return tensor
 
 
 def storage_key(tensor: torch.Tensor) -> int:
