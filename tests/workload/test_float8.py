@@ -201,3 +201,29 @@ def test_refusals_in_one_line(cli, monkeypatch: pytest.MonkeyPatch) -> None:  # 
                               "torchao", "pip install 'tensorledger[ao]'")
     with pytest.raises(InputError, match=r"tensorledger\[ao\]"):
         resolve_workload("tiny", precision="fp8-rowwise")
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_fake_step_memory_equals_memtracker_of_a_real_cpu_step(recipe: str) -> None:
+    # A third party's oracle: the same fp8 step on real CPU tensors (torch has a CPU
+    # _scaled_mm), measured by torch's MemTracker, category by category
+    from tests.workload.test_memory_oracle import _compare, _memtracker_peak, _ours
+
+    work = resolve_workload("tiny", batch=4, seq=32, precision=recipe, device="fake")
+    _compare(_ours(work, first=False), _memtracker_peak(work, 2))
+
+
+def test_torchao_import_noise_is_held_back() -> None:
+    # A fresh interpreter, where torchao is imported by the step: its log lines about CUDA
+    # extensions that do not load here, and torch's about its enums, never reach stderr
+    import os
+    import subprocess
+    import sys
+
+    code = ("from tensorledger.cli import main; raise SystemExit(main(['trace', '-m', 'tiny', "
+            "'--seq', '16', '--precision', 'fp8-tensorwise', '--json']))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
