@@ -160,6 +160,7 @@ def record_step(step: PreparedStep) -> tuple[Trace, dict[int, str]]:
             recorder.tag((p.grad for p in params), "gradient")
             if step.optimizer is not None:
                 step.optimizer.step()
+                step.after_optimizer_step()
                 recorder.tag(params, "parameter")
                 recorder.tag(state(), "optimizer_state")
             step.drop_gradients()

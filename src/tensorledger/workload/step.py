@@ -307,7 +307,17 @@ class PreparedStep:
             self.loss().backward()  # type: ignore[no-untyped-call]
             if self.optimizer is not None:
                 self.optimizer.step()
+                self.after_optimizer_step()
             self.drop_gradients()
+
+    def after_optimizer_step(self) -> None:
+        """With FSDP2 gathering fp8 weights: torchao's ``precompute_float8_dynamic_scale_for_
+        fsdp``, as torchtitan runs it after each optimizer step: the amax of every such weight
+        in one all-reduce, so that the next step's all-gathers need none of their own."""
+        if self.float8 is not None and self.float8.fsdp_float8_all_gather:
+            from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
+
+            precompute_float8_dynamic_scale_for_fsdp(self.module)
 
     def prime_optimizer(self) -> None:
         """One optimizer step on zero gradients, outside any trace: the state every later
