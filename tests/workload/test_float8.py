@@ -218,17 +218,37 @@ def test_fake_step_memory_equals_memtracker_of_a_real_cpu_step(recipe: str) -> N
     _compare(_ours(work, first=False), _memtracker_peak(work, 2))
 
 
-def test_torchao_import_noise_is_held_back() -> None:
-    # A fresh interpreter, where torchao is imported by the step: its log lines about CUDA
-    # extensions that do not load here, and torch's about its enums, never reach stderr
+@pytest.mark.parametrize("model", ["tiny", "hf-llama"])
+def test_torchao_import_noise_is_held_back(tmp_path: Path, model: str) -> None:
+    # A fresh interpreter, where torchao is imported by the step (or, for a Hugging Face
+    # config, by transformers while it builds the model, whatever the precision): its log
+    # lines about CUDA extensions that do not load here, and torch's about its enums, never
+    # reach stderr
     import os
     import subprocess
     import sys
 
-    code = ("from tensorledger.cli import main; raise SystemExit(main(['trace', '-m', 'tiny', "
-            "'--seq', '16', '--precision', 'fp8-tensorwise', '--json']))")
+    from tests.workload.hf_configs import write_config
+
+    source = "tiny" if model == "tiny" else str(write_config(tmp_path, "llama"))
+    precision = "fp8-tensorwise" if model == "tiny" else "mixed-bf16"
+    code = (f"from tensorledger.cli import main; raise SystemExit(main(['trace', '-m', "
+            f"{source!r}, '--seq', '16', '--precision', {precision!r}, '--json']))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
                           timeout=600, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
+
+
+def test_linears_off_the_16_grid_stay_in_bf16(tmp_path: Path) -> None:
+    # _scaled_mm takes dimensions that are multiples of 16: the tiny HF Llama's hidden size
+    # 40 and MLP width 72 are not, so its 2 · 7 + 1 (lm_head) = 15 linears stay in bf16
+    pytest.importorskip("transformers")
+    from tests.workload.hf_configs import write_config
+
+    work = resolve_workload(str(write_config(tmp_path, "llama")), batch=1, seq=16,
+                            precision="fp8-rowwise")
+    run = trace_workload(work)
+    assert not any("_scaled_mm" in r.op for r in run.trace.records)
+    assert any("0 linear layers run _scaled_mm; 15 left in bf16" in a for a in run.assumptions)

@@ -218,7 +218,7 @@ def _hf_model(work: Workload, dtype: torch.dtype) -> nn.Module:
     for (:attr:`ModelSource.head`, checked before torch loaded)."""
     import transformers
 
-    from tensorledger.workload.quiet import quiet_torch
+    from tensorledger.workload.quiet import quiet_import, quiet_torch
 
     raw = dict(work.source.hf_config or {})
     model_type = str(raw.pop("model_type"))
@@ -240,7 +240,8 @@ def _hf_model(work: Workload, dtype: torch.dtype) -> nn.Module:
         config.pad_token_id = 0
     auto = getattr(transformers, _AUTO_CLASSES[head])
     try:
-        with quiet_torch():
+        # transformers imports torchao, when installed, while it builds a model
+        with quiet_torch(), quiet_import():
             model = auto.from_config(config, dtype=dtype)
     except ValueError as error:
         raise ConfigError(f"{where}: model_type {model_type!r} has no {head} class in "
