@@ -252,3 +252,21 @@ def test_linears_off_the_16_grid_stay_in_bf16(tmp_path: Path) -> None:
     run = trace_workload(work)
     assert not any("_scaled_mm" in r.op for r in run.trace.records)
     assert any("0 linear layers run _scaled_mm; 15 left in bf16" in a for a in run.assumptions)
+
+
+def test_scaled_mm_is_priced_at_the_fp8_peak(tmp_path: Path) -> None:
+    from tensorledger.hardware import get_hardware
+    from tensorledger.roofline.model import predict_op
+
+    h100 = get_hardware("h100")
+    assert h100.dense_flop_per_s["fp8"] == 2 * h100.dense_flop_per_s["bf16"] == 1979e12
+    run = trace_workload(resolve_workload(_mlp(tmp_path), batch=2, seq=12,
+                                          precision="fp8-tensorwise"))
+    scaled = [(i, r) for i, r in enumerate(run.trace.records) if "_scaled_mm" in r.op]
+    assert scaled
+    for index, record in scaled:
+        prediction = predict_op(index, record, h100)
+        assert prediction.compute_key == "fp8"
+        # the op's ridge is the fp8 peak over the bandwidth: 1,979e12 / 3.35e12 ≈ 591 FLOP/byte
+        assert prediction.ridge_flop_per_byte == pytest.approx(
+            1979e12 / h100.memory_bandwidth_bytes_per_s)
