@@ -88,7 +88,7 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
     # layers' matmuls change (fp8 casts made on the fly, in forward and again in backward)
     Precision("fp8-tensorwise", "mixed-bf16 with every linear's matmuls in fp8 (torchao "
               "float8, one dynamic scale per tensor; e4m3 forward, e5m2 gradients)",
-              4.0, 4.0, 0.0, 4.0, ("fp8", "float8-tensorwise"), float8="tensorwise"),
+              4.0, 4.0, 0.0, 4.0, ("float8-tensorwise",), float8="tensorwise"),
     Precision("fp8-rowwise", "mixed-bf16 with every linear's matmuls in fp8 (torchao float8, "
               "one dynamic scale per row; e4m3 throughout)", 4.0, 4.0, 0.0, 4.0,
               ("float8-rowwise",), float8="rowwise"),
