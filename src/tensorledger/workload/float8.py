@@ -19,6 +19,10 @@ Two details of tracing it on fake CPU tensors for a GPU target:
   ``Float8TrainingTensor`` (a traceable wrapper subclass, like DTensor), so the trace holds
   ``_scaled_mm`` on the fp8 data and scales, not an ``mm`` of the wrappers.
 
+Under FSDP2 a tensorwise recipe all-gathers the weights in fp8 (``enable_fsdp_float8_all_gather``)
+and :meth:`~tensorledger.workload.step.PreparedStep.after_optimizer_step` runs torchao's
+``precompute_float8_dynamic_scale_for_fsdp`` after each optimizer step, as torchtitan does.
+
 ``_scaled_mm`` needs both matmul dimensions divisible by 16: a linear whose ``in_features`` or
 ``out_features`` is not stays in bf16 (torchtitan's filter does the same); the skipped names
 are reported.
@@ -26,7 +30,7 @@ are reported.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -40,6 +44,7 @@ __all__ = ["FP8_ALIGNMENT", "AppliedFloat8", "apply_float8"]
 
 #: ``torch._scaled_mm`` takes matrices whose dimensions are multiples of 16.
 FP8_ALIGNMENT = 16
+
 
 @dataclass(frozen=True)
 class AppliedFloat8:
@@ -105,8 +110,8 @@ def apply_float8(module: nn.Module, precision: Precision, *, sharded: bool = Fal
     config = Float8LinearConfig.from_recipe_name(recipe)
     gather = sharded and recipe == "tensorwise"
     if gather:
-        # a dataclass of torchao's own: its field, set as torchtitan does
-        config = Float8LinearConfig(**{**config.__dict__, "enable_fsdp_float8_all_gather": True})
+        # the field of torchao's config that torchtitan sets under FSDP2
+        config = replace(config, enable_fsdp_float8_all_gather=True)
     converted: list[str] = []
     skipped: list[str] = []
     for name, sub in module.named_modules():
