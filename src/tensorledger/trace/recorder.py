@@ -143,7 +143,8 @@ def _storage(tensor: torch.Tensor) -> torch.UntypedStorage | None:
 
 def _is_wrapper(kind: type) -> bool:
     """A tensor subclass that holds other tensors and dispatches each op to them (DTensor,
-    torchao's ``Float8TrainingTensor`` and ``MXTensor``); FakeTensor and Parameter are not."""
+    torchao's ``Float8TrainingTensor`` and fp8-gathered weights); FakeTensor and Parameter are
+    not."""
     return is_traceable_wrapper_subclass_type(kind)
 
 
