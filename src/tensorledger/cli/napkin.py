@@ -59,7 +59,8 @@ OptimizerOpt = Annotated[str, typer.Option("--optimizer", "-o", help=(
     "sgd, momentum, adagrad, rmsprop, adam, adamw, lion or adam8bit."))]
 PrecisionOpt = Annotated[str, typer.Option("--precision", "-p", help=(
     "fp32, bf16 (pure), mixed-bf16 (autocast, fp32 weights), bf16-master (bf16 weights + fp32 "
-    "master), bf16-fp32-states (the lecture's: bf16 params/grads, fp32 optimizer state)."))]
+    "master), bf16-fp32-states (the lecture's: bf16 params/grads, fp32 optimizer state), "
+    "fp8-tensorwise, fp8-rowwise (bytes per parameter as mixed-bf16)."))]
 
 
 def time_command(

@@ -59,7 +59,8 @@ Step = Annotated[str, typer.Option("--step", help=(
     "steady-state step, after a warm-up step)."))]
 Precision = Annotated[str, typer.Option("--precision", help=(
     "fp32, bf16, mixed-bf16 (bf16 autocast over fp32 weights), bf16-master, bf16-fp32-states "
-    "(alias lecture)."))]
+    "(alias lecture), fp8-tensorwise or fp8-rowwise (mixed-bf16 with the linear layers' "
+    "matmuls in fp8 by torchao: pip install 'tensorledger[ao]')."))]
 Optimizer = Annotated[str, typer.Option("--optimizer", help=(
     "For --step train: sgd, momentum, adagrad, rmsprop, adam, adamw, lion, adam8bit."))]
 Device = Annotated[str, typer.Option("--device", help=(

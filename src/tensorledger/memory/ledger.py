@@ -195,8 +195,10 @@ def memory_ledger(trace: Trace, tags: Mapping[int, str], facts: StepFacts, *,
     closed = None
     # a data-parallel rank saves what one device saves for its batch, a tensor-parallel one
     # its split (the closed form follows it); a pipeline stage's is not described
-    if facts.config is not None and facts.pipeline_stages == 1:
-        autocast = facts.precision.name == "mixed-bf16"  # fp32 weights, bf16 compute
+    # (none for fp8 recipes: torchao's linears save no bf16 weight copy, the form's autocast
+    # case does)
+    if facts.config is not None and facts.pipeline_stages == 1 and not facts.precision.float8:
+        autocast = facts.precision.autocast  # fp32 weights, bf16 compute
         width = 4 if facts.precision.param_bytes == 4 and not autocast else 2
         closed = activation_memory(facts.config, facts.batch, facts.seq_len, width,
                                    facts.checkpointed, tp=facts.tensor_parallel,

@@ -43,6 +43,15 @@ class Precision:
     master_bytes: float  # an fp32 copy kept beside 16-bit working weights, 0 if none
     state_bytes: float  # bytes per optimizer state value
     aliases: tuple[str, ...] = ()
+    #: torchao's float8 training recipe the linear layers run (``tensorwise``, ``rowwise``),
+    #: "" for none: their matmuls in fp8, everything else as ``mixed-bf16``
+    float8: str = ""
+
+    @property
+    def autocast(self) -> bool:
+        """True when the forward runs under bf16 autocast over fp32 weights (``mixed-bf16``
+        and the fp8 recipes built on it)."""
+        return self.name == "mixed-bf16" or bool(self.float8)
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,14 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
               "(Megatron-style mixed precision)", 2.0, 2.0, 4.0, 4.0, ("bf16-fp32-master",)),
     Precision("bf16-fp32-states", "the lecture's recipe: bf16 parameters and gradients, fp32 "
               "optimizer state, no master copy", 2.0, 2.0, 0.0, 4.0, ("lecture",)),
+    # torchao.float8 keeps the weights, gradients and state of mixed-bf16: only the linear
+    # layers' matmuls change (fp8 casts made on the fly, in forward and again in backward)
+    Precision("fp8-tensorwise", "mixed-bf16 with every linear's matmuls in fp8 (torchao "
+              "float8, one dynamic scale per tensor; e4m3 forward, e5m2 gradients)",
+              4.0, 4.0, 0.0, 4.0, ("float8-tensorwise",), float8="tensorwise"),
+    Precision("fp8-rowwise", "mixed-bf16 with every linear's matmuls in fp8 (torchao float8, "
+              "one dynamic scale per row; e4m3 throughout)", 4.0, 4.0, 0.0, 4.0,
+              ("float8-rowwise",), float8="rowwise"),
 )}
 
 #: Values per block of the block-wise quantised (8-bit) optimizers, each block with an fp32 scale.

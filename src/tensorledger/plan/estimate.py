@@ -322,7 +322,7 @@ class _Model:
         held = self.saved.get(key)
         if held is None:
             p = setup.precision
-            autocast = p.name == "mixed-bf16"
+            autocast = p.autocast
             width = 4 if p.param_bytes == 4 and not autocast else 2
             closed = activation_memory(setup.config, micro_batch, setup.seq_len, width,
                                        checkpointed, tp=tp, sequence_parallel=sp,

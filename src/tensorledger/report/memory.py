@@ -74,7 +74,8 @@ def memory_view(ledger: Any) -> View:
                     "form of one device does not apply; the traced figure stands alone")
     elif closed is None:
         view.append("saved activations under bf16 autocast have no closed form here (autocast "
-                    "keeps bf16 copies of inputs and weights); the measured figure stands alone")
+                    "keeps bf16 copies of inputs and weights; torchao's fp8 linears keep the "
+                    "bf16 input alone); the measured figure stands alone")
     if ledger.fit is not None:
         fit = ledger.fit
         verdict = "fits" if fit.fits_replicated else "does not fit"

@@ -44,7 +44,7 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass_type
 from torch.utils._pytree import tree_leaves
 
 from tensorledger.costs.registry import Rule, lookup
@@ -141,8 +141,11 @@ def _storage(tensor: torch.Tensor) -> torch.UntypedStorage | None:
         return None  # sparse, nested or wrapper tensors: no plain storage
 
 
-def _is_dtensor(kind: type) -> bool:
-    return kind.__name__ == "DTensor" and kind.__module__.startswith("torch.distributed.tensor")
+def _is_wrapper(kind: type) -> bool:
+    """A tensor subclass that holds other tensors and dispatches each op to them (DTensor,
+    torchao's ``Float8TrainingTensor`` and fp8-gathered weights); FakeTensor and Parameter are
+    not."""
+    return is_traceable_wrapper_subclass_type(kind)
 
 
 class _Dispatch(TorchDispatchMode):  # type: ignore[no-untyped-call]
@@ -154,9 +157,11 @@ class _Dispatch(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def __torch_dispatch__(self, func: Any, types: Any, args: Sequence[Any] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
-        if any(_is_dtensor(t) for t in types):
-            # DTensor turns the op into ops on the local shards (and collectives): those are
-            # what this rank runs, recorded when DTensor dispatches them
+        if any(_is_wrapper(t) for t in types):
+            # A wrapper subclass turns the op into ops on the tensors it holds: DTensor into
+            # ops on the local shards (and collectives), torchao's float8 tensor into
+            # ``_scaled_mm`` on its fp8 data and scales.  Those are what the chip runs,
+            # recorded when the subclass dispatches them.
             return NotImplemented
         out = func(*args, **kwargs)
         info = self.infos.get(func)

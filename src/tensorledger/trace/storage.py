@@ -9,20 +9,33 @@ PyTorch's ``StorageImpl``, which is stable while the storage lives and exists on
 from __future__ import annotations
 
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 __all__ = ["local_tensor", "storage_bytes", "storage_key"]
 
+#: Where a wrapper subclass keeps the one tensor whose storage is the memory: DTensor's local
+#: shard, torchao's weight wrapped for its fp8 all-gather (``WeightWithDynamicFloat8CastTensor``).
+_INNER = ("_local_tensor", "_tensor")
+
 
 def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
-    """The tensor this rank holds: a DTensor's local shard (whose storage is the memory), else
-    the tensor itself.
+    """The tensor this rank holds: a DTensor's local shard (whose storage is the memory), the
+    one tensor a wrapper subclass wraps (torchao's fp8-gathered weight inside it), else the
+    tensor itself.
 
     >>> t = torch.zeros(2, device="meta")
     >>> local_tensor(t) is t
     True
     """
-    shard = getattr(tensor, "_local_tensor", None)
-    return shard if isinstance(shard, torch.Tensor) else tensor
+    while is_traceable_wrapper_subclass(tensor):
+        # the attribute each keeps it in, not __tensor_flatten__: torchao's asks a tensor for
+        # its truth value once a scale is precomputed, which a fake tensor cannot answer
+        inner = next((value for value in (getattr(tensor, name, None) for name in _INNER)
+                      if isinstance(value, torch.Tensor)), None)
+        if inner is None:
+            break
+        tensor = inner
+    return tensor
 
 
 def storage_key(tensor: torch.Tensor) -> int:

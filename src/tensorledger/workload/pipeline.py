@@ -410,7 +410,7 @@ def build_pipeline_rank(config: TransformerConfig, pp: int, rank: int, chunks: i
 
     recipe = resolve_precision(precision)
     dtype = param_dtype(recipe)
-    autocast = recipe.name == "mixed-bf16"
+    autocast = recipe.autocast
     stage_kind = stage_class or PipelineStage
     if not within.single and mesh is None:
         raise TensorLedgerError("a pipeline laid out within its stages needs the layout's mesh")

@@ -8,6 +8,8 @@ bf16               bf16            bf16          —            bf16 (PyTorch: z
 mixed-bf16         fp32            fp32          —            fp32; forward under bf16 autocast
 bf16-master        bf16            bf16          fp32 copy    fp32, kept for the master copy
 bf16-fp32-states   bf16            bf16          —            fp32, applied to the bf16 weights
+fp8-tensorwise     fp32            fp32          —            fp32; as mixed-bf16, the linears'
+fp8-rowwise                                                   matmuls in fp8 (:mod:`.float8`)
 =================  ==============  ============  ===========  ==================================
 
 :class:`RecipeOptimizer` wraps a real optimizer (see :mod:`.optimizers`) so each recipe holds
@@ -87,11 +89,12 @@ class RecipeOptimizer:
                            else inner(self.params)]
 
     def autocast(self, device_type: str) -> AbstractContextManager[object]:
-        """The context the forward pass runs in: bf16 autocast for ``mixed-bf16`` only.
+        """The context the forward pass runs in: bf16 autocast for ``mixed-bf16`` (and the fp8
+        recipes built on it) only.
 
         PyTorch has no autocast for the meta device: there the forward runs in fp32, which
         changes the saved activations but not the per-parameter state."""
-        if self.precision.name == "mixed-bf16" and device_type != "meta":
+        if self.precision.autocast and device_type != "meta":
             return torch.autocast(device_type=device_type, dtype=torch.bfloat16)
         return nullcontext()
 

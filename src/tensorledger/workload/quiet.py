@@ -15,10 +15,16 @@ import warnings
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 
-__all__ = ["REPEATING_LOGGERS", "quiet_torch"]
+__all__ = ["IMPORT_LOGGERS", "REPEATING_LOGGERS", "quiet_import", "quiet_torch"]
 
 #: Loggers whose records repeat an exception that is raised right after.
 REPEATING_LOGGERS = ("torch._subclasses.fake_tensor",)
+
+#: Loggers an optional library's import writes to: torchao's, about its CUDA and CUTLASS
+#: extensions that do not load on a machine without that GPU (``Failed to load
+#: ..._C_cutlass_90a.abi3.so``), and torch's deprecation of ``register_constant`` on the
+#: enums torchao registers.  Nothing of the tool's own question.
+IMPORT_LOGGERS = ("torchao", "torch.utils._pytree")
 
 
 def _drop(record: logging.LogRecord) -> bool:
@@ -54,3 +60,25 @@ def quiet_torch(inner: AbstractContextManager[object] | None = None) -> Iterator
     for message in held:  # reached only when the block succeeded
         warnings.showwarning(message.message, message.category, message.filename,
                              message.lineno, message.file, message.line)
+
+
+@contextmanager
+def quiet_import() -> Iterator[None]:
+    """Import an optional library (torchao) inside this block: the warnings its import logs
+    to :data:`IMPORT_LOGGERS` are dropped; errors still pass.
+
+    >>> import logging
+    >>> with quiet_import():
+    ...     logging.getLogger("torchao").warning("Failed to load _C.so")
+    >>> logging.getLogger("torchao").level
+    0
+    """
+    loggers = [logging.getLogger(name) for name in IMPORT_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)

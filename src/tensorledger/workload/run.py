@@ -160,6 +160,7 @@ def record_step(step: PreparedStep) -> tuple[Trace, dict[int, str]]:
             recorder.tag((p.grad for p in params), "gradient")
             if step.optimizer is not None:
                 step.optimizer.step()
+                step.after_optimizer_step()
                 recorder.tag(params, "parameter")
                 recorder.tag(state(), "optimizer_state")
             step.drop_gradients()
@@ -225,7 +226,8 @@ def trace_workload(work: Workload, first_step: bool = False,
                      trainable_params=None if step.lora is None else
                      sum(p.numel() for p in step.parameters if p.requires_grad),
                      assumptions=tuple(notes) + (() if step.lora is None
-                                                 else (step.lora.describe(),)),
+                                                 else (step.lora.describe(),))
+                     + (() if step.float8 is None else (step.float8.describe(),)),
                      active_params=_active(step))
 
 

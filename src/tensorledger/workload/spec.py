@@ -25,7 +25,8 @@ from tensorledger.workload.source import ModelSource, resolve_source
 
 __all__ = ["DEFAULTS", "DEVICES", "FOREACH_OPTIMIZERS", "FUSED_OPTIMIZERS", "MAX_BATCH",
            "MAX_LORA_RANK", "MAX_SEQ", "STEPS", "Lora", "Step", "Workload", "WorkloadDefaults",
-           "peft_available", "resolve_lora", "resolve_step", "resolve_workload"]
+           "check_float8", "peft_available", "resolve_lora", "resolve_step", "resolve_workload",
+           "torchao_available"]
 
 #: Where a step runs: ``auto`` picks meta or fake (see :func:`resolve_workload`).
 DEVICES = ("auto", "meta", "fake", "cpu", "cuda")
@@ -173,8 +174,8 @@ class Workload:
 
     @property
     def autocast(self) -> bool:
-        """True when the forward runs under bf16 autocast (``mixed-bf16``)."""
-        return self.precision.name == "mixed-bf16"
+        """True when the forward runs under bf16 autocast (``mixed-bf16``, the fp8 recipes)."""
+        return self.precision.autocast
 
     def on_device(self, device: str) -> Workload:
         """This workload run for real on ``device`` (``cpu`` or ``cuda``): that device's own
@@ -246,16 +247,18 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
                          "fake), and run it for real under torchrun")
     chosen_target, kernel = _program(key, target, optimizer_kernel, chosen_optimizer.name)
     if key == "auto":
-        exact_on_meta = (source.kind == "preset" and chosen_precision.name != "mixed-bf16"
+        exact_on_meta = (source.kind == "preset" and not chosen_precision.autocast
                          and not checkpoint and layout.single and kernel != "fused")
         key = "meta" if exact_on_meta else "fake"
     if key == "meta" and kernel == "fused":
         raise InputError("the fused optimizer checks that its parameters are on a GPU or the "
                          "CPU, which meta tensors are not; use --device fake (no memory either)")
-    if key == "meta" and chosen_precision.name == "mixed-bf16":
-        raise InputError("mixed-bf16 runs the forward under bf16 autocast, which PyTorch does "
-                         "not offer on the meta device; use --device fake (no memory either) "
-                         "or another --precision")
+    if key == "meta" and chosen_precision.autocast:
+        raise InputError(f"{chosen_precision.name} runs the forward under bf16 autocast, which "
+                         "PyTorch does not offer on the meta device; use --device fake (no "
+                         "memory either) or another --precision")
+    if chosen_precision.float8:
+        check_float8(chosen_precision, layout, lora)
     if checkpoint and source.config is None:
         raise InputError(f"--checkpoint wraps the blocks of a reference model; {source.label!r}"
                          " is not one (apply torch.utils.checkpoint in your factory instead)")
@@ -285,6 +288,26 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
                     precision=chosen_precision, optimizer=chosen_optimizer,
                     checkpoint=checkpoint, device=key, layout=layout, target=chosen_target,
                     optimizer_kernel=kernel, lora=lora)
+
+
+def torchao_available() -> bool:
+    """True when the optional ``torchao`` package is installed (it is not imported)."""
+    return importlib.util.find_spec("torchao") is not None
+
+
+def check_float8(precision: Precision, layout: Layout, lora: Lora | None) -> None:
+    """An fp8 recipe needs torchao, and is traced on one device or under FSDP2 (data
+    parallel too); tensor parallelism, pipelines and adapters are refused in one line."""
+    if not torchao_available():
+        raise InputError(f"--precision {precision.name} converts the linear layers with "
+                         "torchao's float8 training, which is not installed: pip install "
+                         "'tensorledger[ao]'")
+    if layout.tp > 1 or layout.pp > 1:
+        raise InputError(f"--precision {precision.name} is traced on one device, under "
+                         "--fsdp or --dp; drop --tp/--pp or use --precision mixed-bf16")
+    if lora is not None:
+        raise InputError(f"--lora trains adapters beside frozen weights; --precision "
+                         f"{precision.name} converts the linears they adapt: use one of them")
 
 
 def _program(device: str, target: Target | None, kernel: str, optimizer: str

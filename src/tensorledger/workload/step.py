@@ -26,6 +26,7 @@ from tensorledger.hardware.target import Target
 from tensorledger.models.build import build_model
 from tensorledger.trace.kernels import active_target, target_program
 from tensorledger.workload.factory import FactoryFile, load_factory_file, user_code
+from tensorledger.workload.float8 import AppliedFloat8, apply_float8
 from tensorledger.workload.layout import Layout
 from tensorledger.workload.lora import AppliedLora, apply_lora, trainable
 from tensorledger.workload.precision import RecipeOptimizer, param_dtype
@@ -217,7 +218,7 @@ def _hf_model(work: Workload, dtype: torch.dtype) -> nn.Module:
     for (:attr:`ModelSource.head`, checked before torch loaded)."""
     import transformers
 
-    from tensorledger.workload.quiet import quiet_torch
+    from tensorledger.workload.quiet import quiet_import, quiet_torch
 
     raw = dict(work.source.hf_config or {})
     model_type = str(raw.pop("model_type"))
@@ -239,7 +240,8 @@ def _hf_model(work: Workload, dtype: torch.dtype) -> nn.Module:
         config.pad_token_id = 0
     auto = getattr(transformers, _AUTO_CLASSES[head])
     try:
-        with quiet_torch():
+        # transformers imports torchao, when installed, while it builds a model
+        with quiet_torch(), quiet_import():
             model = auto.from_config(config, dtype=dtype)
     except ValueError as error:
         raise ConfigError(f"{where}: model_type {model_type!r} has no {head} class in "
@@ -264,6 +266,7 @@ class PreparedStep:
     user_inputs: Any
     device_type: str
     lora: AppliedLora | None = None  # the adapters peft put on the module, if any
+    float8: AppliedFloat8 | None = None  # the linears torchao runs in fp8, if any
 
     def guard(self) -> AbstractContextManager[None]:
         """Errors of the module's own code become one line naming what and where."""
@@ -305,7 +308,17 @@ class PreparedStep:
             self.loss().backward()  # type: ignore[no-untyped-call]
             if self.optimizer is not None:
                 self.optimizer.step()
+                self.after_optimizer_step()
             self.drop_gradients()
+
+    def after_optimizer_step(self) -> None:
+        """With FSDP2 gathering fp8 weights: torchao's ``precompute_float8_dynamic_scale_for_
+        fsdp``, as torchtitan runs it after each optimizer step: the amax of every such weight
+        in one all-reduce, so that the next step's all-gathers need none of their own."""
+        if self.float8 is not None and self.float8.fsdp_float8_all_gather:
+            from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
+
+            precompute_float8_dynamic_scale_for_fsdp(self.module)
 
     def prime_optimizer(self) -> None:
         """One optimizer step on zero gradients, outside any trace: the state every later
@@ -446,6 +459,12 @@ def prepare(work: Workload, target: str, mesh: Any = None) -> PreparedStep:
     applied = None
     if work.lora is not None:  # before any layout (none is taken with adapters yet)
         module, applied = apply_lora(work, module)
+    float8 = None
+    if work.precision.float8:  # before the layout: FSDP2 shards the converted weights
+        with user_code(f"converting {source.label} to float8 with torchao",
+                       (source.path,) if source.kind == "factory" and source.path else ()):
+            module, float8 = apply_float8(module, work.precision,
+                                          sharded=work.layout.strategy in ("fsdp", "hsdp"))
     if mesh is not None:
         from tensorledger.workload.parallel import parallelize
 
@@ -471,4 +490,4 @@ def prepare(work: Workload, target: str, mesh: Any = None) -> PreparedStep:
                         args=args, kwargs=kwargs, targets=targets,
                         user_loss=factory.loss if factory is not None else None,
                         user_inputs=user_inputs, device_type=torch.device(target).type,
-                        lora=applied)
+                        lora=applied, float8=float8)
