@@ -80,6 +80,10 @@ LoraRank = Annotated[int | None, typer.Option("--lora", help=(
 LoraTargets = Annotated[str | None, typer.Option("--lora-targets", help=(
     "The modules --lora adapts, by name: q_proj,v_proj,... (default: peft's for the model "
     "type; query,value for the reference presets)."))]
+Qlora = Annotated[bool, typer.Option("--qlora", help=(
+    "QLoRA: the frozen linears under the --lora adapters stored in 4-bit NF4 (torchao's "
+    "NF4Tensor, blocks of 64, double-quantised scales), dequantised at each use. Needs the ao "
+    "extra (pip install 'tensorledger[ao]')."))]
 
 # The layout group's options (fields of LayoutOptions below).
 Dp = Annotated[int, typer.Option("--dp", help=(
@@ -154,6 +158,7 @@ class WorkloadOptions:
     fill_defaults: FillDefaults = False
     lora: LoraRank = None
     lora_targets: LoraTargets = None
+    qlora: Qlora = False
 
     def resolve(self, laid_out: Layout | None = None, chip: Hardware | None = None
                 ) -> Workload:
@@ -161,7 +166,7 @@ class WorkloadOptions:
         The trace records ``chip``'s program (the ``--hardware`` of the command; an H100 when
         the command names none)."""
         source = resolve_source(self.model, fill_defaults=self.fill_defaults)
-        lora = resolve_lora(self.lora, self.lora_targets)
+        lora = resolve_lora(self.lora, self.lora_targets, self.qlora)
         return resolve_workload(source, batch=self.batch, seq=self.seq, step=self.step,
                                 precision=self.precision, optimizer=self.optimizer,
                                 device=self.device, checkpoint=self.checkpoint,

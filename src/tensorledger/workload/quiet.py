@@ -15,10 +15,13 @@ import warnings
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 
-__all__ = ["REPEATING_LOGGERS", "quiet_torch"]
+__all__ = ["IMPORT_LOGGERS", "REPEATING_LOGGERS", "quiet_torch"]
 
 #: Loggers whose records repeat an exception that is raised right after.
 REPEATING_LOGGERS = ("torch._subclasses.fake_tensor",)
+#: Loggers that speak when torchao is first imported (by transformers, peft or us): its CUDA
+#: extensions that do not load on this machine, torch's pytree on enums torchao registers.
+IMPORT_LOGGERS = ("torchao", "torch.utils._pytree")
 
 
 def _drop(record: logging.LogRecord) -> bool:
@@ -42,7 +45,7 @@ def quiet_torch(inner: AbstractContextManager[object] | None = None) -> Iterator
     >>> shown
     []
     """
-    loggers = [logging.getLogger(name) for name in REPEATING_LOGGERS]
+    loggers = [logging.getLogger(name) for name in (*REPEATING_LOGGERS, *IMPORT_LOGGERS)]
     for logger in loggers:
         logger.addFilter(_drop)
     try:

@@ -21,6 +21,7 @@ from tensorledger.trace.recorder import Recorder
 from tensorledger.trace.records import Trace
 from tensorledger.trace.storage import local_tensor as local
 from tensorledger.trace.storage import storage_key
+from tensorledger.workload.qlora import dequantization_note, flat_tensors
 from tensorledger.workload.spec import Workload, resolve_workload
 from tensorledger.workload.step import PreparedStep, laid_out, prepare
 
@@ -39,9 +40,10 @@ class TaggingRecorder(Recorder):
         for tensor in tensors:
             if tensor is None:
                 continue
-            known = self._live.get(storage_key(local(tensor)))
-            if known is not None:
-                self.tags.setdefault(known[0], category)
+            for part in flat_tensors(local(tensor)):  # an NF4 weight: its inner tensors
+                known = self._live.get(storage_key(part))
+                if known is not None:
+                    self.tags.setdefault(known[0], category)
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,8 @@ def saved_tagger(recorder: TaggingRecorder, params: Iterable[torch.Tensor]
                  ) -> Callable[[torch.Tensor], torch.Tensor]:
     """A ``saved_tensors_hooks`` pack hook that tags what autograd saves, but the parameters,
     as saved activations."""
-    param_keys = {storage_key(local(p)) for p in params}
+    param_keys = {storage_key(part) for p in params
+                  for part in (local(p), *flat_tensors(local(p)))}
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         if storage_key(local(tensor)) not in param_keys:
@@ -224,9 +227,17 @@ def trace_workload(work: Workload, first_step: bool = False,
                      model_params=sum(p.numel() for p in step.parameters),
                      trainable_params=None if step.lora is None else
                      sum(p.numel() for p in step.parameters if p.requires_grad),
-                     assumptions=tuple(notes) + (() if step.lora is None
-                                                 else (step.lora.describe(),)),
+                     assumptions=tuple(notes) + _adapter_notes(step, trace),
                      active_params=_active(step))
+
+
+def _adapter_notes(step: PreparedStep, trace: Trace) -> tuple[str, ...]:
+    """LoRA's adapters and, over an NF4 base, what dequantising it cost."""
+    if step.lora is None:
+        return ()
+    if step.lora.base is None:
+        return (step.lora.describe(),)
+    return step.lora.describe(), dequantization_note(trace)
 
 
 def _active(step: PreparedStep) -> int | None:

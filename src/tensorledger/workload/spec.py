@@ -25,7 +25,8 @@ from tensorledger.workload.source import ModelSource, resolve_source
 
 __all__ = ["DEFAULTS", "DEVICES", "FOREACH_OPTIMIZERS", "FUSED_OPTIMIZERS", "MAX_BATCH",
            "MAX_LORA_RANK", "MAX_SEQ", "STEPS", "Lora", "Step", "Workload", "WorkloadDefaults",
-           "peft_available", "resolve_lora", "resolve_step", "resolve_workload"]
+           "peft_available", "resolve_lora", "resolve_step", "resolve_workload",
+           "torchao_available"]
 
 #: Where a step runs: ``auto`` picks meta or fake (see :func:`resolve_workload`).
 DEVICES = ("auto", "meta", "fake", "cpu", "cuda")
@@ -67,17 +68,19 @@ class Lora:
     targeted linear: r · (d_in + d_out) parameters apiece.
 
     >>> resolve_lora(8, "q_proj, v_proj")
-    Lora(rank=8, alpha=8, targets=('q_proj', 'v_proj'), dropout=0.0)
+    Lora(rank=8, alpha=8, targets=('q_proj', 'v_proj'), dropout=0.0, nf4=False)
     """
 
     rank: int
     alpha: int  # peft's lora_alpha: the update is scaled by alpha / rank, which costs nothing
     targets: tuple[str, ...] = ()  # module names (a name, or a dotted tail); (): the defaults
     dropout: float = 0.0  # no dropout on the adapters' input: a dropout's mask is a cost apart
+    nf4: bool = False  # QLoRA: the frozen linears stored in torchao's 4-bit NF4 (workload.qlora)
 
     def describe(self) -> str:
         on = ", ".join(self.targets) if self.targets else "the model's default targets"
-        return f"LoRA r={self.rank} on {on}"
+        base = " over a 4-bit NF4 base (QLoRA)" if self.nf4 else ""
+        return f"LoRA r={self.rank} on {on}{base}"
 
 
 _MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.\w+)*")
@@ -88,8 +91,14 @@ def peft_available() -> bool:
     return importlib.util.find_spec("peft") is not None
 
 
-def resolve_lora(rank: int | None, targets: str | None = None) -> Lora | None:
-    """``--lora R`` and ``--lora-targets a,b`` checked: None without ``--lora``.
+def torchao_available() -> bool:
+    """True when the optional ``torchao`` package is installed (it is not imported)."""
+    return importlib.util.find_spec("torchao") is not None
+
+
+def resolve_lora(rank: int | None, targets: str | None = None, qlora: bool = False
+                 ) -> Lora | None:
+    """``--lora R``, ``--lora-targets a,b`` and ``--qlora`` checked: None without ``--lora``.
 
     >>> resolve_lora(0)
     Traceback (most recent call last):
@@ -100,6 +109,9 @@ def resolve_lora(rank: int | None, targets: str | None = None) -> Lora | None:
         if targets is not None:
             raise InputError("--lora-targets names the modules that get adapters; give the "
                              "adapters' rank with --lora R too")
+        if qlora:
+            raise InputError("--qlora stores the frozen base in 4-bit NF4 under LoRA "
+                             "adapters; give the adapters' rank with --lora R too")
         return None
     rank = _whole("lora", rank, MAX_LORA_RANK)
     names: tuple[str, ...] = ()
@@ -113,7 +125,10 @@ def resolve_lora(rank: int | None, targets: str | None = None) -> Lora | None:
     if not peft_available():
         raise InputError("--lora builds its adapters with peft, which is not installed: "
                          "pip install 'tensorledger[lora]'")
-    return Lora(rank=rank, alpha=rank, targets=names)
+    if qlora and not torchao_available():
+        raise InputError("--qlora stores the base in torchao's NF4 tensors, and torchao is "
+                         "not installed: pip install 'tensorledger[ao]'")
+    return Lora(rank=rank, alpha=rank, targets=names, nf4=bool(qlora))
 
 
 @dataclass(frozen=True)
