@@ -165,6 +165,8 @@ def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[s
                      place.files["wide.json"], place.files["huge_layers.json"]]
                     if command == "serve" else [])],
         "lora": ["8", "1", "0", "-1", "65537", "٣", "", str(INT64_MAX + 1)],
+        "offload": ["activations", "params", "", "bogus", "ACTIVATIONS", "activations,", "٣",
+                    "activations,params"],
         "lora_targets": ["q_proj,v_proj", "query,value", "nope", "", ",", "q proj", "٣",
                          "x" * 5000],
         "deep": ["4,3,8", "4,3,8,relu", "8,2,4,gelu", "0,3,8", "4,3", "4,3,8,tanh", "4,999,8",
@@ -468,6 +470,9 @@ QLORA_CASES: list[list[str]] = [
     ["--qlora", "--lora", "8", "--lora-targets", "q proj"],
     ["--qlora", "--lora", "8", "--fsdp", "2"], ["--qlora", "--lora", "8", "--step", "forward"],
     ["--qlora", "--lora", "8", "--device", "meta"],
+    ["--qlora", "--lora", "8", "--offload", "activations"],
+    ["--offload", "activations", "--device", "meta"], ["--offload", "params"],
+    ["--offload", "activations", "--step", "forward"], ["--offload", "activations"],
 ]
 
 

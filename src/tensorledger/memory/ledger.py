@@ -25,7 +25,7 @@ from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.summary import show_bytes, summary
 from tensorledger.trace.records import Trace
 
-__all__ = ["Fit", "MemoryLedger", "MemoryPart", "StepFacts", "memory_ledger"]
+__all__ = ["Fit", "MemoryLedger", "MemoryPart", "Offload", "StepFacts", "memory_ledger"]
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,8 @@ class StepFacts:
     tensor_parallel: int = 1  # a tensor-parallel rank saves its split of the activations
     sequence_parallel: bool = False  # ... and its share of the sequence around the norms
     pipeline_stages: int = 1  # a pipeline rank saves its stage's, for its micro-batches
+    adapters: bool = False  # LoRA/QLoRA: a frozen base (its stored dtype, or NF4) and adapters
+    offloaded_bytes: tuple[int, int] | None = None  # activations to the host and back
 
     def __repr__(self) -> str:  # pragma: no mutate block (presentation: the summary line)
         return summary("StepFacts", f"{self.model} {self.step}",
@@ -95,6 +97,27 @@ class MemoryPart:
     category: str  # parameter, gradient, optimizer_state or saved_activation
     measured_bytes: int  # from the traced step (saved activations: their high point)
     closed_form_bytes: int | None  # napkin's; None where there is none (autocast activations)
+
+
+@dataclass(frozen=True)
+class Offload:
+    """Activations moved to the host and back, priced on the chip's host link (per
+    direction; None where the chip states none)."""
+
+    to_host_bytes: int  # in forward, device to host
+    to_device_bytes: int  # in backward, host to device
+    host_link_bytes_per_s: float | None
+    host_link: str  # "PCIe 5.0 x16 of h100-sxm", or why there is no figure
+
+    @property
+    def to_host_s(self) -> float | None:
+        link = self.host_link_bytes_per_s
+        return None if link is None else self.to_host_bytes / link
+
+    @property
+    def to_device_s(self) -> float | None:
+        link = self.host_link_bytes_per_s
+        return None if link is None else self.to_device_bytes / link
 
 
 @dataclass(frozen=True)
@@ -124,17 +147,29 @@ class MemoryLedger:
     fit: Fit | None
     ranks: int = 1  # the step is one rank of a layout of this many devices: figures per rank
     layout: str = ""
+    adapters: bool = False  # the recipe's closed form (every parameter trained) does not apply
+    offload: Offload | None = None  # --offload activations: the host's share and its link
+
+    @property
+    def host_peak_bytes(self) -> int:
+        """The most host memory live at once: the offloaded activations."""
+        return self.timeline.host_peak_bytes
 
     def parts(self) -> tuple[MemoryPart, ...]:
         """The breakdown ``tensorledger memory`` tabulates: state and saved activations,
-        measured beside the closed form (the optimizer state includes a master copy)."""
+        measured beside the closed form (the optimizer state includes a master copy).  With
+        adapters none is set beside: the closed forms train every weight (a frozen linear
+        saves no input for its weight's gradient)."""
         recipe, closed = self.recipe, self.activations_closed_form
-        return (MemoryPart("parameter", self.params_bytes, recipe.params_bytes),
-                MemoryPart("gradient", self.grads_bytes, recipe.grads_bytes),
+        state = not self.adapters
+        return (MemoryPart("parameter", self.params_bytes,
+                           recipe.params_bytes if state else None),
+                MemoryPart("gradient", self.grads_bytes, recipe.grads_bytes if state else None),
                 MemoryPart("optimizer_state", self.optimizer_state_bytes,
-                           recipe.optimizer_bytes + recipe.master_bytes),
+                           recipe.optimizer_bytes + recipe.master_bytes if state else None),
                 MemoryPart("saved_activation", self.saved_activation_bytes,
-                           None if closed is None else closed.total_bytes))
+                           None if closed is None or not state or self.offload is not None
+                           else closed.total_bytes))
 
     def by_category(self) -> dict[str, int]:
         """Live bytes by category at the peak (parameter, gradient, optimizer_state,
@@ -206,6 +241,13 @@ def memory_ledger(trace: Trace, tags: Mapping[int, str], facts: StepFacts, *,
     if first_step is not None:
         first_peak = build_timeline(*first_step).peak.total_bytes
     peak = timeline.peak
+    offload = None
+    if facts.offloaded_bytes is not None:
+        link = None if hardware is None else hardware.host_link_bytes_per_s
+        offload = Offload(*facts.offloaded_bytes, host_link_bytes_per_s=link,
+                          host_link="no chip named" if hardware is None else
+                          f"{hardware.host_link_kind} of {hardware.id}" if link is not None
+                          else f"{hardware.id} states no host link")
     return MemoryLedger(model=facts.model, step=facts.step, batch=facts.batch,
                         seq_len=facts.seq_len,
                         optimizer=recipe.optimizer, precision=recipe.precision,
@@ -218,4 +260,5 @@ def memory_ledger(trace: Trace, tags: Mapping[int, str], facts: StepFacts, *,
                         activations_closed_form=closed, timeline=timeline,
                         fit=None if hardware is None else _fit(timeline, hardware, count,
                                                                facts.ranks, budget_bytes),
-                        ranks=facts.ranks, layout=facts.layout)
+                        ranks=facts.ranks, layout=facts.layout, adapters=facts.adapters,
+                        offload=offload)

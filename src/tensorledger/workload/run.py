@@ -67,6 +67,8 @@ class StepTrace:
     model_params: int = 0  # the whole model's parameters (all ranks' shards together)
     trainable_params: int | None = None  # with adapters (LoRA): those trained; None: all
     active_params: int | None = None  # a mixture of experts: the parameters a token runs
+    # --offload activations: bytes copied to the host in forward and back in backward
+    offloaded_bytes: tuple[int, int] | None = None
 
     @property
     def params(self) -> int:
@@ -156,7 +158,7 @@ def record_step(step: PreparedStep) -> tuple[Trace, dict[int, str]]:
         if not step.work.step.backward:
             step.forward()
         else:
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            with step.saved_hooks(pack, lambda t: recorder.tag([t], "host_activation")):
                 loss = step.loss()
             loss.backward()  # type: ignore[no-untyped-call]
             recorder.tag(params, "parameter")
@@ -227,8 +229,11 @@ def trace_workload(work: Workload, first_step: bool = False,
                      model_params=sum(p.numel() for p in step.parameters),
                      trainable_params=None if step.lora is None else
                      sum(p.numel() for p in step.parameters if p.requires_grad),
-                     assumptions=tuple(notes) + _adapter_notes(step, trace),
-                     active_params=_active(step))
+                     assumptions=tuple(notes) + _adapter_notes(step, trace)
+                     + _offload_notes(step),
+                     active_params=_active(step),
+                     offloaded_bytes=None if step.offloaded is None else
+                     (step.offloaded.to_host_bytes, step.offloaded.to_device_bytes))
 
 
 def _adapter_notes(step: PreparedStep, trace: Trace) -> tuple[str, ...]:
@@ -238,6 +243,16 @@ def _adapter_notes(step: PreparedStep, trace: Trace) -> tuple[str, ...]:
     if step.lora.base is None:
         return (step.lora.describe(),)
     return step.lora.describe(), dequantization_note(trace)
+
+
+def _offload_notes(step: PreparedStep) -> tuple[str, ...]:
+    """What --offload activations moved, in the step traced."""
+    moved = step.offloaded
+    if moved is None:
+        return ()
+    return (f"activations offloaded by torch's save_on_cpu (every tensor autograd saves, "
+            f"weights included): {moved.to_host_bytes:,} bytes to the host in forward, "
+            f"{moved.to_device_bytes:,} back in backward",)
 
 
 def _active(step: PreparedStep) -> int | None:

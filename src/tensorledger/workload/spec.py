@@ -24,8 +24,10 @@ from tensorledger.workload.layout import SINGLE, Layout, check_layout
 from tensorledger.workload.source import ModelSource, resolve_source
 
 __all__ = ["DEFAULTS", "DEVICES", "FOREACH_OPTIMIZERS", "FUSED_OPTIMIZERS", "MAX_BATCH",
-           "MAX_LORA_RANK", "MAX_SEQ", "STEPS", "Lora", "Step", "Workload", "WorkloadDefaults",
-           "peft_available", "resolve_lora", "resolve_step", "resolve_workload",
+           "MAX_LORA_RANK", "MAX_SEQ", "OFFLOADS", "STEPS", "Lora", "Step", "Workload",
+           "WorkloadDefaults",
+           "peft_available", "resolve_lora", "resolve_offload", "resolve_step",
+           "resolve_workload",
            "torchao_available"]
 
 #: Where a step runs: ``auto`` picks meta or fake (see :func:`resolve_workload`).
@@ -131,6 +133,30 @@ def resolve_lora(rank: int | None, targets: str | None = None, qlora: bool = Fal
     return Lora(rank=rank, alpha=rank, targets=names, nf4=bool(qlora))
 
 
+#: What ``--offload`` moves to the host: the activations autograd saves, through torch's
+#: ``torch.autograd.graph.save_on_cpu`` (copied to the host in forward, back in backward).
+OFFLOADS = ("activations",)
+
+
+def resolve_offload(text: str | None) -> tuple[str, ...]:
+    """``--offload activations`` checked: what is offloaded, () without the option.
+
+    >>> resolve_offload("activations"), resolve_offload(None)
+    (('activations',), ())
+    """
+    if text is None:
+        return ()
+    pieces = tuple(dict.fromkeys(piece.strip().lower() for piece in text.split(",")))
+    for piece in pieces:
+        if piece in ("params", "parameters", "optimizer"):
+            raise InputError("--offload params (FSDP2's CPUOffloadPolicy: parameters, "
+                             "gradients and optimizer state on the host) is not traced yet; "
+                             "--offload takes: activations")
+        if piece not in OFFLOADS:
+            raise UnknownNameError("offload", piece or text, OFFLOADS)
+    return pieces
+
+
 @dataclass(frozen=True)
 class WorkloadDefaults:
     """The defaults every workload command shares (the CLI reads them from here)."""
@@ -176,6 +202,7 @@ class Workload:
     target: Target = CPU  # the chip whose program the trace records (hardware.target)
     optimizer_kernel: str = "for-loop"  # for-loop, foreach or fused (OPTIMIZER_KERNELS)
     lora: Lora | None = None  # adapters trained on a frozen model (peft's LoRA)
+    offload: tuple[str, ...] = ()  # what lives on the host (OFFLOADS): activations
 
     @property
     def tokens(self) -> int:
@@ -211,7 +238,9 @@ class Workload:
                        f"{self.optimizer.name} ({self.optimizer_kernel})"
                        if self.step.optimizer else "",
                        "checkpointed" if self.checkpoint else "",
-                       self.lora.describe() if self.lora else "", f"on {self.device}",
+                       self.lora.describe() if self.lora else "",
+                       f"{', '.join(self.offload)} offloaded" if self.offload else "",
+                       f"on {self.device}",
                        "" if self.layout.single else
                        f"one rank of {self.layout.describe()}")
 
@@ -230,7 +259,8 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
                      device: str = DEFAULTS.device, checkpoint: bool = DEFAULTS.checkpoint,
                      layout: Layout = SINGLE, target: Target | None = None,
                      optimizer_kernel: str = DEFAULTS.optimizer_kernel,
-                     lora: Lora | None = None) -> Workload:
+                     lora: Lora | None = None, offload: tuple[str, ...] = ()
+                     ) -> Workload:
     """Check every option and look every name up once; nothing is built or imported.
 
     ``device="auto"`` chooses ``meta`` for the reference presets (exact, fastest) unless the
@@ -245,6 +275,8 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
     ``auto`` is the target's default (``foreach`` on a GPU, ``for-loop`` on a CPU); ``fused``
     runs torch's fused kernel (SGD, Adam, AdamW), traced on fake tensors.
     ``lora`` (:func:`resolve_lora`) trains adapters beside a frozen model, on one device.
+    ``offload`` (:func:`resolve_offload`) keeps the saved activations on the host (a step
+    with a backward, on fake tensors: meta tensors cannot be copied to the host).
     """
     source = model if isinstance(model, ModelSource) else resolve_source(model)
     batch = _whole("batch", batch, MAX_BATCH)
@@ -260,9 +292,20 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
                          f"process group, on fake tensors; drop --device {key} (or use --device "
                          "fake), and run it for real under torchrun")
     chosen_target, kernel = _program(key, target, optimizer_kernel, chosen_optimizer.name)
+    if offload and not chosen_step.backward:
+        raise InputError("--offload activations moves what autograd saves for backward to the "
+                         "host; a forward step saves nothing: drop --offload or --step")
+    if offload and lora is not None and lora.nf4:
+        raise InputError("--offload activations copies each saved tensor into a plain host "
+                         "tensor, and torchao's NF4 weight that each QLoRA linear saves cannot "
+                         "be copied into one; drop --offload or --qlora")
+    if offload and key == "meta":
+        raise InputError("--offload activations copies each saved tensor to the host, which a "
+                         "meta tensor (no data) cannot be copied to; use --device fake")
     if key == "auto":
         exact_on_meta = (source.kind == "preset" and chosen_precision.name != "mixed-bf16"
-                         and not checkpoint and layout.single and kernel != "fused")
+                         and not checkpoint and layout.single and kernel != "fused"
+                         and not offload)
         key = "meta" if exact_on_meta else "fake"
     if key == "meta" and kernel == "fused":
         raise InputError("the fused optimizer checks that its parameters are on a GPU or the "
@@ -299,7 +342,7 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
     return Workload(source=source, batch=batch, seq=seq, step=chosen_step,
                     precision=chosen_precision, optimizer=chosen_optimizer,
                     checkpoint=checkpoint, device=key, layout=layout, target=chosen_target,
-                    optimizer_kernel=kernel, lora=lora)
+                    optimizer_kernel=kernel, lora=lora, offload=offload)
 
 
 def _program(device: str, target: Target | None, kernel: str, optimizer: str
