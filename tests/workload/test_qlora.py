@@ -215,3 +215,22 @@ def test_the_cli_runs_a_qlora_step(cli, tmp_path: Path) -> None:  # type: ignore
         if command in ("trace", "account"):
             text = result.stdout.replace("\n", " ")
             assert "QLoRA through peft" in text and "NF4 dequantisation" in text, command
+
+
+@pytest.mark.parametrize("qlora", [True, False], ids=["qlora", "lora"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "mixed-bf16"])
+def test_the_closed_form_of_the_state_equals_the_trace(tmp_path: Path, precision: str,
+                                                       qlora: bool) -> None:
+    from tensorledger.ledger.memory import memory_of
+    from tensorledger.napkin.adapters import nf4_bytes as napkin_nf4_bytes
+
+    work = _work(tmp_path, precision, lora=resolve_lora(RANK, TARGETS, qlora=qlora))
+    ledger = memory_of(trace_workload(work))
+    state = {part.category: part for part in ledger.parts()}
+    for category in ("parameter", "gradient", "optimizer_state"):
+        assert state[category].closed_form_bytes == state[category].measured_bytes, category
+    # the napkin's NF4 bytes are this file's hand derivation, both factor branches
+    for numel in (*WEIGHTS, 4096 * 14_336):
+        for itemsize in (2, 4):
+            assert napkin_nf4_bytes(numel, itemsize) == nf4_bytes(numel, itemsize)
+    assert state["saved_activation"].closed_form_bytes is None  # a frozen base's: none here

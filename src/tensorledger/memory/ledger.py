@@ -19,6 +19,7 @@ from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
 from tensorledger.memory.timeline import MEMORY_CATEGORIES, MemoryTimeline, build_timeline
 from tensorledger.napkin.activations import ActivationMemory, activation_memory
+from tensorledger.napkin.adapters import adapter_recipe, frozen_bytes
 from tensorledger.napkin.headroom import device_headroom
 from tensorledger.napkin.recipes import Optimizer, Precision, RecipeBytes, recipe_bytes
 from tensorledger.napkin.transformer import TransformerConfig
@@ -83,6 +84,8 @@ class StepFacts:
     pipeline_stages: int = 1  # a pipeline rank saves its stage's, for its micro-batches
     adapters: bool = False  # LoRA/QLoRA: a frozen base (its stored dtype, or NF4) and adapters
     offloaded_bytes: tuple[int, int] | None = None  # activations to the host and back
+    frozen_tensors: Sequence[tuple[int, int, bool]] = ()  # adapters' base: (n, width, NF4)
+    trained_tensors: Sequence[tuple[int, int]] = ()  # the adapters: (n, width)
 
     def __repr__(self) -> str:  # pragma: no mutate block (presentation: the summary line)
         return summary("StepFacts", f"{self.model} {self.step}",
@@ -148,6 +151,9 @@ class MemoryLedger:
     ranks: int = 1  # the step is one rank of a layout of this many devices: figures per rank
     layout: str = ""
     adapters: bool = False  # the recipe's closed form (every parameter trained) does not apply
+    # with adapters: the frozen base's bytes and the adapters' recipe (napkin.adapters); None
+    # where no closed form is set beside
+    adapter_closed_form: tuple[int, RecipeBytes] | None = None
     offload: Offload | None = None  # --offload activations: the host's share and its link
 
     @property
@@ -158,15 +164,24 @@ class MemoryLedger:
     def parts(self) -> tuple[MemoryPart, ...]:
         """The breakdown ``tensorledger memory`` tabulates: state and saved activations,
         measured beside the closed form (the optimizer state includes a master copy).  With
-        adapters none is set beside: the closed forms train every weight (a frozen linear
-        saves no input for its weight's gradient)."""
+        adapters the state's closed form is napkin.adapters' (the frozen base in its stored
+        dtype or NF4, the adapters trained), and the activations have none here (a frozen
+        linear saves no input for its weight's gradient)."""
         recipe, closed = self.recipe, self.activations_closed_form
         state = not self.adapters
-        return (MemoryPart("parameter", self.params_bytes,
-                           recipe.params_bytes if state else None),
-                MemoryPart("gradient", self.grads_bytes, recipe.grads_bytes if state else None),
-                MemoryPart("optimizer_state", self.optimizer_state_bytes,
-                           recipe.optimizer_bytes + recipe.master_bytes if state else None),
+        params: int | None = recipe.params_bytes
+        grads: int | None = recipe.grads_bytes
+        optimizer: int | None = recipe.optimizer_bytes + recipe.master_bytes
+        if self.adapters:
+            params = grads = optimizer = None
+            if self.adapter_closed_form is not None:
+                frozen, adapters = self.adapter_closed_form
+                params = frozen + adapters.params_bytes
+                grads = adapters.grads_bytes
+                optimizer = adapters.optimizer_bytes + adapters.master_bytes
+        return (MemoryPart("parameter", self.params_bytes, params),
+                MemoryPart("gradient", self.grads_bytes, grads),
+                MemoryPart("optimizer_state", self.optimizer_state_bytes, optimizer),
                 MemoryPart("saved_activation", self.saved_activation_bytes,
                            None if closed is None or not state or self.offload is not None
                            else closed.total_bytes))
@@ -241,6 +256,14 @@ def memory_ledger(trace: Trace, tags: Mapping[int, str], facts: StepFacts, *,
     if first_step is not None:
         first_peak = build_timeline(*first_step).peak.total_bytes
     peak = timeline.peak
+    adapter_closed = None
+    if facts.adapters and facts.trained_tensors:
+        widths = {width for _, width in facts.trained_tensors}
+        trained = None if len(widths) != 1 else adapter_recipe(
+            facts.precision, facts.optimizer, [n for n, _ in facts.trained_tensors],
+            widths.pop())
+        if trained is not None:
+            adapter_closed = (frozen_bytes(facts.frozen_tensors), trained)
     offload = None
     if facts.offloaded_bytes is not None:
         link = None if hardware is None else hardware.host_link_bytes_per_s
@@ -261,4 +284,4 @@ def memory_ledger(trace: Trace, tags: Mapping[int, str], facts: StepFacts, *,
                         fit=None if hardware is None else _fit(timeline, hardware, count,
                                                                facts.ranks, budget_bytes),
                         ranks=facts.ranks, layout=facts.layout, adapters=facts.adapters,
-                        offload=offload)
+                        offload=offload, adapter_closed_form=adapter_closed)

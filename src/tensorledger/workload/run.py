@@ -69,6 +69,10 @@ class StepTrace:
     active_params: int | None = None  # a mixture of experts: the parameters a token runs
     # --offload activations: bytes copied to the host in forward and back in backward
     offloaded_bytes: tuple[int, int] | None = None
+    # with adapters: the frozen tensors (elements, bytes an element, NF4) and the trained ones
+    # (elements, bytes an element), for the closed forms (napkin.adapters)
+    frozen_tensors: tuple[tuple[int, int, bool], ...] = ()
+    trained_tensors: tuple[tuple[int, int], ...] = ()
 
     @property
     def params(self) -> int:
@@ -223,6 +227,7 @@ def trace_workload(work: Workload, first_step: bool = False,
         if on_cuda:
             torch.cuda.synchronize()
             measured = int(torch.cuda.max_memory_allocated())
+    frozen, trained = _adapter_tensors(step)
     return StepTrace(work=work, param_numels=tuple(local(p).numel() for p in step.parameters),
                      trace=trace, param_parts=parts_of(step), tags=tags, first_step=first,
                      first_step_tags=first_tags, measured_peak_bytes=measured,
@@ -233,7 +238,8 @@ def trace_workload(work: Workload, first_step: bool = False,
                      + _offload_notes(step),
                      active_params=_active(step),
                      offloaded_bytes=None if step.offloaded is None else
-                     (step.offloaded.to_host_bytes, step.offloaded.to_device_bytes))
+                     (step.offloaded.to_host_bytes, step.offloaded.to_device_bytes),
+                     frozen_tensors=frozen, trained_tensors=trained)
 
 
 def _adapter_notes(step: PreparedStep, trace: Trace) -> tuple[str, ...]:
@@ -243,6 +249,18 @@ def _adapter_notes(step: PreparedStep, trace: Trace) -> tuple[str, ...]:
     if step.lora.base is None:
         return (step.lora.describe(),)
     return step.lora.describe(), dequantization_note(trace)
+
+
+def _adapter_tensors(step: PreparedStep) -> tuple[tuple[tuple[int, int, bool], ...],
+                                                   tuple[tuple[int, int], ...]]:
+    """With adapters, the frozen and the trained tensors, by size and width."""
+    if step.lora is None:
+        return (), ()
+    frozen = tuple((local(p).numel(), p.element_size(), type(p).__name__ == "NF4Tensor")
+                   for p in step.parameters if not p.requires_grad)
+    trained = tuple((local(p).numel(), p.element_size())
+                    for p in step.parameters if p.requires_grad)
+    return frozen, trained
 
 
 def _offload_notes(step: PreparedStep) -> tuple[str, ...]:
