@@ -129,6 +129,10 @@ def test_the_spec_checks_offload() -> None:
         resolve_workload("tiny", device="meta", offload=("activations",))
     # a preset without autocast is traced on fake tensors when offloading (meta cannot copy)
     assert resolve_workload("tiny", precision="fp32", offload=("activations",)).device == "fake"
+    from tensorledger.workload.layout import resolve_layout
+
+    with pytest.raises(InputError, match="drop --pp or --offload"):
+        resolve_workload("tiny", layout=resolve_layout(pp=2), offload=("activations",))
     with pytest.raises(InputError, match="drop --offload or --qlora"):
         resolve_workload("gpt2", offload=("activations",), lora=resolve_lora(8, qlora=True))
 

@@ -295,6 +295,9 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
     if offload and not chosen_step.backward:
         raise InputError("--offload activations moves what autograd saves for backward to the "
                          "host; a forward step saves nothing: drop --offload or --step")
+    if offload and layout.pp > 1:
+        raise InputError("--offload activations is traced for one step of a module, not yet "
+                         "through a pipeline schedule; drop --pp or --offload")
     if offload and lora is not None and lora.nf4:
         raise InputError("--offload activations copies each saved tensor into a plain host "
                          "tensor, and torchao's NF4 weight that each QLoRA linear saves cannot "
