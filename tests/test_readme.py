@@ -157,9 +157,7 @@ def test_the_readme_quotes_the_real_summary(readme_run: tuple[dict[str, Any], st
 
 
 
-def test_the_main_jobs_sample_is_what_the_command_prints() -> None:
-    """The README's sample of the main job is the command's output today, at 120 columns
-    (``python scripts/readme_sample.py`` writes it anew)."""
+def _sample_script() -> Any:
     import importlib.util
 
     path = README.parent / "scripts" / "readme_sample.py"
@@ -167,8 +165,26 @@ def test_the_main_jobs_sample_is_what_the_command_prints() -> None:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_the_main_jobs_sample_is_what_the_command_prints() -> None:
+    """The README's sample of the main job is the command's output today, at 120 columns
+    (``python scripts/readme_sample.py`` writes it anew)."""
+    module = _sample_script()
     text = README.read_text(encoding="utf-8")
     assert module.readme_with(module.command_output(), text) == text
+
+
+def test_the_fine_tune_fit_sample_is_what_the_commands_print() -> None:
+    """"Will my fine-tune fit?" quotes the peak and the fit of each of its seven commands as
+    they print them today (llama-3-8b on fake or meta tensors: minutes, not seconds)."""
+    pytest.importorskip("peft")
+    pytest.importorskip("torchao")
+    module = _sample_script()
+    text = README.read_text(encoding="utf-8")
+    assert len(module.FIT_COMMANDS) == 7
+    assert module.readme_with(module.fits_sample(), text, module.FIT_MARKER) == text
 
 
 def test_the_outputs_the_readme_quotes_are_printed(cli: Any) -> None:

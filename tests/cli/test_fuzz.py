@@ -166,6 +166,8 @@ def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[s
                      place.files["wide.json"], place.files["huge_layers.json"]]
                     if command == "serve" else [])],
         "lora": ["8", "1", "0", "-1", "65537", "٣", "", str(INT64_MAX + 1)],
+        "offload": ["activations", "params", "", "bogus", "ACTIVATIONS", "activations,", "٣",
+                    "activations,params"],
         "lora_targets": ["q_proj,v_proj", "query,value", "nope", "", ",", "q proj", "٣",
                          "x" * 5000],
         "deep": ["4,3,8", "4,3,8,relu", "8,2,4,gelu", "0,3,8", "4,3", "4,3,8,tanh", "4,999,8",
@@ -458,6 +460,32 @@ def test_model_layer_hostile_models(command: str, model: str, hostile_files: dic
             [command, "--model", target, "--batch", "1", "--seq", "8", "--json"])
     with _place(hostile_files) as place:
         run_case(argv, place)
+
+
+#: QLoRA (issue 40): --qlora without --lora, with a bad rank or targets, on models with no
+#: linear NF4 can hold (HF GPT-2's Conv1D, the tiny preset's small weights, a factory), beside
+#: a layout, and a step that runs (gpt2's linears hold whole NF4 blocks).
+QLORA_CASES: list[list[str]] = [
+    ["--qlora"], ["--qlora", "--lora", "0"], ["--qlora", "--lora-targets", "q_proj"],
+    ["--qlora", "--lora", "8", "--lora-targets", "nope"],
+    ["--qlora", "--lora", "8", "--lora-targets", "q proj"],
+    ["--qlora", "--lora", "8", "--fsdp", "2"], ["--qlora", "--lora", "8", "--step", "forward"],
+    ["--qlora", "--lora", "8", "--device", "meta"],
+    ["--qlora", "--lora", "8", "--offload", "activations"],
+    ["--offload", "activations", "--device", "meta"], ["--offload", "params"],
+    ["--offload", "activations", "--step", "forward"], ["--offload", "activations"],
+]
+
+
+@pytest.mark.parametrize("model", ["tiny", "gpt2", "config.json", "no_parameters.py:make"])
+@pytest.mark.parametrize("options", QLORA_CASES, ids=" ".join)
+def test_qlora_cases(model: str, options: list[str], hostile_files: dict[str, str],
+                     isolated: None) -> None:
+    pytest.importorskip("torchao")
+    name, _, factory = model.partition(":")
+    target = hostile_files[name] + f":{factory}" if factory else hostile_files.get(name, name)
+    with _place(hostile_files) as place:
+        run_case(["trace", "--model", target, "--batch", "1", "--seq", "8", *options], place)
 
 
 # ------------------------------------------------ config.json fields (issue 35): the checker's

@@ -97,6 +97,11 @@ ELEMENTWISE: dict[str, tuple[int, Call]] = {
     "aten.__and__": (1, lambda: aten.__and__(flags(), flags())),
     "aten.__or__": (1, lambda: aten.__or__(flags(), flags())),
     "aten.__xor__": (1, lambda: aten.__xor__(ints(), ints())),
+    # torchao's NF4 unpacks its two 4-bit codes per byte with >> and &
+    "aten.__rshift__": (1, lambda: aten.__rshift__(ints(), 4)),
+    "aten.__lshift__": (1, lambda: aten.__lshift__(ints(), 4)),
+    "aten.bitwise_right_shift": (1, lambda: aten.bitwise_right_shift(ints(), ints())),
+    "aten.bitwise_left_shift": (1, lambda: aten.bitwise_left_shift(ints(), ints())),
     "aten.where": (1, lambda: aten.where(flags(), x(), y())),
     "aten.masked_fill": (1, lambda: aten.masked_fill(x(), flags(), 0.0)),
     "aten.tril": (1, unary("tril")),

@@ -69,6 +69,26 @@ def test_every_number_has_a_source() -> None:
             assert len(chip.source(key)) > 10, (chip.id, key)
 
 
+def test_host_links_are_sourced_and_per_direction() -> None:
+    """The host (CPU) to device link of every GPU, per direction, with a source of its own:
+    datasheets give PCIe both ways (H100's 'PCIe Gen5: 128GB/s' is 64 GB/s each way)."""
+    chips = catalog()
+    expected = {"h100-sxm": 64e9, "h100-pcie": 64e9, "h200-sxm": 64e9, "mi300x": 64e9,
+                "a100-40gb": 32e9, "a100-80gb": 32e9, "l4": 32e9, "rtx-4090": 32e9,
+                "v100-sxm": 16e9}
+    for chip_id, per_direction in expected.items():
+        chip = chips[chip_id]
+        assert chip.host_link_bytes_per_s == per_direction, chip_id
+        assert "PCIe" in (chip.host_link_kind or ""), chip_id
+        assert "host_link" in chip.sources and "per direction" in chip.sources["host_link"]
+    assert chips["h100-sxm"].host_link_kind == "PCIe 5.0 x16"
+    # the PCIe generation: 16 GT/s (4.0) and 32 GT/s (5.0) a lane, 16 lanes, 128b/130b
+    # coding: 31.5 and 63.0 GB/s, rounded by the datasheets to 32 and 64
+    pcie4 = 16e9 * 16 / 8 * 128 / 130
+    assert pcie4 == pytest.approx(31.5e9, rel=1e-3)
+    assert chips["tpu-v5e"].host_link_bytes_per_s is None  # no figure: nothing assumed
+
+
 def test_h100_intensity_is_about_295() -> None:
     chip = get_hardware("h100")
     assert chip.intensity_flop_per_byte("bf16") == pytest.approx(989.5e12 / 3.35e12)  # 295.37

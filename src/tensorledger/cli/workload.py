@@ -42,7 +42,13 @@ from tensorledger.hardware import Hardware
 from tensorledger.hardware.target import default_target, target_of
 from tensorledger.workload.layout import SINGLE, Layout, resolve_layout
 from tensorledger.workload.source import resolve_source
-from tensorledger.workload.spec import DEFAULTS, Workload, resolve_lora, resolve_workload
+from tensorledger.workload.spec import (
+    DEFAULTS,
+    Workload,
+    resolve_lora,
+    resolve_offload,
+    resolve_workload,
+)
 
 __all__ = ["LAYOUT_OPTIONS", "WORKLOAD_OPTIONS", "Chip", "Depth", "FillDefaults",
            "LayoutOptions",
@@ -81,6 +87,14 @@ LoraRank = Annotated[int | None, typer.Option("--lora", help=(
 LoraTargets = Annotated[str | None, typer.Option("--lora-targets", help=(
     "The modules --lora adapts, by name: q_proj,v_proj,... (default: peft's for the model "
     "type; query,value for the reference presets)."))]
+Qlora = Annotated[bool, typer.Option("--qlora", help=(
+    "QLoRA: the frozen linears under the --lora adapters stored in 4-bit NF4 (torchao's "
+    "NF4Tensor, blocks of 64, double-quantised scales), dequantised at each use. Needs the ao "
+    "extra (pip install 'tensorledger[ao]')."))]
+Offload = Annotated[str | None, typer.Option("--offload", help=(
+    "Keep on the host what a device would hold: activations (torch's save_on_cpu: what "
+    "autograd saves copied to the host in forward and back in backward, the bytes priced on "
+    "the chip's host link)."))]
 
 # The layout group's options (fields of LayoutOptions below).
 Dp = Annotated[int, typer.Option("--dp", help=(
@@ -155,6 +169,8 @@ class WorkloadOptions:
     fill_defaults: FillDefaults = False
     lora: LoraRank = None
     lora_targets: LoraTargets = None
+    qlora: Qlora = False
+    offload: Offload = None
 
     def resolve(self, laid_out: Layout | None = None, chip: Hardware | None = None
                 ) -> Workload:
@@ -162,13 +178,14 @@ class WorkloadOptions:
         The trace records ``chip``'s program (the ``--hardware`` of the command; an H100 when
         the command names none)."""
         source = resolve_source(self.model, fill_defaults=self.fill_defaults)
-        lora = resolve_lora(self.lora, self.lora_targets)
+        lora = resolve_lora(self.lora, self.lora_targets, self.qlora)
         return resolve_workload(source, batch=self.batch, seq=self.seq, step=self.step,
                                 precision=self.precision, optimizer=self.optimizer,
                                 device=self.device, checkpoint=self.checkpoint,
                                 layout=SINGLE if laid_out is None else laid_out,
                                 target=default_target() if chip is None else target_of(chip),
-                                optimizer_kernel=self.optimizer_kernel, lora=lora)
+                                optimizer_kernel=self.optimizer_kernel, lora=lora,
+                                offload=resolve_offload(self.offload))
 
 
 @dataclasses.dataclass(frozen=True)

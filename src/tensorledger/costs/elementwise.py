@@ -34,6 +34,8 @@ ELEMENTWISE_FLOPS: dict[str, int] = {
     "eq": 1, "ne": 1, "lt": 1, "le": 1, "gt": 1, "ge": 1, "logical_and": 1, "logical_or": 1,
     "logical_not": 1, "bitwise_and": 1, "bitwise_or": 1, "bitwise_not": 1, "bitwise_xor": 1,
     "__and__": 1, "__or__": 1, "__xor__": 1,  # the operators' spellings (DTensor's vocab mask)
+    "bitwise_left_shift": 1, "bitwise_right_shift": 1, "__lshift__": 1, "__rshift__": 1,
+    # (shifts: torchao's NF4 unpacks two 4-bit codes from a byte with >> and &)
     "where": 1, "masked_fill": 1, "tril": 1, "triu": 1, "isnan": 1, "isinf": 1,
     "nan_to_num": 1, "pow": 1, "square": 1,
     # special functions: one special-function-unit instruction each

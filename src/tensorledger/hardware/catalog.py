@@ -62,7 +62,7 @@ MAX_OP_OVERHEAD_S = 3600.0
 _REQUIRED = ("name", "memory", "memory_bandwidth", "dense")
 _OPTIONAL = ("vendor", "aliases", "interconnect", "interconnect_kind", "source", "sparse",
              "sources", "notes", "op_overhead", "curves", "expected", "unreliable",
-             "calibration", "compute_capability")
+             "calibration", "compute_capability", "host_link", "host_link_kind")
 _EXPECTED_KEYS = ("matmul", "attention", "memory_bandwidth", "op_overhead", "source", "sources")
 #: The node topology of a chip (each optional; a collective needs the ones its group uses):
 #: bandwidths are per device and per direction, latencies per hop of a ring.
@@ -265,6 +265,10 @@ def _chip(chip: str, raw: Any, where: str, origin: str) -> Hardware:
             chip, "interconnect", interconnect, parse_bandwidth, where, example='"900GB/s"'),
         interconnect_kind=None if interconnect_kind is None else _text(
             chip, "interconnect_kind", interconnect_kind, where),
+        host_link_bytes_per_s=None if "host_link" not in raw else _number(
+            chip, "host_link", raw["host_link"], parse_bandwidth, where, example='"64GB/s"'),
+        host_link_kind=None if "host_link_kind" not in raw else _text(
+            chip, "host_link_kind", raw["host_link_kind"], where),
         dense_flop_per_s=dense,
         sparse_flop_per_s=sparse,
         sources=sources,

@@ -164,6 +164,10 @@ class Hardware:
     sparse_flop_per_s: Mapping[str, float] = field(default_factory=dict)
     interconnect_bytes_per_s: float | None = None
     interconnect_kind: str | None = None
+    # The link between the host (CPU memory) and the device, per direction: what offloading
+    # (parameters, optimizer state, activations to the host) moves its bytes over
+    host_link_bytes_per_s: float | None = None
+    host_link_kind: str | None = None  # e.g. "PCIe 5.0 x16", "NVLink-C2C"
     vendor: str = ""
     # NVIDIA's compute capability ("9.0"): which kernels PyTorch runs there (hardware.target)
     compute_capability: str | None = None

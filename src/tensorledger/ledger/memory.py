@@ -21,7 +21,9 @@ def step_facts(run: StepTrace) -> StepFacts:
                      config=work.source.config, ranks=work.layout.count,
                      layout=work.layout.describe(),
                      tensor_parallel=work.layout.tp,
-                     sequence_parallel=work.layout.sp, pipeline_stages=work.layout.pp)
+                     sequence_parallel=work.layout.sp, pipeline_stages=work.layout.pp,
+                     adapters=work.lora is not None, offloaded_bytes=run.offloaded_bytes,
+                     frozen_tensors=run.frozen_tensors, trained_tensors=run.trained_tensors)
 
 
 def memory_report(work: Workload, hardware: Hardware | None = None, count: int = 1,

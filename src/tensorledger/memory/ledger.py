@@ -19,13 +19,14 @@ from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
 from tensorledger.memory.timeline import MEMORY_CATEGORIES, MemoryTimeline, build_timeline
 from tensorledger.napkin.activations import ActivationMemory, activation_memory
+from tensorledger.napkin.adapters import adapter_recipe, frozen_bytes
 from tensorledger.napkin.headroom import device_headroom
 from tensorledger.napkin.recipes import Optimizer, Precision, RecipeBytes, recipe_bytes
 from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.summary import show_bytes, summary
 from tensorledger.trace.records import Trace
 
-__all__ = ["Fit", "MemoryLedger", "MemoryPart", "StepFacts", "memory_ledger"]
+__all__ = ["Fit", "MemoryLedger", "MemoryPart", "Offload", "StepFacts", "memory_ledger"]
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,10 @@ class StepFacts:
     tensor_parallel: int = 1  # a tensor-parallel rank saves its split of the activations
     sequence_parallel: bool = False  # ... and its share of the sequence around the norms
     pipeline_stages: int = 1  # a pipeline rank saves its stage's, for its micro-batches
+    adapters: bool = False  # LoRA/QLoRA: a frozen base (its stored dtype, or NF4) and adapters
+    offloaded_bytes: tuple[int, int] | None = None  # activations to the host and back
+    frozen_tensors: Sequence[tuple[int, int, bool]] = ()  # adapters' base: (n, width, NF4)
+    trained_tensors: Sequence[tuple[int, int]] = ()  # the adapters: (n, width)
 
     def __repr__(self) -> str:  # pragma: no mutate block (presentation: the summary line)
         return summary("StepFacts", f"{self.model} {self.step}",
@@ -95,6 +100,27 @@ class MemoryPart:
     category: str  # parameter, gradient, optimizer_state or saved_activation
     measured_bytes: int  # from the traced step (saved activations: their high point)
     closed_form_bytes: int | None  # napkin's; None where there is none (autocast activations)
+
+
+@dataclass(frozen=True)
+class Offload:
+    """Activations moved to the host and back, priced on the chip's host link (per
+    direction; None where the chip states none)."""
+
+    to_host_bytes: int  # in forward, device to host
+    to_device_bytes: int  # in backward, host to device
+    host_link_bytes_per_s: float | None
+    host_link: str  # "PCIe 5.0 x16 of h100-sxm", or why there is no figure
+
+    @property
+    def to_host_s(self) -> float | None:
+        link = self.host_link_bytes_per_s
+        return None if link is None else self.to_host_bytes / link
+
+    @property
+    def to_device_s(self) -> float | None:
+        link = self.host_link_bytes_per_s
+        return None if link is None else self.to_device_bytes / link
 
 
 @dataclass(frozen=True)
@@ -124,17 +150,41 @@ class MemoryLedger:
     fit: Fit | None
     ranks: int = 1  # the step is one rank of a layout of this many devices: figures per rank
     layout: str = ""
+    adapters: bool = False  # the recipe's closed form (every parameter trained) does not apply
+    # with adapters: the frozen base's bytes and the adapters' recipe (napkin.adapters); None
+    # where no closed form is set beside
+    adapter_closed_form: tuple[int, RecipeBytes] | None = None
+    offload: Offload | None = None  # --offload activations: the host's share and its link
+
+    @property
+    def host_peak_bytes(self) -> int:
+        """The most host memory live at once: the offloaded activations."""
+        return self.timeline.host_peak_bytes
 
     def parts(self) -> tuple[MemoryPart, ...]:
         """The breakdown ``tensorledger memory`` tabulates: state and saved activations,
-        measured beside the closed form (the optimizer state includes a master copy)."""
+        measured beside the closed form (the optimizer state includes a master copy).  With
+        adapters the state's closed form is napkin.adapters' (the frozen base in its stored
+        dtype or NF4, the adapters trained), and the activations have none here (a frozen
+        linear saves no input for its weight's gradient)."""
         recipe, closed = self.recipe, self.activations_closed_form
-        return (MemoryPart("parameter", self.params_bytes, recipe.params_bytes),
-                MemoryPart("gradient", self.grads_bytes, recipe.grads_bytes),
-                MemoryPart("optimizer_state", self.optimizer_state_bytes,
-                           recipe.optimizer_bytes + recipe.master_bytes),
+        state = not self.adapters
+        params: int | None = recipe.params_bytes
+        grads: int | None = recipe.grads_bytes
+        optimizer: int | None = recipe.optimizer_bytes + recipe.master_bytes
+        if self.adapters:
+            params = grads = optimizer = None
+            if self.adapter_closed_form is not None:
+                frozen, adapters = self.adapter_closed_form
+                params = frozen + adapters.params_bytes
+                grads = adapters.grads_bytes
+                optimizer = adapters.optimizer_bytes + adapters.master_bytes
+        return (MemoryPart("parameter", self.params_bytes, params),
+                MemoryPart("gradient", self.grads_bytes, grads),
+                MemoryPart("optimizer_state", self.optimizer_state_bytes, optimizer),
                 MemoryPart("saved_activation", self.saved_activation_bytes,
-                           None if closed is None else closed.total_bytes))
+                           None if closed is None or not state or self.offload is not None
+                           else closed.total_bytes))
 
     def by_category(self) -> dict[str, int]:
         """Live bytes by category at the peak (parameter, gradient, optimizer_state,
@@ -208,6 +258,21 @@ def memory_ledger(trace: Trace, tags: Mapping[int, str], facts: StepFacts, *,
     if first_step is not None:
         first_peak = build_timeline(*first_step).peak.total_bytes
     peak = timeline.peak
+    adapter_closed = None
+    if facts.adapters and facts.trained_tensors:
+        widths = {width for _, width in facts.trained_tensors}
+        trained = None if len(widths) != 1 else adapter_recipe(
+            facts.precision, facts.optimizer, [n for n, _ in facts.trained_tensors],
+            widths.pop())
+        if trained is not None:
+            adapter_closed = (frozen_bytes(facts.frozen_tensors), trained)
+    offload = None
+    if facts.offloaded_bytes is not None:
+        link = None if hardware is None else hardware.host_link_bytes_per_s
+        offload = Offload(*facts.offloaded_bytes, host_link_bytes_per_s=link,
+                          host_link="no chip named" if hardware is None else
+                          f"{hardware.host_link_kind} of {hardware.id}" if link is not None
+                          else f"{hardware.id} states no host link")
     return MemoryLedger(model=facts.model, step=facts.step, batch=facts.batch,
                         seq_len=facts.seq_len,
                         optimizer=recipe.optimizer, precision=recipe.precision,
@@ -220,4 +285,5 @@ def memory_ledger(trace: Trace, tags: Mapping[int, str], facts: StepFacts, *,
                         activations_closed_form=closed, timeline=timeline,
                         fit=None if hardware is None else _fit(timeline, hardware, count,
                                                                facts.ranks, budget_bytes),
-                        ranks=facts.ranks, layout=facts.layout)
+                        ranks=facts.ranks, layout=facts.layout, adapters=facts.adapters,
+                        offload=offload, adapter_closed_form=adapter_closed)

@@ -7,6 +7,9 @@ plus what op *i* created.  Each storage carries a category — ``parameter``, ``
 ``optimizer_state`` (the master copy of ``bf16-master`` included), ``saved_activation`` (kept
 by autograd for backward) or ``temporary`` (everything else: outputs not saved, workspace of
 decomposed ops, the loss) — so the peak comes with what is live at that moment and who made it.
+Host memory is kept apart: a storage tagged ``host_activation`` (an activation offloaded by
+``--offload activations``) is counted in :attr:`TimelinePoint.host_bytes`, never in the
+device's total or peak.
 
 The tags come with the trace (see :func:`tensorledger.workload.trace_workload`): parameters,
 gradients and optimizer state from the model and optimizer, saved activations from
@@ -22,10 +25,13 @@ from tensorledger.errors import InputError
 from tensorledger.summary import show_bytes, show_count, summary
 from tensorledger.trace.records import Trace
 
-__all__ = ["CUDA_BLOCK_BYTES", "MEMORY_CATEGORIES", "LiveStorage", "MemoryTimeline",
+__all__ = ["CUDA_BLOCK_BYTES", "HOST_CATEGORIES", "MEMORY_CATEGORIES", "LiveStorage",
+           "MemoryTimeline",
            "PhaseSpan", "TimelinePoint", "build_timeline", "phase_spans"]
 
 MEMORY_CATEGORIES = ("parameter", "gradient", "optimizer_state", "saved_activation", "temporary")
+#: Categories of storages in host memory: not the device's.
+HOST_CATEGORIES = ("host_activation",)
 
 #: PyTorch's CUDA caching allocator hands out blocks in multiples of 512 bytes, and
 #: ``torch.cuda.max_memory_allocated`` counts those blocks, not the bytes asked for.
@@ -45,7 +51,8 @@ class TimelinePoint:
     optimizer_state_bytes: int
     saved_activation_bytes: int
     temporary_bytes: int
-    total_bytes: int
+    total_bytes: int  # on the device
+    host_bytes: int = 0  # in host memory (offloaded activations), apart from the device's
 
     def by_category(self) -> dict[str, int]:
         return {c: int(getattr(self, f"{c}_bytes")) for c in MEMORY_CATEGORIES}
@@ -77,6 +84,7 @@ class MemoryTimeline:
     allocator_peak_bytes: int = 0
     # torch.cuda.max_memory_allocated over the same step, when it ran on CUDA
     measured_peak_bytes: int | None = None
+    host_peak_bytes: int = 0  # the most host memory live at once (offloaded activations)
 
     @property
     def peak_bytes(self) -> int:
@@ -118,11 +126,13 @@ def phase_spans(points: Sequence[TimelinePoint]) -> tuple[PhaseSpan, ...]:
 
 def _point(index: int, op: str, phase: str, module: str, totals: Mapping[str, int]
            ) -> TimelinePoint:
+    device = sum(totals[c] for c in MEMORY_CATEGORIES)
     return TimelinePoint(index=index, op=op, phase=phase, module=module,
                          parameter_bytes=totals["parameter"], gradient_bytes=totals["gradient"],
                          optimizer_state_bytes=totals["optimizer_state"],
                          saved_activation_bytes=totals["saved_activation"],
-                         temporary_bytes=totals["temporary"], total_bytes=sum(totals.values()))
+                         temporary_bytes=totals["temporary"], total_bytes=device,
+                         host_bytes=sum(totals[c] for c in HOST_CATEGORIES))
 
 
 def build_timeline(trace: Trace, tags: Mapping[int, str], top: int = 12) -> MemoryTimeline:
@@ -130,13 +140,14 @@ def build_timeline(trace: Trace, tags: Mapping[int, str], top: int = 12) -> Memo
 
     A pure function of the trace and the tags: no tensor is touched.
     """
-    unknown = set(tags.values()) - set(MEMORY_CATEGORIES)
+    unknown = set(tags.values()) - set(MEMORY_CATEGORIES) - set(HOST_CATEGORIES)
     if unknown:
         raise InputError(f"unknown memory categories {sorted(unknown)}; known: "
-                         f"{', '.join(MEMORY_CATEGORIES)}")
+                         f"{', '.join(MEMORY_CATEGORIES + HOST_CATEGORIES)}")
     size: dict[int, int] = {}
     origin: dict[int, tuple[str, str, str]] = {}
-    totals = dict.fromkeys(MEMORY_CATEGORIES, 0)
+    totals = dict.fromkeys(MEMORY_CATEGORIES + HOST_CATEGORIES, 0)
+    host = set(HOST_CATEGORIES)
     live: set[int] = set()
     for storage, nbytes in trace.storages_preexisting:
         size[storage] = nbytes
@@ -144,8 +155,9 @@ def build_timeline(trace: Trace, tags: Mapping[int, str], top: int = 12) -> Memo
         live.add(storage)
         totals[tags.get(storage, "temporary")] += nbytes
     start = _point(-1, "", "", "", totals)
-    rounded = sum(_blocks(size[s]) for s in live)
+    rounded = sum(_blocks(size[s]) for s in live if tags.get(s) not in host)
     allocator_peak = rounded
+    host_peak = start.host_bytes
     points: list[TimelinePoint] = []
     peak, peak_live = start, set(live)
     for record in trace.records:
@@ -153,18 +165,22 @@ def build_timeline(trace: Trace, tags: Mapping[int, str], top: int = 12) -> Memo
             if storage in live:
                 live.discard(storage)
                 totals[tags.get(storage, "temporary")] -= size[storage]
-                rounded -= _blocks(size[storage])
+                if tags.get(storage) not in host:
+                    rounded -= _blocks(size[storage])
         for storage, nbytes in record.storages_created:
             size[storage] = nbytes
             origin[storage] = (record.op, record.module, record.phase)
             live.add(storage)
             totals[tags.get(storage, "temporary")] += nbytes
-            rounded += _blocks(nbytes)
+            if tags.get(storage) not in host:
+                rounded += _blocks(nbytes)
         point = _point(record.index, record.op, record.phase, record.module, totals)
         points.append(point)
         allocator_peak = max(allocator_peak, rounded)
+        host_peak = max(host_peak, point.host_bytes)
         if point.total_bytes > peak.total_bytes:
             peak, peak_live = point, set(live)
+    peak_live = {s for s in peak_live if tags.get(s) not in host}
     largest = sorted(peak_live, key=lambda s: (-size[s], s))[:top]
     return MemoryTimeline(
         points=tuple(points), start=start, peak=peak,
@@ -172,7 +188,7 @@ def build_timeline(trace: Trace, tags: Mapping[int, str], top: int = 12) -> Memo
                                        category=tags.get(s, "temporary"), op=origin[s][0],
                                        module=origin[s][1], phase=origin[s][2])
                            for s in largest),
-        storages=len(size), allocator_peak_bytes=allocator_peak)
+        storages=len(size), allocator_peak_bytes=allocator_peak, host_peak_bytes=host_peak)
 
 
 def _blocks(nbytes: int) -> int:

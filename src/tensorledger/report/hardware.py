@@ -59,6 +59,10 @@ def chip_view(chip: Hardware, intensities: Mapping[str, float]) -> list[Renderab
         table.add_row(f"interconnect ({chip.interconnect_kind or '?'})",
                       format_bandwidth(chip.interconnect_bytes_per_s), "", "",
                       chip.specific_source("interconnect"))
+    if chip.host_link_bytes_per_s is not None:
+        table.add_row(f"host link ({chip.host_link_kind or '?'}), per direction",
+                      format_bandwidth(chip.host_link_bytes_per_s), "", "",
+                      chip.specific_source("host_link"))
     topology_source = _topology_rows(table, chip)
     for key in COMPUTE_KEYS:
         if key not in chip.dense_flop_per_s:

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from tensorledger.memory import phase_spans
 from tensorledger.report.plots import new_figure, save_figure
-from tensorledger.units import format_bytes
+from tensorledger.units import format_bytes, format_duration
 
 __all__ = ["memory_figure", "memory_view", "write_memory_plot"]
 
@@ -76,6 +76,19 @@ def memory_view(ledger: Any) -> View:
         view.append("saved activations under bf16 autocast have no closed form here (autocast "
                     "keeps bf16 copies of inputs and weights; torchao's fp8 linears keep the "
                     "bf16 input alone); the measured figure stands alone")
+    offload = ledger.offload
+    if offload is not None:
+        there, back = offload.to_host_s, offload.to_device_s
+        priced = (f"over the host link ({offload.host_link}, "
+                  f"{format_bytes(offload.host_link_bytes_per_s or 0, 'auto')}/s per direction):"
+                  f" {format_duration(there)} and {format_duration(back)}, unless overlapped "
+                  "with compute" if there is not None and back is not None else
+                  f"not priced ({offload.host_link})")
+        view.append(f"activations offloaded (torch's save_on_cpu, every saved tensor, weights "
+                    f"included): {_b(ledger.host_peak_bytes)} at most in host memory, apart from"
+                    f" the device's; {format_bytes(offload.to_host_bytes, 'auto')} to the host in"
+                    f" forward and {format_bytes(offload.to_device_bytes, 'auto')} back in "
+                    f"backward, {priced}")
     if ledger.fit is not None:
         fit = ledger.fit
         verdict = "fits" if fit.fits_replicated else "does not fit"

@@ -18,6 +18,7 @@ from tensorledger.trace.records import PHASES, ROOT, OpRecord, Trace, is_norm_cl
 
 __all__ = [
     "CategoryTotal",
+    "ClassTotal",
     "CollectiveTotal",
     "HandAttention",
     "ModuleNode",
@@ -30,6 +31,7 @@ __all__ = [
     "by_category",
     "by_module",
     "by_phase",
+    "class_total",
     "communication",
     "group_modules",
     "hand_attention",
@@ -264,6 +266,55 @@ def by_phase(trace: Trace) -> tuple[PhaseTotal, ...]:
     for r in trace.records:
         groups.setdefault(r.phase, []).append(r)
     return tuple(PhaseTotal(p, *_sums(groups[p])) for p in PHASES if p in groups)
+
+
+@dataclass(frozen=True)
+class ClassTotal:
+    """The ops run inside every module of one class (and the modules under them), by phase:
+    what a kind of module costs wherever it sits (QLoRA's ``NF4Dequantize``)."""
+
+    module_class: str
+    modules: int  # distinct module paths of the class that ran an op
+    ops: int
+    forward_flops: int
+    backward_flops: int
+    bytes_read: int
+    bytes_written: int
+
+    @property
+    def flops(self) -> int:
+        return self.forward_flops + self.backward_flops
+
+    @property
+    def bytes(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+
+def class_total(trace: Trace, module_class: str) -> ClassTotal | None:
+    """The totals of the ops inside modules of class ``module_class``; None if none ran.
+
+    >>> from tensorledger.trace.records import Trace
+    >>> class_total(Trace(records=(), uncovered={}, device="meta"), "NF4Dequantize") is None
+    True
+    """
+    paths = [path for path, kind in trace.module_classes.items() if kind == module_class]
+    if not paths:
+        return None
+    inside = tuple(path + "." for path in paths)
+    ran = set()
+    ops = forward = backward = read = written = 0
+    for r in trace.records:
+        if r.module not in paths and not r.module.startswith(inside):
+            continue
+        ran.add(next(p for p in paths if r.module == p or r.module.startswith(p + ".")))
+        ops += 1
+        forward += r.flops if r.phase == "forward" else 0
+        backward += r.flops if r.phase == "backward" else 0
+        read += r.bytes_read
+        written += r.bytes_written
+    if not ops:
+        return None
+    return ClassTotal(module_class, len(ran), ops, forward, backward, read, written)
 
 
 def backward_forward_ratio(trace: Trace) -> float:

@@ -44,7 +44,11 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass_type
+from torch.utils._python_dispatch import (
+    TorchDispatchMode,
+    is_traceable_wrapper_subclass,
+    is_traceable_wrapper_subclass_type,
+)
 from torch.utils._pytree import tree_leaves
 
 from tensorledger.costs.registry import Rule, lookup
@@ -135,6 +139,10 @@ def _view_bytes(tensor: torch.Tensor) -> int:
 
 
 def _storage(tensor: torch.Tensor) -> torch.UntypedStorage | None:
+    if is_traceable_wrapper_subclass(tensor):
+        # a wrapper (torchao's NF4 weight) holds its memory in inner tensors, which its ops
+        # read as ops of their own; its own storage is a placeholder of the logical size
+        return None
     try:
         return tensor.untyped_storage()
     except (RuntimeError, NotImplementedError, TypeError):

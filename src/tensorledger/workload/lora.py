@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from tensorledger.errors import InputError
+from tensorledger.workload.qlora import NF4Base, quantize_base, quiet_torchao
 from tensorledger.workload.spec import Lora, Workload
 
 __all__ = ["REFERENCE_TARGETS", "AppliedLora", "apply_lora", "linear_names", "trainable"]
@@ -44,12 +45,15 @@ class AppliedLora:
     trainable_params: int  # peft's get_nb_trainable_parameters()
     all_params: int
     peft_version: str
+    base: NF4Base | None = None  # QLoRA: the linears stored in 4-bit NF4
 
     def describe(self) -> str:
         share = self.trainable_params / self.all_params if self.all_params else 0.0
-        return (f"LoRA through peft {self.peft_version} on {', '.join(self.targets)} "
-                f"({self.targets_from}): {self.trainable_params:,} trainable parameters of "
-                f"{self.all_params:,} ({share:.2%}); the rest frozen in their stored dtype")
+        frozen = "the rest frozen in their stored dtype" if self.base is None else \
+            f"the rest frozen: {self.base.describe()}"
+        return (f"{'QLoRA' if self.base else 'LoRA'} through peft {self.peft_version} on "
+                f"{', '.join(self.targets)} ({self.targets_from}): {self.trainable_params:,} "
+                f"trainable parameters of {self.all_params:,} ({share:.2%}); {frozen}")
 
 
 def trainable(parameters: list[nn.Parameter]) -> list[nn.Parameter]:
@@ -133,17 +137,19 @@ def apply_lora(work: Workload, module: nn.Module) -> tuple[nn.Module, AppliedLor
     lora = work.lora
     assert lora is not None
     try:
-        import peft
+        with quiet_torchao():  # peft imports torchao when it is there
+            import peft
     except ImportError:
         raise InputError("--lora builds its adapters with peft, which is not installed: "
                          "pip install 'tensorledger[lora]'") from None
     targets, taken_from = _targets(work, module, lora)
     _check_targets(module, targets)
+    base = quantize_base(module) if lora.nf4 else None
     config = peft.LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                              target_modules=list(targets), bias="none")
     try:
         with _fake_safe_moves() if work.device == "fake" else nullcontext(), \
-                warnings.catch_warnings():
+                warnings.catch_warnings(), quiet_torchao():
             # peft asks a transformers model a question transformers 5 renamed; not ours to say
             warnings.filterwarnings("ignore", ".*is_gradient_checkpointing.* is deprecated",
                                     FutureWarning)
@@ -153,4 +159,4 @@ def apply_lora(work: Workload, module: nn.Module) -> tuple[nn.Module, AppliedLor
     trainable_count, all_count = model.get_nb_trainable_parameters()
     return model, AppliedLora(targets=targets, targets_from=taken_from,
                               trainable_params=trainable_count, all_params=all_count,
-                              peft_version=peft.__version__)
+                              peft_version=peft.__version__, base=base)

@@ -48,7 +48,7 @@ def quiet_torch(inner: AbstractContextManager[object] | None = None) -> Iterator
     >>> shown
     []
     """
-    loggers = [logging.getLogger(name) for name in REPEATING_LOGGERS]
+    loggers = [logging.getLogger(name) for name in (*REPEATING_LOGGERS, *IMPORT_LOGGERS)]
     for logger in loggers:
         logger.addFilter(_drop)
     try:

@@ -21,6 +21,7 @@ from tensorledger.trace.recorder import Recorder
 from tensorledger.trace.records import Trace
 from tensorledger.trace.storage import local_tensor as local
 from tensorledger.trace.storage import storage_key
+from tensorledger.workload.qlora import dequantization_note, flat_tensors
 from tensorledger.workload.spec import Workload, resolve_workload
 from tensorledger.workload.step import PreparedStep, laid_out, prepare
 
@@ -39,9 +40,10 @@ class TaggingRecorder(Recorder):
         for tensor in tensors:
             if tensor is None:
                 continue
-            known = self._live.get(storage_key(local(tensor)))
-            if known is not None:
-                self.tags.setdefault(known[0], category)
+            for part in flat_tensors(local(tensor)):  # an NF4 weight: its inner tensors
+                known = self._live.get(storage_key(part))
+                if known is not None:
+                    self.tags.setdefault(known[0], category)
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,12 @@ class StepTrace:
     model_params: int = 0  # the whole model's parameters (all ranks' shards together)
     trainable_params: int | None = None  # with adapters (LoRA): those trained; None: all
     active_params: int | None = None  # a mixture of experts: the parameters a token runs
+    # --offload activations: bytes copied to the host in forward and back in backward
+    offloaded_bytes: tuple[int, int] | None = None
+    # with adapters: the frozen tensors (elements, bytes an element, NF4) and the trained ones
+    # (elements, bytes an element), for the closed forms (napkin.adapters)
+    frozen_tensors: tuple[tuple[int, int, bool], ...] = ()
+    trained_tensors: tuple[tuple[int, int], ...] = ()
 
     @property
     def params(self) -> int:
@@ -116,7 +124,8 @@ def saved_tagger(recorder: TaggingRecorder, params: Iterable[torch.Tensor]
                  ) -> Callable[[torch.Tensor], torch.Tensor]:
     """A ``saved_tensors_hooks`` pack hook that tags what autograd saves, but the parameters,
     as saved activations."""
-    param_keys = {storage_key(local(p)) for p in params}
+    param_keys = {storage_key(part) for p in params
+                  for part in (local(p), *flat_tensors(local(p)))}
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         if storage_key(local(tensor)) not in param_keys:
@@ -153,7 +162,7 @@ def record_step(step: PreparedStep) -> tuple[Trace, dict[int, str]]:
         if not step.work.step.backward:
             step.forward()
         else:
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            with step.saved_hooks(pack, lambda t: recorder.tag([t], "host_activation")):
                 loss = step.loss()
             loss.backward()  # type: ignore[no-untyped-call]
             recorder.tag(params, "parameter")
@@ -219,16 +228,51 @@ def trace_workload(work: Workload, first_step: bool = False,
         if on_cuda:
             torch.cuda.synchronize()
             measured = int(torch.cuda.max_memory_allocated())
+    frozen, trained = _adapter_tensors(step)
     return StepTrace(work=work, param_numels=tuple(local(p).numel() for p in step.parameters),
                      trace=trace, param_parts=parts_of(step), tags=tags, first_step=first,
                      first_step_tags=first_tags, measured_peak_bytes=measured,
                      model_params=sum(p.numel() for p in step.parameters),
                      trainable_params=None if step.lora is None else
                      sum(p.numel() for p in step.parameters if p.requires_grad),
-                     assumptions=tuple(notes) + (() if step.lora is None
-                                                 else (step.lora.describe(),))
-                     + (() if step.float8 is None else (step.float8.describe(),)),
-                     active_params=_active(step))
+                     assumptions=tuple(notes) + _adapter_notes(step, trace)
+                     + (() if step.float8 is None else (step.float8.describe(),))
+                     + _offload_notes(step),
+                     active_params=_active(step),
+                     offloaded_bytes=None if step.offloaded is None else
+                     (step.offloaded.to_host_bytes, step.offloaded.to_device_bytes),
+                     frozen_tensors=frozen, trained_tensors=trained)
+
+
+def _adapter_notes(step: PreparedStep, trace: Trace) -> tuple[str, ...]:
+    """LoRA's adapters and, over an NF4 base, what dequantising it cost."""
+    if step.lora is None:
+        return ()
+    if step.lora.base is None:
+        return (step.lora.describe(),)
+    return step.lora.describe(), dequantization_note(trace)
+
+
+def _adapter_tensors(step: PreparedStep) -> tuple[tuple[tuple[int, int, bool], ...],
+                                                   tuple[tuple[int, int], ...]]:
+    """With adapters, the frozen and the trained tensors, by size and width."""
+    if step.lora is None:
+        return (), ()
+    frozen = tuple((local(p).numel(), p.element_size(), type(p).__name__ == "NF4Tensor")
+                   for p in step.parameters if not p.requires_grad)
+    trained = tuple((local(p).numel(), p.element_size())
+                    for p in step.parameters if p.requires_grad)
+    return frozen, trained
+
+
+def _offload_notes(step: PreparedStep) -> tuple[str, ...]:
+    """What --offload activations moved, in the step traced."""
+    moved = step.offloaded
+    if moved is None:
+        return ()
+    return (f"activations offloaded by torch's save_on_cpu (every tensor autograd saves, "
+            f"weights included): {moved.to_host_bytes:,} bytes to the host in forward, "
+            f"{moved.to_device_bytes:,} back in backward",)
 
 
 def _active(step: PreparedStep) -> int | None:

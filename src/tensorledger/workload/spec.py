@@ -24,8 +24,9 @@ from tensorledger.workload.layout import SINGLE, Layout, check_layout
 from tensorledger.workload.source import ModelSource, resolve_source
 
 __all__ = ["DEFAULTS", "DEVICES", "FOREACH_OPTIMIZERS", "FUSED_OPTIMIZERS", "MAX_BATCH",
-           "MAX_LORA_RANK", "MAX_SEQ", "STEPS", "Lora", "Step", "Workload", "WorkloadDefaults",
-           "check_float8", "peft_available", "resolve_lora", "resolve_step", "resolve_workload",
+           "MAX_LORA_RANK", "MAX_SEQ", "OFFLOADS", "STEPS", "Lora", "Step", "Workload",
+           "WorkloadDefaults", "check_float8", "peft_available", "resolve_lora", "resolve_offload",
+           "resolve_step", "resolve_workload",
            "torchao_available"]
 
 #: Where a step runs: ``auto`` picks meta or fake (see :func:`resolve_workload`).
@@ -68,17 +69,19 @@ class Lora:
     targeted linear: r · (d_in + d_out) parameters apiece.
 
     >>> resolve_lora(8, "q_proj, v_proj")
-    Lora(rank=8, alpha=8, targets=('q_proj', 'v_proj'), dropout=0.0)
+    Lora(rank=8, alpha=8, targets=('q_proj', 'v_proj'), dropout=0.0, nf4=False)
     """
 
     rank: int
     alpha: int  # peft's lora_alpha: the update is scaled by alpha / rank, which costs nothing
     targets: tuple[str, ...] = ()  # module names (a name, or a dotted tail); (): the defaults
     dropout: float = 0.0  # no dropout on the adapters' input: a dropout's mask is a cost apart
+    nf4: bool = False  # QLoRA: the frozen linears stored in torchao's 4-bit NF4 (workload.qlora)
 
     def describe(self) -> str:
         on = ", ".join(self.targets) if self.targets else "the model's default targets"
-        return f"LoRA r={self.rank} on {on}"
+        base = " over a 4-bit NF4 base (QLoRA)" if self.nf4 else ""
+        return f"LoRA r={self.rank} on {on}{base}"
 
 
 _MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.\w+)*")
@@ -89,8 +92,14 @@ def peft_available() -> bool:
     return importlib.util.find_spec("peft") is not None
 
 
-def resolve_lora(rank: int | None, targets: str | None = None) -> Lora | None:
-    """``--lora R`` and ``--lora-targets a,b`` checked: None without ``--lora``.
+def torchao_available() -> bool:
+    """True when the optional ``torchao`` package is installed (it is not imported)."""
+    return importlib.util.find_spec("torchao") is not None
+
+
+def resolve_lora(rank: int | None, targets: str | None = None, qlora: bool = False
+                 ) -> Lora | None:
+    """``--lora R``, ``--lora-targets a,b`` and ``--qlora`` checked: None without ``--lora``.
 
     >>> resolve_lora(0)
     Traceback (most recent call last):
@@ -101,6 +110,9 @@ def resolve_lora(rank: int | None, targets: str | None = None) -> Lora | None:
         if targets is not None:
             raise InputError("--lora-targets names the modules that get adapters; give the "
                              "adapters' rank with --lora R too")
+        if qlora:
+            raise InputError("--qlora stores the frozen base in 4-bit NF4 under LoRA "
+                             "adapters; give the adapters' rank with --lora R too")
         return None
     rank = _whole("lora", rank, MAX_LORA_RANK)
     names: tuple[str, ...] = ()
@@ -114,7 +126,34 @@ def resolve_lora(rank: int | None, targets: str | None = None) -> Lora | None:
     if not peft_available():
         raise InputError("--lora builds its adapters with peft, which is not installed: "
                          "pip install 'tensorledger[lora]'")
-    return Lora(rank=rank, alpha=rank, targets=names)
+    if qlora and not torchao_available():
+        raise InputError("--qlora stores the base in torchao's NF4 tensors, and torchao is "
+                         "not installed: pip install 'tensorledger[ao]'")
+    return Lora(rank=rank, alpha=rank, targets=names, nf4=bool(qlora))
+
+
+#: What ``--offload`` moves to the host: the activations autograd saves, through torch's
+#: ``torch.autograd.graph.save_on_cpu`` (copied to the host in forward, back in backward).
+OFFLOADS = ("activations",)
+
+
+def resolve_offload(text: str | None) -> tuple[str, ...]:
+    """``--offload activations`` checked: what is offloaded, () without the option.
+
+    >>> resolve_offload("activations"), resolve_offload(None)
+    (('activations',), ())
+    """
+    if text is None:
+        return ()
+    pieces = tuple(dict.fromkeys(piece.strip().lower() for piece in text.split(",")))
+    for piece in pieces:
+        if piece in ("params", "parameters", "optimizer"):
+            raise InputError("--offload params (FSDP2's CPUOffloadPolicy: parameters, "
+                             "gradients and optimizer state on the host) is not traced yet; "
+                             "--offload takes: activations")
+        if piece not in OFFLOADS:
+            raise UnknownNameError("offload", piece or text, OFFLOADS)
+    return pieces
 
 
 @dataclass(frozen=True)
@@ -162,6 +201,7 @@ class Workload:
     target: Target = CPU  # the chip whose program the trace records (hardware.target)
     optimizer_kernel: str = "for-loop"  # for-loop, foreach or fused (OPTIMIZER_KERNELS)
     lora: Lora | None = None  # adapters trained on a frozen model (peft's LoRA)
+    offload: tuple[str, ...] = ()  # what lives on the host (OFFLOADS): activations
 
     @property
     def tokens(self) -> int:
@@ -197,7 +237,9 @@ class Workload:
                        f"{self.optimizer.name} ({self.optimizer_kernel})"
                        if self.step.optimizer else "",
                        "checkpointed" if self.checkpoint else "",
-                       self.lora.describe() if self.lora else "", f"on {self.device}",
+                       self.lora.describe() if self.lora else "",
+                       f"{', '.join(self.offload)} offloaded" if self.offload else "",
+                       f"on {self.device}",
                        "" if self.layout.single else
                        f"one rank of {self.layout.describe()}")
 
@@ -216,7 +258,8 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
                      device: str = DEFAULTS.device, checkpoint: bool = DEFAULTS.checkpoint,
                      layout: Layout = SINGLE, target: Target | None = None,
                      optimizer_kernel: str = DEFAULTS.optimizer_kernel,
-                     lora: Lora | None = None) -> Workload:
+                     lora: Lora | None = None, offload: tuple[str, ...] = ()
+                     ) -> Workload:
     """Check every option and look every name up once; nothing is built or imported.
 
     ``device="auto"`` chooses ``meta`` for the reference presets (exact, fastest) unless the
@@ -231,6 +274,8 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
     ``auto`` is the target's default (``foreach`` on a GPU, ``for-loop`` on a CPU); ``fused``
     runs torch's fused kernel (SGD, Adam, AdamW), traced on fake tensors.
     ``lora`` (:func:`resolve_lora`) trains adapters beside a frozen model, on one device.
+    ``offload`` (:func:`resolve_offload`) keeps the saved activations on the host (a step
+    with a backward, on fake tensors: meta tensors cannot be copied to the host).
     """
     source = model if isinstance(model, ModelSource) else resolve_source(model)
     batch = _whole("batch", batch, MAX_BATCH)
@@ -246,9 +291,23 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
                          f"process group, on fake tensors; drop --device {key} (or use --device "
                          "fake), and run it for real under torchrun")
     chosen_target, kernel = _program(key, target, optimizer_kernel, chosen_optimizer.name)
+    if offload and not chosen_step.backward:
+        raise InputError("--offload activations moves what autograd saves for backward to the "
+                         "host; a forward step saves nothing: drop --offload or --step")
+    if offload and layout.pp > 1:
+        raise InputError("--offload activations is traced for one step of a module, not yet "
+                         "through a pipeline schedule; drop --pp or --offload")
+    if offload and lora is not None and lora.nf4:
+        raise InputError("--offload activations copies each saved tensor into a plain host "
+                         "tensor, and torchao's NF4 weight that each QLoRA linear saves cannot "
+                         "be copied into one; drop --offload or --qlora")
+    if offload and key == "meta":
+        raise InputError("--offload activations copies each saved tensor to the host, which a "
+                         "meta tensor (no data) cannot be copied to; use --device fake")
     if key == "auto":
         exact_on_meta = (source.kind == "preset" and not chosen_precision.autocast
-                         and not checkpoint and layout.single and kernel != "fused")
+                         and not checkpoint and layout.single and kernel != "fused"
+                         and not offload)
         key = "meta" if exact_on_meta else "fake"
     if key == "meta" and kernel == "fused":
         raise InputError("the fused optimizer checks that its parameters are on a GPU or the "
@@ -287,7 +346,7 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
     return Workload(source=source, batch=batch, seq=seq, step=chosen_step,
                     precision=chosen_precision, optimizer=chosen_optimizer,
                     checkpoint=checkpoint, device=key, layout=layout, target=chosen_target,
-                    optimizer_kernel=kernel, lora=lora)
+                    optimizer_kernel=kernel, lora=lora, offload=offload)
 
 
 def torchao_available() -> bool:

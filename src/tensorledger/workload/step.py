@@ -29,6 +29,7 @@ from tensorledger.workload.factory import FactoryFile, load_factory_file, user_c
 from tensorledger.workload.float8 import AppliedFloat8, apply_float8
 from tensorledger.workload.layout import Layout
 from tensorledger.workload.lora import AppliedLora, apply_lora, trainable
+from tensorledger.workload.offload import ActivationOffload
 from tensorledger.workload.precision import RecipeOptimizer, param_dtype
 from tensorledger.workload.spec import Workload
 
@@ -267,6 +268,22 @@ class PreparedStep:
     device_type: str
     lora: AppliedLora | None = None  # the adapters peft put on the module, if any
     float8: AppliedFloat8 | None = None  # the linears torchao runs in fp8, if any
+    offloaded: ActivationOffload | None = None  # the last step's activation offload, if any
+
+    def saved_hooks(self, on_saved: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                    on_host: Callable[[torch.Tensor], None] | None = None
+                    ) -> AbstractContextManager[None]:
+        """What autograd does with the tensors it saves in :meth:`loss`: ``on_saved`` sees
+        each (the trace tags them); with ``--offload activations`` torch's ``save_on_cpu``
+        moves them to the host instead (``on_host`` sees each host copy)."""
+        if "activations" in self.work.offload:
+            self.offloaded = ActivationOffload(stand_in=self.device_type != "cuda"
+                                               and self.work.target.kind != "cpu",
+                                               on_host=on_host)
+            return self.offloaded.hooks()
+        if on_saved is None:
+            return nullcontext()
+        return torch.autograd.graph.saved_tensors_hooks(on_saved, lambda t: t)
 
     def guard(self) -> AbstractContextManager[None]:
         """Errors of the module's own code become one line naming what and where."""
@@ -305,7 +322,9 @@ class PreparedStep:
             if not self.work.step.backward:
                 self.forward()
                 return
-            self.loss().backward()  # type: ignore[no-untyped-call]
+            with self.saved_hooks():
+                loss = self.loss()
+            loss.backward()  # type: ignore[no-untyped-call]
             if self.optimizer is not None:
                 self.optimizer.step()
                 self.after_optimizer_step()
