@@ -83,6 +83,9 @@ class PublishedRun:
     utilisation: str  # what the published rate counts: "MFU" or "HFU" (recompute counted)
     notes: str = ""  # where the expression differs from the run
     cannot_express: str | None = None  # why account cannot take this run
+    # the source's FLOP count that turns its FLOP rate into tokens/s: "megatron" (Eq. 3);
+    # None where the source does not state one (then no tokens/s can be derived)
+    flop_count: str | None = "megatron"
 
     @property
     def counts_recompute(self) -> bool:
@@ -98,12 +101,14 @@ class PublishedRun:
         return self.global_batch // self.data_parallel
 
     @property
-    def published_tokens_per_s(self) -> float:
+    def published_tokens_per_s(self) -> float | None:
         """Tokens/s per chip: as published, or from a published FLOP rate by the source's own
-        FLOP count."""
+        FLOP count; None where the source states no FLOP count."""
         if self.published_unit == "tokens/s/chip":
             return self.published
         if self.published_unit == "TFLOP/s/chip":
+            if self.flop_count != "megatron":
+                return None
             return self.published * 1e12 / megatron_flops_per_token(self.shape, self.seq)
         raise ValueError(f"unknown unit {self.published_unit!r}")
 
@@ -204,15 +209,17 @@ RUNS: tuple[PublishedRun, ...] = (
                  {"fsdp": 64, "tp": 8, "pp": 16}, 2048, 8192, False, "mixed-bf16", 430,
                  "TFLOP/s/chip", 0.43, "MFU",
                  cannot_express="uneven pipeline stages: 126 layers over PP 16 (the paper's "
-                                "stages hold 7 or 8); account cuts equal stages"),
+                                "stages hold 7 or 8); account cuts equal stages", flop_count=None),
     PublishedRun("llama3-405b-16k", LLAMA3, LLAMA3_405B, "h100-sxm", 16384,
                  {"fsdp": 128, "tp": 8, "pp": 16}, 2048, 8192, False, "mixed-bf16", 400,
                  "TFLOP/s/chip", 0.41, "MFU",
-                 cannot_express="uneven pipeline stages: 126 layers over PP 16"),
+                 cannot_express="uneven pipeline stages: 126 layers over PP 16",
+                 flop_count=None),
     PublishedRun("llama3-405b-128k", LLAMA3, LLAMA3_405B, "h100-sxm", 16384,
                  {"fsdp": 8, "tp": 8, "pp": 16}, 128, 131072, False, "mixed-bf16", 380,
                  "TFLOP/s/chip", 0.38, "MFU",
-                 cannot_express="context parallelism (CP 16) and uneven pipeline stages"),
+                 cannot_express="context parallelism (CP 16) and uneven pipeline stages",
+                 flop_count=None),
     PublishedRun("torchtitan-llama3-8b-a100", TORCHTITAN, LLAMA3_8B, "a100-80gb", 64,
                  {"fsdp": 64}, 64, 8192, True, "mixed-bf16", 2904, "tokens/s/chip", 0.568,
                  "MFU", cannot_express="selective activation checkpointing (every other "
@@ -242,6 +249,7 @@ class Prediction:
     step_s: float
     pipeline_bubble: float
     communication_s: float
+    shares: dict[str, float]  # of the rank's expected step, by category (matmul, attention, ...)
     wall_s: float  # time to trace and account the row here
 
 
@@ -288,7 +296,9 @@ def predict(run: PublishedRun) -> Prediction:
     return Prediction(tokens_per_s=serial / run.chips,
                       overlapped_tokens_per_s=overlapped / run.chips, utilisation=ledger.mfu,
                       step_s=cluster.step_s, pipeline_bubble=cluster.pipeline_bubble,
-                      communication_s=cluster.communication_s, wall_s=wall)
+                      communication_s=cluster.communication_s,
+                      shares={t.name: t.share_of_step for t in ledger.roofline.by_category},
+                      wall_s=wall)
 
 
 # ------------------------------------------------------------------------------- the table
@@ -357,15 +367,15 @@ def markdown(rows: list[tuple[PublishedRun, Prediction | None, str | None]]) -> 
         batch = f"{run.global_batch:,} × {run.seq:,}"
         ckpt = "full" if run.checkpoint else "none"
         counted = "yes" if run.counts_recompute else "no"
-        if pred is None:
+        published = run.published_tokens_per_s
+        rate = "— (no FLOP count stated)" if published is None else f"{published:,.0f}"
+        if pred is None or published is None:
             lines.append(f"| {run.key} | {chips} | {layout_text(run.layout)} | {batch} | {ckpt} "
-                         f"| {figure} | {counted} | {run.published_tokens_per_s:,.0f} | — | "
-                         f"not predicted: {why} |")
+                         f"| {figure} | {counted} | {rate} | — | not predicted: {why} |")
             continue
-        off = ratio(pred.tokens_per_s, run.published_tokens_per_s)
+        off = ratio(pred.tokens_per_s, published)
         lines.append(f"| {run.key} | {chips} | {layout_text(run.layout)} | {batch} | {ckpt} | "
-                     f"{figure} | {counted} | {run.published_tokens_per_s:,.0f} | "
-                     f"{pred.tokens_per_s:,.0f} | {off:+.1%} |")
+                     f"{figure} | {counted} | {rate} | {pred.tokens_per_s:,.0f} | {off:+.1%} |")
     return "\n".join(lines)
 
 
@@ -393,15 +403,19 @@ def main() -> None:
             print(f"{run.key:<28} skipped: {why}", flush=True)
             continue
         pred = predict(run)
-        r = ratio(pred.tokens_per_s, run.published_tokens_per_s)
+        published = run.published_tokens_per_s
+        assert published is not None, f"{run.key}: a predicted row needs tokens/s to compare"
+        r = ratio(pred.tokens_per_s, published)
         verdict.ratios[run.key] = r
         rows.append((run, pred, None))
-        print(f"{run.key:<28} published {run.published_tokens_per_s:9,.0f} tok/s/chip  "
+        print(f"{run.key:<28} published {published:9,.0f} tok/s/chip  "
               f"predicted {pred.tokens_per_s:9,.0f} "
               f"(overlapped {pred.overlapped_tokens_per_s:,.0f})"
               f"  {r:+7.1%}  {'HFU' if run.checkpoint else 'MFU'} {pred.utilisation:.3f}  "
               f"bubble {pred.pipeline_bubble:.3f}  comm {pred.communication_s:.3g} s of "
-              f"{pred.step_s:.3g} s  ({pred.wall_s:.0f} s to account)", flush=True)
+              f"{pred.step_s:.3g} s  matmul {pred.shares.get('matmul', 0):.0%} attention "
+              f"{pred.shares.get('attention', 0):.0%} of the rank's step  "
+              f"({pred.wall_s:.0f} s to account)", flush=True)
     wall = time.perf_counter() - start
     if args.markdown:
         print(markdown(rows))

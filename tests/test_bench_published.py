@@ -72,6 +72,8 @@ def test_megatron_flop_rate_to_tokens_per_second_by_hand(bench: ModuleType) -> N
     # a row published in tokens/s is taken as is
     titan = next(r for r in bench.RUNS if r.key == "torchtitan-llama3-70b")
     assert titan.published_tokens_per_s == 331
+    # Llama 3 states MFU, not the FLOP count behind it: no tokens/s is derived
+    assert next(r for r in bench.RUNS if r.key == "llama3-405b-8k").published_tokens_per_s is None
 
 
 def test_ratio_and_verdict_by_hand(bench: ModuleType) -> None:
@@ -89,6 +91,7 @@ def test_the_markdown_table_lists_rows_it_cannot_express(bench: ModuleType) -> N
     text = bench.markdown([(uneven, None, uneven.cannot_express)])
     assert "not predicted: uneven pipeline stages" in text
     assert "8,192 × h100-sxm" in text and "TP 8 · PP 16 · FSDP 64" in text
+    assert "— (no FLOP count stated)" in text
 
 
 def test_one_small_row_through_the_prediction_path(bench: ModuleType) -> None:
