@@ -204,6 +204,10 @@ RUNS: tuple[PublishedRun, ...] = (
                  _mpt("mpt-30b", 7168, 48, 56), "a100-40gb", 32, {"fsdp": 32}, 128, 2048, True,
                  "bf16", 857, "tokens/s/chip", 0.5174, "MFU",
                  "FSDP mixed precision PURE (bf16 parameters): the bf16 recipe"),
+    PublishedRun("foundry-mpt-70b-a100", f"{FOUNDRY}, 'A100 40GB', 70b 2048 × 128",
+                 _mpt("mpt-70b", 8192, 80, 64), "a100-40gb", 128, {"fsdp": 128}, 512, 2048,
+                 True, "bf16", 376, "tokens/s/chip", 0.4891, "MFU",
+                 "FSDP mixed precision PURE (bf16 parameters): the bf16 recipe"),
     # ---- runs account cannot express: listed with the reason
     PublishedRun("llama3-405b-8k", LLAMA3, LLAMA3_405B, "h100-sxm", 8192,
                  {"fsdp": 64, "tp": 8, "pp": 16}, 2048, 8192, False, "mixed-bf16", 430,
