@@ -30,6 +30,10 @@ import json
 import statistics
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tensorledger.napkin.transformer import TransformerConfig
 
 MEDIAN_TARGET, WORST_TARGET = 0.15, 0.30
 
@@ -257,7 +261,7 @@ class Prediction:
     wall_s: float  # time to trace and account the row here
 
 
-def config_of(shape: Shape):  # type: ignore[no-untyped-def]
+def config_of(shape: Shape) -> TransformerConfig:
     """The reference Transformer's config for ``shape``."""
     from tensorledger.napkin.transformer import TransformerConfig
 
