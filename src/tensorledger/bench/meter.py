@@ -358,7 +358,8 @@ class Meter:
                 self._record_next = True
         self._pending.append(_Pending(self._steps, self._start, end, self._previous_end, tokens,
                                       key, count, recorder is not None))
-        self._previous_end = end
+        # a recorded step is priced after its end: the next step's outside time starts after
+        self._previous_end = end if recorder is None else self._timer.mark()
         if self.every and self._steps % self.every == 0:
             self.flush()
 
