@@ -79,7 +79,8 @@ class PublishedRun:
     layout: dict[str, int | str]  # dp, fsdp, zero, tp, pp, microbatches, schedule
     global_batch: int  # sequences per optimizer step
     seq: int
-    checkpoint: bool  # full activation checkpointing (every block recomputed)
+    checkpoint: bool | None  # full activation checkpointing (every block); None: other or
+    # not stated (a row not predicted: its reason says which)
     precision: str  # tensorledger's recipe closest to the run's
     published: float  # the figure as published
     published_unit: str  # "tokens/s/chip", "TFLOP/s/chip"
@@ -214,26 +215,26 @@ RUNS: tuple[PublishedRun, ...] = (
                  "FSDP mixed precision PURE (bf16 parameters): the bf16 recipe"),
     # ---- runs account cannot express: listed with the reason
     PublishedRun("llama3-405b-8k", LLAMA3, LLAMA3_405B, "h100-sxm", 8192,
-                 {"fsdp": 64, "tp": 8, "pp": 16}, 2048, 8192, False, "mixed-bf16", 430,
+                 {"fsdp": 64, "tp": 8, "pp": 16}, 2048, 8192, None, "mixed-bf16", 430,
                  "TFLOP/s/chip", 0.43, "MFU",
-                 cannot_express="uneven pipeline stages: 126 layers over PP 16 (the paper's "
-                                "stages hold 7 or 8); account cuts equal stages", flop_count=None),
+                 cannot_express="uneven pipeline stages: 126 layers do not divide into PP "
+                                "16 equal stages, which account cuts", flop_count=None),
     PublishedRun("llama3-405b-16k", LLAMA3, LLAMA3_405B, "h100-sxm", 16384,
-                 {"fsdp": 128, "tp": 8, "pp": 16}, 2048, 8192, False, "mixed-bf16", 400,
+                 {"fsdp": 128, "tp": 8, "pp": 16}, 2048, 8192, None, "mixed-bf16", 400,
                  "TFLOP/s/chip", 0.41, "MFU",
                  cannot_express="uneven pipeline stages: 126 layers over PP 16",
                  flop_count=None),
     PublishedRun("llama3-405b-128k", LLAMA3, LLAMA3_405B, "h100-sxm", 16384,
-                 {"fsdp": 8, "tp": 8, "pp": 16}, 128, 131072, False, "mixed-bf16", 380,
+                 {"fsdp": 8, "tp": 8, "pp": 16}, 128, 131072, None, "mixed-bf16", 380,
                  "TFLOP/s/chip", 0.38, "MFU",
                  cannot_express="context parallelism (CP 16) and uneven pipeline stages",
                  flop_count=None),
     PublishedRun("torchtitan-llama3-8b-a100", TORCHTITAN, LLAMA3_8B, "a100-80gb", 64,
-                 {"fsdp": 64}, 64, 8192, True, "mixed-bf16", 2904, "tokens/s/chip", 0.568,
-                 "MFU", cannot_express="selective activation checkpointing (every other "
-                                       "layer); account recomputes every block or none"),
+                 {"fsdp": 64}, 64, 8192, None, "mixed-bf16", 2904, "tokens/s/chip", 0.568,
+                 "MFU", cannot_express="selective activation checkpointing (per layer); "
+                                       "account recomputes every block or none"),
     PublishedRun("torchtitan-llama31-8b-h100", TORCHTITAN_PAPER, LLAMA3_8B, "h100-sxm", 8,
-                 {"fsdp": 8}, 16, 8192, True, "mixed-bf16", 5762, "tokens/s/chip", None,
+                 {"fsdp": 8}, 16, 8192, None, "mixed-bf16", 5762, "tokens/s/chip", None,
                  "MFU", cannot_express="chip not in the catalog: H100 with 96 GB HBM2e at "
                                        "2.4 TB/s and a 500 W limit (not the 80 GB SXM5 at "
                                        "3.35 TB/s); also selective checkpointing"),
@@ -293,7 +294,8 @@ def predict(run: PublishedRun) -> Prediction:
     if layout.count != run.chips:
         raise ValueError(f"{run.key}: layout of {layout.count} chips, published {run.chips}")
     work = resolve_workload(source, batch=run.rank_batch, seq=run.seq, step="train",
-                            precision=run.precision, checkpoint=run.checkpoint, layout=layout,
+                            precision=run.precision, checkpoint=bool(run.checkpoint),
+                            layout=layout,
                             target=target_of(chip))
     start = time.perf_counter()
     ledger, _ = account_run(work, chip, count=run.chips)
@@ -373,7 +375,7 @@ def markdown(rows: list[tuple[PublishedRun, Prediction | None, str | None]]) -> 
                   (f" ({run.utilisation} {run.published_mfu:.1%})" if run.published_mfu else ""))
         chips = f"{run.chips:,} × {run.chip}"
         batch = f"{run.global_batch:,} × {run.seq:,}"
-        ckpt = "full" if run.checkpoint else "none"
+        ckpt = "—" if run.checkpoint is None else "full" if run.checkpoint else "none"
         counted = "yes" if run.counts_recompute else "no"
         published = run.published_tokens_per_s
         rate = "— (no FLOP count stated)" if published is None else f"{published:,.0f}"
