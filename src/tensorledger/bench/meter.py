@@ -39,6 +39,11 @@ How it works:
   (matmuls, attention, elementwise, norms, optimizer), attention under ``attention=`` (``full``
   by default, as Kaplan, Chinchilla and nanoGPT count it; ``causal-halved`` as Megatron-LM).
   An MFU above 1 is refused: the peak or the clock is wrong, and the message says which.
+- **Expected MFU**: beside the measured MFU, the one the time model of ``roofline`` and
+  ``account`` expects: the recorded step's ops priced on the meter's chip (the catalog's
+  expected efficiencies; a probed profile's rates; or the datasheet alone, where the expected
+  time is the roofline bound), the same FLOPs over that time and the same peak, and named by
+  what it rests on (:mod:`tensorledger.bench.meter_expected`).
 - **Intervals**: every ``every`` steps (or at ``flush()``) the meter closes an interval: it
   resolves the step times, writes one JSON line per step and one for the interval, updates
   ``metrics()``, writes one line on stderr (rank 0; ``quiet=True`` for none) and, under
@@ -72,6 +77,7 @@ import torch
 
 from tensorledger.bench.harness import _statistics
 from tensorledger.bench.meter_cluster import cluster_figures, gather_rows
+from tensorledger.bench.meter_expected import ExpectedStep, expected_mfu, expected_step
 from tensorledger.bench.meter_peak import Peak, StepCount, count_step, dense_peak, resolve_hardware
 from tensorledger.bench.meter_records import (
     ClockTimer,
@@ -227,6 +233,8 @@ class Meter:
         self._counts: dict[_ShapeKey, StepCount] = {}
         self._recordings: list[StepCount] = []
         self._peaks: dict[int, Peak] = {}  # id(StepCount) → its peak
+        # id(StepCount) → its step priced by the roofline's time model (None: could not be)
+        self._expected: dict[int, ExpectedStep | None] = {}
         self._record_next = True
         self._open: _StepContext | None = None
         self._recorder: Recorder | None = None
@@ -246,6 +254,7 @@ class Meter:
         self._tokens = array("d")
         self._flops = array("d")  # NaN: uncounted
         self._ideal = array("d")  # FLOPs / peak; NaN: uncounted
+        self._expected_time = array("d")  # expected step time; NaN: not priced
         self._recorded = 0
         self._recording_s = 0.0
 
@@ -339,6 +348,7 @@ class Meter:
         if recorder is not None:
             tf32 = self.device.type == "cuda" and bool(torch.backends.cuda.matmul.allow_tf32)
             count = count_step(recorder.trace, tokens, tf32)
+            self._expected[id(count)] = self._price(recorder, tokens)
             self._counts[key] = count
             self._recordings.append(count)
             self._record_next = False
@@ -348,9 +358,19 @@ class Meter:
                 self._record_next = True
         self._pending.append(_Pending(self._steps, self._start, end, self._previous_end, tokens,
                                       key, count, recorder is not None))
-        self._previous_end = end
+        # a recorded step is priced after its end: the next step's outside time starts after
+        self._previous_end = end if recorder is None else self._timer.mark()
         if self.every and self._steps % self.every == 0:
             self.flush()
+
+    def _price(self, recorder: Recorder, tokens: int) -> ExpectedStep | None:
+        """The recorded step priced by the roofline's time model on the meter's chip; None
+        when the chip cannot price it (a collective on a chip without link figures): the
+        measured figures go on without an expected one."""
+        try:
+            return expected_step(recorder.trace, self.hardware, tokens)
+        except TensorLedgerError:
+            return None
 
     # ---- intervals ---------------------------------------------------------------------
     def _peak(self, count: StepCount) -> Peak:
@@ -364,10 +384,14 @@ class Meter:
         outside = None if pending.previous_end is None else self._timer.seconds(
             pending.previous_end, pending.start)
         count = pending.count or self._counts.get(pending.key)
-        flops = peak = mfu = None
+        flops = peak = mfu = expected_s = expected = None
         if count is not None:
             flops = count.flops_for(self.attention)
             peak = self._peak(count).flop_per_s
+            priced = self._expected.get(id(count))
+            if priced is not None:
+                expected_s = priced.time_s
+                expected = expected_mfu(flops, peak, expected_s)
             if not pending.recorded and time_s > 0:
                 mfu = flops / time_s / peak
                 if mfu > 1:
@@ -379,7 +403,8 @@ class Meter:
                         f"is your own, make it wait for the device")
         return StepRecord(step=pending.index, time_s=time_s, outside_time_s=outside,
                           tokens=pending.tokens, flops=flops, peak_flop_per_s=peak, mfu=mfu,
-                          recorded=pending.recorded, warmup=pending.index <= self.warmup_steps)
+                          recorded=pending.recorded, warmup=pending.index <= self.warmup_steps,
+                          expected_time_s=expected_s, expected_mfu=expected)
 
     def flush(self) -> MeterInterval:
         """Close the current interval now and return its figures (under torchrun: on every
@@ -403,6 +428,10 @@ class Meter:
         ideal = math.fsum(float(r.flops or 0) / float(r.peak_flop_per_s or 1) for r in counted)
         tokens_per_s = (math.fsum(r.tokens for r in timed) / step_time) if step_time > 0 else None
         mfu = ideal / counted_time if counted and counted_time > 0 else None
+        priced = [r for r in counted if r.expected_time_s is not None]
+        expected_time = math.fsum(float(r.expected_time_s or 0) for r in priced)
+        expected_ideal = math.fsum(float(r.flops or 0) / float(r.peak_flop_per_s or 1)
+                                   for r in priced)
         latest = self._recordings[-1] if self._recordings else None
         peak = self._peak(latest) if latest is not None else None
         memory, source = peak_memory(self.device)
@@ -426,7 +455,10 @@ class Meter:
             peak_dtype=None if peak is None else peak.label, hardware=self.hardware.id,
             attention=self.attention, peak_memory_bytes=memory, memory_source=source,
             rank=self.rank, world_size=self.world_size, cluster_tokens_per_s=cluster_rate,
-            cluster_mfu=cluster_mfu)
+            cluster_mfu=cluster_mfu,
+            expected_step_time_s=expected_time / len(priced) if priced else None,
+            expected_mfu=expected_ideal / expected_time if priced and expected_time > 0 else None,
+            expected_name=self._expected_name())
         if not records:  # nothing since the last interval: gathered (to stay in step), unsaid
             return interval
         self._last = interval
@@ -440,7 +472,14 @@ class Meter:
             self._write(str(view("text", interval)))  # drawn by presentation (report.meter)
         return interval
 
+    def _expected_name(self) -> str | None:
+        latest = self._recordings[-1] if self._recordings else None
+        priced = None if latest is None else self._expected.get(id(latest))
+        return None if priced is None else priced.name
+
     def _keep(self, record: StepRecord) -> None:
+        self._expected_time.append(math.nan if record.expected_time_s is None
+                                   else record.expected_time_s)
         self._time.append(record.time_s)
         self._outside.append(math.nan if record.outside_time_s is None
                              else record.outside_time_s)
@@ -482,7 +521,8 @@ class Meter:
             return figures
         for key in ("step_time_s", "outside_time_s", "tokens_per_s", "flops_per_step",
                     "flop_per_s", "mfu", "peak_flop_per_s", "peak_memory_bytes",
-                    "cluster_tokens_per_s", "cluster_mfu"):
+                    "cluster_tokens_per_s", "cluster_mfu", "expected_step_time_s",
+                    "expected_mfu"):
             value = getattr(last, key)
             if value is not None:
                 figures[key] = float(value)
@@ -513,6 +553,9 @@ class Meter:
         latest = self._recordings[-1] if self._recordings else None
         memory, source = peak_memory(self.device)
         inside_outside = total_time + math.fsum(outside)
+        priced = [i for i in counted if not math.isnan(self._expected_time[i])]
+        expected_time = math.fsum(self._expected_time[i] for i in priced)
+        latest_priced = None if latest is None else self._expected.get(id(latest))
         return MeterSummary(
             hardware=self.hardware.id, device=str(self.device), timer=self._timer.name,
             attention=self.attention, steps=self._steps,
@@ -535,7 +578,12 @@ class Meter:
             peak=None if latest is None else self._peak(latest),
             peak_memory_bytes=memory, memory_source=source, rank=self.rank,
             world_size=self.world_size,
-            cluster_tokens_per_s=cluster_rate, cluster_mfu=cluster_mfu)
+            cluster_tokens_per_s=cluster_rate, cluster_mfu=cluster_mfu,
+            expected_step_time_s=None if latest_priced is None else latest_priced.time_s,
+            expected_mfu=(math.fsum(self._ideal[i] for i in priced) / expected_time
+                          if priced and expected_time > 0 else None),
+            expected_name=None if latest_priced is None else latest_priced.name,
+            expected_rests_on=None if latest_priced is None else latest_priced.rests_on)
 
     # ---- the end -------------------------------------------------------------------------
     def close(self) -> MeterSummary:

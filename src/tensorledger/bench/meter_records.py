@@ -41,6 +41,9 @@ class StepRecord:
     mfu: float | None
     recorded: bool  # ran under the recorder: slower, left out of every figure
     warmup: bool  # among the first ``warmup_steps``: left out of the summary
+    # the roofline's time model on the meter's chip (bench.meter_expected); None: not priced
+    expected_time_s: float | None = None
+    expected_mfu: float | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,11 @@ class MeterInterval:
     world_size: int
     cluster_tokens_per_s: float | None  # sum over ranks
     cluster_mfu: float | None  # FLOP-weighted mean over ranks
+    # beside the measured MFU: the same FLOPs and peak over the step time the roofline's time
+    # model expects on this chip (bench.meter_expected); None where no step was priced
+    expected_step_time_s: float | None = None  # mean over the counted steps
+    expected_mfu: float | None = None
+    expected_name: str | None = None  # "expected MFU (the catalog's expected efficiencies)"
 
 
 @dataclass(frozen=True)
@@ -103,6 +111,11 @@ class MeterSummary:
     world_size: int
     cluster_tokens_per_s: float | None
     cluster_mfu: float | None
+    # the roofline's time model on this chip (bench.meter_expected), over the counted steps
+    expected_step_time_s: float | None = None  # the latest recording's
+    expected_mfu: float | None = None  # Σ (FLOPs / peak) / Σ expected step time
+    expected_name: str | None = None
+    expected_rests_on: str | None = None  # what the expected time rests on, in words
 
     def __repr__(self) -> str:
         median = "" if self.step_time is None else (

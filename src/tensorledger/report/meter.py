@@ -28,7 +28,9 @@ def _mfu(value: float | None) -> str:
 
 def interval_line(interval: MeterInterval) -> str:
     """``meter step 40 | 12.3 ms/step + 400 µs outside | 41.6K tok/s | 3.2 TFLOP/s | MFU 0.312
-    (bf16 on h100-sxm) | mem 1.23 GB | cluster 83.2K tok/s, MFU 0.310``"""
+    (bf16 on h100-sxm), expected 0.405 | mem 1.23 GB | cluster 83.2K tok/s, MFU 0.310``: the
+    expected MFU is the roofline's time model on the same FLOPs and peak (named in full in the
+    summary)."""
     parts = [f"meter step {interval.step}"]
     if interval.step_time_s is not None:
         timing = f"{format_duration(interval.step_time_s, 3)}/step"
@@ -41,7 +43,9 @@ def interval_line(interval: MeterInterval) -> str:
         parts.append(format_flop_rate(interval.flop_per_s, 3))
     where = f"{interval.peak_dtype} on {interval.hardware}" if interval.peak_dtype else (
         interval.hardware)
-    parts.append(f"MFU {_mfu(interval.mfu)} ({where})")
+    expected = ("" if interval.expected_mfu is None
+                else f", expected {_mfu(interval.expected_mfu)}")
+    parts.append(f"MFU {_mfu(interval.mfu)} ({where}){expected}")
     parts.append(f"mem {format_bytes(interval.peak_memory_bytes, 'auto', 3)}")
     if interval.world_size > 1:
         rate = ("n/a" if interval.cluster_tokens_per_s is None
@@ -71,6 +75,12 @@ def summary_text(summary: MeterSummary) -> str:
                      f"{_mfu(summary.mfu_q1)}–{_mfu(summary.mfu_q3)}) against the dense "
                      f"{summary.peak.label} peak {format_flop_rate(summary.peak.flop_per_s, 4)}, "
                      f"attention counted {summary.attention}")
+    if summary.expected_mfu is not None and summary.expected_step_time_s is not None:
+        against = "" if summary.mfu is None else (
+            f"; measured / expected {summary.mfu / summary.expected_mfu:.2f}")
+        lines.append(f"  {summary.expected_name} {_mfu(summary.expected_mfu)}: a step of "
+                     f"{format_duration(summary.expected_step_time_s, 3)} from "
+                     f"{summary.expected_rests_on}{against}")
     if summary.flops_per_step is not None:
         per_token = ("" if summary.flops_per_token is None
                      else f", {format_sci(summary.flops_per_token)} per token")
