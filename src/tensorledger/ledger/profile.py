@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensorledger.errors import ModelError, TensorLedgerError
+from tensorledger.napkin.recipes import resolve_precision
 from tensorledger.plan.profile import ModelProfile, Split
 from tensorledger.trace.aggregate import communication
 from tensorledger.workload import resolve_workload, trace_workload
@@ -47,6 +48,7 @@ class _Point:
     forward_flops: float
     largest_matmul: float  # the largest forward matmul inside a block
     saved: float
+    temporary: float  # the forward's most: for an LM the loss's logits and their kin
     sent: float
     collectives: float
 
@@ -92,7 +94,10 @@ def _block_module(module: str) -> bool:
 def _trace(source: ModelSource, seq_len: int, precision: str, tp: int, sp: bool,
            checkpoint: bool) -> _Point:
     layout = resolve_layout(tp=tp, sp=sp)
-    work = resolve_workload(source, batch=1, seq=seq_len, step="forward-backward",
+    # a factory's own code may copy only past one sequence (a slice of a batch of one is
+    # still contiguous): two sequences show its temporaries as every larger batch has them
+    batch = 2 if source.kind == "factory" else 1
+    work = resolve_workload(source, batch=batch, seq=seq_len, step="forward-backward",
                             precision=precision, device="fake", checkpoint=checkpoint,
                             layout=layout)
     from tensorledger.ledger.memory import memory_of
@@ -121,6 +126,8 @@ def _trace(source: ModelSource, seq_len: int, precision: str, tp: int, sp: bool,
                   forward_flops=forward / tokens,
                   largest_matmul=max(matmuls) / tokens,
                   saved=ledger.saved_activation_bytes / tokens,
+                  temporary=max((p.temporary_bytes for p in ledger.timeline.points
+                                 if p.phase == "forward"), default=0) / tokens,
                   sent=sum(c.bytes_sent for c in collectives) / tokens,
                   collectives=float(sum(c.calls for c in collectives)))
 
@@ -165,6 +172,7 @@ def measure_profile(source: ModelSource, *, seq_len: int, precision: str,
     """Trace ``source`` at one and two blocks (and one and two tensor-parallel ranks) and
     return its per-block profile at ``seq_len`` tokens a sequence and ``precision``."""
     say = progress or (lambda _: None)
+    precision = resolve_precision(precision).name
     layers = layer_count(source)
     scaled = layers is not None
     builds = {k: with_layers(source, k) for k in (1, 2)} if scaled else {1: source}
@@ -236,12 +244,17 @@ def measure_profile(source: ModelSource, *, seq_len: int, precision: str,
             calls[key] = block_of(points, "collectives")
             if not key[1]:
                 other_sent[key[0]] = other_of(points, "sent")
+    # a factory's own loss: its forward's temporaries as measured (a language model of a
+    # config.json or a preset holds its logits at the loss, priced from its vocabulary)
+    temporaries = {} if scaled else {False: Split(first.temporary)}
     checkpoints = ("none", "full") if full else ("none",)
     notes = () if scaled else (f"{source.name} is profiled whole (a factory builds its own "
                                "layer count): one part, no pipeline, no tensor parallelism",)
     return ModelProfile(
         name=source.name, source=f"traced ({'1 and 2 blocks' if scaled else 'as built'}, "
-        f"fake tensors, seq {seq_len:,}, {precision})", seq_len=seq_len, precision=precision,
+        f"fake tensors, seq {seq_len:,}, {precision})" + (
+            f"; per block scaled to {layers} blocks" if scaled else ""), seq_len=seq_len,
+        precision=precision,
         n_layers=layers or 1, d_model=_width(source, "hidden", 0),
         vocab_size=_width(source, "vocab", 0),
         context_length=source.max_seq or _UNBOUNDED, embedding=embedding, block=block_params,
@@ -252,5 +265,7 @@ def measure_profile(source: ModelSource, *, seq_len: int, precision: str,
         largest_matmul_flops_per_token=first.largest_matmul,
         block_saved=block_saved, other_saved=other_saved, tp_sent_per_token=sent,
         tp_collectives=calls, other_tp_sent_per_token=other_sent,
+        loss_temporaries=temporaries,
         tp_sizes=_tp_sizes(source) if split else (), tensor_parallel=bool(split),
-        sequence_parallel=bool(sp_points), checkpoints=checkpoints, notes=notes)
+        sequence_parallel=bool(sp_points), checkpoints=checkpoints, whole=not scaled,
+        notes=notes)

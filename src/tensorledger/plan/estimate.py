@@ -351,8 +351,11 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice) -> RankMemory:
     temporary = _forward_temporaries(setup, choice, closed, layers, name != "first")
     held = states + gathered + buckets - (grads if piped_fsdp else 0.0)
     # a pipeline's later forwards run after its first backward (1F1B): gradients are there
+    # a model profiled whole is one FSDP unit, resharded once its forward ends (ZeRO-3)
+    resharded = gathered if (choice.zero == 3 and isinstance(setup.config, ModelProfile)
+                             and setup.config.whole) else 0.0
     forward = (held - (grads if pp == 1 else 0.0) + activations - transient + loss
-               + temporary)
+               + temporary - resharded)
     backward = held + activations + loss
     total = max(forward, backward)
     return RankMemory(stage=name, stage_params=params, states_bytes=states,
@@ -372,7 +375,9 @@ def _forward_temporaries(setup: PlanSetup, choice: LayoutChoice, closed: Activat
     config, c = setup.config, closed.dtype_bytes
     n = choice.micro_batch * setup.seq_len
     logits = 0.0
-    if last:
+    if last and isinstance(config, ModelProfile) and config.loss_temporaries:  # a factory's
+        logits = n * config.loss_temporaries[choice.sp].at(choice.tp)
+    elif last:
         logits = float(n * config.vocab_size * c)  # gathered
         if choice.tp > 1:
             logits += n * config.vocab_size * c / choice.tp  # the rank's own columns

@@ -82,6 +82,15 @@ ASSUMPTIONS = (
 )
 
 
+def _assumptions(config: TransformerConfig | ModelProfile) -> tuple[str, ...]:
+    """The search's assumptions; a measured profile's in place of the closed form's."""
+    if not isinstance(config, ModelProfile):
+        return ASSUMPTIONS
+    measured = (f"parameters, FLOPs, saved activations, the loss's temporaries and "
+                f"tensor-parallel bytes: {config.name}'s profile, {config.source}")
+    return (ASSUMPTIONS[0], measured, *ASSUMPTIONS[2:], *config.notes)
+
+
 class NoLayoutError(InputError):
     """No configuration is feasible; the message names the constraint that binds."""
 
@@ -329,6 +338,10 @@ def _degrees(setup: PlanSetup, tally: _Tally, fixed: FixedDims
             continue
         bad = (config.tp_indivisible(tp) if isinstance(config, ModelProfile)
                else tp_indivisible(config, tp))
+        if bad is not None and not bad[1]:
+            tally.reject(LayoutChoice(dp=1, tp=tp, pp=1), "divisibility",
+                         f"tp {tp}: {config.name} has no tensor-parallel plan")
+            continue
         if bad is not None:
             tally.reject(LayoutChoice(dp=1, tp=tp, pp=1), "divisibility",
                          f"tp {tp} does not divide the {bad[1]:,} {bad[0]}")
@@ -514,7 +527,8 @@ def plan_layouts(config: TransformerConfig | ModelProfile, hardware: Hardware, c
                       ranked=ranked, rejected=rejected, max_pp=max_pp, frontier=frontier,
                       reserve="" if budget_bytes is not None else
                       device_headroom(count).describe(),
-                      fixed=fix if fix.given else None)
+                      fixed=fix if fix.given else None,
+                      assumptions=_assumptions(config))
 
 
 def pareto_frontier(points: Sequence[tuple[float, float, T]]) -> list[T]:

@@ -89,11 +89,16 @@ class ModelProfile:
     tp_sent_per_token: dict[tuple[bool, bool], float] = field(default_factory=dict)
     tp_collectives: dict[tuple[bool, bool], float] = field(default_factory=dict)  # per block
     other_tp_sent_per_token: dict[bool, float] = field(default_factory=dict)
+    #: a factory's forward's most temporaries per token (its own loss's logits and their kin),
+    #: by sequence parallel; empty for a language model whose logits are priced from
+    #: ``vocab_size`` as the closed form prices them
+    loss_temporaries: dict[bool, Split] = field(default_factory=dict)
     #: the sizes tensor parallelism must divide, as (what, size); () where it cannot split
     tp_sizes: tuple[tuple[str, int], ...] = ()
     tensor_parallel: bool = False  # the model has a tensor-parallel plan
     sequence_parallel: bool = False  # ... and a sequence-parallel one
     checkpoints: tuple[str, ...] = ("none",)  # the checkpoint policies it was traced under
+    whole: bool = False  # profiled as built (a factory): one part, one FSDP unit
     notes: tuple[str, ...] = ()
 
     @property
