@@ -16,11 +16,12 @@ same loading as ``memory`` and ``trace``); nothing here reads a config or a fact
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tensorledger.errors import ModelError, TensorLedgerError
+from tensorledger.memory.timeline import TimelinePoint
 from tensorledger.napkin.recipes import resolve_precision
 from tensorledger.plan.profile import ModelProfile, Split
 from tensorledger.trace.aggregate import communication
@@ -126,10 +127,19 @@ def _trace(source: ModelSource, seq_len: int, precision: str, tp: int, sp: bool,
                   forward_flops=forward / tokens,
                   largest_matmul=max(matmuls) / tokens,
                   saved=ledger.saved_activation_bytes / tokens,
-                  temporary=max((p.temporary_bytes for p in ledger.timeline.points
-                                 if p.phase == "forward"), default=0) / tokens,
+                  temporary=_forward_excess(ledger.timeline.points) / tokens,
                   sent=sum(c.bytes_sent for c in collectives) / tokens,
                   collectives=float(sum(c.calls for c in collectives)))
+
+
+def _forward_excess(points: Sequence[TimelinePoint]) -> float:
+    """What the forward holds at its highest beyond the saved tensors it ends with: the
+    loss's logits and their kin (the planner adds it to every saved tensor of the stage)."""
+    forward = [p for p in points if p.phase == "forward"]
+    if not forward:
+        return 0.0
+    saved = max(p.saved_activation_bytes for p in forward)
+    return float(max(p.saved_activation_bytes + p.temporary_bytes for p in forward) - saved)
 
 
 def _try(make: Callable[[], _Point]) -> _Point | None:

@@ -351,12 +351,13 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice) -> RankMemory:
     temporary = _forward_temporaries(setup, choice, closed, layers, name != "first")
     held = states + gathered + buckets - (grads if piped_fsdp else 0.0)
     # a pipeline's later forwards run after its first backward (1F1B): gradients are there
-    # a model profiled whole is one FSDP unit, resharded once its forward ends (ZeRO-3)
-    resharded = gathered if (choice.zero == 3 and isinstance(setup.config, ModelProfile)
-                             and setup.config.whole) else 0.0
+    # a model profiled whole is one FSDP unit: resharded once its forward ends (ZeRO-3), its
+    # sharded gradients there only once its backward has freed the saved tensors
+    whole = isinstance(setup.config, ModelProfile) and setup.config.whole and sharded
+    resharded = gathered if whole and choice.zero == 3 else 0.0
     forward = (held - (grads if pp == 1 else 0.0) + activations - transient + loss
                + temporary - resharded)
-    backward = held + activations + loss
+    backward = held - (grads if whole else 0.0) + activations + loss
     total = max(forward, backward)
     return RankMemory(stage=name, stage_params=params, states_bytes=states,
                       gathered_bytes=gathered, buffers_bytes=buckets,
