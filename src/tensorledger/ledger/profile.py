@@ -142,6 +142,22 @@ def _forward_excess(points: Sequence[TimelinePoint]) -> float:
     return float(max(p.saved_activation_bytes + p.temporary_bytes for p in forward) - saved)
 
 
+def _derive_checkpointed(block_saved: dict[tuple[bool, bool], Split],
+                         sent: dict[tuple[bool, bool], float],
+                         calls: dict[tuple[bool, bool], float], width: int,
+                         precision: str) -> None:
+    """Full recomputation of a block the workload cannot checkpoint, as the reference model's
+    traced one runs it: the block keeps its input (``width`` values a token, fp32 under
+    autocast, else the parameters' dtype) and its recomputed forward redoes one of its two
+    forward all-reduces (5 of the traced 4 + 1, without sequence parallelism)."""
+    recipe = resolve_precision(precision)
+    stream = 4 if recipe.name == "mixed-bf16" else recipe.param_bytes
+    block_saved[(False, True)] = Split(float(width * stream))
+    if (False, False) in sent:
+        sent[(False, True)] = sent[(False, False)] * 5 / 4
+        calls[(False, True)] = calls[(False, False)] * 5 / 4
+
+
 def _try(make: Callable[[], _Point]) -> _Point | None:
     """A traced point, or None where the model refuses that layout (no plan for it)."""
     try:
@@ -258,8 +274,16 @@ def measure_profile(source: ModelSource, *, seq_len: int, precision: str,
     # config.json or a preset holds its logits at the loss, priced from its vocabulary)
     temporaries = {} if scaled else {False: Split(first.temporary)}
     checkpoints = ("none", "full") if full else ("none",)
-    notes = () if scaled else (f"{source.name} is profiled whole (a factory builds its own "
-                               "layer count): one part, no pipeline, no tensor parallelism",)
+    notes: tuple[str, ...] = () if scaled else (
+        f"{source.name} is profiled whole (a factory builds its own layer count): one part, "
+        "no pipeline, no tensor parallelism",)
+    width = _width(source, "hidden", 0)
+    if scaled and not full and width:
+        _derive_checkpointed(block_saved, sent, calls, width, precision)
+        checkpoints = ("none", "full")
+        notes += ("checkpoint full derived, not traced (the workload checkpoints the reference "
+                  "model's blocks only): a block keeps its input, d values a token in the "
+                  "stream's dtype, and recomputes its first tensor-parallel all-reduce",)
     return ModelProfile(
         name=source.name, source=f"traced ({'1 and 2 blocks' if scaled else 'as built'}, "
         f"fake tensors, seq {seq_len:,}, {precision})" + (
