@@ -193,8 +193,10 @@ def plan_command(
         rich_help_panel=_FIXED)] = None,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
-    """Search every layout (DP, ZeRO, TP/SP, PP, micro-batches, checkpointing) in closed form;
-    rank the ones that fit by step time and count the rejected ones by their binding constraint.
+    """Search every layout (DP, ZeRO, TP/SP, PP, micro-batches, checkpointing) in closed form
+    (a config.json or a factory: from its profile, traced first on fake tensors at 1 and 2
+    blocks); rank the ones that fit by step time and count the rejected ones by their binding
+    constraint.
     Any of --dp, --fsdp, --zero, --tp, --sp, --pp, --microbatches, --schedule, --checkpoint
     fixes that dimension and the search fills the rest; all of them fixed, one layout is
     evaluated."""
