@@ -179,3 +179,31 @@ def test_qwen2_72b_config_plans(cli, tmp_path: Path) -> None:  # type: ignore[no
 def test_bad_sources_keep_their_one_line(cli, argv: list[str], fragments: tuple[str, ...]  # type: ignore[no-untyped-def]
                                          ) -> None:
     assert_one_line_error(cli("plan", *argv), *fragments)
+
+
+def test_factory_profile_is_the_model_whole() -> None:
+    profile = measure_profile(resolve_source(f"{FACTORY}:make_model"), seq_len=32,
+                              precision="fp32")
+    # embedding 1000·96 = 96,000; qkv 96·288 + 288 = 27,936; out 96·96 + 96 = 9,312; MLP
+    # 96·384 + 384 = 37,248 and 384·96 + 96 = 36,960; LayerNorm 2·96 = 192; head 96·1000
+    assert 96_000 + 27_936 + 9_312 + 37_248 + 36_960 + 192 + 96_000 == 303_648
+    assert profile.params() == 303_648
+    assert profile.whole and profile.n_layers == 1 and profile.checkpoints == ("none",)
+    assert profile.tp_indivisible(2) == ("tensor-parallel plan", 0)
+    assert profile.loss_temporaries  # its own loss's, as measured
+
+
+def test_qwen2_profile_derives_checkpointed_blocks(tmp_path: Path) -> None:
+    source = resolve_source(str(_write(tmp_path, QWEN2_SMALL)))
+    profile = measure_profile(source, seq_len=32, precision="bf16-master")
+    # the workload checkpoints reference blocks only: a block keeps its input, d = 96 values
+    # of 2 bytes (bf16-master) a token, whole on every rank without SP
+    assert profile.block_saved[(False, True)].at(2) == 96 * 2
+    assert profile.checkpoints == ("none", "full") and not profile.sequence_parallel
+    # HF's plan splits the projections: per block the 2·96 RMSNorm scales stay whole, and
+    # q 96·96 + 96, k and v 96·24 + 24 each, o 96·96, MLP 3·96·352 split
+    assert profile.block.whole == 2 * 96
+    assert profile.block.split == 96 * 96 + 96 + 2 * (96 * 24 + 24) + 96 * 96 + 3 * 96 * 352
+    # checkpointed, the recomputed forward redoes one of its two all-reduces: 5 of 4
+    assert profile.tp_sent_per_token[(False, True)] == profile.tp_sent_per_token[
+        (False, False)] * 5 / 4
