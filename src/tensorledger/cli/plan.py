@@ -1,5 +1,7 @@
 """``tensorledger plan`` (search the layouts of a cluster) and ``tensorledger accumulate``
-(split a global batch into micro-batches), in closed form.  No torch."""
+(split a global batch into micro-batches), in closed form.  No torch for a preset; any other
+model source (a config.json, a factory) is profiled first by tracing it on fake tensors
+(:func:`tensorledger.ledger.profile.measure_profile`)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from tensorledger.cli.common import (
 )
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware, get_hardware
+from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
 from tensorledger.napkin.transformer import TransformerConfig, get_preset
 from tensorledger.plan import (
     ATTENTIONS,
@@ -32,9 +35,11 @@ from tensorledger.plan import (
 )
 from tensorledger.plan.estimate import INTERLEAVE_CHUNKS
 from tensorledger.plan.layouts import LARGEST_COUNT, plan_setup
+from tensorledger.plan.profile import ModelProfile
 from tensorledger.report.plan import accumulation_view, layout_plan_view, write_plan_plot
 from tensorledger.report.plots import check_figure_path
 from tensorledger.units import parse_bytes, parse_count
+from tensorledger.workload.source import resolve_source
 
 __all__ = ["fixed_dims", "global_batch_seqs", "register"]
 
@@ -96,7 +101,11 @@ def _checked(model: str, hardware: str, attention: str, seq: int, global_batch: 
              ) -> tuple[TransformerConfig, Hardware, int, str | None]:
     """The options ``plan`` and ``accumulate`` share, looked up and checked: the preset, the
     chip, the attention kernel, the sequence against the context, the global batch."""
-    config = get_preset(model)
+    return _checked_for(get_preset(model), hardware, attention, seq, global_batch)
+
+
+def _checked_for(config: TransformerConfig, hardware: str, attention: str, seq: int,
+                 global_batch: str) -> tuple[TransformerConfig, Hardware, int, str | None]:
     chip = get_hardware(hardware)
     if attention.strip().lower() not in ATTENTIONS:
         raise InputError(f"unknown --attention {attention!r}; known: {', '.join(ATTENTIONS)}")
@@ -109,7 +118,9 @@ def _checked(model: str, hardware: str, attention: str, seq: int, global_batch: 
 
 def plan_command(
     model: Annotated[str, typer.Option("--model", "-m", help=(
-        "A preset: llama-3-70b, llama-3-405b, gpt3-175b, ... (see 'tensorledger models').")
+        "A preset (llama-3-70b, llama-3-405b, ...: its closed form), a config.json of any "
+        "architecture or a factory file.py:function (profiled first: traced on fake tensors "
+        "at 1 and 2 blocks, seconds).")
     )],
     global_batch: Annotated[str, typer.Option("--global-batch", "-g", help=(
         "Tokens per optimizer step (4M; rounded to whole sequences) or sequences (512seq)."))],
@@ -182,8 +193,10 @@ def plan_command(
         rich_help_panel=_FIXED)] = None,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
-    """Search every layout (DP, ZeRO, TP/SP, PP, micro-batches, checkpointing) in closed form;
-    rank the ones that fit by step time and count the rejected ones by their binding constraint.
+    """Search every layout (DP, ZeRO, TP/SP, PP, micro-batches, checkpointing) in closed form
+    (a config.json or a factory: from its profile, traced first on fake tensors at 1 and 2
+    blocks); rank the ones that fit by step time and count the rejected ones by their binding
+    constraint.
     Any of --dp, --fsdp, --zero, --tp, --sp, --pp, --microbatches, --schedule, --checkpoint
     fixes that dimension and the search fills the rest; all of them fixed, one layout is
     evaluated."""
@@ -191,7 +204,26 @@ def plan_command(
         check_figure_path(plot)  # refuse a bad path before the work, not after
     fixed = fixed_dims(dp=dp, fsdp=fsdp, zero=zero, tp=tp, sp=sp, pp=pp,
                        microbatches=microbatches, schedule=schedule, checkpoint=checkpoint)
-    config, chip, seqs, note = _checked(model, hardware, attention, seq, global_batch)
+    source = resolve_source(model)  # a bad source: its one line, before any work
+    config: TransformerConfig | ModelProfile
+    if source.config is not None and source.kind == "preset":
+        config, chip, seqs, note = _checked_for(source.config, hardware, attention, seq,
+                                                global_batch)
+    else:
+        chip = get_hardware(hardware)
+        chosen = resolve_precision(precision).name  # bad names refused before the trace
+        resolve_optimizer(optimizer)
+        if source.max_seq is not None and seq > source.max_seq:
+            raise InputError(f"--seq {seq:,} is longer than {source.name}'s context of "
+                             f"{source.max_seq:,} tokens")
+        if attention.strip().lower() != "flash":
+            raise InputError(f"--attention: {source.name} is planned from a trace of its own "
+                             "attention; drop --attention")
+        seqs, note = global_batch_seqs(global_batch, seq)
+        from tensorledger.ledger.profile import measure_profile  # imports torch
+
+        with progress(False, as_json) as say:
+            config = measure_profile(source, seq_len=seq, precision=chosen, progress=say)
     train_tokens = None
     if tokens is not None:
         train_tokens = parse_count(tokens)
@@ -206,8 +238,9 @@ def plan_command(
         result = dataclasses.replace(result, notes=(note,))
     if verify:
         with progress(False, as_json) as say:
-            result = _verified(result, model, chip, count, seq, seqs, precision, optimizer,
-                               budget_bytes, efficiency, attention.strip().lower(), verify, say)
+            result = _verified(result, config, model, chip, count, seq, seqs, precision,
+                               optimizer, budget_bytes, efficiency, attention.strip().lower(),
+                               verify, say)
     emit_with_plot("plan", result, as_json, layout_plan_view(result), plot, write_plan_plot)
 
 
@@ -250,14 +283,14 @@ def fixed_dims(*, dp: int | None = None, fsdp: int | None = None, zero: int | No
                      checkpoint=checkpoint)
 
 
-def _verified(result: LayoutPlan, model: str, chip: Hardware, count: int, seq: int, seqs: int,
-              precision: str, optimizer: str, budget_bytes: float | None,
-              efficiency: float | None,
-              attention: str, wanted: int, say: Callable[[str], None]) -> LayoutPlan:
+def _verified(result: LayoutPlan, config: TransformerConfig | ModelProfile, model: str,
+              chip: Hardware, count: int, seq: int, seqs: int, precision: str, optimizer: str,
+              budget_bytes: float | None, efficiency: float | None, attention: str,
+              wanted: int, say: Callable[[str], None]) -> LayoutPlan:
     """Trace the fastest ``wanted`` layouts the tracer lays out; note the ones it cannot."""
     from tensorledger.ledger.plan import traceable_layout, verify_choice  # imports torch
 
-    setup = plan_setup(get_preset(model), chip, count, seq_len=seq, global_batch_seqs=seqs,
+    setup = plan_setup(config, chip, count, seq_len=seq, global_batch_seqs=seqs,
                        precision=precision, optimizer=optimizer, budget_bytes=budget_bytes,
                        efficiency=efficiency, attention=attention, max_pp=result.max_pp)
     verified: list[Verified] = []
@@ -269,8 +302,11 @@ def _verified(result: LayoutPlan, model: str, chip: Hardware, count: int, seq: i
         if isinstance(reason, str):
             skipped.append(f"{row.layout}: {reason}")
             continue
-        verified.append(verify_choice(setup, row.choice, model, progress=say))
-    notes = tuple(f"not traced: {line}" for line in skipped)
+        try:
+            verified.append(verify_choice(setup, row.choice, model, progress=say))
+        except InputError as refusal:  # the workload refuses the layout (ZeRO-1 with masters)
+            skipped.append(f"{row.layout}: {refusal}")
+    notes = tuple(f"not traced: {line}" for line in dict.fromkeys(skipped))
     if not verified:
         notes += (f"--verify {wanted}: none of the {len(result.ranked)} layouts shown can be "
                   "traced yet; show more with --top",)

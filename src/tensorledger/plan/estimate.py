@@ -84,19 +84,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import cast
 
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
-from tensorledger.napkin.activations import ActivationMemory, activation_memory
-from tensorledger.napkin.parallel import zero_bytes
+from tensorledger.napkin.activations import ActivationMemory
 from tensorledger.napkin.recipes import Optimizer, Precision
 from tensorledger.napkin.transformer import (
     TransformerConfig,
-    forward_flops_per_token,
-    parameter_count,
-    transformer_training_flops,
 )
+from tensorledger.plan.model import SearchModel
+from tensorledger.plan.model import search_model as _model
+from tensorledger.plan.profile import ModelProfile, tp_collectives
 from tensorledger.roofline.collectives import CollectiveKind, collective_time
 
 __all__ = ["ATTENTIONS", "CHECKPOINTS", "INTERLEAVE_CHUNKS", "SCHEDULES", "LayoutChoice",
@@ -115,9 +113,12 @@ INTERLEAVE_CHUNKS = (2, 4)
 
 @dataclass(frozen=True)
 class PlanSetup:
-    """What every layout of one search shares: the model, the cluster, the batch, the recipe."""
+    """What every layout of one search shares: the model, the cluster, the batch, the recipe.
 
-    config: TransformerConfig
+    ``config`` is a reference model's config (priced by its closed form) or any model's
+    measured :class:`~tensorledger.plan.profile.ModelProfile`."""
+
+    config: TransformerConfig | ModelProfile
     hardware: Hardware
     count: int
     seq_len: int
@@ -134,10 +135,13 @@ class PlanSetup:
         if self.attention not in ATTENTIONS:
             raise InputError(f"unknown attention {self.attention!r}; known: "
                              f"{', '.join(ATTENTIONS)}")
+        if isinstance(self.config, ModelProfile) and self.attention != "flash":
+            raise InputError(f"{self.config.name} is planned from its traced profile, whose "
+                             "attention is the kernel it ran; drop --attention")
         if self.efficiency is not None and not 0.0 < self.efficiency <= 1.0:
             raise InputError(f"efficiency must be in (0, 1], got {self.efficiency!r}")
         # counts and FLOPs of the model, and the priced collectives, worked out once per search
-        object.__setattr__(self, "_model", _Model(self))
+        object.__setattr__(self, "_model", SearchModel(self))
 
     @property
     def tokens_per_step(self) -> int:
@@ -279,64 +283,7 @@ def _inflight(choice: LayoutChoice) -> float:
     return float(min(p, m))
 
 
-class _Model:
-    """Parameter counts and FLOPs of a config at a sequence length, computed once."""
-
-    def __init__(self, setup: PlanSetup) -> None:
-        config = setup.config
-        counts = parameter_count(config)
-        norm = config.d_model * (2 if config.norm == "layernorm" and config.bias else 1)
-        self.layer_norms = 2 * norm
-        self.layer_matrices = counts.per_layer_params - self.layer_norms
-        self.embeddings = counts.embeddings_params
-        self.head = counts.head_params
-        self.final_norm = norm
-        flops = transformer_training_flops(config, 1.0, setup.seq_len)
-        forward = forward_flops_per_token(config, setup.seq_len)
-        self.flops_per_token = flops.flops_per_token
-        self.forward_per_token = forward.total_flops
-        self.attention_forward_per_token = (forward.attention_scores_flops
-                                            + forward.attention_values_flops)
-        self.states: dict[tuple[int, int, int], tuple[float, float]] = {}
-        self.saved: dict[tuple[int, int, bool, bool], tuple[ActivationMemory, float]] = {}
-        self.collectives: dict[tuple[CollectiveKind, float, int, int], float] = {}
-
-    def states_bytes(self, setup: PlanSetup, params: int, shard: int, zero: int
-                     ) -> tuple[float, float]:
-        """:func:`zero_bytes` total and its gradients' part, remembered: a search asks for
-        few distinct ones."""
-        key = (params, shard, zero)
-        held = self.states.get(key)
-        if held is None:
-            z = zero_bytes(params, shard, zero, setup.precision, setup.optimizer)
-            held = (float(z.total_bytes), float(z.grads_bytes))
-            self.states[key] = held
-        return held
-
-
-    def activations(self, setup: PlanSetup, micro_batch: int, tp: int, sp: bool,
-                    checkpointed: bool) -> tuple[ActivationMemory, float]:
-        """The closed form at one micro-batch and split, and the loss end's bytes (final
-        norm and loss), remembered: a search asks for few distinct ones."""
-        key = (micro_batch, tp, sp, checkpointed)
-        held = self.saved.get(key)
-        if held is None:
-            p = setup.precision
-            autocast = p.autocast
-            width = 4 if p.param_bytes == 4 and not autocast else 2
-            closed = activation_memory(setup.config, micro_batch, setup.seq_len, width,
-                                       checkpointed, tp=tp, sequence_parallel=sp,
-                                       autocast=autocast)
-            held = (closed, float(closed.final_norm_bytes + closed.loss_bytes))
-            self.saved[key] = held
-        return held
-
-
-def _model(setup: PlanSetup) -> _Model:
-    return cast(_Model, setup.__dict__["_model"])
-
-
-def _layers_per_stage(config: TransformerConfig, pp: int) -> int:
+def _layers_per_stage(config: TransformerConfig | ModelProfile, pp: int) -> int:
     return -(-config.n_layers // pp)
 
 
@@ -347,7 +294,7 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice) -> RankMemory:
     layers = _layers_per_stage(setup.config, pp)
     layer_rank = -(-model.layer_matrices // tp) + model.layer_norms
     body = layers * layer_rank
-    first_params = body + -(-model.embeddings // tp)
+    first_params = body + -(-model.embeddings // tp) + model.embedding_whole
     last_params = body + -(-model.head // tp) + model.final_norm
     if pp == 1:
         first_params = last_params = first_params + last_params - body
@@ -404,9 +351,13 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice) -> RankMemory:
     temporary = _forward_temporaries(setup, choice, closed, layers, name != "first")
     held = states + gathered + buckets - (grads if piped_fsdp else 0.0)
     # a pipeline's later forwards run after its first backward (1F1B): gradients are there
+    # a model profiled whole is one FSDP unit: resharded once its forward ends (ZeRO-3), its
+    # sharded gradients there only once its backward has freed the saved tensors
+    whole = isinstance(setup.config, ModelProfile) and setup.config.whole and sharded
+    resharded = gathered if whole and choice.zero == 3 else 0.0
     forward = (held - (grads if pp == 1 else 0.0) + activations - transient + loss
-               + temporary)
-    backward = held + activations + loss
+               + temporary - resharded)
+    backward = held - (grads if whole else 0.0) + activations + loss
     total = max(forward, backward)
     return RankMemory(stage=name, stage_params=params, states_bytes=states,
                       gathered_bytes=gathered, buffers_bytes=buckets,
@@ -425,7 +376,9 @@ def _forward_temporaries(setup: PlanSetup, choice: LayoutChoice, closed: Activat
     config, c = setup.config, closed.dtype_bytes
     n = choice.micro_batch * setup.seq_len
     logits = 0.0
-    if last:
+    if last and isinstance(config, ModelProfile) and config.loss_temporaries:  # a factory's
+        logits = n * config.loss_temporaries[choice.sp].at(choice.tp)
+    elif last:
         logits = float(n * config.vocab_size * c)  # gathered
         if choice.tp > 1:
             logits += n * config.vocab_size * c / choice.tp  # the rank's own columns
@@ -518,6 +471,10 @@ def step_time(setup: PlanSetup, choice: LayoutChoice, memory: RankMemory) -> Ste
         # non-reentrant checkpoint): the attention output's all-reduce is redone, the MLP's
         # not; with SP the two input gathers and the one reduce-scatter (1.5 pairs)
         per_layer = 4.0 + ((1.5 if choice.sp else 1.0) if choice.checkpoint == "full" else 0.0)
+        if isinstance(setup.config, ModelProfile):  # as measured: its collectives, its bytes
+            per_layer, size = tp_collectives(setup.config, choice.sp,
+                                             choice.checkpoint == "full",
+                                             choice.micro_batch * setup.seq_len)
         if choice.sp:
             one = (_collective_s(setup, CollectiveKind.ALL_GATHER, size, choice.tp, 1)
                    + _collective_s(setup, CollectiveKind.REDUCE_SCATTER, size, choice.tp, 1))
@@ -561,7 +518,12 @@ def matmul_efficiency(setup: PlanSetup, choice: LayoutChoice) -> float:
     if published is None:
         return 1.0
     config = setup.config
-    flops = 2.0 * choice.micro_batch * setup.seq_len * config.d_model * config.d_ff / choice.tp
+    if isinstance(config, ModelProfile):
+        flops = (choice.micro_batch * setup.seq_len * config.largest_matmul_flops_per_token
+                 / choice.tp)
+    else:
+        flops = (2.0 * choice.micro_batch * setup.seq_len * config.d_model * config.d_ff
+                 / choice.tp)
     return published.matmul_fraction(setup.dtype, flops)
 
 

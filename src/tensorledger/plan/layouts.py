@@ -54,6 +54,7 @@ from tensorledger.plan.estimate import (
     rank_memory,
     step_time,
 )
+from tensorledger.plan.profile import ModelProfile
 from tensorledger.plan.traffic import Verified
 
 __all__ = ["LARGEST_COUNT", "REASONS", "FixedDims", "LayoutPlan", "NoLayoutError", "Rejection",
@@ -79,6 +80,15 @@ ASSUMPTIONS = (
     "bucket; pipeline send/receive not priced",
     "ranks ordered tp (inside a node), then dp, then pp; collectives priced by the ring formulas",
 )
+
+
+def _assumptions(config: TransformerConfig | ModelProfile) -> tuple[str, ...]:
+    """The search's assumptions; a measured profile's in place of the closed form's."""
+    if not isinstance(config, ModelProfile):
+        return ASSUMPTIONS
+    measured = (f"parameters, FLOPs, saved activations, the loss's temporaries and "
+                f"tensor-parallel bytes: {config.name}'s profile, {config.source}")
+    return (ASSUMPTIONS[0], measured, *ASSUMPTIONS[2:], *config.notes)
 
 
 class NoLayoutError(InputError):
@@ -274,8 +284,16 @@ def _check(name: str, value: int, largest: int) -> int:
     return value
 
 
-def _checkpoints(attention: str, fixed: str | None = None) -> tuple[str, ...]:
-    searched = ("none", "selective", "full") if attention == "eager" else ("none", "full")
+def _splits_sequence(config: TransformerConfig | ModelProfile) -> bool:
+    return not isinstance(config, ModelProfile) or config.sequence_parallel
+
+
+def _checkpoints(attention: str, fixed: str | None = None,
+                 config: TransformerConfig | ModelProfile | None = None) -> tuple[str, ...]:
+    searched: tuple[str, ...] = (("none", "selective", "full") if attention == "eager"
+                                 else ("none", "full"))
+    if isinstance(config, ModelProfile):  # the policies it was traced under
+        searched = tuple(c for c in searched if c in config.checkpoints)
     return searched if fixed is None else tuple(c for c in searched if c == fixed)
 
 
@@ -318,7 +336,12 @@ def _degrees(setup: PlanSetup, tally: _Tally, fixed: FixedDims
             tally.reject(LayoutChoice(dp=1, tp=tp, pp=1), "divisibility",
                          f"tp {tp} spans nodes ({per_node} devices per node)")
             continue
-        bad = tp_indivisible(config, tp)
+        bad = (config.tp_indivisible(tp) if isinstance(config, ModelProfile)
+               else tp_indivisible(config, tp))
+        if bad is not None and not bad[1]:
+            tally.reject(LayoutChoice(dp=1, tp=tp, pp=1), "divisibility",
+                         f"tp {tp}: {config.name} has no tensor-parallel plan")
+            continue
         if bad is not None:
             tally.reject(LayoutChoice(dp=1, tp=tp, pp=1), "divisibility",
                          f"tp {tp} does not divide the {bad[1]:,} {bad[0]}")
@@ -340,7 +363,7 @@ def _degrees(setup: PlanSetup, tally: _Tally, fixed: FixedDims
                 tally.reject(LayoutChoice(dp=dp, tp=tp, pp=pp), "divisibility",
                              f"pp {pp} exceeds the {config.n_layers} layers")
                 continue
-            for sp in (False, True) if tp > 1 else (False,):
+            for sp in (False, True) if tp > 1 and _splits_sequence(config) else (False,):
                 if fixed.sp is not None and sp != fixed.sp:
                     continue
                 if sp and setup.seq_len % tp:
@@ -374,7 +397,8 @@ def _schedules(pp: int, fixed: FixedDims) -> tuple[tuple[str, int], ...]:
                  if fixed.schedule in (None, schedule) and fixed.chunks in (None, v))
 
 
-def plan_setup(config: TransformerConfig, hardware: Hardware, count: int, *, seq_len: int,
+def plan_setup(config: TransformerConfig | ModelProfile, hardware: Hardware, count: int, *,
+               seq_len: int,
                global_batch_seqs: int, precision: str = "bf16-master", optimizer: str = "adamw",
                budget_bytes: float | None = None, efficiency: float | None = None,
                attention: str = "flash", max_pp: int | None = None) -> PlanSetup:
@@ -382,6 +406,11 @@ def plan_setup(config: TransformerConfig, hardware: Hardware, count: int, *, seq
     one :func:`plan_layouts` searches, and that a traced check of its layouts prices."""
     _check("count", count, LARGEST_COUNT)
     _check("seq_len", seq_len, config.context_length)
+    if isinstance(config, ModelProfile) and (config.seq_len, config.precision) != (
+            seq_len, resolve_precision(precision).name):
+        raise InputError(f"{config.name}'s profile was measured at seq {config.seq_len:,} "
+                         f"under {config.precision}; measure it at seq {seq_len:,} under "
+                         f"{precision} to plan those")
     _check("global batch (sequences)", global_batch_seqs, 1 << 32)
     budget = device_headroom(count).largest_peak(hardware.memory_bytes) if budget_bytes is None \
         else budget_bytes
@@ -395,7 +424,8 @@ def plan_setup(config: TransformerConfig, hardware: Hardware, count: int, *, seq
                      efficiency=efficiency, attention=attention, max_pp=max_pp)
 
 
-def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, seq_len: int,
+def plan_layouts(config: TransformerConfig | ModelProfile, hardware: Hardware, count: int, *,
+                 seq_len: int,
                  global_batch_seqs: int, precision: str = "bf16-master",
                  optimizer: str = "adamw", budget_bytes: float | None = None,
                  efficiency: float | None = None, attention: str = "flash",
@@ -450,7 +480,7 @@ def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, s
                              f" for ZeRO-{fix.zero}" if fix.zero else ""))
         for zero, shard in shardings:
             for schedule, v in _schedules(pp, fix):
-                for checkpoint in _checkpoints(attention, fix.checkpoint):
+                for checkpoint in _checkpoints(attention, fix.checkpoint, config):
                     # memory grows with the micro-batch (b · min(p, m) = min(p·b, B) in
                     # flight): past the first that does not fit, none does
                     past = None
@@ -497,7 +527,8 @@ def plan_layouts(config: TransformerConfig, hardware: Hardware, count: int, *, s
                       ranked=ranked, rejected=rejected, max_pp=max_pp, frontier=frontier,
                       reserve="" if budget_bytes is not None else
                       device_headroom(count).describe(),
-                      fixed=fix if fix.given else None)
+                      fixed=fix if fix.given else None,
+                      assumptions=_assumptions(config))
 
 
 def pareto_frontier(points: Sequence[tuple[float, float, T]]) -> list[T]:

@@ -20,9 +20,10 @@ from tensorledger.plan.estimate import (
     LayoutChoice,
     PlanSetup,
     _layers_per_stage,
-    _model,
     rank_memory,
 )
+from tensorledger.plan.model import search_model as _model
+from tensorledger.plan.profile import ModelProfile
 
 __all__ = ["SentBytes", "Verified", "sent_bytes"]
 
@@ -171,6 +172,8 @@ def sent_bytes(setup: PlanSetup, choice: LayoutChoice) -> SentBytes:
             if choice.checkpoint == "full":  # each block's attention all-reduce again
                 backward += 2 * ring(tp) * n * d * layers * compute
             tp_bytes = m * (forward + backward + logits)
+    if tp > 1 and isinstance(setup.config, ModelProfile):  # as measured at two ranks
+        tp_bytes = _profiled_tp_bytes(setup.config, choice, layers, last)
     pp_bytes = 0.0
     if pp > 1:
         # each micro-batch's stream forward out of every stage but the model's last, its
@@ -182,3 +185,17 @@ def sent_bytes(setup: PlanSetup, choice: LayoutChoice) -> SentBytes:
         pp_bytes = m * sends * boundary
     return SentBytes(data_parallel_bytes=dp, tensor_parallel_bytes=tp_bytes,
                      total_bytes=dp + tp_bytes + pp_bytes, pipeline_bytes=pp_bytes)
+
+
+def _profiled_tp_bytes(profile: ModelProfile, choice: LayoutChoice, layers: int,
+                       last: bool) -> float:
+    """A profile's tensor-parallel bytes: what a rank of two sent per token, per block and
+    outside them (the embedding, the head and its gathered logits, counted on the last stage),
+    scaled to t ranks by the ring's 2·(t−1)/t (an all-reduce sends 2·(t−1)/t of its payload,
+    an all-gather or reduce-scatter (t−1)/t of the whole: each twice its share at two)."""
+    key = (choice.sp, choice.checkpoint == "full")
+    tokens = choice.micro_batch * profile.seq_len
+    per_token = layers * profile.tp_sent_per_token.get(key, 0.0) + (
+        profile.other_tp_sent_per_token.get(choice.sp, 0.0) if last else 0.0)
+    scale = 2.0 * (choice.tp - 1) / choice.tp
+    return choice.accumulation * tokens * per_token * scale

@@ -349,11 +349,6 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
                     optimizer_kernel=kernel, lora=lora, offload=offload)
 
 
-def torchao_available() -> bool:
-    """True when the optional ``torchao`` package is installed (it is not imported)."""
-    return importlib.util.find_spec("torchao") is not None
-
-
 def check_float8(precision: Precision, layout: Layout, lora: Lora | None) -> None:
     """An fp8 recipe needs torchao, and is traced on one device or under FSDP2 (data
     parallel too); tensor parallelism, pipelines and adapters are refused in one line."""

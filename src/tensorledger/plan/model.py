@@ -1,0 +1,100 @@
+"""What a search asks of a model, worked out once per search: parameter counts by part, FLOPs
+per token, saved activations and priced collectives, from the reference model's closed form or
+a measured :class:`~tensorledger.plan.profile.ModelProfile`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+from tensorledger.napkin.activations import ActivationMemory, activation_memory
+from tensorledger.napkin.parallel import zero_bytes
+from tensorledger.napkin.transformer import (
+    forward_flops_per_token,
+    parameter_count,
+    transformer_training_flops,
+)
+from tensorledger.plan.profile import ModelProfile, profile_activations
+from tensorledger.roofline.collectives import CollectiveKind
+
+if TYPE_CHECKING:
+    from tensorledger.plan.estimate import PlanSetup
+
+__all__ = ["SearchModel", "search_model"]
+
+
+class SearchModel:
+    """Parameter counts and FLOPs of a config at a sequence length, computed once."""
+
+    def __init__(self, setup: PlanSetup) -> None:
+        self.states: dict[tuple[int, int, int], tuple[float, float]] = {}
+        self.saved: dict[tuple[int, int, bool, bool], tuple[ActivationMemory, float]] = {}
+        self.collectives: dict[tuple[CollectiveKind, float, int, int], float] = {}
+        config = setup.config
+        self.embedding_whole = 0
+        if isinstance(config, ModelProfile):
+            self._profiled(config)
+            return
+        counts = parameter_count(config)
+        norm = config.d_model * (2 if config.norm == "layernorm" and config.bias else 1)
+        self.layer_norms = 2 * norm
+        self.layer_matrices = counts.per_layer_params - self.layer_norms
+        self.embeddings = counts.embeddings_params
+        self.head = counts.head_params
+        self.final_norm = norm
+        flops = transformer_training_flops(config, 1.0, setup.seq_len)
+        forward = forward_flops_per_token(config, setup.seq_len)
+        self.flops_per_token: float = flops.flops_per_token
+        self.forward_per_token: float = forward.total_flops
+        self.attention_forward_per_token: float = (forward.attention_scores_flops
+                                            + forward.attention_values_flops)
+
+    def _profiled(self, profile: ModelProfile) -> None:
+        """Counts and FLOPs from a measured profile: the parts tensor parallelism splits
+        stand where the closed form's matrices do, the whole ones where its norms do."""
+        self.layer_norms = round(profile.block.whole)
+        self.layer_matrices = round(profile.block.split)
+        self.embeddings = round(profile.embedding.split)
+        self.embedding_whole = round(profile.embedding.whole)
+        self.head = round(profile.head.split)
+        self.final_norm = round(profile.head.whole)
+        self.flops_per_token = profile.flops_per_token()
+        self.forward_per_token = profile.forward_flops_per_token()
+        self.attention_forward_per_token = 0.0  # selective checkpointing is not profiled
+
+    def states_bytes(self, setup: PlanSetup, params: int, shard: int, zero: int
+                     ) -> tuple[float, float]:
+        """:func:`zero_bytes` total and its gradients' part, remembered: a search asks for
+        few distinct ones."""
+        key = (params, shard, zero)
+        held = self.states.get(key)
+        if held is None:
+            z = zero_bytes(params, shard, zero, setup.precision, setup.optimizer)
+            held = (float(z.total_bytes), float(z.grads_bytes))
+            self.states[key] = held
+        return held
+
+    def activations(self, setup: PlanSetup, micro_batch: int, tp: int, sp: bool,
+                    checkpointed: bool) -> tuple[ActivationMemory, float]:
+        """The closed form at one micro-batch and split, and the loss end's bytes (final
+        norm and loss), remembered: a search asks for few distinct ones."""
+        key = (micro_batch, tp, sp, checkpointed)
+        held = self.saved.get(key)
+        if held is None:
+            p = setup.precision
+            autocast = p.autocast
+            width = 4 if p.param_bytes == 4 and not autocast else 2
+            if isinstance(setup.config, ModelProfile):
+                closed = profile_activations(setup.config, micro_batch, setup.seq_len, tp, sp,
+                                             checkpointed, width, autocast)
+            else:
+                closed = activation_memory(setup.config, micro_batch, setup.seq_len, width,
+                                           checkpointed, tp=tp, sequence_parallel=sp,
+                                           autocast=autocast)
+            held = (closed, float(closed.final_norm_bytes + closed.loss_bytes))
+            self.saved[key] = held
+        return held
+
+
+def search_model(setup: PlanSetup) -> SearchModel:
+    return cast(SearchModel, setup.__dict__["_model"])
+
