@@ -42,7 +42,7 @@ def test_the_same_workload_options_with_the_same_names_help_and_defaults() -> No
              for command in COMMANDS + WORKLOAD_ONLY + ("checkpoint",)}
     assert WORKLOAD_OPTIONS == ("model", "batch", "seq", "step", "precision", "optimizer",
                                 "device", "checkpoint", "optimizer_kernel", "fill_defaults",
-                                "lora", "lora_targets")
+                                "lora", "lora_targets", "routing")
     assert set(found["trace"]) == set(WORKLOAD_OPTIONS)
     assert found["trace"] == found["memory"] == found["roofline"] == found["account"]
     assert found["checkpoint"] == {name: spec for name, spec in found["trace"].items()
@@ -55,7 +55,8 @@ def test_the_same_workload_options_with_the_same_names_help_and_defaults() -> No
                         "precision": DEFAULTS.precision, "optimizer": DEFAULTS.optimizer,
                         "device": DEFAULTS.device, "checkpoint": DEFAULTS.checkpoint,
                         "optimizer_kernel": DEFAULTS.optimizer_kernel, "fill_defaults": False,
-                        "lora": None, "lora_targets": None}  # no adapters: full fine-tuning
+                        "lora": None, "lora_targets": None,  # no adapters: full fine-tuning
+                        "routing": None}  # balanced
     assert defaults["precision"] == "mixed-bf16"  # language models train in bf16
 
 

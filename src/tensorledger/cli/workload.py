@@ -41,6 +41,7 @@ from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
 from tensorledger.hardware.target import default_target, target_of
 from tensorledger.workload.layout import SINGLE, Layout, resolve_layout
+from tensorledger.workload.routing import resolve_routing
 from tensorledger.workload.source import resolve_source
 from tensorledger.workload.spec import DEFAULTS, Workload, resolve_lora, resolve_workload
 
@@ -80,6 +81,11 @@ LoraRank = Annotated[int | None, typer.Option("--lora", help=(
 LoraTargets = Annotated[str | None, typer.Option("--lora-targets", help=(
     "The modules --lora adapts, by name: q_proj,v_proj,... (default: peft's for the model "
     "type; query,value for the reference presets)."))]
+RoutingOption = Annotated[str | None, typer.Option("--routing", help=(
+    "A mixture of experts' tokens per expert, which fake tensors cannot decide: balanced "
+    "(default: tokens·k/E each), skew=S (expert 0 gets 1+S times the balanced share, the "
+    "others the rest evenly), or a JSON file listing each expert's token-slots "
+    "([30, 10, 4, 4], summing to batch·seq·k)."))]
 
 # The layout group's options (fields of LayoutOptions below).
 Dp = Annotated[int, typer.Option("--dp", help=(
@@ -154,6 +160,7 @@ class WorkloadOptions:
     fill_defaults: FillDefaults = False
     lora: LoraRank = None
     lora_targets: LoraTargets = None
+    routing: RoutingOption = None
 
     def resolve(self, laid_out: Layout | None = None, chip: Hardware | None = None
                 ) -> Workload:
@@ -167,7 +174,8 @@ class WorkloadOptions:
                                 device=self.device, checkpoint=self.checkpoint,
                                 layout=SINGLE if laid_out is None else laid_out,
                                 target=default_target() if chip is None else target_of(chip),
-                                optimizer_kernel=self.optimizer_kernel, lora=lora)
+                                optimizer_kernel=self.optimizer_kernel, lora=lora,
+                                routing=resolve_routing(self.routing))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -35,7 +35,7 @@ ELEMENTWISE_FLOPS: dict[str, int] = {
     "logical_not": 1, "bitwise_and": 1, "bitwise_or": 1, "bitwise_not": 1, "bitwise_xor": 1,
     "__and__": 1, "__or__": 1, "__xor__": 1,  # the operators' spellings (DTensor's vocab mask)
     "where": 1, "masked_fill": 1, "tril": 1, "triu": 1, "isnan": 1, "isinf": 1,
-    "nan_to_num": 1, "pow": 1, "square": 1,
+    "nan_to_num": 1, "pow": 1, "square": 1, "floor_divide": 1,
     # special functions: one special-function-unit instruction each
     "exp": 1, "exp2": 1, "expm1": 1, "log": 1, "log2": 1, "log10": 1, "log1p": 1, "sqrt": 1,
     "rsqrt": 1, "sin": 1, "cos": 1, "tanh": 1, "erf": 1, "erfinv": 1,

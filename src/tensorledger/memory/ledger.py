@@ -81,6 +81,7 @@ class StepFacts:
     tensor_parallel: int = 1  # a tensor-parallel rank saves its split of the activations
     sequence_parallel: bool = False  # ... and its share of the sequence around the norms
     pipeline_stages: int = 1  # a pipeline rank saves its stage's, for its micro-batches
+    routing: str = ""  # a mixture of experts: the tokens each routed expert receives
 
     def __repr__(self) -> str:  # pragma: no mutate block (presentation: the summary line)
         return summary("StepFacts", f"{self.model} {self.step}",
@@ -124,6 +125,7 @@ class MemoryLedger:
     fit: Fit | None
     ranks: int = 1  # the step is one rank of a layout of this many devices: figures per rank
     layout: str = ""
+    routing: str = ""  # a mixture of experts: the routing the step assumed ('' without)
 
     def parts(self) -> tuple[MemoryPart, ...]:
         """The breakdown ``tensorledger memory`` tabulates: state and saved activations,
@@ -218,4 +220,4 @@ def memory_ledger(trace: Trace, tags: Mapping[int, str], facts: StepFacts, *,
                         activations_closed_form=closed, timeline=timeline,
                         fit=None if hardware is None else _fit(timeline, hardware, count,
                                                                facts.ranks, budget_bytes),
-                        ranks=facts.ranks, layout=facts.layout)
+                        ranks=facts.ranks, layout=facts.layout, routing=facts.routing)

@@ -225,7 +225,8 @@ def trace_workload(work: Workload, first_step: bool = False,
                      trainable_params=None if step.lora is None else
                      sum(p.numel() for p in step.parameters if p.requires_grad),
                      assumptions=tuple(notes) + (() if step.lora is None
-                                                 else (step.lora.describe(),)),
+                                                 else (step.lora.describe(),))
+                     + ((work.routing_note,) if work.routing_note else ()),
                      active_params=_active(step))
 
 
