@@ -53,11 +53,9 @@ def assignment(counts: tuple[int, ...], tokens: int, chosen: int) -> torch.Tenso
 class RoutedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Route the ``chosen`` of ``experts`` experts of every router as ``routing`` says."""
 
-    def __init__(self, experts: int, chosen: int, routing: Routing = BALANCED,
-                 shadowing: bool = True) -> None:
+    def __init__(self, experts: int, chosen: int, routing: Routing = BALANCED) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.experts, self.chosen, self.routing = experts, chosen, routing
-        self.shadowing = shadowing  # fake or meta tensors below: values kept beside indices
         self.shadows: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
         self.routers = 0  # router top-ks routed so far
 
@@ -66,13 +64,11 @@ class RoutedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         kwargs = kwargs or {}
         if func is aten.topk.default and args[0] not in self.shadows:
             return self._topk(*args, **kwargs)
-        if not self.shadowing:
-            return func(*args, **kwargs)
         tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
         if not tensors:  # made from nothing: an index (arange) is shadowed, no activation
             out = func(*args, **kwargs)
-            if (isinstance(out, torch.Tensor) and not out.dtype.is_floating_point
-                    and out.numel() <= _MAX_SHADOW):
+            if (isinstance(out, torch.Tensor) and _without_values(out)
+                    and not out.dtype.is_floating_point and out.numel() <= _MAX_SHADOW):
                 self._attach(out, self._on_shadows(func, args, kwargs))
             return out
         if not all(t in self.shadows for t in tensors):
@@ -96,7 +92,8 @@ class RoutedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
               sorted: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         width = source.shape[dim] if source.dim() else 1
         router = width == self.experts and k == self.chosen
-        if not router and not self.shadowing:
+        shadowing = _without_values(source)
+        if not router and not shadowing:
             return aten.topk.default(source, k, dim, largest, sorted)  # type: ignore[no-any-return]
         moved = source.movedim(dim, -1)
         tokens = moved.numel() // max(width, 1)
@@ -106,7 +103,7 @@ class RoutedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             ids = assignment(counts, tokens, k).reshape(*moved.shape[:-1], k).movedim(-1, dim)
         if router:
             self.routers += 1
-        if self.shadowing:
+        if shadowing:
             index = _like(ids, source.device)
             self.shadows[index] = ids
         else:
@@ -148,6 +145,13 @@ class RoutedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             if isinstance(value, torch.Tensor):
                 written.append(value)
         return written
+
+
+def _without_values(t: torch.Tensor) -> bool:
+    """A fake or meta tensor: its values are not there to read."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(t, FakeTensor) or t.is_meta
 
 
 def _like(real: Any, device: torch.device) -> Any:

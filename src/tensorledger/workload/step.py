@@ -124,8 +124,7 @@ def routed(work: Workload) -> AbstractContextManager[object]:
         return nullcontext()
     from tensorledger.workload.routed import RoutedMode
 
-    return RoutedMode(*experts, work.routing, shadowing=work.device in ("fake", "meta")
-                      or not work.layout.single)
+    return RoutedMode(*experts, work.routing)
 
 
 @contextmanager
