@@ -71,7 +71,10 @@ class RoutedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
                     and not out.dtype.is_floating_point and out.numel() <= _MAX_SHADOW):
                 self._attach(out, self._on_shadows(func, args, kwargs))
             return out
-        if not all(t in self.shadows for t in tensors):
+        shadowed = [t in self.shadows for t in tensors] if len(self.shadows) else []
+        if not any(shadowed):  # an activation's op: most of a step
+            return func(*args, **kwargs)
+        if not all(shadowed):
             for t in self._mutated(func, args, kwargs):
                 self.shadows.pop(t, None)  # type: ignore[no-untyped-call]  # written from what no shadow holds
             return func(*args, **kwargs)
