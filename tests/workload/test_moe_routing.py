@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
 from tensorledger.errors import InputError
@@ -128,6 +130,27 @@ def test_counts_balanced_skewed_and_given() -> None:
     # a router that sees half the tokens (12 tokens, 24 slots) gets the same shares: 10, 6, 5, 3
     assert given.counts(12, E, K) == (10, 6, 5, 3)
     assert resolve_routing("balanced") == resolve_routing(None) == resolve_routing("skew=0")
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(experts=st.integers(2, 12), data=st.data())
+def test_any_accepted_routing_gives_whole_counts_within_the_tokens_at_any_size(
+        experts: int, data: st.DataObject) -> None:
+    chosen = data.draw(st.integers(1, experts))
+    tokens = data.draw(st.integers(1, 40))
+    counts = data.draw(st.lists(st.integers(0, tokens), min_size=experts, max_size=experts))
+    routings = [BALANCED, Routing(kind="skew", skew=data.draw(st.floats(0, experts / chosen - 1)))]
+    if sum(counts) == tokens * chosen:
+        routings.append(Routing(kind="histogram", histogram=tuple(counts), source="h.json"))
+    for routing in routings:
+        routing.check(tokens, experts, chosen)  # accepted at the step's tokens
+        # ... and a router of any other size gets whole counts, each within its tokens
+        for seen in (tokens, data.draw(st.integers(1, 64))):
+            got = routing.counts(seen, experts, chosen)
+            assert sum(got) == seen * chosen and all(0 <= c <= seen for c in got), (routing,
+                                                                                     seen, got)
+            ids = assignment(got, seen, chosen)
+            assert all(len(set(row)) == chosen for row in ids.tolist())
 
 
 @pytest.mark.parametrize("counts", [(12, 12, 12, 12), (20, 12, 10, 6), (24, 24, 0, 0),
