@@ -339,3 +339,26 @@ def test_more_hf_types_train_on_fake_with_the_routing_stated(tmp_path: Path, fam
                 and r.module.endswith(".mlp.experts") and r.op.startswith("aten.")
                 and r.category == "matmul"]
         assert mine and mine[0].input_shapes[0][0] == first
+
+
+def test_split_sizes_from_bincount_and_argsort_on_fake_tensors() -> None:
+    """A router written by hand, as torchtitan-style code does: top-k, argsort of the expert
+    ids, bincount, ``.tolist()`` of the split sizes, one product per expert.  On fake tensors
+    every size is the histogram's."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    tokens, hidden = 12, 8  # 24 token-slots over 4 experts
+    counts = (10, 6, 5, 3)
+    routing = Routing(kind="histogram", histogram=counts, source="h.json")
+    with FakeTensorMode(), RoutedMode(E, K, routing):
+        x = torch.randn(tokens, hidden)
+        scores = torch.softmax(x @ torch.randn(hidden, E), dim=-1)
+        _, chosen = torch.topk(scores, K, dim=-1)
+        flat = chosen.flatten()
+        order = torch.argsort(flat, stable=True)
+        sizes = torch.bincount(flat, minlength=E).tolist()
+        rows = x[order // K]
+        outs = [part @ torch.randn(hidden, 3) for part in torch.split(rows, sizes)]
+        hit = torch.nonzero(torch.bincount(flat, minlength=E)).flatten().tolist()
+    assert sizes == list(counts) and [tuple(o.shape) for o in outs] == [(c, 3) for c in counts]
+    assert hit == [0, 1, 2, 3]
