@@ -38,7 +38,7 @@ def test_the_results_share_one_workload_header() -> None:
 
     header = [f.name for f in dataclasses.fields(WorkloadHeader)]
     assert header == ["model", "built_by", "step", "batch", "seq", "device", "precision",
-                      "optimizer"]
+                      "optimizer", "routing"]  # routing: a mixture of experts' ('' without)
     for result in (TraceReport, RooflineRun, Ledger):
         assert issubclass(result, WorkloadHeader)
         assert [f.name for f in dataclasses.fields(result)][:len(header)] == header

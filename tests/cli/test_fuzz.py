@@ -157,6 +157,8 @@ def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[s
         "days": st.sampled_from(FLOATS),
         "params": st.one_of(_quantities(), st.sampled_from(["70B", "7e9", "1e400"])),
         "tokens": st.one_of(_quantities(), st.sampled_from(["15T", "1e12"])),
+        # a mixture of experts' active count (issue 38): at, below and past --params
+        "active_params": st.one_of(_quantities(), st.sampled_from(["12.9B", "70B", "1e400"])),
         "flops": st.one_of(_quantities(), st.sampled_from(["3.14e23", "6e24FLOPs", "1e5FLOP/s"])),
         # checkpoint --verify traces the step six times: only the tiny model is traced there
         "model": [("tiny" if command == "checkpoint" else "llama-3-8b"), "gpt2-small", "",
@@ -170,6 +172,12 @@ def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[s
                     "activations,params"],
         "lora_targets": ["q_proj,v_proj", "query,value", "nope", "", ",", "q proj", "٣",
                          "x" * 5000],
+        # a mixture of experts' routing (issue 38): on these dense models any but balanced is
+        # refused; hostile files as histograms; MOE_ROUTING_CASES below for an MoE model
+        "routing": ["balanced", "skew=0.3", "skew=0", "skew=-1", "skew=nan", "skew=inf",
+                    "skew=", "", "٣", place.files["fifo.json"], place.files["dev_zero"],
+                    place.files["deep.json"], place.files["config.json"],
+                    place.files["binary.json"], str(place.out / "missing.json")],
         "deep": ["4,3,8", "4,3,8,relu", "8,2,4,gelu", "0,3,8", "4,3", "4,3,8,tanh", "4,999,8",
                  "٤,3,8", "", "x" * 5000],
         "every": ["1", "2", "3", "4", "0", "-1", "٣", "", "nan", str(INT64_MAX + 1)],
@@ -540,3 +548,41 @@ def test_fuzz_config_fields(hostile_files: dict[str, str], isolated: None) -> No
             run_case(argv, place)
 
     case()
+
+
+# ------------------------------------------ a mixture of experts' routing (issue 38): refusals
+
+#: A tiny Mixtral (4 experts, top-2) and routings it cannot run at batch 2 × seq 4 (8 tokens,
+#: 16 token-slots): each is one line and exit 2, before anything is built.
+MOE_CONFIG = {"model_type": "mixtral", "vocab_size": 97, "hidden_size": 40,
+              "intermediate_size": 24, "num_hidden_layers": 1, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "head_dim": 12, "num_local_experts": 4,
+              "num_experts_per_tok": 2, "max_position_embeddings": 64}
+MOE_ROUTING_CASES = {
+    "sum": [4, 4, 4, 2],  # 14 slots, not 16
+    "experts": [4, 4, 4, 2, 2],  # 5 experts, the model has 4
+    "busy": [9, 3, 2, 2],  # 9 slots for one expert: more than the 8 tokens
+    "negative": [8, 8, -1, 1],
+    "floats": [4.0, 4, 4, 4],
+    "table": {"0": 16},
+    "empty": [],
+    "zeros": [0, 0, 0, 0],
+}
+
+
+@pytest.mark.parametrize("case", [*MOE_ROUTING_CASES, "skew=2", "skew=-0.1", "skew=x"])
+@pytest.mark.parametrize("command", ["trace", "memory", "roofline", "account"])
+def test_moe_routing_refusals_are_one_line(case: str, command: str, tmp_path: Path,
+                                           hostile_files: dict[str, str], isolated: None
+                                           ) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(MOE_CONFIG))
+    routing = case
+    if case in MOE_ROUTING_CASES:
+        routing = str(tmp_path / f"{case}.json")
+        Path(routing).write_text(json.dumps(MOE_ROUTING_CASES[case]))
+    with _place(hostile_files) as place:
+        outcome = run_case([command, "--model", str(config), "--batch", "2", "--seq", "4",
+                            "--routing", routing], place)
+    assert outcome.code == 2
+    assert "routing" in outcome.stderr

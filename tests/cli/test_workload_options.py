@@ -42,7 +42,8 @@ def test_the_same_workload_options_with_the_same_names_help_and_defaults() -> No
              for command in COMMANDS + WORKLOAD_ONLY + ("checkpoint",)}
     assert WORKLOAD_OPTIONS == ("model", "batch", "seq", "step", "precision", "optimizer",
                                 "device", "checkpoint", "optimizer_kernel", "fill_defaults",
-                                "lora", "lora_targets", "qlora", "offload")
+                                "lora", "lora_targets", "qlora", "offload",
+                                "routing")
     assert set(found["trace"]) == set(WORKLOAD_OPTIONS)
     assert found["trace"] == found["memory"] == found["roofline"] == found["account"]
     assert found["checkpoint"] == {name: spec for name, spec in found["trace"].items()
@@ -56,7 +57,8 @@ def test_the_same_workload_options_with_the_same_names_help_and_defaults() -> No
                         "device": DEFAULTS.device, "checkpoint": DEFAULTS.checkpoint,
                         "optimizer_kernel": DEFAULTS.optimizer_kernel, "fill_defaults": False,
                         "lora": None, "lora_targets": None,  # no adapters: full fine-tuning
-                        "qlora": False, "offload": None}
+                        "qlora": False, "offload": None,
+                        "routing": None}  # balanced
     assert defaults["precision"] == "mixed-bf16"  # language models train in bf16
 
 

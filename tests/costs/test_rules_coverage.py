@@ -14,13 +14,15 @@ from tests.costs import (
     test_rules_memory_ops,
     test_rules_normalization,
     test_rules_optimizer,
+    test_rules_selection,
 )
 from tests.costs.rules_support import rule_test_name
 
 MODULES: tuple[ModuleType, ...] = (test_rules_attention, test_rules_collectives,
                                    test_rules_elementwise,
                                    test_rules_matmul, test_rules_memory_ops,
-                                   test_rules_normalization, test_rules_optimizer)
+                                   test_rules_normalization, test_rules_optimizer,
+                                   test_rules_selection)
 
 #: the tables that parametrized tests run over: op → (test, its table)
 TABLES: dict[str, dict[str, object]] = {

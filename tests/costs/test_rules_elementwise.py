@@ -66,6 +66,7 @@ ELEMENTWISE: dict[str, tuple[int, Call]] = {
     "aten.remainder": (1, binary("remainder")),
     "aten.fmod": (1, binary("fmod")),
     "aten.floor": (1, unary("floor")),
+    "aten.floor_divide": (1, binary("floor_divide")),
     "aten.ceil": (1, unary("ceil")),
     "aten.round": (1, unary("round")),
     "aten.trunc": (1, unary("trunc")),

@@ -71,6 +71,10 @@ def time_command(
     model: Annotated[str | None, typer.Option(
         "--model", "-m", help="Take --params from a model: a preset (llama-3-70b), a "
         "config.json or file.py:factory; the count used is printed.")] = None,
+    active_params: Annotated[str | None, typer.Option(help=(
+        "A mixture of experts: the parameters a token runs (k of E routed experts and the "
+        "shared parts), e.g. 12.9B beside --params 46.7B; 6·N_active·D is counted. A --model "
+        "with routed experts gives its own."))] = None,
     hardware: HardwareOpt = "h100",
     count: CountOpt = 1,
     mfu: Annotated[float, typer.Option(parser=real_parser(0.0, 1.0, minimum_open=True),
@@ -90,6 +94,11 @@ def time_command(
         used = _model_params(model)
         params = str(used.params)
         notes.append(model_params_note(used))
+        if used.active_params is not None and active_params is None:
+            active_params = str(used.active_params)
+    if active_params is not None and params is None:
+        raise InputError("--active-params goes with --params (the total, e.g. --params 46.7B "
+                         "--active-params 12.9B) or a --model")
     if flops is not None and (params is not None or tokens is not None):
         raise InputError("give either --flops or --params with --tokens, not both")
     if flops is None and (params is None or tokens is None):
@@ -98,16 +107,18 @@ def time_command(
     total = parse_flops(flops) if flops is not None else None
     n = parse_count(params) if params is not None else None
     d = parse_count(tokens) if tokens is not None else None
+    active = parse_count(active_params) if active_params is not None else None
     if days is not None:
         if count != 1:
             raise InputError("--days asks how many devices; it does not take --count")
         duration_s = parse_real(days, what="--days", minimum=0.0, maximum=MAX_DAYS,
                                 minimum_open=True) * 86400.0
         inverse = devices_for_duration(chip, duration_s, mfu, flops=total, params=n, tokens=d,
-                                       dtype=dtype)
+                                       dtype=dtype, active_params=active)
         emit("time", inverse, as_json, *devices_for_duration_view(inverse), *notes)
         return
-    result = training_time(chip, count, mfu, flops=total, params=n, tokens=d, dtype=dtype)
+    result = training_time(chip, count, mfu, flops=total, params=n, tokens=d, dtype=dtype,
+                           active_params=active)
     emit("time", result, as_json, *training_time_view(result), *notes)
 
 

@@ -41,6 +41,7 @@ from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
 from tensorledger.hardware.target import default_target, target_of
 from tensorledger.workload.layout import SINGLE, Layout, resolve_layout
+from tensorledger.workload.routing import resolve_routing
 from tensorledger.workload.source import resolve_source
 from tensorledger.workload.spec import (
     DEFAULTS,
@@ -95,6 +96,11 @@ Offload = Annotated[str | None, typer.Option("--offload", help=(
     "Keep on the host what a device would hold: activations (torch's save_on_cpu: what "
     "autograd saves copied to the host in forward and back in backward, the bytes priced on "
     "the chip's host link)."))]
+RoutingOption = Annotated[str | None, typer.Option("--routing", help=(
+    "A mixture of experts' tokens per expert, which fake tensors cannot decide: balanced "
+    "(default: tokens·k/E each), skew=S (expert 0 gets 1+S times the balanced share, the "
+    "others the rest evenly), or a JSON file listing each expert's token-slots "
+    "([30, 10, 4, 4], summing to batch·seq·k)."))]
 
 # The layout group's options (fields of LayoutOptions below).
 Dp = Annotated[int, typer.Option("--dp", help=(
@@ -171,6 +177,7 @@ class WorkloadOptions:
     lora_targets: LoraTargets = None
     qlora: Qlora = False
     offload: Offload = None
+    routing: RoutingOption = None
 
     def resolve(self, laid_out: Layout | None = None, chip: Hardware | None = None
                 ) -> Workload:
@@ -185,7 +192,8 @@ class WorkloadOptions:
                                 layout=SINGLE if laid_out is None else laid_out,
                                 target=default_target() if chip is None else target_of(chip),
                                 optimizer_kernel=self.optimizer_kernel, lora=lora,
-                                offload=resolve_offload(self.offload))
+                                offload=resolve_offload(self.offload),
+                                routing=resolve_routing(self.routing))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -37,7 +37,7 @@ ELEMENTWISE_FLOPS: dict[str, int] = {
     "bitwise_left_shift": 1, "bitwise_right_shift": 1, "__lshift__": 1, "__rshift__": 1,
     # (shifts: torchao's NF4 unpacks two 4-bit codes from a byte with >> and &)
     "where": 1, "masked_fill": 1, "tril": 1, "triu": 1, "isnan": 1, "isinf": 1,
-    "nan_to_num": 1, "pow": 1, "square": 1,
+    "nan_to_num": 1, "pow": 1, "square": 1, "floor_divide": 1,
     # special functions: one special-function-unit instruction each
     "exp": 1, "exp2": 1, "expm1": 1, "log": 1, "log2": 1, "log10": 1, "log1p": 1, "sqrt": 1,
     "rsqrt": 1, "sin": 1, "cos": 1, "tanh": 1, "erf": 1, "erfinv": 1,

@@ -147,4 +147,5 @@ def _load_rules() -> None:
             memory_ops,
             normalization,
             optimizer,
+            selection,
         )

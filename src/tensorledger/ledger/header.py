@@ -11,7 +11,7 @@ with their own figures after it; :func:`header_of` fills it from a workload.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tensorledger.workload import Workload
@@ -31,6 +31,8 @@ class WorkloadHeader:
     device: str  # where the step was traced
     precision: str
     optimizer: str | None  # None when the step has no optimizer step
+    # a mixture of experts: the tokens each routed expert receives, in words ('' without)
+    routing: str = field(default="", kw_only=True)
 
 
 def header_of(work: Workload) -> dict[str, Any]:
@@ -38,4 +40,5 @@ def header_of(work: Workload) -> dict[str, Any]:
     return {"model": work.model, "built_by": work.source.built_by, "step": work.step.name,
             "batch": work.batch, "seq": work.seq, "device": work.device,
             "precision": work.precision.name,
-            "optimizer": work.optimizer.name if work.step.optimizer else None}
+            "optimizer": work.optimizer.name if work.step.optimizer else None,
+            "routing": work.routing_note}

@@ -23,7 +23,8 @@ def step_facts(run: StepTrace) -> StepFacts:
                      tensor_parallel=work.layout.tp,
                      sequence_parallel=work.layout.sp, pipeline_stages=work.layout.pp,
                      adapters=work.lora is not None, offloaded_bytes=run.offloaded_bytes,
-                     frozen_tensors=run.frozen_tensors, trained_tensors=run.trained_tensors)
+                     frozen_tensors=run.frozen_tensors, trained_tensors=run.trained_tensors,
+                     routing=work.routing_note)
 
 
 def memory_report(work: Workload, hardware: Hardware | None = None, count: int = 1,

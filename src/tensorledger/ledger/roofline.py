@@ -20,7 +20,14 @@ from tensorledger.roofline.compare import Comparison, compare
 from tensorledger.roofline.model import RooflinePrediction, predict
 from tensorledger.roofline.modules import ModuleTime, module_times
 from tensorledger.summary import show_time, summary
-from tensorledger.workload import Workload, placement, prepare, record_step, trace_workload
+from tensorledger.workload import (
+    Workload,
+    placement,
+    prepare,
+    record_step,
+    routed,
+    trace_workload,
+)
 
 if TYPE_CHECKING:
     from tensorledger.trace import Trace
@@ -94,7 +101,7 @@ class StepTiming:
 
         say = progress or (lambda _: None)
         self.work, self.hardware, self.profiled = work, hardware, profiled
-        with placement(work.device) as target:
+        with placement(work.device) as target, routed(work):
             say(f"building {work.model} on {work.device}")
             self.step = prepare(work, target)
             say("running the first step")

@@ -86,6 +86,7 @@ class StepFacts:
     offloaded_bytes: tuple[int, int] | None = None  # activations to the host and back
     frozen_tensors: Sequence[tuple[int, int, bool]] = ()  # adapters' base: (n, width, NF4)
     trained_tensors: Sequence[tuple[int, int]] = ()  # the adapters: (n, width)
+    routing: str = ""  # a mixture of experts: the tokens each routed expert receives
 
     def __repr__(self) -> str:  # pragma: no mutate block (presentation: the summary line)
         return summary("StepFacts", f"{self.model} {self.step}",
@@ -150,6 +151,7 @@ class MemoryLedger:
     fit: Fit | None
     ranks: int = 1  # the step is one rank of a layout of this many devices: figures per rank
     layout: str = ""
+    routing: str = ""  # a mixture of experts: the routing the step assumed ('' without)
     adapters: bool = False  # the recipe's closed form (every parameter trained) does not apply
     # with adapters: the frozen base's bytes and the adapters' recipe (napkin.adapters); None
     # where no closed form is set beside
@@ -286,4 +288,5 @@ def memory_ledger(trace: Trace, tags: Mapping[int, str], facts: StepFacts, *,
                         fit=None if hardware is None else _fit(timeline, hardware, count,
                                                                facts.ranks, budget_bytes),
                         ranks=facts.ranks, layout=facts.layout, adapters=facts.adapters,
-                        offload=offload, adapter_closed_form=adapter_closed)
+                        offload=offload, adapter_closed_form=adapter_closed,
+                        routing=facts.routing)

@@ -3,6 +3,8 @@
 The 6·N·D rule (Kaplan et al. 2020, Table 1: C ≈ 6N per training token) counts 2N FLOPs per
 token forward and 4N backward; it leaves out attention's sequence-length term and the
 optimizer's few FLOPs per parameter.  Peaks are dense (no sparsity) from the hardware catalog.
+A mixture of experts runs a token through its active parameters only (k of E routed experts,
+the shared parts): given ``active_params``, the rule is 6·N_active·D.
 """
 
 from __future__ import annotations
@@ -44,14 +46,26 @@ def training_flops(params: float, tokens: float) -> float:
                         6.0 * check_positive("params", params) * check_positive("tokens", tokens))
 
 
-def _total_flops(flops: float | None, params: float | None, tokens: float | None) -> Step:
-    """The first step of the working: FLOPs as given, or 6·N·D."""
+def _total_flops(flops: float | None, params: float | None, tokens: float | None,
+                 active: float | None = None) -> Step:
+    """The first step of the working: FLOPs as given, or 6·N·D (6·N_active·D with ``active``).
+
+    >>> _total_flops(None, 46.7e9, 1e12, active=12.9e9).formula
+    '6 × active params × tokens'
+    """
     if flops is not None:
-        if params is not None or tokens is not None:
+        if params is not None or tokens is not None or active is not None:
             raise InputError("give either flops, or params with tokens, not both")
         return Step("total FLOPs", "given", check_positive("flops", flops), "flops")
     if params is None or tokens is None:
         raise InputError("give flops, or params and tokens")
+    if active is not None:
+        check_positive("active params", active)
+        if active > params:
+            raise InputError(f"active params ({active:.4g}) cannot exceed the total params "
+                             f"({params:.4g}): a token runs a part of the model")
+        return Step("total FLOPs", "6 × active params × tokens", training_flops(active, tokens),
+                    "flops")
     return Step("total FLOPs", "6 × params × tokens", training_flops(params, tokens), "flops")
 
 
@@ -72,6 +86,7 @@ class TrainingTime:
     time_s: float
     time_days: float
     steps: tuple[Step, ...]
+    active_params: float | None = None  # a mixture of experts: 6·N_active·D was counted
 
     def __repr__(self) -> str:  # pragma: no mutate block (presentation: the summary line)
         return summary("TrainingTime", f"{show_flops(self.flops)} on {self.count:,} × "
@@ -80,14 +95,15 @@ class TrainingTime:
 
 def training_time(hardware: Hardware, count: int, mfu: float, *, flops: float | None = None,
                   params: float | None = None, tokens: float | None = None,
-                  dtype: str = "bf16") -> TrainingTime:
+                  dtype: str = "bf16", active_params: float | None = None) -> TrainingTime:
     """Days to train: FLOPs / (dense peak × MFU × count) / 86400.
 
-    Give ``flops`` directly, or ``params`` and ``tokens`` for 6·N·D.
+    Give ``flops`` directly, or ``params`` and ``tokens`` for 6·N·D; a mixture of experts'
+    ``active_params`` (those a token runs) for 6·N_active·D.
     """
     check_count("count", count)
     check_fraction("mfu", mfu)
-    total = _total_flops(flops, params, tokens)
+    total = _total_flops(flops, params, tokens, active_params)
     flops = total.value
     steps = [total]
     peak = hardware.peak_flop_per_s(dtype)
@@ -104,7 +120,8 @@ def training_time(hardware: Hardware, count: int, mfu: float, *, flops: float | 
     return TrainingTime(hardware=hardware.id, dtype=hardware.compute_key(dtype), count=count,
                         mfu=mfu, params=params, tokens=tokens, flops=flops, peak_flop_per_s=peak,
                         cluster_flop_per_s=cluster, flops_per_day=per_day, time_s=time_s,
-                        time_days=time_s / SECONDS_PER_DAY, steps=tuple(steps))
+                        time_days=time_s / SECONDS_PER_DAY, steps=tuple(steps),
+                        active_params=active_params)
 
 
 @dataclass(frozen=True)
@@ -121,6 +138,7 @@ class DevicesForDuration:
     devices: int
     time_days_with_devices: float
     steps: tuple[Step, ...]
+    active_params: float | None = None  # a mixture of experts: 6·N_active·D was counted
 
     def __repr__(self) -> str:  # pragma: no mutate block (presentation: the summary line)
         return summary("DevicesForDuration", f"{show_flops(self.flops)} within "
@@ -130,12 +148,13 @@ class DevicesForDuration:
 
 def devices_for_duration(hardware: Hardware, duration_s: float, mfu: float, *,
                          flops: float | None = None, params: float | None = None,
-                         tokens: float | None = None, dtype: str = "bf16") -> DevicesForDuration:
+                         tokens: float | None = None, dtype: str = "bf16",
+                         active_params: float | None = None) -> DevicesForDuration:
     """Devices = ceil(FLOPs / (peak × MFU × duration)); give ``flops``, or ``params`` and
-    ``tokens`` for 6·N·D."""
+    ``tokens`` for 6·N·D (and ``active_params`` for 6·N_active·D)."""
     check_positive("duration", duration_s)
     check_fraction("mfu", mfu)
-    total = _total_flops(flops, params, tokens)
+    total = _total_flops(flops, params, tokens, active_params)
     flops = total.value
     peak = hardware.peak_flop_per_s(dtype)
     per_device = check_result("FLOPs per device", peak * mfu * duration_s)
@@ -152,7 +171,8 @@ def devices_for_duration(hardware: Hardware, duration_s: float, mfu: float, *,
     return DevicesForDuration(hardware=hardware.id, dtype=hardware.compute_key(dtype), mfu=mfu,
                               flops=flops, duration_s=duration_s, peak_flop_per_s=peak,
                               devices_exact=exact, devices=devices,
-                              time_days_with_devices=actual_days, steps=steps)
+                              time_days_with_devices=actual_days, steps=steps,
+                              active_params=active_params)
 
 
 @dataclass(frozen=True)

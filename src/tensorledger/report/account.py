@@ -4,6 +4,7 @@ Formats; computes nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from rich.console import Group, RenderableType
@@ -49,7 +50,8 @@ def account_view(ledger: Ledger) -> View:
                 "with causal attention halved)")
     view += flops_notes(s)
     view.append(module_table(s.modules))
-    view += memory_view(ledger.memory)
+    # the routing is said once, among the trace's notes above
+    view += memory_view(dataclasses.replace(ledger.memory, routing=""))
     if ledger.fits_with is not None:
         best = ledger.fits_with
         view.append(f"to fit: the planner's fastest layout of these {ledger.count} device(s) "

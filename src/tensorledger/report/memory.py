@@ -43,6 +43,8 @@ def memory_view(ledger: Any) -> View:
         table.add_row(label, _b(part.measured_bytes), "—" if predicted is None else _b(predicted))
     peak = ledger.timeline.peak
     view: View = [table]
+    if ledger.routing:
+        view.append(ledger.routing)
     at = f" in {peak.module}" if peak.module else ""
     view.append(f"peak of the steady-state step {_b(ledger.peak_bytes)} after {peak.op} "
                 f"({peak.phase}{at}); live then: "

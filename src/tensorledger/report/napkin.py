@@ -38,8 +38,14 @@ def training_time_view(result: TrainingTime) -> View:
     return [
         steps_table(result.steps, "Training time"),
         f"≈ {format_duration(result.time_s)} ({format_sci(result.flops)} FLOPs on {result.count} × "
-        f"{result.hardware} at MFU {result.mfu:g}, dense {result.dtype} peak)",
+        f"{result.hardware} at MFU {result.mfu:g}, dense {result.dtype} peak"
+        f"{_active(result.active_params)})",
     ]
+
+
+def _active(active: float | None) -> str:
+    """A mixture of experts' count, named on the headline it moves."""
+    return "" if active is None else f"; 6·N_active·D with N_active {format_sci(active)}"
 
 
 def devices_for_duration_view(result: DevicesForDuration) -> View:
@@ -47,7 +53,7 @@ def devices_for_duration_view(result: DevicesForDuration) -> View:
         steps_table(result.steps, "Devices for a deadline"),
         f"≈ {result.devices:,} × {result.hardware} finish {format_sci(result.flops)} FLOPs in "
         f"{format_value(result.time_days_with_devices, 'days')} at MFU {result.mfu:g} "
-        f"({result.devices_exact:,.1f} exactly)",
+        f"({result.devices_exact:,.1f} exactly{_active(result.active_params)})",
     ]
 
 

@@ -292,6 +292,7 @@ def roofline_run_view(run: RooflineRun) -> View:
     view: View = [f"{run.model} (built by {run.built_by}), {run.step}, batch {run.batch} × seq "
                   f"{run.seq} ({run.tokens} tokens), {run.precision}, traced on {run.device}; "
                   f"hardware {run.prediction.hardware}",
+                  *([run.routing] if run.routing else []),
                   *prediction_view(run.prediction, run.modules,
                                    run.cluster is not None and run.cluster.recomputed),
                   *layout_lines(run)]

@@ -18,6 +18,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from tensorledger.workload.params import model_params
+from tensorledger.workload.routing import BALANCED, Routing, resolve_routing
 from tensorledger.workload.source import ModelSource, hf_available, resolve_source
 from tensorledger.workload.spec import (
     DEFAULTS,
@@ -37,14 +38,16 @@ if TYPE_CHECKING:
         trace_model,
         trace_workload,
     )
-    from tensorledger.workload.step import PreparedStep, placement, prepare
+    from tensorledger.workload.step import PreparedStep, placement, prepare, routed
 
 __all__ = [
+    "BALANCED",
     "DEFAULTS",
     "DEVICES",
     "STEPS",
     "ModelSource",
     "PreparedStep",
+    "Routing",
     "Step",
     "StepTrace",
     "TaggingRecorder",
@@ -54,16 +57,18 @@ __all__ = [
     "placement",
     "prepare",
     "record_step",
+    "resolve_routing",
     "resolve_source",
     "resolve_step",
     "resolve_workload",
+    "routed",
     "trace_model",
     "trace_workload",
 ]
 
 _LAZY = {"StepTrace": "run", "TaggingRecorder": "run", "record_step": "run",
          "trace_model": "run", "trace_workload": "run", "PreparedStep": "step",
-         "placement": "step", "prepare": "step"}
+         "placement": "step", "prepare": "step", "routed": "step"}
 
 
 def __getattr__(name: str) -> Any:

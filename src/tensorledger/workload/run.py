@@ -237,7 +237,8 @@ def trace_workload(work: Workload, first_step: bool = False,
                      sum(p.numel() for p in step.parameters if p.requires_grad),
                      assumptions=tuple(notes) + _adapter_notes(step, trace)
                      + (() if step.float8 is None else (step.float8.describe(),))
-                     + _offload_notes(step),
+                     + _offload_notes(step)
+                     + ((work.routing_note,) if work.routing_note else ()),
                      active_params=_active(step),
                      offloaded_bytes=None if step.offloaded is None else
                      (step.offloaded.to_host_bytes, step.offloaded.to_device_bytes),

@@ -21,6 +21,8 @@ from tensorledger.hardware.target import CPU, OPTIMIZER_KERNELS, Target
 from tensorledger.napkin.recipes import Optimizer, Precision, resolve_optimizer, resolve_precision
 from tensorledger.summary import summary
 from tensorledger.workload.layout import SINGLE, Layout, check_layout
+from tensorledger.workload.params import routing as routed_experts
+from tensorledger.workload.routing import BALANCED, Routing
 from tensorledger.workload.source import ModelSource, resolve_source
 
 __all__ = ["DEFAULTS", "DEVICES", "FOREACH_OPTIMIZERS", "FUSED_OPTIMIZERS", "MAX_BATCH",
@@ -202,10 +204,24 @@ class Workload:
     optimizer_kernel: str = "for-loop"  # for-loop, foreach or fused (OPTIMIZER_KERNELS)
     lora: Lora | None = None  # adapters trained on a frozen model (peft's LoRA)
     offload: tuple[str, ...] = ()  # what lives on the host (OFFLOADS): activations
+    routing: Routing = BALANCED  # a mixture of experts' tokens per expert (workload.routing)
 
     @property
     def tokens(self) -> int:
         return self.batch * self.seq
+
+    @property
+    def experts(self) -> tuple[int, int] | None:
+        """(routed experts, experts per token) of a mixture of experts, else None."""
+        return routed_experts(self.source)
+
+    @property
+    def routing_note(self) -> str:
+        """The routing the step assumes, in words ('' for a model without routed experts)."""
+        experts = self.experts
+        if experts is None:
+            return ""
+        return "routing: " + self.routing.describe(self.tokens, *experts)
 
     @property
     def model(self) -> str:
@@ -258,8 +274,8 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
                      device: str = DEFAULTS.device, checkpoint: bool = DEFAULTS.checkpoint,
                      layout: Layout = SINGLE, target: Target | None = None,
                      optimizer_kernel: str = DEFAULTS.optimizer_kernel,
-                     lora: Lora | None = None, offload: tuple[str, ...] = ()
-                     ) -> Workload:
+                     lora: Lora | None = None, offload: tuple[str, ...] = (),
+                     routing: Routing = BALANCED) -> Workload:
     """Check every option and look every name up once; nothing is built or imported.
 
     ``device="auto"`` chooses ``meta`` for the reference presets (exact, fastest) unless the
@@ -276,6 +292,8 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
     ``lora`` (:func:`resolve_lora`) trains adapters beside a frozen model, on one device.
     ``offload`` (:func:`resolve_offload`) keeps the saved activations on the host (a step
     with a backward, on fake tensors: meta tensors cannot be copied to the host).
+    ``routing`` (:func:`~tensorledger.workload.routing.resolve_routing`): the tokens each
+    routed expert of a mixture of experts receives, checked against the model's experts.
     """
     source = model if isinstance(model, ModelSource) else resolve_source(model)
     batch = _whole("batch", batch, MAX_BATCH)
@@ -343,10 +361,17 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
                          f"{chosen_precision.name} keeps fp32 copies beside them, which "
                          "ZeroRedundancyOptimizer does not shard: use --zero 2 or 3, or "
                          "--precision fp32, bf16 or mixed-bf16")
+    if routing != BALANCED:
+        experts = routed_experts(source)
+        if experts is None:
+            raise InputError(f"--routing sets the tokens each routed expert receives; "
+                             f"{source.label!r} has no routed experts: drop --routing")
+        routing.check(batch * seq, *experts)
     return Workload(source=source, batch=batch, seq=seq, step=chosen_step,
                     precision=chosen_precision, optimizer=chosen_optimizer,
                     checkpoint=checkpoint, device=key, layout=layout, target=chosen_target,
-                    optimizer_kernel=kernel, lora=lora, offload=offload)
+                    optimizer_kernel=kernel, lora=lora, offload=offload,
+                    routing=routing)
 
 
 def check_float8(precision: Precision, layout: Layout, lora: Lora | None) -> None:

@@ -1,8 +1,9 @@
 """The one place that builds a workload's module and runs its step, on any device.
 
 :func:`placement` enters what a device needs (FakeTensorMode for ``fake``) and yields the
-torch device to build on; :func:`prepare` builds the module under the precision recipe, its
-inputs, its loss and its optimizer; :meth:`PreparedStep.run` runs one step — forward (and
+torch device to build on (:func:`routed` fixes a mixture of experts' routing inside it);
+:func:`prepare` builds the module under the precision recipe, its inputs, its loss and its
+optimizer; :meth:`PreparedStep.run` runs one step — forward (and
 loss, backward, optimizer step, gradients dropped) — and can run again and again.
 Everything here must be entered inside :func:`placement` of the workload's device.
 """
@@ -35,7 +36,7 @@ from tensorledger.workload.spec import Workload
 
 __all__ = ["CheckpointedBlock", "PreparedStep", "build_module", "check_host_memory",
            "checkpoint_blocks", "laid_out", "lm_loss", "placement", "prepare",
-           "zero1_optimizer"]
+           "routed", "zero1_optimizer"]
 
 
 class CheckpointedBlock(nn.Module):
@@ -117,6 +118,17 @@ def placement(device: str) -> Iterator[str]:
     yield device
 
 
+def routed(work: Workload) -> AbstractContextManager[object]:
+    """The routing of ``work``'s mixture of experts (:class:`.routed.RoutedMode`), entered
+    inside :func:`placement` and before a recorder; nothing for a model without experts."""
+    experts = work.experts
+    if experts is None:
+        return nullcontext()
+    from tensorledger.workload.routed import RoutedMode
+
+    return RoutedMode(*experts, work.routing)
+
+
 @contextmanager
 def laid_out(work: Workload, notes: list[str] | None = None) -> Iterator[tuple[str, Any]]:
     """:func:`placement` of ``work``'s device, and the device mesh of its layout: for a layout
@@ -131,7 +143,8 @@ def laid_out(work: Workload, notes: list[str] | None = None) -> Iterator[tuple[s
 
         masks = padding_as_given([] if notes is None else notes)
     if work.layout.single:
-        with placement(work.device) as target, target_program(work.target), masks:
+        with placement(work.device) as target, routed(work), target_program(work.target), \
+                masks:
             yield target, None
         return
     from tensorledger.workload.parallel import build_mesh, fake_process_group
@@ -143,7 +156,7 @@ def laid_out(work: Workload, notes: list[str] | None = None) -> Iterator[tuple[s
             warnings.filterwarnings("ignore", "FSDP2-wrapped module .* returned a view tensor",
                                     UserWarning)
         mesh = build_mesh(work.layout)
-        with placement("fake") as target, target_program(work.target), masks:
+        with placement("fake") as target, routed(work), target_program(work.target), masks:
             yield target, mesh
 
 
