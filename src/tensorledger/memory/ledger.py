@@ -25,7 +25,7 @@ from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.summary import show_bytes, summary
 from tensorledger.trace.records import Trace
 
-__all__ = ["Fit", "MemoryLedger", "MemoryPart", "StepFacts", "memory_ledger"]
+__all__ = ["Fit", "KvCacheFacts", "MemoryLedger", "MemoryPart", "StepFacts", "memory_ledger"]
 
 
 @dataclass(frozen=True)
@@ -81,11 +81,32 @@ class StepFacts:
     tensor_parallel: int = 1  # a tensor-parallel rank saves its split of the activations
     sequence_parallel: bool = False  # ... and its share of the sequence around the norms
     pipeline_stages: int = 1  # a pipeline rank saves its stage's, for its micro-batches
+    kv_cache: KvCacheFacts | None = None  # prefill and decode: the cache the step left
 
     def __repr__(self) -> str:  # pragma: no mutate block (presentation: the summary line)
         return summary("StepFacts", f"{self.model} {self.step}",
                        f"batch {self.batch} × seq {self.seq_len}", self.precision.name,
                        self.optimizer.name, f"{len(self.param_numels)} parameter tensors")
+
+
+@dataclass(frozen=True)
+class KvCacheFacts:
+    """The KV cache a prefill or decode step left, as traced, and napkin's closed form of it."""
+
+    cache_class: str  # DynamicCache (transformers), KVCache (the reference model's)
+    layers: str  # its layers by kind, in words
+    dtype: str
+    context: int  # tokens a sequence before the step (0: prefill)
+    tokens_after: int  # tokens a sequence after it
+    bytes_before: int  # the storages the step started from
+    storage_bytes: int  # the storages it left: what memory holds
+    tensor_bytes: int  # what the cache's tensors show (a view may keep a larger storage)
+    closed_form_bytes: int | None  # napkin.kvcache's for batch × tokens_after; None: no layout
+
+    def __repr__(self) -> str:  # pragma: no mutate block (presentation: the summary line)
+        return summary("KvCacheFacts", f"{self.cache_class} ({self.layers})",
+                       f"{self.context} → {self.tokens_after} tokens",
+                       f"{show_bytes(self.storage_bytes)} {self.dtype}")
 
 
 @dataclass(frozen=True)
@@ -124,11 +145,17 @@ class MemoryLedger:
     fit: Fit | None
     ranks: int = 1  # the step is one rank of a layout of this many devices: figures per rank
     layout: str = ""
+    kv_cache_bytes: int = 0  # live at the end of the step (prefill and decode)
+    kv_cache: KvCacheFacts | None = None
 
     def parts(self) -> tuple[MemoryPart, ...]:
         """The breakdown ``tensorledger memory`` tabulates: state and saved activations,
         measured beside the closed form (the optimizer state includes a master copy)."""
         recipe, closed = self.recipe, self.activations_closed_form
+        if self.kv_cache is not None:  # inference: no gradients, no optimizer, nothing saved
+            return (MemoryPart("parameter", self.params_bytes, recipe.params_bytes),
+                    MemoryPart("kv_cache", self.kv_cache_bytes,
+                               self.kv_cache.closed_form_bytes))
         return (MemoryPart("parameter", self.params_bytes, recipe.params_bytes),
                 MemoryPart("gradient", self.grads_bytes, recipe.grads_bytes),
                 MemoryPart("optimizer_state", self.optimizer_state_bytes,
@@ -218,4 +245,5 @@ def memory_ledger(trace: Trace, tags: Mapping[int, str], facts: StepFacts, *,
                         activations_closed_form=closed, timeline=timeline,
                         fit=None if hardware is None else _fit(timeline, hardware, count,
                                                                facts.ranks, budget_bytes),
-                        ranks=facts.ranks, layout=facts.layout)
+                        ranks=facts.ranks, layout=facts.layout,
+                        kv_cache_bytes=end.kv_cache_bytes, kv_cache=facts.kv_cache)

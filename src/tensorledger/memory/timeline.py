@@ -5,7 +5,8 @@ the op before.  :func:`build_timeline` replays them: storages alive before the s
 from the start, and after op *i* the live set is the set after op *i−1*, less what was freed,
 plus what op *i* created.  Each storage carries a category — ``parameter``, ``gradient``,
 ``optimizer_state`` (the master copy of ``bf16-master`` included), ``saved_activation`` (kept
-by autograd for backward) or ``temporary`` (everything else: outputs not saved, workspace of
+by autograd for backward), ``kv_cache`` (the keys and values a prefill or decode step caches)
+or ``temporary`` (everything else: outputs not saved, workspace of
 decomposed ops, the loss) — so the peak comes with what is live at that moment and who made it.
 
 The tags come with the trace (see :func:`tensorledger.workload.trace_workload`): parameters,
@@ -25,7 +26,8 @@ from tensorledger.trace.records import Trace
 __all__ = ["CUDA_BLOCK_BYTES", "MEMORY_CATEGORIES", "LiveStorage", "MemoryTimeline",
            "PhaseSpan", "TimelinePoint", "build_timeline", "phase_spans"]
 
-MEMORY_CATEGORIES = ("parameter", "gradient", "optimizer_state", "saved_activation", "temporary")
+MEMORY_CATEGORIES = ("parameter", "gradient", "optimizer_state", "saved_activation",
+                     "kv_cache", "temporary")
 
 #: PyTorch's CUDA caching allocator hands out blocks in multiples of 512 bytes, and
 #: ``torch.cuda.max_memory_allocated`` counts those blocks, not the bytes asked for.
@@ -46,6 +48,7 @@ class TimelinePoint:
     saved_activation_bytes: int
     temporary_bytes: int
     total_bytes: int
+    kv_cache_bytes: int = 0  # a prefill or decode step's KV cache
 
     def by_category(self) -> dict[str, int]:
         return {c: int(getattr(self, f"{c}_bytes")) for c in MEMORY_CATEGORIES}
@@ -122,7 +125,8 @@ def _point(index: int, op: str, phase: str, module: str, totals: Mapping[str, in
                          parameter_bytes=totals["parameter"], gradient_bytes=totals["gradient"],
                          optimizer_state_bytes=totals["optimizer_state"],
                          saved_activation_bytes=totals["saved_activation"],
-                         temporary_bytes=totals["temporary"], total_bytes=sum(totals.values()))
+                         temporary_bytes=totals["temporary"], total_bytes=sum(totals.values()),
+                         kv_cache_bytes=totals["kv_cache"])
 
 
 def build_timeline(trace: Trace, tags: Mapping[int, str], top: int = 12) -> MemoryTimeline:
