@@ -142,6 +142,8 @@ def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[s
         "optimizer": ["adamw", "sgd", "adam8bit", "lion", "", "adan"],
         "optimizer_kernel": ["auto", "foreach", "fused", "for-loop", "", "apex", "FUSED"],
         "precision": ["mixed-bf16", "fp32", "lecture", "", "fp12"],
+        # issue 39: the inference steps (decode with and without --context, from its pool)
+        "step": ["train", "forward", "prefill", "decode", "decode", "", "DECODE", "nope"],
         "to": ["fp16", "bf16", "e4m3", "fp4", "e8m0", "fp64", "", "fp3"],
         "value": st.one_of(st.sampled_from(FLOATS), _quantities()),
         "schemes": ["nvfp4", "mxfp4,fp8", "bf16", "", ",", "bogus", "nvfp4," * 3],
