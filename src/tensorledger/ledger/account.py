@@ -165,7 +165,7 @@ def account_run(work: Workload, hardware: Hardware, *, count: int = 1,
                     if bound_step_s > 0 else 0.0, mfu=cluster.mfu, peak_flop_per_s=peak,
                     memory_bandwidth_bytes_per_s=hardware.memory_bandwidth_bytes_per_s,
                     run=cost, cluster=cluster,
-                    serving=serving_figures(prediction, work.batch)
+                    serving=serving_figures(prediction, work.batch, work.context)
                     if work.step.cached else None)
     if memory.fit is not None and not memory.fit.fits_replicated and \
             work.source.config is not None:

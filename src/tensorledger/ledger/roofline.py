@@ -187,5 +187,5 @@ def _report(work: Workload, hardware: Hardware, traced: Trace, prediction: Roofl
                        modules=module_times(prediction.by_module, depth),
                        ranks=work.layout.count, layout=work.layout.describe(),
                        cluster=cluster,
-                       serving=serving_figures(prediction, work.batch)
+                       serving=serving_figures(prediction, work.batch, work.context)
                        if work.step.cached else None)

@@ -311,7 +311,8 @@ def serving_lines(figures: Any, step: str) -> list[str]:
             f"(a captured graph, as serving engines run it), {figures.bound}-bound "
             f"({format_duration(figures.memory_time_s)} of memory, "
             f"{format_duration(figures.compute_time_s)} of compute at the expected rates): "
-            f"{figures.tokens_per_s:,.0f} tokens/s for the batch of {figures.batch}, "
+            f"{figures.tokens_per_s:,.0f} tokens/s for the batch of {figures.batch}"
+            f"{'' if figures.context is None else f' at a context of {figures.context:,}'}, "
             f"{figures.tokens_per_s_per_user:,.1f} for each sequence",
             f"eager, each op launched: {format_duration(figures.eager_time_s)} "
             f"({format_duration(figures.launch_time_s)} of it the per-op cost)"]

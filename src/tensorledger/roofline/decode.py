@@ -40,6 +40,7 @@ class ServingFigures:
     """Time per token of a decode step (time to first token of a prefill step)."""
 
     batch: int  # sequences in the step: each gets one token of a decode step
+    context: int | None  # decode: tokens each sequence's cache held before the step
     streamed_time_s: float  # kernels back to back, no per-op cost (a captured graph)
     eager_time_s: float  # the prediction's step: a fixed cost per op included
     launch_time_s: float  # of eager_time_s, the per-op costs
@@ -64,13 +65,15 @@ class ServingFigures:
                        f"batch {self.batch}")
 
 
-def serving_figures(prediction: RooflinePrediction, batch: int) -> ServingFigures:
-    """The serving figures of a predicted prefill or decode step of ``batch`` sequences."""
+def serving_figures(prediction: RooflinePrediction, batch: int,
+                    context: int | None = None) -> ServingFigures:
+    """The serving figures of a predicted prefill or decode step of ``batch`` sequences (a
+    decode step's against caches of ``context`` tokens)."""
     launches = sum(op.overhead_s for op in prediction.ops)
     compute = sum(op.compute_time_s for op in prediction.ops)
     memory = sum(op.memory_time_s for op in prediction.ops)
     streamed = sum(max(op.time_s - op.overhead_s, 0.0) for op in prediction.ops)
-    return ServingFigures(batch=batch, streamed_time_s=streamed,
+    return ServingFigures(batch=batch, context=context, streamed_time_s=streamed,
                           eager_time_s=prediction.time_s, launch_time_s=launches,
                           compute_time_s=compute, memory_time_s=memory,
                           bytes=prediction.bytes,
