@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from tensorledger.bench import probe, profile_toml
-from tensorledger.hardware import Hardware, load_hardware_file
+from tensorledger.hardware import Hardware, get_hardware, load_hardware_file
 from tensorledger.hardware.catalog import parse_hardware_toml
 from tensorledger.ledger.calibrate import calibrate, calibration_toml
 from tensorledger.ledger.roofline import StepTiming
@@ -53,16 +53,21 @@ def _say(message: str) -> None:
     print(f"  {message}", file=sys.stderr, flush=True)
 
 
-def _profile(path: str | None, folder: Path) -> Hardware:
-    """``path``'s profile, else this machine probed (fp32) and calibrated, as ``tensorledger
-    probe`` does."""
+def _profile(path: str | None, folder: Path, keep: str | None, fit: bool) -> Hardware:
+    """``path``'s profile (``local``: the one ``tensorledger probe`` saved), else this machine
+    probed (fp32) and, with ``fit``, calibrated as ``tensorledger probe --calibrate`` does (kept
+    at ``keep``)."""
+    if path == "local":
+        return get_hardware("local")
     if path:
         return load_hardware_file(path)
     result = probe("cpu", dtypes=("fp32",), progress=_say)
     text = profile_toml(result)
-    fitted = calibrate(parse_hardware_toml(text, "probe", "local"), progress=_say)
-    target = folder / "local.toml"
-    target.write_text(profile_toml(result, calibration=calibration_toml(fitted)))
+    if fit:
+        fitted = calibrate(parse_hardware_toml(text, "probe", "local"), progress=_say)
+        text = profile_toml(result, calibration=calibration_toml(fitted))
+    target = Path(keep) if keep else folder / "local.toml"
+    target.write_text(text)
     return load_hardware_file(target)
 
 
@@ -72,12 +77,16 @@ def main() -> None:
                         help="rounds of each workload, taken in turn over the workloads")
     parser.add_argument("--budget", type=float, default=6.0,
                         help="seconds of whole steps of each workload, over its rounds")
-    parser.add_argument("--profile", help="a calibrated profile (tensorledger probe's) to use "
-                        "instead of probing")
+    parser.add_argument("--profile", help="a calibrated profile to use instead of probing "
+                        "(`local`: the one `tensorledger probe` saved)")
+    parser.add_argument("--save-profile", help="where to keep the profile probed here")
+    parser.add_argument("--no-calibrate", action="store_true",
+                        help="probe only: the calibration's steps take many minutes on a busy "
+                        "machine (the per-op cost is then the probe's)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
-        chip = _profile(args.profile, folder)
+        chip = _profile(args.profile, folder, args.save_profile, not args.no_calibrate)
         config = folder / "hf-llama" / "config.json"
         config.parent.mkdir()
         config.write_text(json.dumps(HF_LLAMA))
