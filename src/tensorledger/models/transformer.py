@@ -138,7 +138,10 @@ class Block(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
-        x = x + self.dropout(self.attention(self.attention_norm(x), cache))
+        normed = self.attention_norm(x)
+        # without a cache the attention takes x alone, as a tensor-parallel plan lays it out
+        attended = self.attention(normed) if cache is None else self.attention(normed, cache)
+        x = x + self.dropout(attended)
         return x + cast(torch.Tensor, self.dropout(self.mlp(self.mlp_norm(x))))
 
 

@@ -127,7 +127,9 @@ def memory_figure(ledger: Any) -> Any:
     timeline = ledger.timeline
     points = timeline.points
     xs = [p.index for p in points]
-    categories = list(_LABELS)
+    # a step without a KV cache (training) draws none
+    categories = [c for c in _LABELS
+                  if c != "kv_cache" or any(p.kv_cache_bytes for p in points)]
     peak = timeline.peak
     unit, scale = ("GiB", 2**30) if peak.total_bytes >= 2**30 else ("MiB", 2**20)
     ys = [[p.by_category()[c] / scale for p in points] for c in categories]
@@ -154,8 +156,14 @@ def memory_figure(ledger: Any) -> Any:
     axes.set_xlim(xs[0] - 0.5 if xs else -0.5, xs[-1] + 0.5 if xs else 0.5)
     axes.set_xlabel("op (in the order the step runs them)")
     axes.set_ylabel(f"live memory ({unit})")
-    axes.set_title(f"{ledger.model}: {ledger.optimizer}, {ledger.precision}, batch "
-                   f"{ledger.batch}, seq {ledger.seq_len}: memory over one step")
+    kv = ledger.kv_cache
+    if kv is not None:
+        sizes = f"context {kv.context:,} + 1" if kv.context else f"prompt of {ledger.seq_len:,}"
+        axes.set_title(f"{ledger.model}: {ledger.step}, {ledger.precision}, batch "
+                       f"{ledger.batch}, {sizes}: memory over one step")
+    else:
+        axes.set_title(f"{ledger.model}: {ledger.optimizer}, {ledger.precision}, batch "
+                       f"{ledger.batch}, seq {ledger.seq_len}: memory over one step")
     axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     return figure
 
