@@ -84,7 +84,8 @@ def test_memory_by_category_adds_up(readme_run: tuple[dict[str, Any], str]) -> N
     live = ns["live_at_peak"]
     assert sum(live.values()) == memory.peak_bytes
     assert set(live) == {"parameter", "gradient", "optimizer_state", "saved_activation",
-                         "temporary"}
+                         "kv_cache", "temporary"}
+    assert live["kv_cache"] == 0  # a training step caches no keys and values
     parts = {p.category: p for p in memory.parts()}
     # fp32 AdamW on GPT-2: 4 bytes a parameter each for weights and gradients, 8 for the two
     # moments and a 4-byte step count per tensor: 124,439,808 × 4 = 497,759,232; tensors:

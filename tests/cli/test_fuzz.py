@@ -143,6 +143,8 @@ def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[s
         "optimizer_kernel": ["auto", "foreach", "fused", "for-loop", "", "apex", "FUSED"],
         "precision": ["mixed-bf16", "fp32", "lecture", "", "fp12", "fp8-tensorwise", "fp8-rowwise",
                       "FP8", "fp8-blockwise", "mxfp8"],
+        # issue 39: the inference steps (decode with and without --context, from its pool)
+        "step": ["train", "forward", "prefill", "decode", "decode", "", "DECODE", "nope"],
         "to": ["fp16", "bf16", "e4m3", "fp4", "e8m0", "fp64", "", "fp3"],
         "value": st.one_of(st.sampled_from(FLOATS), _quantities()),
         "schemes": ["nvfp4", "mxfp4,fp8", "bf16", "", ",", "bogus", "nvfp4," * 3],
@@ -586,3 +588,43 @@ def test_moe_routing_refusals_are_one_line(case: str, command: str, tmp_path: Pa
                             "--routing", routing], place)
     assert outcome.code == 2
     assert "routing" in outcome.stderr
+
+
+# ------------------------------------------- prefill and decode (issue 39): the cache's options
+
+#: --context and the inference steps, valid and not, through the workload commands: each case
+#: exits 0 with output or 2 with one line (run_case's promise).
+DECODE_CASES = [
+    ["trace", "--model", "tiny", "--step", "decode", "--context", "8"],
+    ["memory", "--model", "tiny", "--step", "prefill", "--seq", "8", "--json"],
+    ["roofline", "--model", "tiny", "--step", "decode", "--context", "1"],
+    ["account", "--model", "tiny", "--step", "decode", "--context", "16", "--batch", "3"],
+    ["trace", "--model", "tiny", "--step", "forward", "--context", "8"],  # not decode
+    ["memory", "--model", "tiny", "--step", "prefill", "--context", "8"],
+    ["roofline", "--model", "tiny", "--step", "decode", "--context", "0"],
+    ["account", "--model", "tiny", "--step", "decode", "--context", "-1"],
+    ["trace", "--model", "tiny", "--step", "decode", "--context", str(2**24 + 1)],
+    ["trace", "--model", "tiny", "--step", "decode", "--context", "٤"],
+    ["memory", "--model", "tiny", "--step", "decode"],  # no context
+    ["memory", "--model", "gpt2", "--step", "decode", "--context", "1024"],  # 1,025 positions
+    ["trace", "--model", "tiny", "--step", "decode", "--context", "8", "--lora", "4"],
+    ["trace", "--model", "tiny", "--step", "decode", "--context", "8", "--tp", "2"],
+]
+
+
+@pytest.mark.parametrize("argv", DECODE_CASES, ids=lambda argv: " ".join(argv[:1] + argv[3:]))
+def test_decode_options(argv: list[str], hostile_files: dict[str, str], isolated: None
+                        ) -> None:
+    with _place(hostile_files) as place:
+        run_case(argv, place)
+
+
+def test_decode_of_a_model_without_a_cache_path(hostile_files: dict[str, str],
+                                                isolated: None) -> None:
+    """A factory's module has no cache path: one line, exit 2 (never a traceback)."""
+    factory = Path(hostile_files["prints.py"]).parent / "plain_net.py"
+    factory.write_text("import torch\n\ndef make():\n    return torch.nn.Linear(4, 4)\n")
+    with _place(hostile_files) as place:
+        outcome = run_case(["trace", "--model", f"{factory}:make", "--step", "decode",
+                            "--context", "8"], place)
+    assert outcome.code == 2 and "cache" in outcome.stderr

@@ -43,7 +43,7 @@ def test_the_same_workload_options_with_the_same_names_help_and_defaults() -> No
     assert WORKLOAD_OPTIONS == ("model", "batch", "seq", "step", "precision", "optimizer",
                                 "device", "checkpoint", "optimizer_kernel", "fill_defaults",
                                 "lora", "lora_targets", "qlora", "offload",
-                                "routing")
+                                "routing", "context")
     assert set(found["trace"]) == set(WORKLOAD_OPTIONS)
     assert found["trace"] == found["memory"] == found["roofline"] == found["account"]
     assert found["checkpoint"] == {name: spec for name, spec in found["trace"].items()
@@ -53,13 +53,15 @@ def test_the_same_workload_options_with_the_same_names_help_and_defaults() -> No
     assert found["checkpoint"]["model"][4] is False  # its own: --model or --deep
     defaults = {name: spec[1] for name, spec in found["trace"].items() if name != "model"}
     assert defaults == {"batch": DEFAULTS.batch, "seq": DEFAULTS.seq, "step": DEFAULTS.step,
-                        "precision": DEFAULTS.precision, "optimizer": DEFAULTS.optimizer,
+                        "precision": None, "optimizer": DEFAULTS.optimizer,
                         "device": DEFAULTS.device, "checkpoint": DEFAULTS.checkpoint,
                         "optimizer_kernel": DEFAULTS.optimizer_kernel, "fill_defaults": False,
                         "lora": None, "lora_targets": None,  # no adapters: full fine-tuning
                         "qlora": False, "offload": None,
-                        "routing": None}  # balanced
-    assert defaults["precision"] == "mixed-bf16"  # language models train in bf16
+                        "routing": None,  # balanced
+                        "context": None}  # decode's cache: no default
+    # None is the step's: language models train in bf16 autocast, and serve bf16 weights
+    assert (DEFAULTS.precision, DEFAULTS.inference_precision) == ("mixed-bf16", "bf16")
 
 
 def test_the_same_layout_options_with_the_resolvers_defaults() -> None:

@@ -64,7 +64,7 @@ def test_freed_storages_leave_their_own_category() -> None:
         {0: "parameter", 1: "gradient", 2: "optimizer_state"})
     first, second = timeline.points
     assert first.by_category() == {"parameter": 1000, "gradient": 64, "optimizer_state": 32,
-                                   "saved_activation": 0, "temporary": 0}
+                                   "saved_activation": 0, "kv_cache": 0, "temporary": 0}
     assert second.by_category()["gradient"] == 0
     assert second.total_bytes == 1000 + 32
 

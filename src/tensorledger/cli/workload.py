@@ -60,14 +60,20 @@ Model = Annotated[str, typer.Option("--model", "-m", help=(
     "A preset (tiny, gpt2, llama-3-8b, ...), a Hugging Face config.json (or a folder holding "
     "one), or your own factory path/to/file.py:make_model."))]
 Batch = Annotated[int, typer.Option("--batch", "-b", help="Sequences per step.")]
-Seq = Annotated[int, typer.Option("--seq", "-s", help="Tokens per sequence.")]
+Seq = Annotated[int, typer.Option("--seq", "-s", help=(
+    "Tokens per sequence (prefill: the prompt; decode runs one token and ignores it)."))]
 Step = Annotated[str, typer.Option("--step", help=(
-    "forward, forward-backward, or train (forward, backward and the optimizer step; the "
-    "steady-state step, after a warm-up step)."))]
-Precision = Annotated[str, typer.Option("--precision", help=(
+    "forward, forward-backward, train (forward, backward and the optimizer step; the "
+    "steady-state step, after a warm-up step), prefill (the prompt fills the model's own KV "
+    "cache) or decode (one token per sequence against a cache of --context tokens)."))]
+Precision = Annotated[str | None, typer.Option("--precision", help=(
     "fp32, bf16, mixed-bf16 (bf16 autocast over fp32 weights), bf16-master, bf16-fp32-states "
     "(alias lecture), fp8-tensorwise or fp8-rowwise (mixed-bf16 with the linear layers' "
-    "matmuls in fp8 by torchao: pip install 'tensorledger[ao]')."))]
+    "matmuls in fp8 by torchao: pip install 'tensorledger[ao]'). Default: mixed-bf16; bf16 "
+    "for prefill and decode."))]
+Context = Annotated[int | None, typer.Option("--context", help=(
+    "For --step decode: tokens each sequence's KV cache holds before the step (the model's "
+    "own cache: transformers' for a config.json)."))]
 Optimizer = Annotated[str, typer.Option("--optimizer", help=(
     "For --step train: sgd, momentum, adagrad, rmsprop, adam, adamw, lion, adam8bit."))]
 Device = Annotated[str, typer.Option("--device", help=(
@@ -167,7 +173,7 @@ class WorkloadOptions:
     batch: Batch = DEFAULTS.batch
     seq: Seq = DEFAULTS.seq
     step: Step = DEFAULTS.step
-    precision: Precision = DEFAULTS.precision
+    precision: Precision = None
     optimizer: Optimizer = DEFAULTS.optimizer
     device: Device = DEFAULTS.device
     checkpoint: Checkpoint = DEFAULTS.checkpoint
@@ -178,6 +184,7 @@ class WorkloadOptions:
     qlora: Qlora = False
     offload: Offload = None
     routing: RoutingOption = None
+    context: Context = None
 
     def resolve(self, laid_out: Layout | None = None, chip: Hardware | None = None
                 ) -> Workload:
@@ -193,7 +200,9 @@ class WorkloadOptions:
                                 target=default_target() if chip is None else target_of(chip),
                                 optimizer_kernel=self.optimizer_kernel, lora=lora,
                                 offload=resolve_offload(self.offload),
-                                routing=resolve_routing(self.routing))
+                                routing=resolve_routing(self.routing),
+
+                                context=self.context)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,6 +24,7 @@ from tensorledger.ledger.roofline import RooflineRun, roofline_report
 from tensorledger.ledger.trace import step_summary
 from tensorledger.memory.ledger import MemoryLedger
 from tensorledger.plan.estimate import LayoutEstimate
+from tensorledger.roofline.decode import ServingFigures, serving_figures
 from tensorledger.roofline.model import RooflinePrediction, predict
 from tensorledger.summary import show_bytes, show_flops, show_time, summary
 from tensorledger.trace.aggregate import TraceSummary
@@ -77,6 +78,7 @@ class Ledger(WorkloadHeader):
     # (its closed form), or why none does; None when it fits or the model has no closed form
     fits_with: LayoutEstimate | None = None
     fits_nowhere: str | None = None
+    serving: ServingFigures | None = None  # prefill and decode: time per token, its bound
 
     def _repr_html_(self) -> str:  # Jupyter: the presentation layer renders it
         return str(view("html", self))
@@ -162,7 +164,9 @@ def account_run(work: Workload, hardware: Hardware, *, count: int = 1,
                     cluster_bound_tokens_per_s=tokens_per_step / bound_step_s
                     if bound_step_s > 0 else 0.0, mfu=cluster.mfu, peak_flop_per_s=peak,
                     memory_bandwidth_bytes_per_s=hardware.memory_bandwidth_bytes_per_s,
-                    run=cost, cluster=cluster)
+                    run=cost, cluster=cluster,
+                    serving=serving_figures(prediction, work.batch, work.context)
+                    if work.step.cached else None)
     if memory.fit is not None and not memory.fit.fits_replicated and \
             work.source.config is not None:
         say("planning a layout that fits")

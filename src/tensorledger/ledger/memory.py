@@ -4,12 +4,37 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tensorledger.errors import InputError
+from tensorledger.errors import InputError, TensorLedgerError
 from tensorledger.hardware import Hardware
-from tensorledger.memory.ledger import MemoryLedger, StepFacts, memory_ledger
+from tensorledger.memory.ledger import KvCacheFacts, MemoryLedger, StepFacts, memory_ledger
 from tensorledger.workload import StepTrace, Workload, trace_workload
 
-__all__ = ["memory_of", "memory_report", "step_facts"]
+__all__ = ["kv_cache_facts", "memory_of", "memory_report", "step_facts"]
+
+
+def kv_cache_facts(run: StepTrace) -> KvCacheFacts | None:
+    """The KV cache a prefill or decode step left, beside napkin's closed form of the same
+    batch × tokens in the traced cache's dtype (None for a step without a cache)."""
+    cache = run.cache
+    if cache is None:
+        return None
+    from tensorledger.napkin.kvcache import kv_cache, kv_layout, kv_layout_from_hf
+
+    work = run.work
+    closed: int | None = None
+    try:
+        if work.source.builder == "reference" and work.source.config is not None:
+            layout = kv_layout(work.source.config)
+        else:
+            layout = kv_layout_from_hf(work.source.hf_config or {}, work.source.label)
+        closed = kv_cache(layout, work.batch, cache.tokens_after, cache.dtype).total_bytes
+    except TensorLedgerError:  # a config napkin cannot read the cache of: the trace stands
+        closed = None
+    layers = ", ".join(f"{count} × {kind}" for kind, count in cache.kinds.items())
+    return KvCacheFacts(cache_class=cache.cache_class, layers=layers, dtype=cache.dtype,
+                        context=cache.context, tokens_after=cache.tokens_after,
+                        bytes_before=cache.bytes_before, storage_bytes=cache.storage_bytes,
+                        tensor_bytes=cache.tensor_bytes, closed_form_bytes=closed)
 
 
 def step_facts(run: StepTrace) -> StepFacts:
@@ -24,7 +49,9 @@ def step_facts(run: StepTrace) -> StepFacts:
                      sequence_parallel=work.layout.sp, pipeline_stages=work.layout.pp,
                      adapters=work.lora is not None, offloaded_bytes=run.offloaded_bytes,
                      frozen_tensors=run.frozen_tensors, trained_tensors=run.trained_tensors,
-                     routing=work.routing_note)
+                     routing=work.routing_note,
+
+                     kv_cache=kv_cache_facts(run))
 
 
 def memory_report(work: Workload, hardware: Hardware | None = None, count: int = 1,

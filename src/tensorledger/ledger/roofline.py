@@ -17,6 +17,7 @@ from tensorledger.hardware import Hardware
 from tensorledger.ledger.cluster import ClusterStep, cluster_step
 from tensorledger.ledger.header import WorkloadHeader, header_of
 from tensorledger.roofline.compare import Comparison, compare
+from tensorledger.roofline.decode import ServingFigures, serving_figures
 from tensorledger.roofline.model import RooflinePrediction, predict
 from tensorledger.roofline.modules import ModuleTime, module_times
 from tensorledger.summary import show_time, summary
@@ -49,6 +50,7 @@ class RooflineRun(WorkloadHeader):
     ranks: int = 1  # the step is one rank of a layout of this many devices
     layout: str = ""
     cluster: ClusterStep | None = None  # the cluster's step, as this rank sets it
+    serving: ServingFigures | None = None  # prefill and decode: time per token, what bounds it
 
     @property
     def step_s(self) -> float:
@@ -191,4 +193,6 @@ def _report(work: Workload, hardware: Hardware, traced: Trace, prediction: Roofl
                        hardware_unreliable=hardware.unreliable,
                        modules=module_times(prediction.by_module, depth),
                        ranks=work.layout.count, layout=work.layout.describe(),
-                       cluster=cluster)
+                       cluster=cluster,
+                       serving=serving_figures(prediction, work.batch, work.context)
+                       if work.step.cached else None)

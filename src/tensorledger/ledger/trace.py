@@ -47,6 +47,7 @@ class TraceReport(WorkloadHeader):
     ranks: int = 1  # the step is one rank of a layout of this many devices
     layout: str = ""
     params_per_rank: int = 0  # the parameters that rank holds
+    context: int | None = None  # decode: the tokens each sequence's KV cache held
 
     def __repr__(self) -> str:
         return summary("TraceReport", f"{self.model} {self.step}",
@@ -66,7 +67,7 @@ class TraceReport(WorkloadHeader):
         return cls(**header_of(work), params=run.model_params or run.params,
                    tokens=run.tokens, summary=summary, ranks=work.layout.count,
                    layout=work.layout.describe(),
-                   params_per_rank=run.params)
+                   params_per_rank=run.params, context=work.context)
 
 
 def trace_report(work: Workload, depth: int | None = 4,

@@ -26,7 +26,8 @@ from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.summary import show_bytes, summary
 from tensorledger.trace.records import Trace
 
-__all__ = ["Fit", "MemoryLedger", "MemoryPart", "Offload", "StepFacts", "memory_ledger"]
+__all__ = ["Fit", "KvCacheFacts", "MemoryLedger", "MemoryPart", "Offload", "StepFacts",
+           "memory_ledger"]
 
 
 @dataclass(frozen=True)
@@ -87,11 +88,32 @@ class StepFacts:
     frozen_tensors: Sequence[tuple[int, int, bool]] = ()  # adapters' base: (n, width, NF4)
     trained_tensors: Sequence[tuple[int, int]] = ()  # the adapters: (n, width)
     routing: str = ""  # a mixture of experts: the tokens each routed expert receives
+    kv_cache: KvCacheFacts | None = None  # prefill and decode: the cache the step left
 
     def __repr__(self) -> str:  # pragma: no mutate block (presentation: the summary line)
         return summary("StepFacts", f"{self.model} {self.step}",
                        f"batch {self.batch} × seq {self.seq_len}", self.precision.name,
                        self.optimizer.name, f"{len(self.param_numels)} parameter tensors")
+
+
+@dataclass(frozen=True)
+class KvCacheFacts:
+    """The KV cache a prefill or decode step left, as traced, and napkin's closed form of it."""
+
+    cache_class: str  # DynamicCache (transformers), KVCache (the reference model's)
+    layers: str  # its layers by kind, in words
+    dtype: str
+    context: int  # tokens a sequence before the step (0: prefill)
+    tokens_after: int  # tokens a sequence after it
+    bytes_before: int  # the storages the step started from
+    storage_bytes: int  # the storages it left: what memory holds
+    tensor_bytes: int  # what the cache's tensors show (a view may keep a larger storage)
+    closed_form_bytes: int | None  # napkin.kvcache's for batch × tokens_after; None: no layout
+
+    def __repr__(self) -> str:  # pragma: no mutate block (presentation: the summary line)
+        return summary("KvCacheFacts", f"{self.cache_class} ({self.layers})",
+                       f"{self.context} → {self.tokens_after} tokens",
+                       f"{show_bytes(self.storage_bytes)} {self.dtype}")
 
 
 @dataclass(frozen=True)
@@ -151,6 +173,8 @@ class MemoryLedger:
     fit: Fit | None
     ranks: int = 1  # the step is one rank of a layout of this many devices: figures per rank
     layout: str = ""
+    kv_cache_bytes: int = 0  # live at the end of the step (prefill and decode)
+    kv_cache: KvCacheFacts | None = None
     routing: str = ""  # a mixture of experts: the routing the step assumed ('' without)
     adapters: bool = False  # the recipe's closed form (every parameter trained) does not apply
     # with adapters: the frozen base's bytes and the adapters' recipe (napkin.adapters); None
@@ -170,6 +194,10 @@ class MemoryLedger:
         dtype or NF4, the adapters trained), and the activations have none here (a frozen
         linear saves no input for its weight's gradient)."""
         recipe, closed = self.recipe, self.activations_closed_form
+        if self.kv_cache is not None:  # inference: no gradients, no optimizer, nothing saved
+            return (MemoryPart("parameter", self.params_bytes, recipe.params_bytes),
+                    MemoryPart("kv_cache", self.kv_cache_bytes,
+                               self.kv_cache.closed_form_bytes))
         state = not self.adapters
         params: int | None = recipe.params_bytes
         grads: int | None = recipe.grads_bytes
@@ -289,4 +317,6 @@ def memory_ledger(trace: Trace, tags: Mapping[int, str], facts: StepFacts, *,
                                                                facts.ranks, budget_bytes),
                         ranks=facts.ranks, layout=facts.layout, adapters=facts.adapters,
                         offload=offload, adapter_closed_form=adapter_closed,
-                        routing=facts.routing)
+                        routing=facts.routing,
+
+                        kv_cache_bytes=end.kv_cache_bytes, kv_cache=facts.kv_cache)

@@ -5,7 +5,8 @@ the op before.  :func:`build_timeline` replays them: storages alive before the s
 from the start, and after op *i* the live set is the set after op *i−1*, less what was freed,
 plus what op *i* created.  Each storage carries a category — ``parameter``, ``gradient``,
 ``optimizer_state`` (the master copy of ``bf16-master`` included), ``saved_activation`` (kept
-by autograd for backward) or ``temporary`` (everything else: outputs not saved, workspace of
+by autograd for backward), ``kv_cache`` (the keys and values a prefill or decode step caches)
+or ``temporary`` (everything else: outputs not saved, workspace of
 decomposed ops, the loss) — so the peak comes with what is live at that moment and who made it.
 Host memory is kept apart: a storage tagged ``host_activation`` (an activation offloaded by
 ``--offload activations``) is counted in :attr:`TimelinePoint.host_bytes`, never in the
@@ -29,7 +30,8 @@ __all__ = ["CUDA_BLOCK_BYTES", "HOST_CATEGORIES", "MEMORY_CATEGORIES", "LiveStor
            "MemoryTimeline",
            "PhaseSpan", "TimelinePoint", "build_timeline", "phase_spans"]
 
-MEMORY_CATEGORIES = ("parameter", "gradient", "optimizer_state", "saved_activation", "temporary")
+MEMORY_CATEGORIES = ("parameter", "gradient", "optimizer_state", "saved_activation",
+                     "kv_cache", "temporary")
 #: Categories of storages in host memory: not the device's.
 HOST_CATEGORIES = ("host_activation",)
 
@@ -53,6 +55,7 @@ class TimelinePoint:
     temporary_bytes: int
     total_bytes: int  # on the device
     host_bytes: int = 0  # in host memory (offloaded activations), apart from the device's
+    kv_cache_bytes: int = 0  # a prefill or decode step's KV cache
 
     def by_category(self) -> dict[str, int]:
         return {c: int(getattr(self, f"{c}_bytes")) for c in MEMORY_CATEGORIES}
@@ -132,7 +135,8 @@ def _point(index: int, op: str, phase: str, module: str, totals: Mapping[str, in
                          optimizer_state_bytes=totals["optimizer_state"],
                          saved_activation_bytes=totals["saved_activation"],
                          temporary_bytes=totals["temporary"], total_bytes=device,
-                         host_bytes=sum(totals[c] for c in HOST_CATEGORIES))
+                         host_bytes=sum(totals[c] for c in HOST_CATEGORIES),
+                         kv_cache_bytes=totals["kv_cache"])
 
 
 def build_timeline(trace: Trace, tags: Mapping[int, str], top: int = 12) -> MemoryTimeline:

@@ -8,6 +8,7 @@ This package imports torch; the torch-free config, presets and closed forms live
 from __future__ import annotations
 
 from tensorledger.models.build import build_model, parameter_parts
+from tensorledger.models.cache import KVCache, LayerCache
 from tensorledger.models.deep import DeepNetwork, MatmulBlock
 from tensorledger.models.transformer import MLP, Attention, Block, TransformerLM
 from tensorledger.napkin.transformer import PRESETS, TransformerConfig, get_preset
@@ -18,6 +19,8 @@ __all__ = [
     "Attention",
     "Block",
     "DeepNetwork",
+    "KVCache",
+    "LayerCache",
     "MatmulBlock",
     "TransformerConfig",
     "TransformerLM",

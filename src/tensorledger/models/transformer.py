@@ -19,6 +19,8 @@ import torch.nn.functional as F
 from einops import rearrange, repeat
 from torch import nn
 
+from tensorledger.errors import InputError
+from tensorledger.models.cache import KVCache, LayerCache
 from tensorledger.napkin.transformer import TransformerConfig
 
 # scaled_dot_product_attention shares key/value heads itself from torch 2.5 (enable_gqa); on
@@ -35,14 +37,15 @@ def _norm(config: TransformerConfig, dtype: torch.dtype | None) -> nn.Module:
 
 
 def rope_angles(seq_len: int, head_dim: int, theta: float,
-                device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of the rotary angles, each (s, head_dim): position × theta^(-2i/head_dim).
+                device: torch.device, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the rotary angles, each (s, head_dim): position × theta^(-2i/head_dim),
+    for the positions ``start .. start + seq_len`` (after a KV cache's tokens).
 
     Computed on the fly (no buffer), so nothing extra is saved and meta/fake builds stay empty.
     """
     inv_freq = theta ** (-torch.arange(0, head_dim, 2, device=device, dtype=torch.float32)
                          / head_dim)
-    positions = torch.arange(seq_len, device=device, dtype=torch.float32)
+    positions = torch.arange(start, start + seq_len, device=device, dtype=torch.float32)
     angles = torch.outer(positions, inv_freq)
     angles = torch.cat([angles, angles], dim=-1)
     return angles.cos(), angles.sin()
@@ -67,16 +70,27 @@ class Attention(nn.Module):
         self.value = nn.Linear(config.d_model, config.kv_dim, bias=bias, dtype=dtype)
         self.output = nn.Linear(config.q_dim, config.d_model, bias=bias, dtype=dtype)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
         config = self.config
+        start = 0 if cache is None else cache.start
         # split by the head width, not the head count: under tensor parallelism a rank's
         # projections hold n_heads / tp of the heads, whole
         q = rearrange(self.query(x), "b s (h d) -> b h s d", d=config.head_dim)
         k = rearrange(self.key(x), "b s (k d) -> b k s d", d=config.head_dim)
         v = rearrange(self.value(x), "b s (k d) -> b k s d", d=config.head_dim)
         if config.positions == "rope":
-            cos, sin = rope_angles(x.shape[1], config.head_dim, config.rope_theta, x.device)
+            cos, sin = rope_angles(x.shape[1], config.head_dim, config.rope_theta, x.device,
+                                   start)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        causal = True
+        if cache is not None:
+            k, v = cache.update(k, v)
+            # a prompt attends causally to itself; one new token to every cached one (the
+            # kernel's causal mask is aligned top-left, which would hide them from it)
+            causal = start == 0
+            if not causal and x.shape[1] != 1:
+                raise InputError("the reference cache runs a prompt into an empty cache, or one "
+                                 "token at a time after it")
         dropout = config.dropout if self.training else 0.0
         grouped = config.n_kv_heads != config.n_heads
         if grouped and not _SDPA_SHARES_KV_HEADS:  # pragma: no cover - torch 2.4 only
@@ -85,10 +99,11 @@ class Attention(nn.Module):
             v = repeat(v, "b k s d -> b (k g) s d", g=group)
             grouped = False
         if grouped:
-            attended = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True,
-                                                      enable_gqa=True)
+            attended = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout,
+                                                      is_causal=causal, enable_gqa=True)
         else:
-            attended = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+            attended = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout,
+                                                      is_causal=causal)
         return cast(torch.Tensor, self.output(rearrange(attended, "b h s d -> b s (h d)")))
 
 
@@ -122,8 +137,11 @@ class Block(nn.Module):
         self.mlp = MLP(config, dtype)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.dropout(self.attention(self.attention_norm(x)))
+    def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
+        normed = self.attention_norm(x)
+        # without a cache the attention takes x alone, as a tensor-parallel plan lays it out
+        attended = self.attention(normed) if cache is None else self.attention(normed, cache)
+        x = x + self.dropout(attended)
         return x + cast(torch.Tensor, self.dropout(self.mlp(self.mlp_norm(x))))
 
 
@@ -153,14 +171,21 @@ class TransformerLM(nn.Module):
             self.head.weight = self.token_embedding.weight
         self.apply(_init_weights)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """Logits of every position; with a ``cache``, the new tokens' keys and values are
+        written into it, attention reads every cached token, and only the last position's
+        logits are computed (the one a next token is sampled from)."""
+        start = 0 if cache is None else cache.length
         x = self.token_embedding(tokens)
         if self.position_embedding is not None:
-            positions = torch.arange(tokens.shape[1], device=tokens.device)
+            positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)
             x = x + self.position_embedding(positions)
         x = self.dropout(x)
-        for block in self.blocks:
-            x = block(x)
+        for index, block in enumerate(self.blocks):
+            x = block(x) if cache is None else block(x, cache.layer(index))
+        if cache is not None:
+            cache.advance(tokens.shape[1])
+            x = x[:, -1:]
         return cast(torch.Tensor, self.head(self.final_norm(x)))
 
 

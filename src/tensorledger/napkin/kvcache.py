@@ -6,9 +6,10 @@ Torch-free.  One token's cache, per layer, in elements:
 - MHA, GQA, MQA: a key and a value per KV head, ``n_kv_heads · (head_dim + v_head_dim)``
   (``2 · n_kv_heads · head_dim`` when keys and values are as wide; MQA has one KV head).
 - MLA (DeepSeek-V2/V3): the compressed latent and the decoupled RoPE key, shared by every head,
-  ``kv_lora_rank + qk_rope_head_dim`` — no factor 2 (what vLLM and SGLang keep; transformers'
-  own DeepSeek classes cache the decompressed keys and values instead:
-  :attr:`KvLayout.decompressed_elements_per_token_per_layer`).
+  ``kv_lora_rank + qk_rope_head_dim`` — no factor 2 (what vLLM and SGLang keep, and what
+  transformers 5's DeepSeek-V3 classes cache: the latent as the layer's "keys", the RoPE key as
+  its "values"; the traced cache holds them equal; an implementation that caches the
+  decompressed keys and values holds :attr:`KvLayout.decompressed_elements_per_token_per_layer`).
 - A sliding-window layer holds at most ``window`` tokens whatever the context; a hybrid model
   (Gemma 2: local and global layers alternating) sums its layers.
 
@@ -113,7 +114,7 @@ class KvLayout:
     @property
     def decompressed_elements_per_token_per_layer(self) -> int:
         """MHA's cache of the same heads: what an MLA model caches when it keeps keys and
-        values decompressed (transformers' DeepSeek classes); the same as
+        values decompressed (transformers 5.25's DeepSeek-V2 and V3 classes do not); the same as
         :attr:`elements_per_token_per_layer` for every other model."""
         return self.n_kv_heads * (self.head_dim + self.v_head_dim) if self.kv_lora_rank \
             else self.elements_per_token_per_layer

@@ -11,7 +11,13 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 
 from tensorledger.report.memory import memory_view
-from tensorledger.report.roofline import cluster_lines, measurement_view, step_lines, totals_table
+from tensorledger.report.roofline import (
+    cluster_lines,
+    measurement_view,
+    serving_lines,
+    step_lines,
+    totals_table,
+)
 from tensorledger.report.trace import flops_notes, flops_table, module_table
 from tensorledger.units import format_bytes, format_count, format_duration, format_sci
 
@@ -70,6 +76,7 @@ def account_view(ledger: Ledger) -> View:
                        recomputed=ledger.cluster is not None and ledger.cluster.recomputed)
     if ledger.cluster is not None:
         view += cluster_lines(ledger.cluster)
+    view += serving_lines(ledger.serving, ledger.step)
     if ledger.run is not None:
         r = ledger.run
         cost = f", ${r.cost_usd:,.0f} at ${r.usd_per_device_hour:g} per device-hour" if (

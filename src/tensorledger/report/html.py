@@ -33,7 +33,7 @@ PLOT_IDS = ("roofline", "memory-timeline", "memory-breakdown", "time-by-category
 
 _CATEGORY_COLORS = {"parameter": "#4c72b0", "gradient": "#dd8452",
                     "optimizer_state": "#55a868", "saved_activation": "#c44e52",
-                    "temporary": "#8172b3"}
+                    "kv_cache": "#937860", "temporary": "#8172b3"}
 
 
 def _plotly() -> Any:

@@ -12,13 +12,13 @@ from tensorledger.memory import phase_spans
 from tensorledger.report.plots import new_figure, save_figure
 from tensorledger.units import format_bytes, format_duration
 
-__all__ = ["memory_figure", "memory_view", "write_memory_plot"]
+__all__ = ["kv_cache_lines", "memory_figure", "memory_view", "write_memory_plot"]
 
 View = list[RenderableType | str]
 
 _LABELS = {"parameter": "parameters", "gradient": "gradients",
            "optimizer_state": "optimizer state", "saved_activation": "saved activations",
-           "temporary": "temporaries"}
+           "kv_cache": "kv cache", "temporary": "temporaries"}
 
 
 def _b(value: float) -> str:
@@ -28,10 +28,17 @@ def _b(value: float) -> str:
 def memory_view(ledger: Any) -> View:
     """Breakdown against the closed forms, the peak and the fit."""
     rank = (f" on one of {ledger.ranks} ranks ({ledger.layout})" if ledger.ranks > 1 else "")
-    table = Table(title=f"Memory of one {ledger.step} step{rank}: {ledger.model}, batch "
-                        f"{ledger.batch}, seq {ledger.seq_len}, {ledger.optimizer}, "
-                        f"{ledger.precision}{', checkpointed' if ledger.checkpointed else ''}",
-                  title_justify="left", header_style="bold")
+    kv = ledger.kv_cache
+    if kv is not None:
+        sizes = (f"context {kv.context:,} tokens + 1" if kv.context else
+                 f"prompt of {ledger.seq_len:,} tokens")
+        title = (f"Memory of one {ledger.step} step: {ledger.model}, batch {ledger.batch}, "
+                 f"{sizes}, {ledger.precision}")
+    else:
+        title = (f"Memory of one {ledger.step} step{rank}: {ledger.model}, batch "
+                 f"{ledger.batch}, seq {ledger.seq_len}, {ledger.optimizer}, "
+                 f"{ledger.precision}{', checkpointed' if ledger.checkpointed else ''}")
+    table = Table(title=title, title_justify="left", header_style="bold")
     table.add_column("part")
     table.add_column("measured (traced step)", justify="right")
     table.add_column("closed form (napkin)", justify="right")
@@ -45,6 +52,8 @@ def memory_view(ledger: Any) -> View:
     view: View = [table]
     if ledger.routing:
         view.append(ledger.routing)
+    if kv is not None:
+        view.extend(kv_cache_lines(kv))
     at = f" in {peak.module}" if peak.module else ""
     view.append(f"peak of the steady-state step {_b(ledger.peak_bytes)} after {peak.op} "
                 f"({peak.phase}{at}); live then: "
@@ -71,7 +80,9 @@ def memory_view(ledger: Any) -> View:
                     "optimizer state (closed form: napkin's bytes of those shards), what it "
                     "saves for backward, and under FSDP, while a unit runs, the parameters it "
                     "gathered (counted as parameters at the peak)")
-    if closed is None and ledger.ranks > 1:
+    if kv is not None:
+        pass  # nothing is saved for a backward: no activations to set beside a closed form
+    elif closed is None and ledger.ranks > 1:
         view.append("saved activations split by tensor or pipeline parallelism: the closed "
                     "form of one device does not apply; the traced figure stands alone")
     elif closed is None:
@@ -109,13 +120,32 @@ def memory_view(ledger: Any) -> View:
     return view
 
 
+def kv_cache_lines(kv: Any) -> list[str]:
+    """What a prefill or decode step's KV cache holds, and where it departs from napkin's."""
+    lines = [f"kv cache: {kv.cache_class} ({kv.layers}), {kv.dtype}, {kv.context:,} → "
+             f"{kv.tokens_after:,} tokens a sequence; {_b(kv.bytes_before)} before the step, "
+             f"{_b(kv.storage_bytes)} after"]
+    if kv.tensor_bytes != kv.storage_bytes:
+        lines.append(f"its tensors show {_b(kv.tensor_bytes)}: a sliding-window layer of "
+                     "transformers keeps window − 1 tokens as a view of the torch.cat that made "
+                     "them, which holds the whole storage (after a prefill: the whole prompt's)")
+    if kv.closed_form_bytes is not None and kv.closed_form_bytes != kv.storage_bytes:
+        gap = kv.storage_bytes - kv.closed_form_bytes
+        lines.append(f"the traced cache is {format_bytes(abs(gap), 'auto')} "
+                     f"{'over' if gap > 0 else 'under'} napkin's closed form (min(tokens, "
+                     "window) a layer, the cache's dtype)")
+    return lines
+
+
 def memory_figure(ledger: Any) -> Any:
     """Live memory by category across the step's ops, stacked, as a matplotlib figure: the
     peak marked with its value, and a dotted line where each phase begins."""
     timeline = ledger.timeline
     points = timeline.points
     xs = [p.index for p in points]
-    categories = list(_LABELS)
+    # a step without a KV cache (training) draws none
+    categories = [c for c in _LABELS
+                  if c != "kv_cache" or any(p.kv_cache_bytes for p in points)]
     peak = timeline.peak
     unit, scale = ("GiB", 2**30) if peak.total_bytes >= 2**30 else ("MiB", 2**20)
     ys = [[p.by_category()[c] / scale for p in points] for c in categories]
@@ -142,8 +172,14 @@ def memory_figure(ledger: Any) -> Any:
     axes.set_xlim(xs[0] - 0.5 if xs else -0.5, xs[-1] + 0.5 if xs else 0.5)
     axes.set_xlabel("op (in the order the step runs them)")
     axes.set_ylabel(f"live memory ({unit})")
-    axes.set_title(f"{ledger.model}: {ledger.optimizer}, {ledger.precision}, batch "
-                   f"{ledger.batch}, seq {ledger.seq_len}: memory over one step")
+    kv = ledger.kv_cache
+    if kv is not None:
+        sizes = f"context {kv.context:,} + 1" if kv.context else f"prompt of {ledger.seq_len:,}"
+        axes.set_title(f"{ledger.model}: {ledger.step}, {ledger.precision}, batch "
+                       f"{ledger.batch}, {sizes}: memory over one step")
+    else:
+        axes.set_title(f"{ledger.model}: {ledger.optimizer}, {ledger.precision}, batch "
+                       f"{ledger.batch}, seq {ledger.seq_len}: memory over one step")
     axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     return figure
 

@@ -295,11 +295,28 @@ def roofline_run_view(run: RooflineRun) -> View:
                   *([run.routing] if run.routing else []),
                   *prediction_view(run.prediction, run.modules,
                                    run.cluster is not None and run.cluster.recomputed),
-                  *layout_lines(run)]
+                  *layout_lines(run), *serving_lines(run.serving, run.step)]
     if run.uncovered:
         view.append("ops with no cost rule (counted as 0 FLOPs, 0 bytes): " + ", ".join(
             f"{op} ×{calls}" for op, calls in run.uncovered.items()))
     return view + measurement_view(run)
+
+
+def serving_lines(figures: Any, step: str) -> list[str]:
+    """A prefill or decode step's time per token (to first token), kernels back to back and
+    eager, and what bounds it."""
+    if figures is None:
+        return []
+    what = "time per output token" if step == "decode" else "time to first token"
+    return [f"{what}: {format_duration(figures.streamed_time_s)} with the kernels back to back "
+            f"(a captured graph, as serving engines run it), {figures.bound}-bound "
+            f"({format_duration(figures.memory_time_s)} of memory, "
+            f"{format_duration(figures.compute_time_s)} of compute at the expected rates): "
+            f"{figures.tokens_per_s:,.0f} tokens/s for the batch of {figures.batch}"
+            f"{'' if figures.context is None else f' at a context of {figures.context:,}'}, "
+            f"{figures.tokens_per_s_per_user:,.1f} for each sequence",
+            f"eager, each op launched: {format_duration(figures.eager_time_s)} "
+            f"({format_duration(figures.launch_time_s)} of it the per-op cost)"]
 
 
 def layout_lines(run: RooflineRun) -> list[str]:

@@ -128,7 +128,9 @@ def trace_view(report: TraceReport) -> View:
     optimizer = f", optimizer {report.optimizer}" if report.optimizer else ""
     view: View = [
         f"{report.model}: step {report.step}{optimizer}, batch {report.batch} × seq "
-        f"{report.seq} = {report.tokens:,} tokens, {report.params:,} parameters, "
+        f"{report.seq} = {report.tokens:,} tokens"
+        f"{'' if report.context is None else f' against a KV cache of {report.context:,}'}, "
+        f"{report.params:,} parameters, "
         f"{report.precision} on {report.device} (trace device: {s.device}); built by "
         f"{report.built_by}",
         *([] if report.ranks == 1 else [

@@ -21,6 +21,7 @@ from tensorledger.trace.recorder import Recorder
 from tensorledger.trace.records import Trace
 from tensorledger.trace.storage import local_tensor as local
 from tensorledger.trace.storage import storage_key
+from tensorledger.workload.inference import TracedCache
 from tensorledger.workload.qlora import dequantization_note, flat_tensors
 from tensorledger.workload.spec import Workload, resolve_workload
 from tensorledger.workload.step import PreparedStep, laid_out, prepare
@@ -44,6 +45,18 @@ class TaggingRecorder(Recorder):
                 known = self._live.get(storage_key(part))
                 if known is not None:
                     self.tags.setdefault(known[0], category)
+
+    def hold(self, tensors: Iterable[torch.Tensor], category: str) -> int:
+        """Register ``tensors``' storages as live before the step and tag them (a decode
+        step's KV cache, which the step may free before any op reads it); their distinct
+        bytes."""
+        held: dict[int, int] = {}
+        for tensor in tensors:
+            storage = local(tensor).untyped_storage()
+            number, _ = self._storage_id(storage, None)
+            self.tags.setdefault(number, category)
+            held[number] = int(storage.nbytes())
+        return sum(held.values())
 
 
 @dataclass(frozen=True)
@@ -73,6 +86,7 @@ class StepTrace:
     # (elements, bytes an element), for the closed forms (napkin.adapters)
     frozen_tensors: tuple[tuple[int, int, bool], ...] = ()
     trained_tensors: tuple[tuple[int, int], ...] = ()
+    cache: TracedCache | None = None  # prefill and decode: the KV cache the step left
 
     @property
     def params(self) -> int:
@@ -147,6 +161,13 @@ def gathered_events(recorder: TaggingRecorder, strategy: str) -> AbstractContext
 
 def record_step(step: PreparedStep) -> tuple[Trace, dict[int, str]]:
     """Run one step under a tagging recorder."""
+    return _record(step)[:2]
+
+
+def _record(step: PreparedStep) -> tuple[Trace, dict[int, str], TracedCache | None]:
+    """:func:`record_step`, and the KV cache a prefill or decode step left: its storages are
+    tagged ``kv_cache``, the cache the step starts from registered before its first op."""
+    step.cache_before()  # a decode step's cache primed before the recorder starts
     recorder = TaggingRecorder()
     params = step.parameters
     pack = saved_tagger(recorder, params)
@@ -159,7 +180,17 @@ def record_step(step: PreparedStep) -> tuple[Trace, dict[int, str]]:
     with recorder, gathered_events(recorder, step.work.layout.strategy), step.guard():
         recorder.tag(params, "parameter")
         recorder.tag(state(), "optimizer_state")
-        if not step.work.step.backward:
+        cached = None
+        if step.inference is not None:
+            # every weight is in memory for the step, read or not (a prefill's embedding rows)
+            recorder.hold(params, "parameter")
+            # the primed cache is handed to the step, as a generation loop does: the tensors
+            # it replaces are freed where they are
+            held = recorder.hold(step.cache_before(), "kv_cache")
+            step.forward(own_cache=True)
+            recorder.tag(step.inference.tensors(step.inference.cache), "kv_cache")
+            cached = step.inference.facts(held)
+        elif not step.work.step.backward:
             step.forward()
         else:
             with step.saved_hooks(pack, lambda t: recorder.tag([t], "host_activation")):
@@ -173,7 +204,7 @@ def record_step(step: PreparedStep) -> tuple[Trace, dict[int, str]]:
                 recorder.tag(params, "parameter")
                 recorder.tag(state(), "optimizer_state")
             step.drop_gradients()
-    return recorder.trace, recorder.tags
+    return recorder.trace, recorder.tags, cached
 
 
 def trace_workload(work: Workload, first_step: bool = False,
@@ -223,7 +254,7 @@ def trace_workload(work: Workload, first_step: bool = False,
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
         say(f"tracing the {work.step.name} step")
-        trace, tags = record_step(step)
+        trace, tags, cached = _record(step)
         measured = None
         if on_cuda:
             torch.cuda.synchronize()
@@ -239,7 +270,7 @@ def trace_workload(work: Workload, first_step: bool = False,
                      + (() if step.float8 is None else (step.float8.describe(),))
                      + _offload_notes(step)
                      + ((work.routing_note,) if work.routing_note else ()),
-                     active_params=_active(step),
+                     active_params=_active(step), cache=cached,
                      offloaded_bytes=None if step.offloaded is None else
                      (step.offloaded.to_host_bytes, step.offloaded.to_device_bytes),
                      frozen_tensors=frozen, trained_tensors=trained)

@@ -56,12 +56,24 @@ class Step:
     backward: bool
     optimizer: bool
     description: str
+    # inference with the model's own KV cache: ``prefill`` fills an empty one with the prompt,
+    # ``decode`` adds one token per sequence to one of ``--context`` tokens
+    cached: bool = False
+
+    @property
+    def decodes(self) -> bool:
+        """True for ``decode``: one new token per sequence against a cache of the context."""
+        return self.cached and self.name == "decode"
 
 
 STEPS: dict[str, Step] = {s.name: s for s in (
     Step("forward", False, False, "the forward pass only, under no_grad"),
     Step("forward-backward", True, False, "forward, loss and backward; no optimizer"),
     Step("train", True, True, "forward, loss, backward and the optimizer step (steady state)"),
+    Step("prefill", False, False, "the forward over the prompt (--seq tokens) that fills the "
+         "model's own KV cache, logits of the last token only", cached=True),
+    Step("decode", False, False, "one new token per sequence against a KV cache of --context "
+         "tokens (the steady state: the cache filled before the step)", cached=True),
 )}
 
 @dataclass(frozen=True)
@@ -170,6 +182,8 @@ class WorkloadDefaults:
     device: str = "auto"
     checkpoint: bool = False
     optimizer_kernel: str = "auto"  # the target's: foreach on a GPU, the loop on a CPU
+    # prefill and decode serve bf16 weights: autocast over fp32 master weights is training's
+    inference_precision: str = "bf16"
 
 
 DEFAULTS = WorkloadDefaults()
@@ -205,9 +219,11 @@ class Workload:
     lora: Lora | None = None  # adapters trained on a frozen model (peft's LoRA)
     offload: tuple[str, ...] = ()  # what lives on the host (OFFLOADS): activations
     routing: Routing = BALANCED  # a mixture of experts' tokens per expert (workload.routing)
+    context: int | None = None  # decode: tokens already in each sequence's KV cache
 
     @property
     def tokens(self) -> int:
+        """Tokens the step runs: a decode step's one per sequence (``seq`` is 1 there)."""
         return self.batch * self.seq
 
     @property
@@ -249,7 +265,9 @@ class Workload:
 
     def __repr__(self) -> str:
         return summary("Workload", f"{self.model}: {self.step.name}",
-                       f"batch {self.batch} × seq {self.seq}", self.precision.name,
+                       f"batch {self.batch} × seq {self.seq}",
+                       f"context {self.context:,}" if self.context is not None else "",
+                       self.precision.name,
                        f"{self.optimizer.name} ({self.optimizer_kernel})"
                        if self.step.optimizer else "",
                        "checkpointed" if self.checkpoint else "",
@@ -270,12 +288,12 @@ def _whole(name: str, value: int, largest: int) -> int:
 
 def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
                      seq: int = DEFAULTS.seq, step: str = DEFAULTS.step,
-                     precision: str = DEFAULTS.precision, optimizer: str = DEFAULTS.optimizer,
+                     precision: str | None = None, optimizer: str = DEFAULTS.optimizer,
                      device: str = DEFAULTS.device, checkpoint: bool = DEFAULTS.checkpoint,
                      layout: Layout = SINGLE, target: Target | None = None,
                      optimizer_kernel: str = DEFAULTS.optimizer_kernel,
                      lora: Lora | None = None, offload: tuple[str, ...] = (),
-                     routing: Routing = BALANCED) -> Workload:
+                     routing: Routing = BALANCED, context: int | None = None) -> Workload:
     """Check every option and look every name up once; nothing is built or imported.
 
     ``device="auto"`` chooses ``meta`` for the reference presets (exact, fastest) unless the
@@ -294,12 +312,22 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
     with a backward, on fake tensors: meta tensors cannot be copied to the host).
     ``routing`` (:func:`~tensorledger.workload.routing.resolve_routing`): the tokens each
     routed expert of a mixture of experts receives, checked against the model's experts.
+    ``precision`` None is the step's default: ``mixed-bf16`` for training steps, ``bf16`` for
+    ``prefill`` and ``decode``.  ``context`` (decode only, and needed there): the tokens each
+    sequence's cache holds before the step; a decode step runs one token per sequence.
     """
     source = model if isinstance(model, ModelSource) else resolve_source(model)
     batch = _whole("batch", batch, MAX_BATCH)
     seq = _whole("seq", seq, MAX_SEQ)
     chosen_step = resolve_step(step)
+    if precision is None:
+        precision = DEFAULTS.inference_precision if chosen_step.cached else DEFAULTS.precision
     chosen_precision = resolve_precision(precision)
+    if chosen_step.cached:
+        seq, context = _inference(source, chosen_step, seq, context, layout, checkpoint, lora)
+    elif context is not None:
+        raise InputError(f"--context is the cache a decode step reads; the {chosen_step.name} "
+                         "step has none: use --step decode, or drop --context")
     chosen_optimizer = resolve_optimizer(optimizer)
     key = device.strip().lower()
     if key not in DEVICES:
@@ -371,7 +399,7 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
                     precision=chosen_precision, optimizer=chosen_optimizer,
                     checkpoint=checkpoint, device=key, layout=layout, target=chosen_target,
                     optimizer_kernel=kernel, lora=lora, offload=offload,
-                    routing=routing)
+                    routing=routing, context=context)
 
 
 def check_float8(precision: Precision, layout: Layout, lora: Lora | None) -> None:
@@ -387,6 +415,43 @@ def check_float8(precision: Precision, layout: Layout, lora: Lora | None) -> Non
     if lora is not None:
         raise InputError(f"--lora trains adapters beside frozen weights; --precision "
                          f"{precision.name} converts the linears they adapt: use one of them")
+
+
+def _inference(source: ModelSource, step: Step, seq: int, context: int | None,
+               layout: Layout, checkpoint: bool, lora: Lora | None) -> tuple[int, int | None]:
+    """The sequence and context of a prefill or decode step, checked: the model must have a
+    KV cache path (a reference model, or a Hugging Face causal LM: transformers' caches)."""
+    if source.builder == "factory":
+        raise InputError(f"--step {step.name} runs the model with its own KV cache; "
+                         f"{source.label!r} is a factory, which has no cache path here (use a "
+                         "preset or a config.json)")
+    if source.builder == "transformers" and (source.head or "causal-lm") != "causal-lm":
+        raise InputError(f"--step {step.name} runs a causal LM with transformers' KV cache; "
+                         f"{source.label} is a {source.head} model, which generates nothing")
+    if not layout.single:
+        raise InputError(f"--step {step.name} is traced on one device for now; drop the layout "
+                         f"({layout.describe()})")
+    if checkpoint:
+        raise InputError(f"--checkpoint recomputes blocks in backward; --step {step.name} has "
+                         "no backward: drop --checkpoint")
+    if lora is not None:
+        raise InputError(f"--lora trains adapters; --step {step.name} trains nothing: drop "
+                         "--lora")
+    if not step.decodes:
+        if context is not None:
+            raise InputError("--context is the cache a decode step reads; a prefill step "
+                             "fills an empty one from its --seq prompt tokens: drop --context "
+                             "or use --step decode")
+        return seq, None
+    if context is None:
+        raise InputError("--step decode needs --context N: the tokens each sequence's KV "
+                         "cache holds before the step")
+    context = _whole("context", context, MAX_SEQ)
+    if source.max_seq is not None and context + 1 > source.max_seq:
+        raise InputError(f"--context {context:,} and the token decoded need "
+                         f"{context + 1:,} positions; {source.name} has {source.max_seq:,} "
+                         f"(learned positions): use --context {source.max_seq - 1:,} or less")
+    return 1, context
 
 
 def _program(device: str, target: Target | None, kernel: str, optimizer: str

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +33,9 @@ from tensorledger.workload.lora import AppliedLora, apply_lora, trainable
 from tensorledger.workload.offload import ActivationOffload
 from tensorledger.workload.precision import RecipeOptimizer, param_dtype
 from tensorledger.workload.spec import Workload
+
+if TYPE_CHECKING:
+    from tensorledger.workload.inference import InferencePath
 
 __all__ = ["CheckpointedBlock", "PreparedStep", "build_module", "check_host_memory",
            "checkpoint_blocks", "laid_out", "lm_loss", "placement", "prepare",
@@ -297,6 +300,7 @@ class PreparedStep:
         if on_saved is None:
             return nullcontext()
         return torch.autograd.graph.saved_tensors_hooks(on_saved, lambda t: t)
+    inference: InferencePath | None = None  # prefill and decode: the model and its KV cache
 
     def guard(self) -> AbstractContextManager[None]:
         """Errors of the module's own code become one line naming what and where."""
@@ -325,9 +329,23 @@ class PreparedStep:
             assert self.targets is not None
             return default_loss(output, self.targets)
 
-    def forward(self) -> None:
+    def forward(self, own_cache: bool = False) -> None:
+        """The forward under no_grad; a prefill or decode step with the model's KV cache (the
+        primed cache handed to the step itself with ``own_cache``: see
+        :mod:`.inference`)."""
         with torch.no_grad(), self.autocast():
+            if self.inference is not None:
+                self.inference.step(self.args[0], own=own_cache)
+                return
             self.module(*self.args, **self.kwargs)
+
+    def cache_before(self) -> list[torch.Tensor]:
+        """The KV cache the next step starts from (a decode step's, primed here the first
+        time; none for a prefill or a step without a cache)."""
+        if self.inference is None:
+            return []
+        with self.guard(), torch.no_grad(), self.autocast():
+            return self.inference.before()
 
     def run(self) -> None:
         """One step of the workload's kind."""
@@ -518,8 +536,13 @@ def prepare(work: Workload, target: str, mesh: Any = None) -> PreparedStep:
                                                           work.optimizer.name,
                                                           work.optimizer_kernel),
                                     kernel=work.optimizer_kernel)
+    inference = None
+    if work.step.cached:
+        from tensorledger.workload.inference import InferencePath
+
+        inference = InferencePath(work, module, target)
     return PreparedStep(work=work, module=module, parameters=parameters, optimizer=optimizer,
                         args=args, kwargs=kwargs, targets=targets,
                         user_loss=factory.loss if factory is not None else None,
                         user_inputs=user_inputs, device_type=torch.device(target).type,
-                        lora=applied, float8=float8)
+                        lora=applied, float8=float8, inference=inference)
