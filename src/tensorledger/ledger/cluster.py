@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from tensorledger.roofline.model import RooflinePrediction
 from tensorledger.workload import Workload
+from tensorledger.workload.schedule_order import OrderTimeline
 
 __all__ = ["ClusterStep", "cluster_step", "pipeline_bubble_of"]
 
@@ -42,6 +43,8 @@ class ClusterStep:
     rank_flops: float  # FLOPs one rank runs a step
     peak_flop_per_s: float  # the dense peak MFU is taken against
     recomputed: bool = False  # checkpointed: the FLOPs that ran include a recomputed forward
+    # where the bubble comes from: a schedule's own action lists, or napkin's formula
+    bubble_source: str = "(p − 1)/(v·m + p − 1)"
 
     @property
     def stretch(self) -> float:
@@ -80,20 +83,22 @@ class ClusterStep:
 
 
 def pipeline_bubble_of(work: Workload) -> float:
-    """The pipeline bubble of ``work``'s layout (0 without a pipeline)."""
+    """The pipeline bubble of ``work``'s layout by napkin's formula (0 without a pipeline);
+    a traced pipeline's own is its schedule's (:attr:`StepTrace.pipeline`)."""
     layout = work.layout
     if layout.pp == 1:
         return 0.0
     from tensorledger.napkin.parallel import pipeline_bubble
 
-    chunks = 2 if layout.schedule == "interleaved-1f1b" else 1  # the traced pipeline's default
-    return pipeline_bubble(layout.pp, layout.microbatches, chunks).bubble_fraction
+    return pipeline_bubble(layout.pp, layout.microbatches, layout.chunks).bubble_fraction
 
 
 def cluster_step(work: Workload, prediction: RooflinePrediction, peak_flop_per_s: float,
-                 count: int | None = None) -> ClusterStep:
+                 count: int | None = None, pipeline: OrderTimeline | None = None
+                 ) -> ClusterStep:
     """The cluster of ``work``'s layout, or of ``count`` devices each running the traced step
-    on its own batch with nothing exchanged (``count`` given for a one-device trace)."""
+    on its own batch with nothing exchanged (``count`` given for a one-device trace).
+    ``pipeline`` is the traced schedule's own timeline: its bubble stretches the step."""
     layout = work.layout
     ranks = layout.count if count is None or not layout.single else count
     return ClusterStep(
@@ -102,6 +107,10 @@ def cluster_step(work: Workload, prediction: RooflinePrediction, peak_flop_per_s
         data_parallel=layout.data_parallel if count is None or not layout.single else ranks,
         tokens=work.tokens, rank_time_s=prediction.time_s,
         overlapped_time_s=prediction.overlapped_time_s,
-        communication_s=prediction.communication_s, pipeline_bubble=pipeline_bubble_of(work),
+        communication_s=prediction.communication_s,
+        pipeline_bubble=(pipeline_bubble_of(work) if pipeline is None
+                         else pipeline.bubble_fraction),
+        bubble_source=("(p − 1)/(v·m + p − 1)" if pipeline is None
+                       else f"{work.layout.schedule}'s action lists"),
         rank_flops=float(prediction.flops), peak_flop_per_s=peak_flop_per_s,
         recomputed=work.checkpoint)

@@ -21,6 +21,7 @@ from tensorledger.trace.recorder import Recorder
 from tensorledger.trace.records import Trace
 from tensorledger.trace.storage import local_tensor as local
 from tensorledger.trace.storage import storage_key
+from tensorledger.workload.schedule_order import OrderTimeline
 from tensorledger.workload.spec import Workload, resolve_workload
 from tensorledger.workload.step import PreparedStep, laid_out, prepare
 
@@ -65,6 +66,8 @@ class StepTrace:
     model_params: int = 0  # the whole model's parameters (all ranks' shards together)
     trainable_params: int | None = None  # with adapters (LoRA): those trained; None: all
     active_params: int | None = None  # a mixture of experts: the parameters a token runs
+    # a pipeline's schedule replayed from torch's own action lists (bubble, in flight)
+    pipeline: OrderTimeline | None = None
 
     @property
     def params(self) -> int:
@@ -261,15 +264,20 @@ def trace_pipeline_rank(work: Workload, stage: int = 0,
     layout = work.layout
     if progress is not None:
         progress(f"tracing a rank of stage {stage} of {layout.describe()} on fake ranks")
-    within = dataclasses.replace(layout, pp=1, microbatches=1, schedule="1f1b")
+    within = dataclasses.replace(layout, pp=1, microbatches=1, schedule="1f1b", chunks=1,
+                                 stage_layers=None)
     with target_program(work.target):
         piped = trace_pipeline_step(config, work.batch, work.seq, layout.pp,
                                     layout.microbatches, layout.schedule, stage=stage,
-                                    within=within, precision=work.precision.name,
+                                    chunks=layout.chunks, within=within,
+                                    precision=work.precision.name,
                                     optimizer=work.optimizer.name, checkpoint=work.checkpoint,
-                                    optimizer_kernel=work.optimizer_kernel)
+                                    optimizer_kernel=work.optimizer_kernel,
+                                    stage_layers=layout.stage_counts(config.n_layers,
+                                                                     config.name))
     return StepTrace(work=work, param_numels=piped.param_numels, trace=piped.trace,
-                     tags=piped.tags, model_params=parameter_count(config).total_params)
+                     tags=piped.tags, model_params=parameter_count(config).total_params,
+                     pipeline=piped.timeline)
 
 
 def trace_model(model: str, **options: object) -> StepTrace:
