@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 
     from tensorledger.models.transformer import TransformerLM
 
-__all__ = ["OrderTimeline", "PipelineStep", "Schedule", "StageModule", "build_pipeline_rank",
+__all__ = ["OrderTimeline", "PipelineStep", "action_lists", "Schedule", "StageModule", "build_pipeline_rank",
            "order_bubble", "order_timeline",
            "resolve_schedule", "run_pipeline_step", "split_stages", "trace_pipeline_step"]
 
@@ -345,6 +345,38 @@ def build_pipeline_rank(config: TransformerConfig, pp: int, rank: int, chunks: i
                                  input_args=inputs, output_args=outputs, group=group))
         laid.append(module)
     return laid, _make_schedule(schedule, stages, microbatches, autocast)
+
+
+def action_lists(schedule: str | Schedule, pp: int, microbatches: int,
+                 chunks: int | None = None) -> dict[int, list[Any]]:
+    """torch's own action lists of ``schedule`` (``pipeline_order``: rank → its actions), as
+    the schedule builds them for ``pp`` ranks of ``chunks`` stages and ``microbatches``
+    micro-batches: built over stand-in stages (a 2 × 2 linear map each) on a fake group, no
+    step run.  :func:`~tensorledger.workload.schedule_order.order_timeline` replays them.
+
+    >>> order = action_lists("1f1b", 2, 2)
+    >>> [str(action) for action in order[1] if action is not None]
+    ['1F0', '1B0', '1F1', '1B1']
+    """
+    from torch.distributed.pipelining import PipelineStage
+
+    kind = resolve_schedule(schedule)
+    chunks = kind.default_chunks() if chunks is None else chunks
+    for name, value in (("pp", pp), ("microbatches", microbatches), ("chunks", chunks)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"--{name} must be a whole number >= 1, got {value!r}")
+    check_schedule(kind, pp, microbatches, chunks)
+    count = pp * chunks
+    with fake_process_group(pp, rank=0):
+        example = torch.zeros(1, 2)
+        stages = [PipelineStage(nn.Linear(2, 2), index, count, torch.device("cpu"),
+                                input_args=example, output_args=example)
+                  for index in kind.placement(pp, chunks, 0)]
+        runner = _make_schedule(kind, cast("list[PipelineStage]", stages), microbatches)
+    order = getattr(runner, "pipeline_order", None)
+    if order is None:  # the single-stage schedules of an older torch keep no lists
+        raise TraceError(f"torch's {kind.torch_name} keeps no action lists to replay")
+    return cast(dict[int, list[Any]], order)
 
 
 def run_pipeline_step(schedule: _PipelineSchedule, stages: Sequence[int], count: int,
