@@ -43,7 +43,8 @@ class ClusterStep:
     rank_flops: float  # FLOPs one rank runs a step
     peak_flop_per_s: float  # the dense peak MFU is taken against
     recomputed: bool = False  # checkpointed: the FLOPs that ran include a recomputed forward
-    # where the bubble comes from: a schedule's own action lists, or napkin's formula
+    # where the bubble comes from: the schedule's own action lists (napkin's formula in
+    # hand-made steps)
     bubble_source: str = "(p − 1)/(v·m + p − 1)"
 
     @property
@@ -83,14 +84,16 @@ class ClusterStep:
 
 
 def pipeline_bubble_of(work: Workload) -> float:
-    """The pipeline bubble of ``work``'s layout by napkin's formula (0 without a pipeline);
-    a traced pipeline's own is its schedule's (:attr:`StepTrace.pipeline`)."""
+    """The pipeline bubble of ``work``'s layout (0 without a pipeline): its schedule's own
+    action lists replayed (:func:`~tensorledger.workload.schedule_order.order_timeline`)."""
     layout = work.layout
     if layout.pp == 1:
         return 0.0
-    from tensorledger.napkin.parallel import pipeline_bubble
+    from tensorledger.workload.pipeline import action_lists
+    from tensorledger.workload.schedule_order import order_timeline
 
-    return pipeline_bubble(layout.pp, layout.microbatches, layout.chunks).bubble_fraction
+    order = action_lists(layout.schedule, layout.pp, layout.microbatches, layout.chunks)
+    return order_timeline(order).bubble_fraction
 
 
 def cluster_step(work: Workload, prediction: RooflinePrediction, peak_flop_per_s: float,
@@ -110,7 +113,6 @@ def cluster_step(work: Workload, prediction: RooflinePrediction, peak_flop_per_s
         communication_s=prediction.communication_s,
         pipeline_bubble=(pipeline_bubble_of(work) if pipeline is None
                          else pipeline.bubble_fraction),
-        bubble_source=("(p − 1)/(v·m + p − 1)" if pipeline is None
-                       else f"{work.layout.schedule}'s action lists"),
+        bubble_source=f"{work.layout.schedule}'s action lists",
         rank_flops=float(prediction.flops), peak_flop_per_s=peak_flop_per_s,
         recomputed=work.checkpoint)

@@ -58,20 +58,17 @@ def traced_microbatches(choice: LayoutChoice) -> int:
 def traceable_layout(choice: LayoutChoice) -> Layout | str:
     """The workload layout that runs ``choice``, or why the tracer cannot lay it out yet."""
     if choice.pp > 1:
-        if choice.schedule == "interleaved" and choice.chunks != 2:
-            return "the interleaved schedule is traced with 2 chunks a stage"
         if choice.schedule == "1f1b" and choice.accumulation < choice.pp:
             return "torch's 1F1B runs at least as many micro-batches as stages"
-        if choice.schedule == "interleaved" and choice.zero == 3 and choice.shard > 1:
-            return "ZeRO-3 under the interleaved schedule gathers as its order falls; the " \
-                "closed form is not checked against it"
         within = traceable_layout(dataclasses.replace(choice, pp=1, schedule="none",
                                                       chunks=1, accumulation=1))
         if isinstance(within, str):
             return within
+        interleaved = choice.schedule == "interleaved"
         return dataclasses.replace(
             within, pp=choice.pp, microbatches=traced_microbatches(choice),
-            schedule="interleaved-1f1b" if choice.schedule == "interleaved" else "1f1b")
+            schedule="interleaved-1f1b" if interleaved else "1f1b",
+            chunks=choice.chunks if interleaved else 1)
     if choice.checkpoint == "selective":
         return "a workload checkpoints whole blocks; selective checkpointing is traced by " \
             "'tensorledger checkpoint'"

@@ -62,9 +62,20 @@ if TYPE_CHECKING:
 
     from tensorledger.models.transformer import TransformerLM
 
-__all__ = ["OrderTimeline", "PipelineStep", "action_lists", "Schedule", "StageModule", "build_pipeline_rank",
-           "order_bubble", "order_timeline",
-           "resolve_schedule", "run_pipeline_step", "split_stages", "trace_pipeline_step"]
+__all__ = [
+    "OrderTimeline",
+    "PipelineStep",
+    "Schedule",
+    "StageModule",
+    "action_lists",
+    "build_pipeline_rank",
+    "order_bubble",
+    "order_timeline",
+    "resolve_schedule",
+    "run_pipeline_step",
+    "split_stages",
+    "trace_pipeline_step",
+]
 
 
 # ---- the stages -------------------------------------------------------------------------------
