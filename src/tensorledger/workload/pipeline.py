@@ -383,7 +383,7 @@ def action_lists(schedule: str | Schedule, pp: int, microbatches: int,
         stages = [PipelineStage(nn.Linear(2, 2), index, count, torch.device("cpu"),
                                 input_args=example, output_args=example)
                   for index in kind.placement(pp, chunks, 0)]
-        runner = _make_schedule(kind, cast("list[PipelineStage]", stages), microbatches)
+        runner = _make_schedule(kind, stages, microbatches)
     order = getattr(runner, "pipeline_order", None)
     if order is None:  # the single-stage schedules of an older torch keep no lists
         raise TraceError(f"torch's {kind.torch_name} keeps no action lists to replay")
