@@ -46,6 +46,8 @@ class ClusterStep:
     # where the bubble comes from: the schedule's own action lists (napkin's formula in
     # hand-made steps)
     bubble_source: str = "(p − 1)/(v·m + p − 1)"
+    # the traced pipeline rank's most micro-batches in flight, all its stages together
+    in_flight: int | None = None
 
     @property
     def stretch(self) -> float:
@@ -114,5 +116,6 @@ def cluster_step(work: Workload, prediction: RooflinePrediction, peak_flop_per_s
         pipeline_bubble=(pipeline_bubble_of(work) if pipeline is None
                          else pipeline.bubble_fraction),
         bubble_source=f"{work.layout.schedule}'s action lists",
+        in_flight=None if pipeline is None else pipeline.rank_in_flight[0],
         rank_flops=float(prediction.flops), peak_flop_per_s=peak_flop_per_s,
         recomputed=work.checkpoint)

@@ -2,12 +2,16 @@
 process group under fake tensors.
 
 The reference :class:`~tensorledger.models.transformer.TransformerLM` is cut by blocks into
-``pp × chunks`` stage modules (:func:`split_stages`: the first holds the embeddings, the last
-the final norm and the head); rank ``r`` of ``pp`` holds stages ``r, r + pp, …`` (one unless
-the schedule is interleaved).  torch's own ``PipelineStage`` and schedules (``ScheduleGPipe``,
-``Schedule1F1B``, ``ScheduleInterleaved1F1B``) run unchanged on that rank of a fake process
-group of ``pp`` ranks: the recorder sees the rank's arithmetic on its micro-batches and every
-``send`` / ``recv`` it issues (activations forward, their gradients backward).
+``pp × chunks`` stage modules, even or of the block counts given (:func:`split_stages`: the
+first holds the embeddings, the last the final norm and the head); rank ``r`` of ``pp`` holds
+stages ``r, r + pp, …`` (one unless the schedule runs several a rank), or ``r`` and
+``2·pp − 1 − r`` under ZBV.  torch's own ``PipelineStage`` and every schedule of
+``torch.distributed.pipelining`` that runs on a fake group (GPipe, 1F1B, interleaved 1F1B,
+looped BFS, interleaved zero bubble, ZBV: :class:`~tensorledger.workload.schedules.Schedule`)
+run unchanged on that rank of a fake process group of ``pp`` ranks: the recorder sees the
+rank's arithmetic on its micro-batches and every ``send`` / ``recv`` it issues (activations
+forward, their gradients backward).  The schedule's own action lists give the bubble and the
+micro-batches in flight (:mod:`~tensorledger.workload.schedule_order`).
 
 A stage can itself be laid out over several ranks (``within``: data-parallel, FSDP2, DTensor
 tensor and sequence parallelism, as :func:`~tensorledger.workload.parallel.parallelize` lays a
@@ -122,7 +126,7 @@ class StageModule(nn.Module):
 def split_stages(model: nn.Module, pp: int, chunks: int = 1,
                  stage_layers: Sequence[int] | None = None) -> list[StageModule]:
     """Cut a reference :class:`~tensorledger.models.transformer.TransformerLM` into
-    ``pp × chunks`` stages of equal block counts, in order.
+    ``pp × chunks`` stages, in order: of equal block counts, or of ``stage_layers`` blocks.
 
     The stages share the model's modules (nothing is copied).  Refused in one line: a stage
     count that does not divide the layers, and tied embeddings across stages (the token table
@@ -365,9 +369,9 @@ def action_lists(schedule: str | Schedule, pp: int, microbatches: int,
     micro-batches: built over stand-in stages (a 2 × 2 linear map each) on a fake group, no
     step run.  :func:`~tensorledger.workload.schedule_order.order_timeline` replays them.
 
-    >>> order = action_lists("1f1b", 2, 2)
-    >>> [str(action) for action in order[1] if action is not None]
-    ['1F0', '1B0', '1F1', '1B1']
+    >>> order = action_lists("zbv", 2, 4)         # rank 0 holds the V's first and last stage
+    >>> sorted({action.stage_index for action in order[0] if action is not None})
+    [0, 3]
     """
     from torch.distributed.pipelining import PipelineStage
 
