@@ -129,7 +129,9 @@ def test_layouts_the_tracer_cannot_lay_out_say_why() -> None:
         LayoutChoice(dp=1, tp=1, pp=4, schedule="1f1b", accumulation=2)))
     assert "selective" in str(traceable_layout(LayoutChoice(dp=2, tp=1, pp=1,
                                                             checkpoint="selective")))
-    assert "DDP" in str(traceable_layout(LayoutChoice(dp=2, tp=2, pp=1)))
+    # DDP beside TP (issue 37): DDP over the mesh's data-parallel slice
+    ddp_tp = traceable_layout(LayoutChoice(dp=2, tp=2, pp=1))
+    assert not isinstance(ddp_tp, str) and (ddp_tp.dp, ddp_tp.tp, ddp_tp.strategy) == (2, 2, "ddp")
     with pytest.raises(InputError, match="as many micro-batches as stages"):
         verify_choice(_tiny("fp32"), LayoutChoice(dp=1, tp=1, pp=2, schedule="1f1b"), "tiny")
     one = dataclasses.replace(LayoutChoice(dp=2, tp=1, pp=1, zero=3, shard=2), accumulation=4)

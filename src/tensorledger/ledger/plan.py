@@ -73,13 +73,11 @@ def traceable_layout(choice: LayoutChoice) -> Layout | str:
         return "a workload checkpoints whole blocks; selective checkpointing is traced by " \
             "'tensorledger checkpoint'"
     if choice.zero == 0:
-        if choice.tp > 1 and choice.dp > 1:
-            return "DDP beside tensor parallelism is not laid out (FSDP is)"
         return resolve_layout(dp=choice.dp, tp=choice.tp, sp=choice.sp)
     if choice.zero == 1:
-        if choice.tp > 1 or choice.replicas > 1:
-            return "ZeRO-1 is laid out over one shard group without tensor parallelism"
-        return resolve_layout(fsdp=choice.shard, zero=1)
+        if choice.replicas > 1:
+            return "ZeRO-1 is laid out over one shard group, without replicas"
+        return resolve_layout(fsdp=choice.shard, zero=1, tp=choice.tp, sp=choice.sp)
     if choice.shard == 1:
         return "a ZeRO stage needs a shard group of more than one rank"
     return resolve_layout(dp=choice.replicas, fsdp=choice.shard, zero=choice.zero, tp=choice.tp,

@@ -201,6 +201,9 @@ def trace_workload(work: Workload, first_step: bool = False,
         warm_up = work.step.optimizer or not layout.single
         if layout.strategy in ("ddp", "zero1"):  # DDP's second step reads real memory
             warm_up = False
+            if layout.tp > 1 and work.step.backward:
+                say("filling DTensor's sharding cache (a step DDP does not sync)")
+                step.warm_without_sync()
             if work.step.optimizer:
                 say("creating the optimizer state (an optimizer step on zero gradients)")
                 step.prime_optimizer()
