@@ -124,6 +124,8 @@ def test_pipeline_trace_lists_the_sends(cli) -> None:  # type: ignore[no-untyped
     (["--pp", "2", "--microbatches", "2", "--stage-layers", "first-1"],
      "2 layers do not split into 2 stages with the first 1"),
     (["--pp", "2", "--microbatches", "2", "--stage-layers", "1,x"], "got 'x' in '1,x'"),
+    (["--pp", "2", "--microbatches", "2", "--dp", "2"],
+     "DDP (and ZeRO-1 under it) within pipeline stages is not traced"),
     (["--pp", "2", "--microbatches", "2", "--step", "forward"], "whole training step"),
 ])
 def test_refused_pipelines(cli, argv: list[str], fragment: str) -> None:  # type: ignore[no-untyped-def]

@@ -60,6 +60,8 @@ def traceable_layout(choice: LayoutChoice) -> Layout | str:
     if choice.pp > 1:
         if choice.schedule == "1f1b" and choice.accumulation < choice.pp:
             return "torch's 1F1B runs at least as many micro-batches as stages"
+        if choice.zero in (0, 1) and choice.dp > 1:
+            return "DDP (and ZeRO-1 under it) within pipeline stages is not traced"
         within = traceable_layout(dataclasses.replace(choice, pp=1, schedule="none",
                                                       chunks=1, accumulation=1))
         if isinstance(within, str):

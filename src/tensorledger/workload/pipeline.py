@@ -436,6 +436,11 @@ def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int
     _check(config, batch, seq, pp, microbatches, kind, stage, chunks)
     if within.pp != 1:
         raise InputError("within is the layout of one stage's ranks: its pp must be 1")
+    if within.strategy in ("ddp", "zero1"):
+        # a stage's second step (the recorded one) would rebuild DDP's buckets from the
+        # order its gradients came in, reading memory fake tensors do not have
+        raise InputError("DDP (and ZeRO-1 under it) within pipeline stages is not traced; "
+                         "shard the stages' data-parallel ranks with --fsdp N (--zero 2 or 3)")
     count = pp * chunks
     whole = dataclasses.replace(within, pp=pp, microbatches=microbatches, schedule=kind.value)
     try:
