@@ -81,7 +81,7 @@ def test_zero2_holds_the_gathered_stage_and_ddp_its_buckets() -> None:
     ("mixed-bf16", LayoutChoice(dp=2, tp=2, pp=1, zero=3, shard=2, sp=True, checkpoint="full")),
     # DDP and ZeRO-1 beside TP (issue 37)
     ("fp32", LayoutChoice(dp=2, tp=2, pp=1)),
-    ("mixed-bf16", LayoutChoice(dp=2, tp=2, pp=1, zero=1, shard=2)),
+    ("fp32", LayoutChoice(dp=2, tp=2, pp=1, zero=1, shard=2)),
 ])
 def test_traced_ranks_hold_and_send_what_the_closed_form_says(precision: str,
                                                               choice: LayoutChoice) -> None:
