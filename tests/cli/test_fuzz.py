@@ -209,6 +209,14 @@ def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[s
         "tp": ["1", "2", "4", "8", "3", "0", "-1", str(INT64_MAX), str(INT64_MAX + 1), "", "٤"],
         # a valid --verify traces a model for seconds to minutes: tests/plan/test_verify.py
         "verify": ["0", "-1", "11", "", "٣", "nan"],
+        # pipelines (issue 37): every torch schedule, chunks it does or does not take, stage
+        # layers that add up, do not, or cannot be read
+        "schedule": ["1f1b", "gpipe", "interleaved-1f1b", "looped-bfs", "interleaved-zb", "zbv",
+                     "LoopedBFS", "dualpipev", "", "٣"],
+        "chunks": ["1", "2", "3", "4", "0", "-1", "", "٣", str(INT64_MAX + 1)],
+        "stage_layers": ["1,1", "1,2", "first-1,last-1", "first-0", "1,...,1", "7,8,...,8,7",
+                         "...", "0,2", "first-1,first-2", "last-99", ",", "", "٣", "x" * 5000,
+                         "1," * 3000],
     }
     if command == "plan":  # the dimensions plan fixes (issue 36): valid, contradictory, junk
         degrees = ["1", "2", "4", "8", "3", "16", "0", "-1", "1048577", "", "٤"]
@@ -389,6 +397,33 @@ def test_fuzz_hostile_fixture_set_is_complete(hostile_files: dict[str, str]) -> 
     for name in ("fifo.toml", "folder.toml", "binary.toml", "deep.toml", "deep.json",
                  "list_memory.toml", "dev_zero", *FACTORIES):
         assert os.path.lexists(hostile_files[name]), name
+
+
+#: Pipelines a command cannot run (issue 37): one line, exit 2, before anything is traced.
+PIPELINE_REFUSALS = [
+    # stage layers that do not add up to tiny's 2 blocks
+    (["--pp", "2", "--microbatches", "2", "--stage-layers", "1,2"], "add up to 3 blocks"),
+    (["--pp", "2", "--microbatches", "2", "--stage-layers", "first-1"],
+     "do not split into 2 stages"),
+    # a schedule that needs more micro-batches: 1F1B one a stage; interleaved rounds
+    (["--pp", "2", "--microbatches", "1", "--batch", "4"], "1f1b needs a micro-batch per stage"),
+    (["--pp", "2", "--microbatches", "5", "--batch", "5", "--schedule", "interleaved-zb"],
+     "runs the micro-batches in 2 equal rounds"),
+    (["--pp", "2", "--microbatches", "2", "--schedule", "zbv", "--chunks", "4"],
+     "zbv runs exactly 2 stages per rank"),
+]
+
+
+@pytest.mark.parametrize("command", ["trace", "memory", "roofline", "account"])
+@pytest.mark.parametrize(("argv", "fragment"), PIPELINE_REFUSALS)
+def test_impossible_pipelines_are_one_line(command: str, argv: list[str], fragment: str,
+                                           hostile_files: dict[str, str], isolated: None
+                                           ) -> None:
+    base = [command, "--model", "tiny", "--seq", "8",
+            *([] if "--batch" in argv else ["--batch", "4"])]
+    with _place(hostile_files) as place:
+        outcome = run_case([*base, *argv], place)
+    assert outcome.code == 2 and fragment in outcome.stderr, outcome
 
 
 # --------------------------------------------------- the model layer: the workload guard's

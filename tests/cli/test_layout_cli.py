@@ -106,11 +106,26 @@ def test_pipeline_trace_lists_the_sends(cli) -> None:  # type: ignore[no-untyped
 
 
 @pytest.mark.parametrize(("argv", "fragment"), [
-    (["--pp", "3"], "--pp 3 does not divide tiny's 2 layers"),
+    (["--pp", "3", "--schedule", "gpipe"], "--pp 3 does not divide tiny's 2 layers"),
     (["--pp", "2", "--microbatches", "3"], "does not split into 3 micro-batches"),
-    (["--microbatches", "2"], "--microbatches and --schedule run a pipeline"),
+    (["--microbatches", "2"], "--microbatches, --schedule, --chunks and --stage-layers run a "
+                              "pipeline"),
     (["--pp", "2", "--microbatches", "2", "--schedule", "zb"], "unknown pipeline schedule"),
-    (["--pp", "2"], "1f1b needs at least as many micro-batches as ranks"),
+    (["--pp", "2"], "1f1b needs a micro-batch per stage at least"),
+    (["--pp", "2", "--microbatches", "2", "--chunks", "2"], "1f1b runs one stage per rank"),
+    (["--pp", "2", "--microbatches", "2", "--schedule", "zbv", "--chunks", "3"],
+     "zbv runs exactly 2 stages per rank"),
+    (["--pp", "2", "--microbatches", "4", "--schedule", "interleaved-1f1b", "--chunks", "3"],
+     "--pp 2 × 3 chunks does not divide tiny's 2 layers"),
+    (["--pp", "2", "--microbatches", "2", "--stage-layers", "1,2"],
+     "--stage-layers 1,2 add up to 3 blocks, not the model's 2"),
+    (["--pp", "2", "--microbatches", "2", "--stage-layers", "1"],
+     "--stage-layers gives 1 counts for 2 stages"),
+    (["--pp", "2", "--microbatches", "2", "--stage-layers", "first-1"],
+     "2 layers do not split into 2 stages with the first 1"),
+    (["--pp", "2", "--microbatches", "2", "--stage-layers", "1,x"], "got 'x' in '1,x'"),
+    (["--pp", "2", "--microbatches", "2", "--dp", "2"],
+     "DDP (and ZeRO-1 under it) within pipeline stages is not traced"),
     (["--pp", "2", "--microbatches", "2", "--step", "forward"], "whole training step"),
 ])
 def test_refused_pipelines(cli, argv: list[str], fragment: str) -> None:  # type: ignore[no-untyped-def]

@@ -7,7 +7,7 @@ preset, laid out by the same :func:`~tensorledger.workload.parallel.build_mesh`,
 :func:`~tensorledger.workload.parallel.parallelize` and
 :func:`~tensorledger.workload.parallel.make_optimizer` the fake trace uses (on a real group they
 keep DDP's built-in all-reduce), and the 2-stage pipelines of ``pipeline_torchrun.py``.  With
-4 ranks: FSDP × TP 2 × 2 and HSDP 2 × 2.
+4 ranks: FSDP × TP 2 × 2, HSDP 2 × 2, and DDP and ZeRO-1 beside TP 2 × 2.
 
 Sharded layouts record their second step (as
 :func:`tensorledger.workload.parallel.trace_parallel_step` does), DDP and ZeRO-1 their first.
@@ -93,7 +93,9 @@ def _run(name: str, model: nn.Module, inputs: torch.Tensor, warm_up: bool, out_d
 LAYOUTS: dict[int, dict[str, dict[str, Any]]] = {
     2: {"zero1": {"fsdp": 2, "zero": 1}, "tp-tiny": {"tp": 2},
         "tp-sp": {"tp": 2, "sp": True}, "fsdp-zero2": {"fsdp": 2, "zero": 2}},
-    4: {"fsdp-tp": {"fsdp": 2, "tp": 2}, "hsdp": {"dp": 2, "fsdp": 2}},
+    4: {"fsdp-tp": {"fsdp": 2, "tp": 2}, "hsdp": {"dp": 2, "fsdp": 2},
+        # DDP and ZeRO-1 beside TP (issue 37): DDP over the data-parallel slice of the mesh
+        "ddp-tp": {"dp": 2, "tp": 2}, "zero1-tp": {"fsdp": 2, "zero": 1, "tp": 2}},
 }
 
 

@@ -9,6 +9,7 @@ alone as ``torchrun --standalone --nproc-per-node 2 THIS OUT_DIR``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -20,6 +21,14 @@ BATCH, SEQ = 4, 16  # the whole batch the first stage splits into micro-batches
 #: name → (schedule, micro-batches)
 RUNS = {"gpipe-2": ("gpipe", 2), "gpipe-4": ("gpipe", 4), "1f1b-2": ("1f1b", 2),
         "1f1b-4": ("1f1b", 4)}
+#: name → (schedule, micro-batches, stages a rank, tiny's layers, blocks of each stage): the
+#: interleaved schedule with 3 chunks, the zero-bubble ZBV (a V of 2 stages a rank, backward
+#: split into input and weight halves) and an uneven 2-stage 1F1B
+SHAPED_RUNS: dict[str, tuple[str, int, int, int, tuple[int, ...] | None]] = {
+    "interleaved-3": ("interleaved-1f1b", 4, 3, 6, None),
+    "zbv-4": ("zbv", 4, 2, 4, None),
+    "uneven-1f1b": ("1f1b", 2, 1, 3, (1, 2)),
+}
 
 
 def summary(records: Any, params: list[torch.Tensor]) -> dict[str, Any]:
@@ -47,17 +56,23 @@ def run_pipelines(out_dir: Path, rank: int, world: int) -> None:
         run_pipeline_step,
     )
 
-    config = get_preset("tiny")
-    for name, (schedule, microbatches) in RUNS.items():
+    tiny = get_preset("tiny")
+    runs = {**{name: (schedule, m, 1, tiny.n_layers, None) for name, (schedule, m) in RUNS.items()},
+            **SHAPED_RUNS}
+    for name, (schedule, microbatches, chunks, layers, stage_layers) in runs.items():
+        config = dataclasses.replace(tiny, n_layers=layers)
         torch.manual_seed(0)  # the first rank's inputs are the last rank's targets
         tokens = torch.randint(0, config.vocab_size, (BATCH, SEQ))
-        modules, runner = build_pipeline_rank(config, world, rank, 1, resolve_schedule(schedule),
-                                              microbatches, BATCH // microbatches, SEQ)
+        kind = resolve_schedule(schedule)
+        modules, runner = build_pipeline_rank(config, world, rank, chunks, kind, microbatches,
+                                              BATCH // microbatches, SEQ,
+                                              stage_layers=stage_layers)
+        held = kind.placement(world, chunks, rank)
         params = [p for module in modules for p in module.parameters()]
         optimizer = torch.optim.AdamW(params, lr=1e-3)
 
         def step() -> None:
-            run_pipeline_step(runner, (rank,), world, tokens)  # noqa: B023
+            run_pipeline_step(runner, held, world * chunks, tokens)  # noqa: B023
             optimizer.step()  # noqa: B023
             optimizer.zero_grad(set_to_none=True)  # noqa: B023
 

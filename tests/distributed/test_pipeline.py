@@ -93,7 +93,7 @@ def test_tied_embeddings_are_refused_across_stages() -> None:
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"microbatches": 3}, "--batch 4 does not split into 3 micro-batches"),
-    ({"schedule": "1f1b", "microbatches": 1}, "at least as many micro-batches as ranks"),
+    ({"schedule": "1f1b", "microbatches": 1}, "1f1b needs a micro-batch per stage at least"),
     ({"schedule": "zero-bubble"}, "unknown pipeline schedule 'zero-bubble'; known: gpipe"),
     ({"stage": 2}, "the traced pipeline rank is 0 to 1, got 2"),
     ({"chunks": 2}, "gpipe runs one stage per rank"),

@@ -79,6 +79,9 @@ def test_zero2_holds_the_gathered_stage_and_ddp_its_buckets() -> None:
     ("fp32", LayoutChoice(dp=2, tp=2, pp=1, zero=2, shard=2, micro_batch=2, checkpoint="full")),
     ("mixed-bf16", LayoutChoice(dp=4, tp=1, pp=1, zero=3, shard=2)),
     ("mixed-bf16", LayoutChoice(dp=2, tp=2, pp=1, zero=3, shard=2, sp=True, checkpoint="full")),
+    # DDP and ZeRO-1 beside TP (issue 37)
+    ("fp32", LayoutChoice(dp=2, tp=2, pp=1)),
+    ("fp32", LayoutChoice(dp=2, tp=2, pp=1, zero=1, shard=2)),
 ])
 def test_traced_ranks_hold_and_send_what_the_closed_form_says(precision: str,
                                                               choice: LayoutChoice) -> None:
@@ -120,14 +123,18 @@ def test_traced_pipeline_ranks_hold_and_send_what_the_closed_form_says(
 
 
 def test_layouts_the_tracer_cannot_lay_out_say_why() -> None:
-    assert "2 chunks" in str(traceable_layout(LayoutChoice(dp=2, tp=2, pp=2, chunks=4,
-                                                           schedule="interleaved",
-                                                           accumulation=4)))
+    four = traceable_layout(LayoutChoice(dp=2, tp=2, pp=2, chunks=4, schedule="interleaved",
+                                         accumulation=4, zero=3, shard=2))
+    # any number of chunks, ZeRO-3 under them (issue 37): traced as they are
+    assert not isinstance(four, str)
+    assert (four.schedule, four.chunks, four.fsdp, four.zero) == ("interleaved-1f1b", 4, 2, 3)
     assert "as many micro-batches" in str(traceable_layout(
         LayoutChoice(dp=1, tp=1, pp=4, schedule="1f1b", accumulation=2)))
     assert "selective" in str(traceable_layout(LayoutChoice(dp=2, tp=1, pp=1,
                                                             checkpoint="selective")))
-    assert "DDP" in str(traceable_layout(LayoutChoice(dp=2, tp=2, pp=1)))
+    # DDP beside TP (issue 37): DDP over the mesh's data-parallel slice
+    ddp_tp = traceable_layout(LayoutChoice(dp=2, tp=2, pp=1))
+    assert not isinstance(ddp_tp, str) and (ddp_tp.dp, ddp_tp.tp, ddp_tp.strategy) == (2, 2, "ddp")
     with pytest.raises(InputError, match="as many micro-batches as stages"):
         verify_choice(_tiny("fp32"), LayoutChoice(dp=1, tp=1, pp=2, schedule="1f1b"), "tiny")
     one = dataclasses.replace(LayoutChoice(dp=2, tp=1, pp=1, zero=3, shard=2), accumulation=4)

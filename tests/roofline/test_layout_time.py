@@ -104,6 +104,9 @@ def test_pipeline_rank_time_with_its_bubble_and_sends(piped: RooflineRun) -> Non
     run = piped
     # 2 stages, 2 micro-batches: (p − 1)/(m + p − 1) = 1/3 of the step idles
     assert run.cluster is not None and run.cluster.pipeline_bubble == pytest.approx(1 / 3)
+    # from 1F1B's own action lists; the first of 2 stages runs p = 2 forwards before its
+    # first backward
+    assert run.cluster.bubble_source == "1f1b's action lists" and run.cluster.in_flight == 2
     assert run.step_s == pytest.approx(run.prediction.time_s * 3 / 2)
     # stage 0 sends each micro-batch's activation (2 · 16 · 64 fp32 = 8,192 bytes) and
     # receives its gradient: 4 transfers, each one hop on NVLink (0.6 µs) plus 8,192 B / 450 GB/s

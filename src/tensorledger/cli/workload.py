@@ -123,13 +123,21 @@ Tp = Annotated[int, typer.Option("--tp", help=(
 Sp = Annotated[bool, typer.Option("--sp", help=(
     "Sequence parallelism beside --tp: norms and dropout on a slice of the sequence."))]
 Pp = Annotated[int, typer.Option("--pp", help=(
-    "Pipeline stages (torch.distributed.pipelining, beside the other layout options; models "
-    "with a reference config: presets, GPT-2 and Llama config.json): the first stage's rank "
-    "is traced."))]
+    "Pipeline ranks (torch.distributed.pipelining, beside every other layout option, any "
+    "recipe; models with a reference config: presets, GPT-2 and Llama config.json): a rank "
+    "of the first stage is traced."))]
 Microbatches = Annotated[int | None, typer.Option("--microbatches", help=(
     "Micro-batches the --batch is split into for --pp (default 1)."))]
 Schedule = Annotated[str | None, typer.Option("--schedule", help=(
-    "Pipeline schedule for --pp: gpipe, 1f1b (default) or interleaved-1f1b."))]
+    "Pipeline schedule for --pp (torch's): gpipe, 1f1b (default), interleaved-1f1b, "
+    "looped-bfs, interleaved-zb (zero bubble) or zbv; the bubble is its own action lists'."))]
+Chunks = Annotated[int | None, typer.Option("--chunks", help=(
+    "Stages per pipeline rank for interleaved-1f1b, looped-bfs and interleaved-zb (default "
+    "2; zbv runs 2)."))]
+StageLayersOption = Annotated[str | None, typer.Option("--stage-layers", help=(
+    "Blocks per pipeline stage (--pp × --chunks of them): 7,8,...,8,7 ('...' repeats the "
+    "count before it), or first-K,last-K: the first/last stage K blocks shorter than the "
+    "rest (they hold the embeddings and the head). Default: even."))]
 
 # Not in a group: commands cut their module rows to a depth of their own default.
 Depth = Annotated[int | None, typer.Option("--depth", help=(
@@ -217,13 +225,16 @@ class LayoutOptions:
     pp: Pp = 1
     microbatches: Microbatches = None
     schedule: Schedule = None
+    chunks: Chunks = None
+    stage_layers: StageLayersOption = None
 
     def resolve(self, count: int | None = None) -> Layout:
         """The layout the options describe, ``--count`` (if given) checked to be its product;
         the model's dimensions are checked when the workload is resolved."""
         return resolve_layout(dp=self.dp, fsdp=self.fsdp, zero=self.zero, tp=self.tp,
                               sp=self.sp, pp=self.pp, microbatches=self.microbatches,
-                              schedule=self.schedule, count=count)
+                              schedule=self.schedule, count=count, chunks=self.chunks,
+                              stage_layers=self.stage_layers)
 
 
 _GROUPS: tuple[type, ...] = (WorkloadOptions, LayoutOptions)

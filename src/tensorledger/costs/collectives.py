@@ -61,6 +61,7 @@ class CollectiveRule:
     group: GroupRule
     size_bytes: SizeRule
     direction: Direction = "both"
+    peer: int | None = None  # a send's or receive's argument: the other rank, in the group
 
 
 def per_rank_bytes(kind: str, size_bytes: int, ranks: int, direction: Direction = "both"
@@ -120,9 +121,9 @@ def _times_ranks(position: int) -> SizeRule:
 
 
 def _collective(*ops: str, kind: str, group: int, size: SizeRule,
-                direction: Direction = "both") -> None:
+                direction: Direction = "both", peer: int | None = None) -> None:
     register(*ops, category="communication",
-             collective=CollectiveRule(kind, _at(group), size, direction))(_zero)
+             collective=CollectiveRule(kind, _at(group), size, direction, peer))(_zero)
 
 
 F = "_c10d_functional"
@@ -139,8 +140,8 @@ _collective(f"{F}.reduce_scatter_tensor", f"{F}.reduce_scatter_tensor_out",
 _collective(f"{F}.all_to_all_single", f"{F}_autograd.all_to_all_single",
             "_dtensor.shard_dim_alltoall", kind="all-to-all", group=3, size=_whole(0))
 _collective(f"{F}.broadcast", kind="broadcast", group=2, size=_whole(0))
-_collective(f"{F}.isend", kind="send-recv", group=3, size=_whole(0), direction="send")
-_collective(f"{F}.irecv", kind="send-recv", group=3, size=_whole(0), direction="recv")
+_collective(f"{F}.isend", kind="send-recv", group=3, size=_whole(0), direction="send", peer=1)
+_collective(f"{F}.irecv", kind="send-recv", group=3, size=_whole(0), direction="recv", peer=1)
 
 # the c10d ops a ProcessGroup dispatches (torch.distributed's eager API, DDP, FSDP2)
 _collective("c10d.allreduce_", "c10d.allreduce_coalesced_", kind="all-reduce", group=1,
@@ -155,8 +156,9 @@ _collective("c10d.alltoall_", "c10d.alltoall_base_", kind="all-to-all", group=2,
             size=_whole(1))
 _collective("c10d.broadcast_", kind="broadcast", group=1, size=_whole(0))
 _collective("c10d.reduce_", kind="reduce", group=1, size=_whole(0))
-_collective("c10d.send", kind="send-recv", group=1, size=_whole(0), direction="send")
-_collective("c10d.recv_", "c10d.recv_any_source_", kind="send-recv", group=1, size=_whole(0),
+_collective("c10d.send", kind="send-recv", group=1, size=_whole(0), direction="send", peer=2)
+_collective("c10d.recv_", kind="send-recv", group=1, size=_whole(0), direction="recv", peer=2)
+_collective("c10d.recv_any_source_", kind="send-recv", group=1, size=_whole(0),
             direction="recv")
 
 # synchronisation: covered, nothing sent between ranks; an asynchronous result wrapped for

@@ -142,7 +142,7 @@ def account_run(work: Workload, hardware: Hardware, *, count: int = 1,
     memory = memory_of(run, hardware, count, budget_bytes)
     prediction = predict(run.trace.records, hardware, tokens=work.tokens)
     peak = hardware.peak_flop_per_s(prediction.mfu_peak_key)
-    cluster = cluster_step(work, prediction, peak, count=count)
+    cluster = cluster_step(work, prediction, peak, count=count, pipeline=run.pipeline)
     step_s = prediction.time_s
     cluster_tokens_per_s = cluster.tokens_per_s[0]
     tokens_per_step = cluster.data_parallel * work.tokens

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from tensorledger.roofline.model import RooflinePrediction
 from tensorledger.workload import Workload
+from tensorledger.workload.schedule_order import OrderTimeline
 
 __all__ = ["ClusterStep", "cluster_step", "pipeline_bubble_of"]
 
@@ -42,6 +43,11 @@ class ClusterStep:
     rank_flops: float  # FLOPs one rank runs a step
     peak_flop_per_s: float  # the dense peak MFU is taken against
     recomputed: bool = False  # checkpointed: the FLOPs that ran include a recomputed forward
+    # where the bubble comes from: the schedule's own action lists (napkin's formula in
+    # hand-made steps)
+    bubble_source: str = "(p − 1)/(v·m + p − 1)"
+    # the traced pipeline rank's most micro-batches in flight, all its stages together
+    in_flight: int | None = None
 
     @property
     def stretch(self) -> float:
@@ -80,20 +86,24 @@ class ClusterStep:
 
 
 def pipeline_bubble_of(work: Workload) -> float:
-    """The pipeline bubble of ``work``'s layout (0 without a pipeline)."""
+    """The pipeline bubble of ``work``'s layout (0 without a pipeline): its schedule's own
+    action lists replayed (:func:`~tensorledger.workload.schedule_order.order_timeline`)."""
     layout = work.layout
     if layout.pp == 1:
         return 0.0
-    from tensorledger.napkin.parallel import pipeline_bubble
+    from tensorledger.workload.pipeline import action_lists
+    from tensorledger.workload.schedule_order import order_timeline
 
-    chunks = 2 if layout.schedule == "interleaved-1f1b" else 1  # the traced pipeline's default
-    return pipeline_bubble(layout.pp, layout.microbatches, chunks).bubble_fraction
+    order = action_lists(layout.schedule, layout.pp, layout.microbatches, layout.chunks)
+    return order_timeline(order).bubble_fraction
 
 
 def cluster_step(work: Workload, prediction: RooflinePrediction, peak_flop_per_s: float,
-                 count: int | None = None) -> ClusterStep:
+                 count: int | None = None, pipeline: OrderTimeline | None = None
+                 ) -> ClusterStep:
     """The cluster of ``work``'s layout, or of ``count`` devices each running the traced step
-    on its own batch with nothing exchanged (``count`` given for a one-device trace)."""
+    on its own batch with nothing exchanged (``count`` given for a one-device trace).
+    ``pipeline`` is the traced schedule's own timeline: its bubble stretches the step."""
     layout = work.layout
     ranks = layout.count if count is None or not layout.single else count
     return ClusterStep(
@@ -102,6 +112,10 @@ def cluster_step(work: Workload, prediction: RooflinePrediction, peak_flop_per_s
         data_parallel=layout.data_parallel if count is None or not layout.single else ranks,
         tokens=work.tokens, rank_time_s=prediction.time_s,
         overlapped_time_s=prediction.overlapped_time_s,
-        communication_s=prediction.communication_s, pipeline_bubble=pipeline_bubble_of(work),
+        communication_s=prediction.communication_s,
+        pipeline_bubble=(pipeline_bubble_of(work) if pipeline is None
+                         else pipeline.bubble_fraction),
+        bubble_source=f"{work.layout.schedule}'s action lists",
+        in_flight=None if pipeline is None else pipeline.rank_in_flight[0],
         rank_flops=float(prediction.flops), peak_flop_per_s=peak_flop_per_s,
         recomputed=work.checkpoint)

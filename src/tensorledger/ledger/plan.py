@@ -58,31 +58,28 @@ def traced_microbatches(choice: LayoutChoice) -> int:
 def traceable_layout(choice: LayoutChoice) -> Layout | str:
     """The workload layout that runs ``choice``, or why the tracer cannot lay it out yet."""
     if choice.pp > 1:
-        if choice.schedule == "interleaved" and choice.chunks != 2:
-            return "the interleaved schedule is traced with 2 chunks a stage"
         if choice.schedule == "1f1b" and choice.accumulation < choice.pp:
             return "torch's 1F1B runs at least as many micro-batches as stages"
-        if choice.schedule == "interleaved" and choice.zero == 3 and choice.shard > 1:
-            return "ZeRO-3 under the interleaved schedule gathers as its order falls; the " \
-                "closed form is not checked against it"
+        if choice.zero in (0, 1) and choice.dp > 1:
+            return "DDP (and ZeRO-1 under it) within pipeline stages is not traced"
         within = traceable_layout(dataclasses.replace(choice, pp=1, schedule="none",
                                                       chunks=1, accumulation=1))
         if isinstance(within, str):
             return within
+        interleaved = choice.schedule == "interleaved"
         return dataclasses.replace(
             within, pp=choice.pp, microbatches=traced_microbatches(choice),
-            schedule="interleaved-1f1b" if choice.schedule == "interleaved" else "1f1b")
+            schedule="interleaved-1f1b" if interleaved else "1f1b",
+            chunks=choice.chunks if interleaved else 1)
     if choice.checkpoint == "selective":
         return "a workload checkpoints whole blocks; selective checkpointing is traced by " \
             "'tensorledger checkpoint'"
     if choice.zero == 0:
-        if choice.tp > 1 and choice.dp > 1:
-            return "DDP beside tensor parallelism is not laid out (FSDP is)"
         return resolve_layout(dp=choice.dp, tp=choice.tp, sp=choice.sp)
     if choice.zero == 1:
-        if choice.tp > 1 or choice.replicas > 1:
-            return "ZeRO-1 is laid out over one shard group without tensor parallelism"
-        return resolve_layout(fsdp=choice.shard, zero=1)
+        if choice.replicas > 1:
+            return "ZeRO-1 is laid out over one shard group, without replicas"
+        return resolve_layout(fsdp=choice.shard, zero=1, tp=choice.tp, sp=choice.sp)
     if choice.shard == 1:
         return "a ZeRO stage needs a shard group of more than one rank"
     return resolve_layout(dp=choice.replicas, fsdp=choice.shard, zero=choice.zero, tp=choice.tp,

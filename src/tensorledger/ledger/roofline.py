@@ -32,6 +32,7 @@ from tensorledger.workload import (
 
 if TYPE_CHECKING:
     from tensorledger.trace import Trace
+    from tensorledger.workload.schedule_order import OrderTimeline
 
 __all__ = ["RooflineRun", "StepTiming", "roofline_report"]
 
@@ -170,9 +171,11 @@ def roofline_report(work: Workload, hardware: Hardware, *, measure_step: bool = 
     if not budget_s >= 0 or budget_s == float("inf"):
         raise InputError(f"--budget must be a number of seconds, 0 or more, got {budget_s:g}")
     if not measure_step:
-        traced = trace_workload(work, progress=progress).trace
+        run = trace_workload(work, progress=progress)
+        traced = run.trace
         return _report(work, hardware, traced, predict(traced.records, hardware,
-                                                       tokens=work.tokens), None, None, depth)
+                                                       tokens=work.tokens), None, None, depth,
+                       run.pipeline)
     say = progress or (lambda _: None)
     timing = StepTiming(work, hardware, progress=progress)
     for index in range(timing_runs):
@@ -185,8 +188,9 @@ def roofline_report(work: Workload, hardware: Hardware, *, measure_step: bool = 
 
 def _report(work: Workload, hardware: Hardware, traced: Trace, prediction: RooflinePrediction,
             comparison: Comparison | None, warning: str | None,
-            depth: int | None) -> RooflineRun:
-    cluster = cluster_step(work, prediction, hardware.peak_flop_per_s(prediction.mfu_peak_key))
+            depth: int | None, pipeline: OrderTimeline | None = None) -> RooflineRun:
+    cluster = cluster_step(work, prediction, hardware.peak_flop_per_s(prediction.mfu_peak_key),
+                           pipeline=pipeline)
     return RooflineRun(**header_of(work), tokens=work.tokens,
                        uncovered=dict(traced.uncovered), prediction=prediction,
                        comparison=comparison, measurement_warning=warning,

@@ -332,7 +332,9 @@ def cluster_lines(cluster: ClusterStep) -> list[str]:
     c = cluster
     rates = [f"{rate:,.0f}" if rate > 0 else "—" for rate in c.tokens_per_s]
     bubble = [] if c.pipeline_bubble == 0 else [
-        f"pipeline bubble {c.pipeline_bubble:.1%} of the step ((p − 1)/(v·m + p − 1)): "
+        f"pipeline bubble {c.pipeline_bubble:.1%} of the step ({c.bubble_source}"
+        + ("" if c.in_flight is None else
+           f"; this rank holds up to {c.in_flight} micro-batches in flight") + "): "
         f"with every stage as busy as this one, the step takes "
         f"{format_duration(c.step_s)}"]
     if c.communication_s == 0 and c.data_parallel == c.ranks and not c.pipeline_bubble:

@@ -161,15 +161,33 @@ def ranks_per_node(group_size: int, rank_stride: int, devices_per_node: int) -> 
     return per
 
 
+def _pair_per_node(collective: Any, hardware: Hardware) -> int | None:
+    """1 when a send's two ends lie on different nodes, 2 when on one; from the recorded ends
+    (world ranks, nodes filled in order), else from the group's stride."""
+    per = hardware.devices_per_node
+    if per is None:
+        return None
+    ends: tuple[int, ...] = tuple(getattr(collective, "ends", ()))
+    if len(ends) == 2:
+        return 2 if ends[0] // per == ends[1] // per else 1
+    return ranks_per_node(2, collective.rank_stride, per)
+
+
 def _predict_collective(index: int, op: OpLike, collective: Any, hardware: Hardware
                         ) -> OpPrediction:
     """A collective priced on the links (:func:`collective_time`, ring), not on memory; a
     chip without topology keys is refused there, in one line."""
+    kind = CollectiveKind(collective.kind)
     per_node = (None if hardware.devices_per_node is None else
                 ranks_per_node(collective.group_size, collective.rank_stride,
                                hardware.devices_per_node))
-    priced = collective_time(CollectiveKind(collective.kind), collective.size_bytes,
-                             collective.group_size, hardware, ranks_per_node=per_node)
+    ranks = collective.group_size
+    if kind is CollectiveKind.SEND_RECV and ranks > 1:
+        # one message between two ranks: the link between them, one device's NVLink inside
+        # a node or its own NIC between nodes, whatever else the group spans
+        ranks, per_node = 2, _pair_per_node(collective, hardware)
+    priced = collective_time(kind, collective.size_bytes, ranks, hardware,
+                             ranks_per_node=per_node)
     bound = "link" if priced.time_s > 0 else "free"
     return OpPrediction(
         index=index, op=op.op, module=op.module, phase=op.phase, category=op.category,

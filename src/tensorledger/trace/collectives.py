@@ -70,4 +70,20 @@ def collective_info(rule: CollectiveRule, args: Sequence[Any], kwargs: dict[str,
     size = int(rule.size_bytes(args, kwargs, out, ranks))
     sent, received = per_rank_bytes(rule.kind, size, ranks, rule.direction)
     return CollectiveInfo(kind=rule.kind, group_size=ranks, size_bytes=size, bytes_sent=sent,
-                          bytes_received=received, rank_stride=group_stride(group))
+                          bytes_received=received, rank_stride=group_stride(group),
+                          ends=_ends(group, None if rule.peer is None else args[rule.peer]))
+
+
+def _ends(group: Any, peer: Any) -> tuple[int, ...]:
+    """(this rank, ``peer``) in the world: ``peer`` is a rank of ``group``; () where it cannot
+    be told (no peer, a bare group size, no default group)."""
+    if peer is None or isinstance(peer, bool) or not isinstance(peer, int):
+        return ()
+    found = _process_group(group)
+    if found is None:
+        return ()
+    try:
+        return (int(torch.distributed.get_rank()),
+                int(torch.distributed.get_global_rank(found, peer)))
+    except (RuntimeError, ValueError, KeyError):
+        return ()

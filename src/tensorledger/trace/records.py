@@ -58,6 +58,9 @@ class CollectiveInfo:
     bytes_sent: int
     bytes_received: int
     rank_stride: int = 1  # spacing of the group's ranks in the world: where it lies on nodes
+    # a send's or receive's two ends in the world (this rank, the other): the link between
+    # them; () for a collective of the whole group, or a peer that cannot be told
+    ends: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

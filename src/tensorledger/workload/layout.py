@@ -18,12 +18,14 @@ Layout(FSDP ZeRO-3 × 8 · TP × 8, 64 ranks)
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from tensorledger.errors import InputError
 from tensorledger.napkin.parallel import tp_indivisible
 from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.summary import summary
+from tensorledger.workload.schedules import Schedule, StageLayers, check_schedule, resolve_schedule
 
 __all__ = ["LARGEST_DEGREE", "SCHEDULES", "SINGLE", "ZERO_STAGES", "Layout", "check_layout",
            "resolve_layout"]
@@ -31,8 +33,9 @@ __all__ = ["LARGEST_DEGREE", "SCHEDULES", "SINGLE", "ZERO_STAGES", "Layout", "ch
 #: The largest degree of any one dimension: far past any cluster, small enough to stay exact.
 LARGEST_DEGREE = 1 << 20
 
-#: Pipeline schedules by name (torch.distributed.pipelining's GPipe, 1F1B, interleaved 1F1B).
-SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+#: Pipeline schedules by name (torch.distributed.pipelining's GPipe, 1F1B, interleaved 1F1B,
+#: looped BFS, interleaved zero bubble, ZBV).
+SCHEDULES = tuple(schedule.value for schedule in Schedule)
 
 #: ZeRO stages and what each shards over the data-parallel ranks.
 ZERO_STAGES = {1: "optimizer state", 2: "optimizer state and gradients",
@@ -48,7 +51,8 @@ class Layout:
     parameters gathered from forward to backward; 3: FSDP2 resharding after forward), ``tp``
     tensor-parallel ranks, with ``sp`` sequence parallelism for the norms between them;
     ``pp`` pipeline stages running ``microbatches`` micro-batches by ``schedule``, outermost
-    (each stage laid out over the other degrees' ranks).
+    (each stage laid out over the other degrees' ranks), each rank holding ``chunks`` stages
+    (the multi-stage schedules) of ``stage_layers`` blocks (even when None).
     """
 
     dp: int = 1
@@ -59,11 +63,31 @@ class Layout:
     pp: int = 1
     microbatches: int = 1
     schedule: str = "1f1b"
+    chunks: int = 1  # stages per pipeline rank
+    stage_layers: StageLayers | None = None
 
     @property
     def count(self) -> int:
         """Devices in all: the product of the degrees."""
         return self.dp * self.fsdp * self.tp * self.pp
+
+    def stage_counts(self, layers: int, model: str = "the model") -> tuple[int, ...]:
+        """The blocks of each of the ``pp × chunks`` stages of a model of ``layers`` blocks;
+        refused in one line when they do not add up (or an even split does not divide).
+
+        >>> uneven = StageLayers.parse("first-1,last-1")
+        >>> Layout(pp=2, chunks=2, stage_layers=uneven).stage_counts(6)
+        (1, 2, 2, 1)
+        """
+        stages = self.pp * self.chunks
+        if self.stage_layers is not None:
+            return self.stage_layers.counts(layers, stages)
+        if layers % stages:
+            what = f"--pp {self.pp}" + (f" × {self.chunks} chunks" if self.chunks > 1 else "")
+            raise InputError(f"{what} does not divide {model}'s {layers} layers; use a stage "
+                             f"count that divides {layers}, or --stage-layers (e.g. "
+                             "first-1,last-1)")
+        return (layers // stages,) * stages
 
     @property
     def single(self) -> bool:
@@ -118,7 +142,11 @@ class Layout:
         if self.tp > 1:
             parts.append(f"TP{' + SP' if self.sp else ''} × {self.tp}")
         if self.pp > 1:
-            parts.append(f"PP × {self.pp} ({self.schedule}, {self.microbatches} micro-batches)")
+            chunks = f" × {self.chunks} chunks" if self.chunks > 1 else ""
+            stages = ("" if self.stage_layers is None
+                      else f", stage layers {self.stage_layers.describe()}")
+            parts.append(f"PP × {self.pp} ({self.schedule}{chunks}, {self.microbatches} "
+                         f"micro-batches{stages})")
         return " · ".join(parts)
 
     def __repr__(self) -> str:
@@ -140,7 +168,8 @@ def _degree(name: str, value: int) -> int:
 
 def resolve_layout(*, dp: int = 1, fsdp: int = 1, zero: int | None = None, tp: int = 1,
                    sp: bool = False, pp: int = 1, microbatches: int | None = None,
-                   schedule: str | None = None, count: int | None = None) -> Layout:
+                   schedule: str | None = None, count: int | None = None,
+                   chunks: int | None = None, stage_layers: str | None = None) -> Layout:
     """Check the degrees against each other (not yet against a model: :func:`check_layout`).
 
     ``zero`` defaults to 3 and needs ``fsdp`` > 1; ``sp`` needs ``tp`` > 1; ``count``, when
@@ -158,12 +187,17 @@ def resolve_layout(*, dp: int = 1, fsdp: int = 1, zero: int | None = None, tp: i
                     zero=3 if zero is None else zero, sp=bool(sp), pp=_degree("pp", pp),
                     microbatches=1 if microbatches is None else _degree("microbatches",
                                                                         microbatches),
-                    schedule="1f1b" if schedule is None else schedule.strip().lower())
-    if layout.pp == 1 and (microbatches is not None or schedule is not None):
-        raise InputError("--microbatches and --schedule run a pipeline; give --pp N (N > 1)")
-    if layout.schedule not in SCHEDULES:
-        raise InputError(f"unknown pipeline schedule {schedule!r}; known: "
-                         f"{', '.join(SCHEDULES)}")
+                    schedule=resolve_schedule("1f1b" if schedule is None else schedule).value)
+    if layout.pp == 1 and (microbatches is not None or schedule is not None
+                           or chunks is not None or stage_layers is not None):
+        raise InputError("--microbatches, --schedule, --chunks and --stage-layers run a "
+                         "pipeline; give --pp N (N > 1)")
+    if layout.pp > 1:
+        kind = resolve_schedule(layout.schedule)
+        layout = dataclasses.replace(
+            layout, chunks=kind.default_chunks() if chunks is None else _degree("chunks", chunks),
+            stage_layers=None if stage_layers is None else StageLayers.parse(stage_layers))
+        check_schedule(kind, layout.pp, layout.microbatches, layout.chunks)
     if zero is not None:
         if isinstance(zero, bool) or zero not in ZERO_STAGES:
             raise InputError(f"--zero is a ZeRO stage, 1, 2 or 3, got {zero!r}")
@@ -200,9 +234,8 @@ def check_layout(layout: Layout, config: TransformerConfig | None, *, batch: int
     ...     print(error)
     --tp 3 does not divide tiny's 4 attention heads; use a --tp that divides 4
     """
-    if layout.pp > 1 and config is not None and config.n_layers % layout.pp:
-        raise InputError(f"--pp {layout.pp} does not divide {config.name}'s {config.n_layers} "
-                         f"layers; use a --pp that divides {config.n_layers}")
+    if layout.pp > 1 and config is not None:
+        layout.stage_counts(config.n_layers, config.name)
     if layout.pp > 1 and batch % layout.microbatches:
         raise InputError(f"--batch {batch} does not split into {layout.microbatches} "
                          f"micro-batches; use a batch that divides by {layout.microbatches}")

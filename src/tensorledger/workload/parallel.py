@@ -46,7 +46,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -188,10 +188,16 @@ def shard_units(model: nn.Module) -> list[nn.Module]:
 
 def _ddp(model: nn.Module, mesh: DeviceMesh) -> nn.Module:
     dist = _distributed()
+    from torch.distributed.tensor import DTensor
     from torch.nn.parallel import DistributedDataParallel
 
     group = mesh.get_group()
-    ddp = DistributedDataParallel(model, process_group=group, init_sync=False)
+    if any(isinstance(p, DTensor) for p in model.parameters()):
+        # beside tensor parallelism: torch's own DDP × TP, given the data-parallel slice of
+        # the mesh, runs DDP over each parameter's local shard (DTensors again in forward)
+        ddp = DistributedDataParallel(model, device_mesh=mesh, init_sync=False)
+    else:
+        ddp = DistributedDataParallel(model, process_group=group, init_sync=False)
     if dist.get_backend(group) != "fake":
         return ddp  # a real group keeps DDP's built-in all-reduce
     ranks = mesh.size()
@@ -241,9 +247,6 @@ def parallelize(model: nn.Module, layout: Layout, mesh: DeviceMesh,
     torch.Size([2, 8])
     """
     strategy = layout.strategy
-    if strategy in ("ddp", "zero1") and layout.tp > 1:
-        raise InputError("DDP (and ZeRO-1 under it) with tensor parallelism is not laid out "
-                         "here; shard the data-parallel part with --fsdp N (ZeRO-2 or 3)")
     if layout.tp > 1:
         apply_tensor_parallel(model, mesh["tp"], tp_plan, layout.sp)
     elif tp_plan:
@@ -402,6 +405,12 @@ def trace_parallel_step(build: Callable[[], nn.Module], make_inputs: Callable[[]
                                                 "view tensor", UserWarning)
                     if layout.strategy not in ("ddp", "zero1"):
                         step()  # the warm-up: lazy initialisation, optimizer state, caches
+                    elif layout.tp > 1:
+                        with cast(Any, model).no_sync():  # DDP records no gradient order
+                            # DTensor's sharding cache filled (its misses rerun ops on fake
+                            # tensors, which a real rank never runs)
+                            to_scalar(model(inputs)).backward()  # type: ignore[no-untyped-call]
+                        optimizer.zero_grad(set_to_none=True)
                     recorder = Recorder()
                     with recorder:
                         step()

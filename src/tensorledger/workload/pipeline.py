@@ -2,12 +2,16 @@
 process group under fake tensors.
 
 The reference :class:`~tensorledger.models.transformer.TransformerLM` is cut by blocks into
-``pp × chunks`` stage modules (:func:`split_stages`: the first holds the embeddings, the last
-the final norm and the head); rank ``r`` of ``pp`` holds stages ``r, r + pp, …`` (one unless
-the schedule is interleaved).  torch's own ``PipelineStage`` and schedules (``ScheduleGPipe``,
-``Schedule1F1B``, ``ScheduleInterleaved1F1B``) run unchanged on that rank of a fake process
-group of ``pp`` ranks: the recorder sees the rank's arithmetic on its micro-batches and every
-``send`` / ``recv`` it issues (activations forward, their gradients backward).
+``pp × chunks`` stage modules, even or of the block counts given (:func:`split_stages`: the
+first holds the embeddings, the last the final norm and the head); rank ``r`` of ``pp`` holds
+stages ``r, r + pp, …`` (one unless the schedule runs several a rank), or ``r`` and
+``2·pp − 1 − r`` under ZBV.  torch's own ``PipelineStage`` and every schedule of
+``torch.distributed.pipelining`` that runs on a fake group (GPipe, 1F1B, interleaved 1F1B,
+looped BFS, interleaved zero bubble, ZBV: :class:`~tensorledger.workload.schedules.Schedule`)
+run unchanged on that rank of a fake process group of ``pp`` ranks: the recorder sees the
+rank's arithmetic on its micro-batches and every ``send`` / ``recv`` it issues (activations
+forward, their gradients backward).  The schedule's own action lists give the bubble and the
+micro-batches in flight (:mod:`~tensorledger.workload.schedule_order`).
 
 A stage can itself be laid out over several ranks (``within``: data-parallel, FSDP2, DTensor
 tensor and sequence parallelism, as :func:`~tensorledger.workload.parallel.parallelize` lays a
@@ -40,7 +44,6 @@ import dataclasses
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
@@ -53,6 +56,8 @@ from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.trace.records import Trace
 from tensorledger.workload.layout import SINGLE, Layout
 from tensorledger.workload.parallel import fake_process_group
+from tensorledger.workload.schedule_order import OrderTimeline, order_bubble, order_timeline
+from tensorledger.workload.schedules import Schedule, check_schedule, resolve_schedule
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -61,35 +66,20 @@ if TYPE_CHECKING:
 
     from tensorledger.models.transformer import TransformerLM
 
-__all__ = ["PipelineStep", "Schedule", "StageModule", "build_pipeline_rank", "order_bubble",
-           "resolve_schedule", "run_pipeline_step", "split_stages", "trace_pipeline_step"]
-
-
-class Schedule(Enum):
-    """A pipeline schedule of ``torch.distributed.pipelining``."""
-
-    GPIPE = "gpipe"  # every micro-batch forward, then every one backward (fill, drain)
-    ONE_F_ONE_B = "1f1b"  # after warm-up, one forward and one backward in turn
-    INTERLEAVED_1F1B = "interleaved-1f1b"  # 1F1B over several stages (chunks) per rank
-
-    @property
-    def interleaved(self) -> bool:
-        return self is Schedule.INTERLEAVED_1F1B
-
-
-def resolve_schedule(name: str | Schedule) -> Schedule:
-    """The schedule of a name (``gpipe``, ``1f1b``, ``interleaved-1f1b``).
-
-    >>> resolve_schedule("1F1B")
-    <Schedule.ONE_F_ONE_B: '1f1b'>
-    """
-    if isinstance(name, Schedule):
-        return name
-    known = {schedule.value: schedule for schedule in Schedule}
-    schedule = known.get(str(name).lower())
-    if schedule is None:
-        raise InputError(f"unknown pipeline schedule {name!r}; known: {', '.join(known)}")
-    return schedule
+__all__ = [
+    "OrderTimeline",
+    "PipelineStep",
+    "Schedule",
+    "StageModule",
+    "action_lists",
+    "build_pipeline_rank",
+    "order_bubble",
+    "order_timeline",
+    "resolve_schedule",
+    "run_pipeline_step",
+    "split_stages",
+    "trace_pipeline_step",
+]
 
 
 # ---- the stages -------------------------------------------------------------------------------
@@ -133,9 +123,10 @@ class StageModule(nn.Module):
         return x
 
 
-def split_stages(model: nn.Module, pp: int, chunks: int = 1) -> list[StageModule]:
+def split_stages(model: nn.Module, pp: int, chunks: int = 1,
+                 stage_layers: Sequence[int] | None = None) -> list[StageModule]:
     """Cut a reference :class:`~tensorledger.models.transformer.TransformerLM` into
-    ``pp × chunks`` stages of equal block counts, in order.
+    ``pp × chunks`` stages, in order: of equal block counts, or of ``stage_layers`` blocks.
 
     The stages share the model's modules (nothing is copied).  Refused in one line: a stage
     count that does not divide the layers, and tied embeddings across stages (the token table
@@ -156,7 +147,7 @@ def split_stages(model: nn.Module, pp: int, chunks: int = 1) -> list[StageModule
             raise InputError(f"--{name} must be a whole number >= 1, got {value!r}")
     config = model.config
     layers, count = config.n_layers, pp * chunks
-    if layers % count:
+    if stage_layers is None and layers % count:
         what = (f"--pp {pp} does" if chunks == 1
                 else f"--pp {pp} × {chunks} chunks = {count} stages do")
         raise InputError(f"{what} not divide {config.name}'s {layers} layers; use a stage count "
@@ -164,73 +155,14 @@ def split_stages(model: nn.Module, pp: int, chunks: int = 1) -> list[StageModule
     if count > 1 and config.tied_embeddings:
         raise InputError(f"{config.name} ties its head to its token embedding, which pipeline "
                          "stages would split apart; untie them or use no --pp")
-    per_stage = layers // count
-    return [StageModule(model, range(index * per_stage, (index + 1) * per_stage),
+    if stage_layers is None:
+        stage_layers = [layers // count] * count
+    elif len(stage_layers) != count or sum(stage_layers) != layers or min(stage_layers) < 1:
+        raise InputError(f"stage layers {','.join(map(str, stage_layers))} are not {count} "
+                         f"stages of 1 block or more adding up to {config.name}'s {layers}")
+    starts = [sum(stage_layers[:index]) for index in range(count + 1)]
+    return [StageModule(model, range(starts[index], starts[index + 1]),
                         first=index == 0, last=index == count - 1) for index in range(count)]
-
-
-# ---- the bubble -------------------------------------------------------------------------------
-
-
-def order_bubble(order: dict[int, list[Any]]) -> float:
-    """The idle fraction of a schedule's action lists (torch's ``pipeline_order``: rank →
-    actions in that rank's order, ``None`` for a wait), every forward and backward taking one
-    unit of time and starting as soon as its inputs are there.
-
-    A forward of stage ``s`` needs stage ``s − 1``'s forward of the same micro-batch; a
-    backward of ``s`` needs its own forward and stage ``s + 1``'s backward.  The waits torch
-    writes into the lists are dropped (they are its drawing of the same dependencies); other
-    actions (gradient reduction, communication) take no time.  The result is the time no rank
-    computes over ranks × the step's length: napkin's (p−1)/(m+p−1) for fill-drain and 1F1B
-    with forward and backward alike (:func:`tensorledger.napkin.parallel.pipeline_bubble`).
-    """
-    from torch.distributed.pipelining.schedules import _ComputationType
-
-    forward = _ComputationType.FORWARD
-    backwards = (_ComputationType.FULL_BACKWARD, _ComputationType.BACKWARD_INPUT)
-    timed = (forward, *backwards, _ComputationType.BACKWARD_WEIGHT)
-    queues: dict[int, list[tuple[int, int, Any]]] = {}  # rank → (stage, micro-batch, kind)
-    seen: dict[tuple[int, Any], int] = {}
-    for rank, actions in order.items():
-        queues[rank] = []
-        for action in actions:
-            if action is None or action.computation_type not in timed:
-                continue
-            key = (action.stage_index, action.computation_type)
-            # each stage runs its micro-batches in order, in every torch schedule: number
-            # them so (torch 2.13's Schedule1F1B lists the last rank's forwards from 1)
-            seen[key] = seen.get(key, -1) + 1
-            queues[rank].append((action.stage_index, seen[key], action.computation_type))
-    stages = 1 + max((a[0] for q in queues.values() for a in q), default=0)
-    done: dict[tuple[int, int, Any], int] = {}  # (stage, micro-batch, kind) → tick it ran
-
-    def ready(action: tuple[int, int, Any], tick: int) -> bool:
-        stage, micro, kind = action
-        if kind == forward:
-            needs = [(stage - 1, micro, forward)] if stage else []
-        elif kind in backwards:
-            needs = [(stage, micro, forward)]
-            if stage < stages - 1:
-                needs += [(stage + 1, micro, kind) for kind in backwards]
-                return (done.get(needs[0], tick) < tick
-                        and any(done.get(n, tick) < tick for n in needs[1:]))
-        else:
-            needs = [(stage, micro, _ComputationType.BACKWARD_INPUT)]
-        return all(done.get(n, tick) < tick for n in needs)
-
-    busy = sum(len(q) for q in queues.values())
-    if not busy:
-        raise InputError("the schedule's action lists hold no forward nor backward")
-    tick = 0
-    while any(queues.values()):
-        ran = [(rank, q.pop(0)) for rank, q in queues.items() if q and ready(q[0], tick)]
-        if not ran:  # nothing new will be ready at the next tick either
-            raise TraceError("the schedule's action lists do not progress: an action waits "
-                             "for one no rank runs")
-        for _, action in ran:
-            done[action] = tick
-        tick += 1
-    return 1 - busy / (len(queues) * tick)
 
 
 # ---- the traced step --------------------------------------------------------------------------
@@ -263,6 +195,8 @@ class PipelineStep:
     saved_activation_peak_bytes: int
     # of the schedule's own action lists (order_bubble); None where it exposes none
     bubble_fraction: float | None
+    # the schedule's action lists replayed (order_timeline): length, in-flight micro-batches
+    timeline: OrderTimeline | None = None
     param_numels: tuple[int, ...] = ()  # one per parameter tensor the rank holds
     tags: dict[int, str] = field(default_factory=dict)  # storage id → memory category
 
@@ -310,15 +244,7 @@ def _check(config: TransformerConfig, batch: int, seq: int, pp: int, microbatche
     if batch % microbatches:
         raise InputError(f"--batch {batch} does not split into {microbatches} micro-batches; "
                          f"use a batch that divides by {microbatches}")
-    if chunks > 1 and not schedule.interleaved:
-        raise InputError(f"{schedule.value} runs one stage per rank; --chunks {chunks} needs "
-                         "the interleaved-1f1b schedule")
-    if schedule is not Schedule.GPIPE and microbatches < pp:
-        raise InputError(f"{schedule.value} needs at least as many micro-batches as ranks; "
-                         f"--microbatches {microbatches} < --pp {pp}")
-    if schedule.interleaved and microbatches % pp:
-        raise InputError(f"interleaved-1f1b needs micro-batches in multiples of the ranks; "
-                         f"--microbatches {microbatches} does not divide by --pp {pp}")
+    check_schedule(schedule, pp, microbatches, chunks)
     if seq > config.context_length:
         raise InputError(f"--seq {seq} is longer than {config.name}'s context of "
                          f"{config.context_length}")
@@ -326,11 +252,7 @@ def _check(config: TransformerConfig, batch: int, seq: int, pp: int, microbatche
 
 def _make_schedule(schedule: Schedule, stages: list[PipelineStage], microbatches: int,
                    autocast: bool = False) -> _PipelineSchedule:
-    from torch.distributed.pipelining import (
-        Schedule1F1B,
-        ScheduleGPipe,
-        ScheduleInterleaved1F1B,
-    )
+    from torch.distributed.pipelining import schedules
 
     def loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         # the workload's own loss (tensorledger.workload.step.lm_loss), under the recipe's
@@ -340,10 +262,10 @@ def _make_schedule(schedule: Schedule, stages: list[PipelineStage], microbatches
         with torch.autocast(device_type=logits.device.type, dtype=torch.bfloat16):
             return F.cross_entropy(logits.flatten(0, 1), target.flatten())
 
+    kind = getattr(schedules, schedule.torch_name)
     if schedule.interleaved:
-        return ScheduleInterleaved1F1B(list(stages), microbatches, loss_fn=loss)
-    kind = ScheduleGPipe if schedule is Schedule.GPIPE else Schedule1F1B
-    return kind(stages[0], microbatches, loss_fn=loss)
+        return cast("_PipelineSchedule", kind(list(stages), microbatches, loss_fn=loss))
+    return cast("_PipelineSchedule", kind(stages[0], microbatches, loss_fn=loss))
 
 
 def _saved_peak(trace: Trace, saved: set[int]) -> int:
@@ -387,7 +309,8 @@ def build_pipeline_rank(config: TransformerConfig, pp: int, rank: int, chunks: i
                         schedule: Schedule, microbatches: int, micro: int, seq: int,
                         stage_class: type[PipelineStage] | None = None, *,
                         within: Layout = SINGLE, mesh: DeviceMesh | None = None,
-                        precision: str = "fp32", checkpoint: bool = False
+                        precision: str = "fp32", checkpoint: bool = False,
+                        stage_layers: Sequence[int] | None = None
                         ) -> tuple[list[nn.Module], _PipelineSchedule]:
     """The stage modules of pipeline rank ``rank`` (a fresh reference model cut by
     :func:`split_stages`) and the schedule over them, on the process group already
@@ -414,13 +337,13 @@ def build_pipeline_rank(config: TransformerConfig, pp: int, rank: int, chunks: i
     stage_kind = stage_class or PipelineStage
     if not within.single and mesh is None:
         raise TensorLedgerError("a pipeline laid out within its stages needs the layout's mesh")
-    modules = split_stages(build_model(config, "cpu", dtype), pp, chunks)
+    modules = split_stages(build_model(config, "cpu", dtype), pp, chunks, stage_layers)
     count = len(modules)
     tp = within.tp
     stream_seq = seq // tp if within.sp else seq
     logits_dtype = torch.bfloat16 if autocast else dtype
     group = mesh["pp"].get_group() if mesh is not None else None
-    held = [rank + pp * k for k in range(chunks)]
+    held = schedule.placement(pp, chunks, rank)
     stages, laid = [], []
     for index in held:
         module: nn.Module = modules[index]
@@ -439,6 +362,38 @@ def build_pipeline_rank(config: TransformerConfig, pp: int, rank: int, chunks: i
     return laid, _make_schedule(schedule, stages, microbatches, autocast)
 
 
+def action_lists(schedule: str | Schedule, pp: int, microbatches: int,
+                 chunks: int | None = None) -> dict[int, list[Any]]:
+    """torch's own action lists of ``schedule`` (``pipeline_order``: rank → its actions), as
+    the schedule builds them for ``pp`` ranks of ``chunks`` stages and ``microbatches``
+    micro-batches: built over stand-in stages (a 2 × 2 linear map each) on a fake group, no
+    step run.  :func:`~tensorledger.workload.schedule_order.order_timeline` replays them.
+
+    >>> order = action_lists("zbv", 2, 4)         # rank 0 holds the V's first and last stage
+    >>> sorted({action.stage_index for action in order[0] if action is not None})
+    [0, 3]
+    """
+    from torch.distributed.pipelining import PipelineStage
+
+    kind = resolve_schedule(schedule)
+    chunks = kind.default_chunks() if chunks is None else chunks
+    for name, value in (("pp", pp), ("microbatches", microbatches), ("chunks", chunks)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"--{name} must be a whole number >= 1, got {value!r}")
+    check_schedule(kind, pp, microbatches, chunks)
+    count = pp * chunks
+    with fake_process_group(pp, rank=0):
+        example = torch.zeros(1, 2)
+        stages = [PipelineStage(nn.Linear(2, 2), index, count, torch.device("cpu"),
+                                input_args=example, output_args=example)
+                  for index in kind.placement(pp, chunks, 0)]
+        runner = _make_schedule(kind, stages, microbatches)
+    order = getattr(runner, "pipeline_order", None)
+    if order is None:  # the single-stage schedules of an older torch keep no lists
+        raise TraceError(f"torch's {kind.torch_name} keeps no action lists to replay")
+    return cast(dict[int, list[Any]], order)
+
+
 def run_pipeline_step(schedule: _PipelineSchedule, stages: Sequence[int], count: int,
                       tokens: torch.Tensor) -> None:
     """One step of ``schedule`` on the rank holding ``stages`` of ``count``: the first stage
@@ -453,14 +408,15 @@ def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int
                         microbatches: int, schedule: str | Schedule, stage: int = 0,
                         chunks: int | None = None, *, within: Layout = SINGLE,
                         precision: str = "fp32", optimizer: str = "adamw",
-                        checkpoint: bool = False, optimizer_kernel: str = "for-loop"
-                        ) -> PipelineStep:
+                        checkpoint: bool = False, optimizer_kernel: str = "for-loop",
+                        stage_layers: Sequence[int] | None = None) -> PipelineStep:
     """Trace the training step (the schedule's forward and backward of every micro-batch with
     a cross-entropy loss on the last stage, then the optimizer) of pipeline rank ``stage`` of
     ``pp``, on a rank of that stage of a fake process group under fake tensors.
 
     ``batch`` is the whole batch the first stage splits into ``microbatches``; ``chunks`` is
-    the stages per rank of the interleaved schedule (default 2; 1 otherwise).  ``within``
+    the stages per rank of the multi-stage schedules (default 2; 1 otherwise; ZBV's are 2);
+    ``stage_layers`` the blocks of each of the ``pp × chunks`` stages (even by default).  ``within``
     lays each stage out over ``within.count`` ranks (data-parallel, FSDP, tensor-parallel;
     :func:`build_pipeline_rank`): the fake group then has ``pp × within.count`` ranks and the
     traced one is the first of its stage's.  ``precision``, ``optimizer`` and ``checkpoint``
@@ -476,10 +432,15 @@ def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int
     from tensorledger.workload.step import zero1_optimizer
 
     kind = resolve_schedule(schedule)
-    chunks = (2 if kind.interleaved else 1) if chunks is None else chunks
+    chunks = kind.default_chunks() if chunks is None else chunks
     _check(config, batch, seq, pp, microbatches, kind, stage, chunks)
     if within.pp != 1:
         raise InputError("within is the layout of one stage's ranks: its pp must be 1")
+    if within.strategy in ("ddp", "zero1"):
+        # a stage's second step (the recorded one) would rebuild DDP's buckets from the
+        # order its gradients came in, reading memory fake tensors do not have
+        raise InputError("DDP (and ZeRO-1 under it) within pipeline stages is not traced; "
+                         "shard the stages' data-parallel ranks with --fsdp N (--zero 2 or 3)")
     count = pp * chunks
     whole = dataclasses.replace(within, pp=pp, microbatches=microbatches, schedule=kind.value)
     try:
@@ -493,8 +454,8 @@ def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int
                 modules, runner = build_pipeline_rank(
                     config, pp, stage, chunks, kind, microbatches, batch // microbatches, seq,
                     _vote_stage_class(), within=within, mesh=mesh, precision=precision,
-                    checkpoint=checkpoint)
-                held = tuple(stage + pp * k for k in range(chunks))
+                    checkpoint=checkpoint, stage_layers=stage_layers)
+                held = kind.placement(pp, chunks, stage)
                 params = list(dict.fromkeys(p for module in modules
                                             for p in module.parameters()))
                 steps = RecipeOptimizer(params, optimizer, precision,
@@ -545,6 +506,7 @@ def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int
     saved = {storage for storage, category in recorder.tags.items()
              if category == "saved_activation"}
     order = cast(dict[int, list[Any]] | None, getattr(runner, "pipeline_order", None))
+    timeline = order_timeline(order) if order else None
     return PipelineStep(
         schedule=kind, pp=pp, chunks=chunks, microbatches=microbatches, rank=stage,
         stages=held, trace=trace, params_per_rank=numel, param_bytes_per_rank=nbytes,
@@ -552,5 +514,6 @@ def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int
         sent_bytes=sum(c.bytes_sent for c in sends), receives=len(receives),
         received_bytes=sum(c.bytes_received for c in receives),
         saved_activation_peak_bytes=_saved_peak(trace, saved),
-        bubble_fraction=order_bubble(order) if order else None,
+        bubble_fraction=None if timeline is None else timeline.bubble_fraction,
+        timeline=timeline,
         param_numels=tuple(p.numel() for p in locals_), tags=dict(recorder.tags))

@@ -23,6 +23,7 @@ from tensorledger.trace.storage import local_tensor as local
 from tensorledger.trace.storage import storage_key
 from tensorledger.workload.inference import TracedCache
 from tensorledger.workload.qlora import dequantization_note, flat_tensors
+from tensorledger.workload.schedule_order import OrderTimeline
 from tensorledger.workload.spec import Workload, resolve_workload
 from tensorledger.workload.step import PreparedStep, laid_out, prepare
 
@@ -87,6 +88,8 @@ class StepTrace:
     frozen_tensors: tuple[tuple[int, int, bool], ...] = ()
     trained_tensors: tuple[tuple[int, int], ...] = ()
     cache: TracedCache | None = None  # prefill and decode: the KV cache the step left
+    # a pipeline's schedule replayed from torch's own action lists (bubble, in flight)
+    pipeline: OrderTimeline | None = None
 
     @property
     def params(self) -> int:
@@ -239,6 +242,9 @@ def trace_workload(work: Workload, first_step: bool = False,
         warm_up = work.step.optimizer or not layout.single
         if layout.strategy in ("ddp", "zero1"):  # DDP's second step reads real memory
             warm_up = False
+            if layout.tp > 1 and work.step.backward:
+                say("filling DTensor's sharding cache (a step DDP does not sync)")
+                step.warm_without_sync()
             if work.step.optimizer:
                 say("creating the optimizer state (an optimizer step on zero gradients)")
                 step.prime_optimizer()
@@ -339,15 +345,20 @@ def trace_pipeline_rank(work: Workload, stage: int = 0,
     layout = work.layout
     if progress is not None:
         progress(f"tracing a rank of stage {stage} of {layout.describe()} on fake ranks")
-    within = dataclasses.replace(layout, pp=1, microbatches=1, schedule="1f1b")
+    within = dataclasses.replace(layout, pp=1, microbatches=1, schedule="1f1b", chunks=1,
+                                 stage_layers=None)
     with target_program(work.target):
         piped = trace_pipeline_step(config, work.batch, work.seq, layout.pp,
                                     layout.microbatches, layout.schedule, stage=stage,
-                                    within=within, precision=work.precision.name,
+                                    chunks=layout.chunks, within=within,
+                                    precision=work.precision.name,
                                     optimizer=work.optimizer.name, checkpoint=work.checkpoint,
-                                    optimizer_kernel=work.optimizer_kernel)
+                                    optimizer_kernel=work.optimizer_kernel,
+                                    stage_layers=layout.stage_counts(config.n_layers,
+                                                                     config.name))
     return StepTrace(work=work, param_numels=piped.param_numels, trace=piped.trace,
-                     tags=piped.tags, model_params=parameter_count(config).total_params)
+                     tags=piped.tags, model_params=parameter_count(config).total_params,
+                     pipeline=piped.timeline)
 
 
 def trace_model(model: str, **options: object) -> StepTrace:

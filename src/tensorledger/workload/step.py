@@ -370,6 +370,14 @@ class PreparedStep:
 
             precompute_float8_dynamic_scale_for_fsdp(self.module)
 
+    def warm_without_sync(self) -> None:
+        """A forward and backward under DDP's ``no_sync`` (it records no gradient order, so
+        its next step is still its first), gradients dropped: DTensor's sharding cache is
+        filled, whose misses rerun ops on fake tensors that a real rank never runs."""
+        with self.guard(), cast(Any, self.module).no_sync():
+            self.loss().backward()  # type: ignore[no-untyped-call]
+        self.drop_gradients()
+
     def prime_optimizer(self) -> None:
         """One optimizer step on zero gradients, outside any trace: the state every later
         step holds exists (for a layout whose first step is the one traced: DDP's second
