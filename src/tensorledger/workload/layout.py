@@ -59,11 +59,15 @@ class Layout:
     pp: int = 1
     microbatches: int = 1
     schedule: str = "1f1b"
+    # context parallelism: ranks that split each sequence (torch's ring attention, the
+    # sequence load-balanced for causal masks); they share a batch and shard the parameters
+    # with the fsdp ranks (torchtitan's dp_shard_cp)
+    cp: int = 1
 
     @property
     def count(self) -> int:
         """Devices in all: the product of the degrees."""
-        return self.dp * self.fsdp * self.tp * self.pp
+        return self.dp * self.fsdp * self.cp * self.tp * self.pp
 
     @property
     def single(self) -> bool:
@@ -77,7 +81,8 @@ class Layout:
     @property
     def mesh_dims(self) -> tuple[tuple[str, int], ...]:
         """The device mesh's named dimensions, outermost first (those of degree > 1)."""
-        dims = (("pp", self.pp), ("dp", self.dp), ("fsdp", self.fsdp), ("tp", self.tp))
+        dims = (("pp", self.pp), ("dp", self.dp), ("fsdp", self.fsdp), ("cp", self.cp),
+                ("tp", self.tp))
         return tuple((name, size) for name, size in dims if size > 1)
 
     @property
@@ -96,16 +101,26 @@ class Layout:
         return strides
 
     @property
+    def shard_ranks(self) -> int:
+        """The ranks FSDP shards the parameters over: fsdp × cp."""
+        return self.fsdp * self.cp
+
+    @property
     def strategy(self) -> str:
-        """A short name of the data-parallel part: ``ddp``, ``zero1``, ``fsdp``, ``hsdp``."""
-        if self.fsdp > 1:
+        """A short name of the data-parallel part: ``ddp``, ``zero1``, ``fsdp``, ``hsdp``.
+        Context-parallel ranks hold the same parameters and see different tokens, so they
+        shard the parameters as FSDP ranks do: ``cp`` > 1 makes it ``fsdp`` (``hsdp`` with
+        ``dp``)."""
+        if self.fsdp > 1 or self.cp > 1:
             if self.zero == 1:
                 return "zero1"
             return "hsdp" if self.dp > 1 else "fsdp"
         return "ddp" if self.dp > 1 else ""
 
     def describe(self) -> str:
-        """``FSDP ZeRO-3 × 8 · TP × 8`` (empty on a single device)."""
+        """``FSDP ZeRO-3 × 8 · TP × 8`` (empty on a single device); context parallelism says
+        over how many ranks FSDP shards (``CP × 2 (ring attention; FSDP ZeRO-3 over fsdp·cp =
+        8 ranks)``)."""
         parts = []
         if self.fsdp > 1:
             name = "DDP + ZeRO-1" if self.zero == 1 else "FSDP"
@@ -113,8 +128,11 @@ class Layout:
                 name += f" ZeRO-{self.zero}"
             parts.append(f"{name} × {self.fsdp}")
         if self.dp > 1:
-            parts.append(f"{'replicas' if self.fsdp > 1 and self.zero != 1 else 'DDP'} × "
-                         f"{self.dp}")
+            sharded = self.shard_ranks > 1 and self.zero != 1
+            parts.append(f"{'replicas' if sharded else 'DDP'} × {self.dp}")
+        if self.cp > 1:
+            parts.append(f"CP × {self.cp} (ring attention; FSDP ZeRO-{self.zero} over "
+                         f"fsdp·cp = {self.shard_ranks} ranks)")
         if self.tp > 1:
             parts.append(f"TP{' + SP' if self.sp else ''} × {self.tp}")
         if self.pp > 1:
@@ -140,7 +158,8 @@ def _degree(name: str, value: int) -> int:
 
 def resolve_layout(*, dp: int = 1, fsdp: int = 1, zero: int | None = None, tp: int = 1,
                    sp: bool = False, pp: int = 1, microbatches: int | None = None,
-                   schedule: str | None = None, count: int | None = None) -> Layout:
+                   schedule: str | None = None, count: int | None = None, cp: int = 1
+                   ) -> Layout:
     """Check the degrees against each other (not yet against a model: :func:`check_layout`).
 
     ``zero`` defaults to 3 and needs ``fsdp`` > 1; ``sp`` needs ``tp`` > 1; ``count``, when
@@ -158,7 +177,8 @@ def resolve_layout(*, dp: int = 1, fsdp: int = 1, zero: int | None = None, tp: i
                     zero=3 if zero is None else zero, sp=bool(sp), pp=_degree("pp", pp),
                     microbatches=1 if microbatches is None else _degree("microbatches",
                                                                         microbatches),
-                    schedule="1f1b" if schedule is None else schedule.strip().lower())
+                    schedule="1f1b" if schedule is None else schedule.strip().lower(),
+                    cp=_degree("cp", cp))
     if layout.pp == 1 and (microbatches is not None or schedule is not None):
         raise InputError("--microbatches and --schedule run a pipeline; give --pp N (N > 1)")
     if layout.schedule not in SCHEDULES:
@@ -167,9 +187,12 @@ def resolve_layout(*, dp: int = 1, fsdp: int = 1, zero: int | None = None, tp: i
     if zero is not None:
         if isinstance(zero, bool) or zero not in ZERO_STAGES:
             raise InputError(f"--zero is a ZeRO stage, 1, 2 or 3, got {zero!r}")
-        if layout.fsdp == 1:
+        if layout.fsdp == 1 and not (layout.cp > 1 and zero != 1):
             raise InputError(f"--zero {zero} shards {ZERO_STAGES[zero]} over the ranks of "
                              "--fsdp; give --fsdp N (N > 1) with it")
+        if zero == 1 and layout.cp > 1:
+            raise InputError("--zero 1 runs DDP, which would all-reduce whole gradients over "
+                             "the --cp ranks too; use --zero 2 or 3 with --cp")
         if zero == 1 and layout.dp > 1:
             raise InputError("--zero 1 shards the optimizer over every data-parallel rank; "
                              "give them all as --fsdp N, without --dp")
@@ -206,10 +229,15 @@ def check_layout(layout: Layout, config: TransformerConfig | None, *, batch: int
     if layout.pp > 1 and batch % layout.microbatches:
         raise InputError(f"--batch {batch} does not split into {layout.microbatches} "
                          f"micro-batches; use a batch that divides by {layout.microbatches}")
+    cp = layout.cp
+    if cp > 1 and seq % (2 * cp):
+        raise InputError(f"--cp {cp} splits each sequence into 2 × {cp} chunks (two per rank, "
+                         f"balancing the causal mask); --seq {seq:,} does not divide by "
+                         f"{2 * cp}")
     tp = layout.tp
-    if tp > 1 and layout.sp and seq % tp:
+    if tp > 1 and layout.sp and seq % (tp * cp):
         raise InputError(f"--sp splits the sequence over --tp {tp} ranks; --seq {seq} does not "
-                         f"divide by {tp}")
+                         f"divide by {tp * cp}")
     if tp == 1 or config is None:
         return
     bad = tp_indivisible(config, tp)

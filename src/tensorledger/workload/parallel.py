@@ -212,7 +212,15 @@ def _ddp(model: nn.Module, mesh: DeviceMesh) -> nn.Module:
 
 
 def _data_parallel_mesh(layout: Layout, mesh: DeviceMesh) -> DeviceMesh:
-    """The (sub)mesh the data-parallel part runs on: dp and fsdp together for HSDP."""
+    """The (sub)mesh the data-parallel part runs on: dp and fsdp together for HSDP; with
+    context parallelism, fsdp and cp flattened into one shard dimension (torchtitan's
+    ``dp_shard_cp``): the cp ranks' gradients are of different tokens and are reduced too."""
+    if layout.cp > 1:
+        shard = "cp"
+        if layout.fsdp > 1:
+            shard = "fsdp_cp"
+            mesh["fsdp", "cp"]._flatten(shard)
+        return mesh["dp", shard] if layout.strategy == "hsdp" else mesh[shard]
     if layout.strategy == "hsdp":
         return mesh["dp", "fsdp"]
     return mesh["fsdp" if layout.fsdp > 1 else "dp"]
@@ -255,14 +263,14 @@ def parallelize(model: nn.Module, layout: Layout, mesh: DeviceMesh,
         from torch._subclasses.fake_tensor import unset_fake_temporarily
         from torch.distributed.fsdp import fully_shard
 
-        shard_mesh = _data_parallel_mesh(layout, mesh)
         # None: FSDP2's default, resharding every unit but the root after forward
         reshard = False if layout.zero == 2 else None
         # FSDP2 over tensor-parallel DTensors joins the two meshes, reading the rank map (a
         # real tensor) as fake tensors cannot: any FakeTensorMode is lifted meanwhile, and a
-        # fake model's tensors still dispatch to their own mode.  (DDP stays inside: its
-        # buckets must be fake too.)
+        # fake model's tensors still dispatch to their own mode (flattening fsdp and cp reads
+        # it too).  (DDP stays inside: its buckets must be fake too.)
         with unset_fake_temporarily():
+            shard_mesh = _data_parallel_mesh(layout, mesh)
             for unit in shard_units(model):
                 fully_shard(unit, mesh=shard_mesh, reshard_after_forward=reshard)
             fully_shard(model, mesh=shard_mesh, reshard_after_forward=reshard)

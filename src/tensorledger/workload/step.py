@@ -264,6 +264,17 @@ class PreparedStep:
     user_inputs: Any
     device_type: str
     lora: AppliedLora | None = None  # the adapters peft put on the module, if any
+    cp_mesh: Any = None  # the context-parallel mesh the sequence is split over, if any
+
+    def sequence_sharded(self) -> AbstractContextManager[None]:
+        """Under context parallelism, the inputs cut to this rank's chunks of the sequence
+        and attention run as torch's ring (:mod:`.context_parallel`); else nothing."""
+        if self.cp_mesh is None:
+            return nullcontext()
+        from tensorledger.workload.context_parallel import sequence_sharded
+
+        return sequence_sharded(self.cp_mesh, [*self.args, *self.kwargs.values(),
+                                               self.targets])
 
     def guard(self) -> AbstractContextManager[None]:
         """Errors of the module's own code become one line naming what and where."""
@@ -298,7 +309,7 @@ class PreparedStep:
 
     def run(self) -> None:
         """One step of the workload's kind."""
-        with self.guard():
+        with self.guard(), self.sequence_sharded():
             if not self.work.step.backward:
                 self.forward()
                 return
@@ -471,4 +482,6 @@ def prepare(work: Workload, target: str, mesh: Any = None) -> PreparedStep:
                         args=args, kwargs=kwargs, targets=targets,
                         user_loss=factory.loss if factory is not None else None,
                         user_inputs=user_inputs, device_type=torch.device(target).type,
-                        lora=applied)
+                        lora=applied,
+                        cp_mesh=mesh["cp"] if mesh is not None and work.layout.cp > 1
+                        else None)
