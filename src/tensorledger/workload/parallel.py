@@ -216,11 +216,14 @@ def _data_parallel_mesh(layout: Layout, mesh: DeviceMesh) -> DeviceMesh:
     context parallelism, fsdp and cp flattened into one shard dimension (torchtitan's
     ``dp_shard_cp``): the cp ranks' gradients are of different tokens and are reduced too."""
     if layout.cp > 1:
-        shard = "cp"
-        if layout.fsdp > 1:
-            shard = "fsdp_cp"
-            mesh["fsdp", "cp"]._flatten(shard)
-        return mesh["dp", shard] if layout.strategy == "hsdp" else mesh[shard]
+        if layout.fsdp == 1:
+            return mesh["dp", "cp"] if layout.strategy == "hsdp" else mesh["cp"]
+        flat = mesh["fsdp", "cp"]._flatten("fsdp_cp")
+        if layout.strategy != "hsdp":
+            return flat
+        with warnings.catch_warnings():  # torch's own way to HSDP beside it, for now
+            warnings.filterwarnings("ignore", "Slicing a flattened dim", UserWarning)
+            return mesh["dp", "fsdp_cp"]
     if layout.strategy == "hsdp":
         return mesh["dp", "fsdp"]
     return mesh["fsdp" if layout.fsdp > 1 else "dp"]

@@ -1,0 +1,92 @@
+"""A context-parallel rank (torch's context_parallel ring attention on the fake group),
+traced, against napkin's closed form (napkin/context.py): bytes the ring sends, attention
+FLOPs, saved activations, each to the byte for tiny.
+
+The memory ledger counts the token ids as an input, not a saved activation; the closed form
+lists them with the embeddings: the two differ by exactly 8·n_r (n_r = b·s/cp)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tensorledger.errors import InputError
+from tensorledger.hardware import get_hardware
+from tensorledger.hardware.target import target_of
+from tensorledger.ledger.memory import memory_of
+from tensorledger.napkin.context import context_parallel_rank
+from tensorledger.napkin.transformer import get_preset, parameter_count
+from tensorledger.workload import resolve_workload, trace_workload
+from tensorledger.workload.layout import resolve_layout
+from tensorledger.workload.run import StepTrace
+
+B, S = 2, 128
+TINY = get_preset("tiny")
+
+
+def _trace(cp: int, precision: str = "fp32", chip: str | None = None, **layout: int
+           ) -> StepTrace:
+    work = resolve_workload("tiny", batch=B, seq=S, precision=precision, device="fake",
+                            layout=resolve_layout(cp=cp, **layout),
+                            target=None if chip is None else target_of(get_hardware(chip)))
+    return trace_workload(work)
+
+
+def _ring_sent(run: StepTrace) -> int:
+    return sum(r.collective.bytes_sent for r in run.trace.records
+               if r.collective is not None and r.module.endswith(".attention"))
+
+
+def _attention_forward(run: StepTrace) -> int:
+    return sum(r.flops_causal_halved for r in run.trace.records
+               if r.phase == "forward" and "scaled_dot_product" in r.op)
+
+
+def test_tiny_cp2_fp32_by_hand() -> None:
+    run = _trace(2)
+    # s_r = 64 tokens a rank; kv heads 2, head 16, fp32: K = 2·2·2·64·16·4 = 32,768
+    # per layer: forward all-gather 1·K, backward all-gather 1·K + 2 permutes of G = K (fp32)
+    # = 4·32,768 = 131,072; 2 layers: 262,144
+    assert _ring_sent(run) == 262_144
+    ring = context_parallel_rank(TINY, B, S, 2, dtype_bytes=4)
+    assert ring.sent_bytes == 262_144
+    # forward attention, causal-halved: c = 32, 2 blocks of 8·b·h·c²·d = 8·2·4·1024·16
+    # = 1,048,576 each, 2 layers: 4,194,304 = half the whole sequence's 2·b·h·s²·d = 8,388,608
+    assert _attention_forward(run) == ring.attention_flops == 4_194_304
+    saved = memory_of(run).saved_activation_bytes
+    assert saved == ring.saved_activation_bytes - 8 * B * S // 2
+    assert any("ring attention" in note for note in run.assumptions)
+
+
+@pytest.mark.parametrize(("cp", "precision"), [(4, "fp32"), (2, "mixed-bf16")])
+def test_closed_form_equals_traced_rank(cp: int, precision: str) -> None:
+    run = _trace(cp, precision)
+    bf16 = precision == "mixed-bf16"
+    ring = context_parallel_rank(TINY, B, S, cp, dtype_bytes=2 if bf16 else 4, autocast=bf16)
+    assert _ring_sent(run) == ring.sent_bytes
+    assert _attention_forward(run) == ring.attention_flops
+    assert memory_of(run).saved_activation_bytes == (ring.saved_activation_bytes
+                                                     - 8 * ring.tokens_per_rank)
+
+
+def test_h100_target_runs_its_kernel_in_the_ring() -> None:
+    # fp32 on an H100 is memory-efficient attention, which repeats the 2 kv heads to the 4
+    # query heads before the ring sees them: twice the bytes of the CPU's kernel
+    run = _trace(2, chip="h100-sxm")
+    kernels = {r.op for r in run.trace.records if "scaled_dot_product" in r.op}
+    assert kernels == {"aten._scaled_dot_product_efficient_attention.default",
+                       "aten._scaled_dot_product_efficient_attention_backward.default"}
+    ring = context_parallel_rank(TINY, B, S, 2, dtype_bytes=4, repeated_kv=True)
+    assert _ring_sent(run) == ring.sent_bytes == 2 * 262_144
+
+
+def test_cp_with_fsdp_shards_over_both() -> None:
+    run = _trace(2, fsdp=2)
+    # FSDP over fsdp·cp = 4 ranks: every parameter's rows divide by 4, so a rank holds
+    # exactly a quarter of them; the ring is over the 2 cp ranks alone, as without FSDP
+    assert run.params * 4 == parameter_count(TINY).total_params
+    assert _ring_sent(run) == 262_144
+
+
+def test_cp_must_split_the_sequence_in_2cp_chunks() -> None:
+    with pytest.raises(InputError, match="does not divide by 8"):
+        resolve_workload("tiny", batch=B, seq=100, layout=resolve_layout(cp=4))
