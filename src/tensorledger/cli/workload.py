@@ -95,6 +95,10 @@ Tp = Annotated[int, typer.Option("--tp", help=(
     "Tensor-parallel ranks (DTensor, Megatron plan): heads, MLP width and vocabulary split."))]
 Sp = Annotated[bool, typer.Option("--sp", help=(
     "Sequence parallelism beside --tp: norms and dropout on a slice of the sequence."))]
+Cp = Annotated[int, typer.Option("--cp", help=(
+    "Context-parallel ranks: each sequence split over them (torch's context_parallel ring "
+    "attention, load-balanced for the causal mask: --seq must divide by 2·cp); they shard "
+    "the parameters with --fsdp's ranks."))]
 Pp = Annotated[int, typer.Option("--pp", help=(
     "Pipeline stages (torch.distributed.pipelining, beside the other layout options; models "
     "with a reference config: presets, GPT-2 and Llama config.json): the first stage's rank "
@@ -179,6 +183,7 @@ class LayoutOptions:
     zero: Zero = None
     tp: Tp = 1
     sp: Sp = False
+    cp: Cp = 1
     pp: Pp = 1
     microbatches: Microbatches = None
     schedule: Schedule = None
@@ -188,7 +193,7 @@ class LayoutOptions:
         the model's dimensions are checked when the workload is resolved."""
         return resolve_layout(dp=self.dp, fsdp=self.fsdp, zero=self.zero, tp=self.tp,
                               sp=self.sp, pp=self.pp, microbatches=self.microbatches,
-                              schedule=self.schedule, count=count)
+                              schedule=self.schedule, count=count, cp=self.cp)
 
 
 _GROUPS: tuple[type, ...] = (WorkloadOptions, LayoutOptions)
