@@ -125,6 +125,7 @@ ELEMENTWISE: dict[str, tuple[int, Call]] = {
     "aten.leaky_relu_backward": (2, grad_and("leaky_relu_backward", 0.01, False)),
     "aten.sigmoid": (3, unary("sigmoid")),
     "aten.sigmoid_backward": (3, grad_and("sigmoid_backward")),
+    "aten.log_sigmoid_forward": (4, unary("log_sigmoid_forward")),
     "aten.tanh_backward": (3, grad_and("tanh_backward")),
     "aten.silu": (4, unary("silu")),
     "aten.silu_backward": (8, grad_and("silu_backward")),

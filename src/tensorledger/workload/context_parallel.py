@@ -39,8 +39,9 @@ __all__ = ["RING_NOTE", "cpu_ring_attention", "sequence_sharded"]
 
 #: What the trace of a context-parallel rank assumes, for its notes.
 RING_NOTE = ("context parallelism: torch's ring attention (context_parallel): the sequence "
-             "in 2·cp load-balanced chunks; keys and values all-gathered over the cp ranks, "
-             "their gradients passed round the ring (all-to-all) in fp32")
+             "in 2·cp load-balanced chunks, cp blocks of the attention kernel above per rank "
+             "and layer; keys and values all-gathered over the cp ranks, their gradients "
+             "passed round the ring (all-to-all) in fp32")
 
 
 def _unique(tensors: Sequence[Any]) -> list[torch.Tensor]:
