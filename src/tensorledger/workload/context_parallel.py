@@ -29,7 +29,7 @@ same values.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -144,7 +144,8 @@ def cpu_ring_attention() -> None:
             is_causal=is_causal, dropout_p=dropout_p, scale=scale)
         return result
 
-    rings = {forward: ring_forward, backward: ring_backward}
+    rings: dict[Any, Callable[..., tuple[torch.Tensor, ...]]] = {
+        forward: ring_forward, backward: ring_backward}
 
     def handler(op_call: Any, args: tuple[object, ...], kwargs: dict[str, object]) -> object:
         from torch.distributed.tensor import DTensor

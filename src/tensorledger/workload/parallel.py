@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -378,7 +378,8 @@ def trace_parallel_step(build: Callable[[], nn.Module], make_inputs: Callable[[]
 
     ``build`` and ``make_inputs`` run under FakeTensorMode; ``loss`` turns the output into a
     scalar (default: the mean of its squares).  ``make_inputs`` gives one rank's batch: each
-    data-parallel rank runs its own, every tensor-parallel rank the same one.
+    data-parallel rank runs its own, every tensor-parallel rank the same one; with context
+    parallelism, batch-first and cut along its sequence (dimension 1) to the rank's chunks.
     """
     if not isinstance(layout, Layout):
         raise InputError(f"a layout is a tensorledger Layout (resolve_layout(...)), got "
@@ -403,8 +404,13 @@ def trace_parallel_step(build: Callable[[], nn.Module], make_inputs: Callable[[]
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
 
+            sharded: Any = nullcontext()
+            if layout.cp > 1:  # the sequence over the cp ranks, torch's ring attention
+                from tensorledger.workload.context_parallel import sequence_sharded
+
+                sharded = sequence_sharded(mesh["cp"], [inputs])
             try:
-                with warnings.catch_warnings():
+                with warnings.catch_warnings(), sharded:
                     if loss is None:
                         # FSDP2 warns that the root returns a view (a gathered DTensor's local
                         # tensor) which an in-place op would cut from its backward hook; the
