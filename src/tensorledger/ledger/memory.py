@@ -21,7 +21,8 @@ def step_facts(run: StepTrace) -> StepFacts:
                      config=work.source.config, ranks=work.layout.count,
                      layout=work.layout.describe(),
                      tensor_parallel=work.layout.tp,
-                     sequence_parallel=work.layout.sp, pipeline_stages=work.layout.pp)
+                     sequence_parallel=work.layout.sp, pipeline_stages=work.layout.pp,
+                     context_parallel=work.layout.cp)
 
 
 def memory_report(work: Workload, hardware: Hardware | None = None, count: int = 1,

@@ -70,11 +70,13 @@ class ContextParallelRank:
 
 def context_parallel_rank(config: TransformerConfig, batch: int, seq_len: int, cp: int,
                           dtype_bytes: int = 2, tp: int = 1, autocast: bool = False,
-                          repeated_kv: bool = False) -> ContextParallelRank:
+                          repeated_kv: bool = False, checkpointed: bool = False,
+                          sequence_parallel: bool = False) -> ContextParallelRank:
     """Rank r's share of a step under ``cp``-way context parallelism (and ``tp``-way tensor
     parallelism, heads split); ``repeated_kv`` when the attention kernel repeats grouped
     keys and values to the query heads before the ring sees them (memory-efficient
-    attention does)."""
+    attention does).  With ``checkpointed`` blocks a layer keeps only its input: no copy of
+    the merged output is saved (the recomputation's is a temporary)."""
     for name, value in (("batch", batch), ("seq_len", seq_len), ("cp", cp), ("tp", tp)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InputError(f"{name} must be a whole number >= 1, got {value!r}")
@@ -91,9 +93,11 @@ def context_parallel_rank(config: TransformerConfig, batch: int, seq_len: int, c
     backward = layers * ((cp - 1) * kv + cp * grad)
     c = seq_len // (2 * cp)
     attention = layers * cp * 8 * batch * (config.n_heads // tp) * c * c * d
-    acts = activation_memory(config, batch, s_r, dtype_bytes, tp=tp, autocast=autocast)
+    acts = activation_memory(config, batch, s_r, dtype_bytes, checkpointed, tp=tp,
+                             sequence_parallel=sequence_parallel, autocast=autocast)
     tokens = batch * s_r
-    copies = layers * tokens * (config.q_dim // tp) * dtype_bytes if cp > 1 else 0
+    copied = cp > 1 and not checkpointed
+    copies = layers * tokens * (config.q_dim // tp) * dtype_bytes if copied else 0
     targets = _INDEX_BYTES * batch * (seq_len - s_r)
     return ContextParallelRank(cp=cp, tokens_per_rank=tokens, exchanged_heads=heads,
                                kv_buffer_bytes=kv, grad_buffer_bytes=grad,
