@@ -120,3 +120,26 @@ def test_llama_3_70b_shapes_cp8_tp8_at_128k() -> None:
     saved = memory_of(run).saved_activation_bytes
     assert saved == pytest.approx(ring.saved_activation_bytes - 8 * ring.tokens_per_rank,
                                   rel=0.02)
+
+
+def test_ring_permutation_priced_by_the_bytes_it_sends() -> None:
+    # the gradient pass is an all-to-all that sends its whole buffer to the next rank: at 2
+    # ranks the even-split convention would count half of it (S·(N−1)/N); the record counts
+    # all of it, and roofline prices that many bytes (as an even all-to-all of 2·S)
+    from tensorledger.roofline.collectives import CollectiveKind, collective_time
+    from tensorledger.roofline.model import predict_op
+
+    run = _trace(2)
+    h100 = get_hardware("h100-sxm")
+    permutes = [r for r in run.trace.records if r.op.endswith("all_to_all_single.default")]
+    assert len(permutes) == 4
+    for record in permutes:
+        info = record.collective
+        assert info is not None
+        # G = 2·b·kv_heads·s_r·d·4 = 2·2·2·64·16·4 = 32,768 bytes, all of it sent
+        assert info.size_bytes == info.bytes_sent == info.bytes_received == 32_768
+        priced = predict_op(record.index, record, h100).time_s
+        even = collective_time(CollectiveKind.ALL_TO_ALL, 2 * 32_768, 2, h100,
+                               ranks_per_node=2).time_s
+        assert priced == even > collective_time(CollectiveKind.ALL_TO_ALL, 32_768, 2, h100,
+                                                ranks_per_node=2).time_s

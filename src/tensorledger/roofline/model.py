@@ -168,8 +168,15 @@ def _predict_collective(index: int, op: OpLike, collective: Any, hardware: Hardw
     per_node = (None if hardware.devices_per_node is None else
                 ranks_per_node(collective.group_size, collective.rank_stride,
                                hardware.devices_per_node))
-    priced = collective_time(CollectiveKind(collective.kind), collective.size_bytes,
-                             collective.group_size, hardware, ranks_per_node=per_node)
+    size = collective.size_bytes
+    ranks = collective.group_size
+    if collective.kind == "all-to-all" and ranks > 1 and (
+            collective.bytes_sent * ranks > size * (ranks - 1)):
+        # uneven splits (a permutation: ring attention's gradient pass sends its whole
+        # buffer to one rank): priced as the even all-to-all that sends as many bytes
+        size = collective.bytes_sent * ranks / (ranks - 1)
+    priced = collective_time(CollectiveKind(collective.kind), size, ranks, hardware,
+                             ranks_per_node=per_node)
     bound = "link" if priced.time_s > 0 else "free"
     return OpPrediction(
         index=index, op=op.op, module=op.module, phase=op.phase, category=op.category,
