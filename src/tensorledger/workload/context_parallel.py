@@ -35,6 +35,8 @@ from typing import Any
 
 import torch
 
+from tensorledger.errors import InputError
+
 __all__ = ["RING_NOTE", "cpu_ring_attention", "sequence_sharded"]
 
 #: What the trace of a context-parallel rank assumes, for its notes.
@@ -161,6 +163,21 @@ def cpu_ring_attention() -> None:
     for op in rings:
         cp.custom_ops[op] = handler  # what torch's dispatcher installs on entering CP
         _HANDLERS[op] = handler
+    efficient = aten._scaled_dot_product_efficient_attention.default
+    torch_efficient = cp.custom_ops[efficient]
+
+    def checked(op_call: Any, args: tuple[object, ...], kwargs: dict[str, object]) -> object:
+        query = args[0]
+        rows = query.to_local().shape[2] // 2 if hasattr(query, "to_local") else 0
+        if rows % 32:
+            raise InputError(
+                "memory-efficient attention (the target's kernel here) pads its log-sum-exp "
+                f"to a multiple of 32 rows, which torch's ring cannot merge for chunks of "
+                f"{rows} tokens: use a --seq that divides by 64·cp, or bf16 (flash)")
+        return torch_efficient(op_call, args, kwargs)
+
+    cp.custom_ops[efficient] = checked
+    _HANDLERS[efficient] = checked
 
 
 @contextmanager
