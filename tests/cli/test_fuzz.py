@@ -196,6 +196,7 @@ def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[s
         "tp": ["1", "2", "4", "8", "3", "0", "-1", str(INT64_MAX), str(INT64_MAX + 1), "", "٤"],
         # context parallelism (issue 37): the sequence must divide by 2·cp
         "cp": ["1", "2", "4", "3", "16", "0", "-1", "1048577", str(INT64_MAX), "", "٤"],
+        "cp_rotate": ["allgather", "alltoall", "ALLTOALL", "ring", "", "٣"],
         # a valid --verify traces a model for seconds to minutes: tests/plan/test_verify.py
         "verify": ["0", "-1", "11", "", "٣", "nan"],
     }
@@ -522,6 +523,8 @@ IMPOSSIBLE_CP = [
     ["roofline", "--model", "tiny", "--seq", "16", "--cp", "2", "--fsdp", "2", "--zero", "1"],
     ["account", "--model", "tiny", "--seq", "16", "--cp", "0"],
     ["trace", "--model", "tiny", "--seq", "16", "--cp", "2", "--pp", "2"],
+    ["trace", "--model", "tiny", "--seq", "16", "--cp-rotate", "alltoall"],  # no --cp
+    ["trace", "--model", "tiny", "--seq", "16", "--cp", "2", "--cp-rotate", "ring"],
     # an H100's fp32 kernel (memory-efficient) pads its log-sum-exp to 32 rows: chunks of 16
     # tokens cannot be merged by torch's ring
     ["trace", "--model", "tiny", "--seq", "64", "--cp", "2", "--precision", "fp32"],

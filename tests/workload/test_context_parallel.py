@@ -7,6 +7,8 @@ lists them with the embeddings: the two differ by exactly 8·n_r (n_r = b·s/cp)
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tensorledger.errors import InputError
@@ -23,7 +25,7 @@ B, S = 2, 128
 TINY = get_preset("tiny")
 
 
-def _trace(cp: int, precision: str = "fp32", chip: str | None = None, **layout: int
+def _trace(cp: int, precision: str = "fp32", chip: str | None = None, **layout: Any
            ) -> StepTrace:
     work = resolve_workload("tiny", batch=B, seq=S, precision=precision, device="fake",
                             layout=resolve_layout(cp=cp, **layout),
@@ -143,3 +145,16 @@ def test_ring_permutation_priced_by_the_bytes_it_sends() -> None:
                                ranks_per_node=2).time_s
         assert priced == even > collective_time(CollectiveKind.ALL_TO_ALL, 32_768, 2, h100,
                                                 ranks_per_node=2).time_s
+
+
+def test_all_to_all_rotation_sends_the_same_bytes_in_more_calls() -> None:
+    # torch's other rotation: a permutation of K per ring step instead of one all-gather, so
+    # cp − 1 = 3 all-to-alls forward and backward per layer instead of one all-gather each;
+    # each sends K, which is what the all-gather sends to each of the 3 others: equal bytes
+    run = _trace(4, cp_rotate="alltoall")
+    ring = context_parallel_rank(TINY, B, S, 4, dtype_bytes=4)
+    assert _ring_sent(run) == ring.sent_bytes
+    forward = [r.op for r in run.trace.records if r.collective is not None
+               and r.phase == "forward" and r.module.endswith(".attention")]
+    assert forward == ["_c10d_functional.all_to_all_single.default"] * (2 * 3)
+    assert "alltoall" in run.work.layout.describe()

@@ -99,6 +99,9 @@ Cp = Annotated[int, typer.Option("--cp", help=(
     "Context-parallel ranks: each sequence split over them (torch's context_parallel ring "
     "attention, load-balanced for the causal mask: --seq must divide by 2·cp); they shard "
     "the parameters with --fsdp's ranks."))]
+CpRotate = Annotated[str | None, typer.Option("--cp-rotate", help=(
+    "How --cp's ring moves keys and values forward: allgather (one all-gather a layer, "
+    "torch's default) or alltoall (a permutation a ring step)."))]
 Pp = Annotated[int, typer.Option("--pp", help=(
     "Pipeline stages (torch.distributed.pipelining, beside the other layout options; models "
     "with a reference config: presets, GPT-2 and Llama config.json): the first stage's rank "
@@ -184,6 +187,7 @@ class LayoutOptions:
     tp: Tp = 1
     sp: Sp = False
     cp: Cp = 1
+    cp_rotate: CpRotate = None
     pp: Pp = 1
     microbatches: Microbatches = None
     schedule: Schedule = None
@@ -193,7 +197,8 @@ class LayoutOptions:
         the model's dimensions are checked when the workload is resolved."""
         return resolve_layout(dp=self.dp, fsdp=self.fsdp, zero=self.zero, tp=self.tp,
                               sp=self.sp, pp=self.pp, microbatches=self.microbatches,
-                              schedule=self.schedule, count=count, cp=self.cp)
+                              schedule=self.schedule, count=count, cp=self.cp,
+                              cp_rotate=self.cp_rotate)
 
 
 _GROUPS: tuple[type, ...] = (WorkloadOptions, LayoutOptions)

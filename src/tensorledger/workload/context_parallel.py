@@ -58,10 +58,12 @@ _ENTERED: list[bool] = []
 
 
 @contextmanager
-def sequence_sharded(cp_mesh: Any, buffers: Sequence[Any]) -> Iterator[None]:
+def sequence_sharded(cp_mesh: Any, buffers: Sequence[Any], rotate: str = "allgather"
+                     ) -> Iterator[None]:
     """Run the step inside as one rank of ``cp_mesh``: ``buffers`` (batch-first token ids,
     targets) cut to this rank's load-balanced chunks of the sequence (dimension 1) and
-    restored on exit; attention is torch's ring attention inside.
+    restored on exit; attention is torch's ring attention inside, keys and values moved by
+    ``rotate`` (``allgather``: torch's default; ``alltoall``).
 
     Entering it again inside is a no-op: a warm-up step and the traced step run in one
     entry, because each entry installs torch's CP sharding rules anew, which empties
@@ -70,15 +72,19 @@ def sequence_sharded(cp_mesh: Any, buffers: Sequence[Any]) -> Iterator[None]:
         yield
         return
     from torch.distributed.tensor.experimental import context_parallel
+    from torch.distributed.tensor.experimental._context_parallel import _attention as cp
 
     cpu_ring_attention()
     tensors = _unique(buffers)
     _ENTERED.append(True)
+    rotation = cp._cp_options.rotate_method
+    cp.set_rotate_method(rotate)
     try:
         with _cpu_rules(), _metadata_unseen(), context_parallel(
                 cp_mesh, buffers=tensors, buffer_seq_dims=[1] * len(tensors)):
             yield
     finally:
+        cp._cp_options.rotate_method = rotation
         _ENTERED.pop()
 
 

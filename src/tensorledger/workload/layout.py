@@ -25,14 +25,17 @@ from tensorledger.napkin.parallel import tp_indivisible
 from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.summary import summary
 
-__all__ = ["LARGEST_DEGREE", "SCHEDULES", "SINGLE", "ZERO_STAGES", "Layout", "check_layout",
-           "resolve_layout"]
+__all__ = ["CP_ROTATIONS", "LARGEST_DEGREE", "SCHEDULES", "SINGLE", "ZERO_STAGES", "Layout",
+           "check_layout", "resolve_layout"]
 
 #: The largest degree of any one dimension: far past any cluster, small enough to stay exact.
 LARGEST_DEGREE = 1 << 20
 
 #: Pipeline schedules by name (torch.distributed.pipelining's GPipe, 1F1B, interleaved 1F1B).
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+
+#: torch's ways of rotating keys and values round the context-parallel ring.
+CP_ROTATIONS = ("allgather", "alltoall")
 
 #: ZeRO stages and what each shards over the data-parallel ranks.
 ZERO_STAGES = {1: "optimizer state", 2: "optimizer state and gradients",
@@ -63,6 +66,9 @@ class Layout:
     # sequence load-balanced for causal masks); they share a batch and shard the parameters
     # with the fsdp ranks (torchtitan's dp_shard_cp)
     cp: int = 1
+    # how the ring moves keys and values forward (torch's set_rotate_method): one all-gather
+    # per layer (torch's default), or an all-to-all permutation per ring step
+    cp_rotate: str = "allgather"
 
     @property
     def count(self) -> int:
@@ -131,8 +137,8 @@ class Layout:
             sharded = self.shard_ranks > 1 and self.zero != 1
             parts.append(f"{'replicas' if sharded else 'DDP'} × {self.dp}")
         if self.cp > 1:
-            parts.append(f"CP × {self.cp} (ring attention; FSDP ZeRO-{self.zero} over "
-                         f"fsdp·cp = {self.shard_ranks} ranks)")
+            parts.append(f"CP × {self.cp} (ring attention, {self.cp_rotate}; FSDP "
+                         f"ZeRO-{self.zero} over fsdp·cp = {self.shard_ranks} ranks)")
         if self.tp > 1:
             parts.append(f"TP{' + SP' if self.sp else ''} × {self.tp}")
         if self.pp > 1:
@@ -158,8 +164,8 @@ def _degree(name: str, value: int) -> int:
 
 def resolve_layout(*, dp: int = 1, fsdp: int = 1, zero: int | None = None, tp: int = 1,
                    sp: bool = False, pp: int = 1, microbatches: int | None = None,
-                   schedule: str | None = None, count: int | None = None, cp: int = 1
-                   ) -> Layout:
+                   schedule: str | None = None, count: int | None = None, cp: int = 1,
+                   cp_rotate: str | None = None) -> Layout:
     """Check the degrees against each other (not yet against a model: :func:`check_layout`).
 
     ``zero`` defaults to 3 and needs ``fsdp`` > 1; ``sp`` needs ``tp`` > 1; ``count``, when
@@ -178,7 +184,13 @@ def resolve_layout(*, dp: int = 1, fsdp: int = 1, zero: int | None = None, tp: i
                     microbatches=1 if microbatches is None else _degree("microbatches",
                                                                         microbatches),
                     schedule="1f1b" if schedule is None else schedule.strip().lower(),
-                    cp=_degree("cp", cp))
+                    cp=_degree("cp", cp),
+                    cp_rotate="allgather" if cp_rotate is None else cp_rotate.strip().lower())
+    if cp_rotate is not None and layout.cp == 1:
+        raise InputError("--cp-rotate moves keys and values round the context-parallel ring; "
+                         "give --cp N (N > 1) with it")
+    if layout.cp_rotate not in CP_ROTATIONS:
+        raise InputError(f"unknown --cp-rotate {cp_rotate!r}; known: {', '.join(CP_ROTATIONS)}")
     if layout.pp == 1 and (microbatches is not None or schedule is not None):
         raise InputError("--microbatches and --schedule run a pipeline; give --pp N (N > 1)")
     if layout.schedule not in SCHEDULES:

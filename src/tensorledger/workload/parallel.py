@@ -408,7 +408,7 @@ def trace_parallel_step(build: Callable[[], nn.Module], make_inputs: Callable[[]
             if layout.cp > 1:  # the sequence over the cp ranks, torch's ring attention
                 from tensorledger.workload.context_parallel import sequence_sharded
 
-                sharded = sequence_sharded(mesh["cp"], [inputs])
+                sharded = sequence_sharded(mesh["cp"], [inputs], layout.cp_rotate)
             try:
                 with warnings.catch_warnings(), sharded:
                     if loss is None:

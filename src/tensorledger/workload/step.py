@@ -274,7 +274,7 @@ class PreparedStep:
         from tensorledger.workload.context_parallel import sequence_sharded
 
         return sequence_sharded(self.cp_mesh, [*self.args, *self.kwargs.values(),
-                                               self.targets])
+                                               self.targets], self.work.layout.cp_rotate)
 
     def guard(self) -> AbstractContextManager[None]:
         """Errors of the module's own code become one line naming what and where."""
