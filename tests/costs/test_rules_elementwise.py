@@ -376,3 +376,11 @@ def test_rule_aten_index_put_with_accumulate() -> None:
     assert direct("aten.index_put_with_accumulate", (meta(5, 7), [None], values)) == 21
     assert direct("aten.index_put_with_accumulate", (meta(5, 7), [None], 1.0)) == 0
     assert rule("aten.index_put_with_accumulate").category == "elementwise"
+
+
+def test_rule_aten_log_sigmoid() -> None:
+    # the composite log_sigmoid reaches a fake or DTensor dispatch unexpanded (ring
+    # attention's log-sum-exp merge); on real tensors it is log_sigmoid_forward (the table).
+    # 4 per output element: exp, 1 + ·, log, negate: 4 · 105 = 420
+    assert direct("aten.log_sigmoid", (x(),), out=x()) == 4 * N == 420
+    assert rule("aten.log_sigmoid").category == "elementwise"
