@@ -207,6 +207,9 @@ def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[s
                                "nan", "inf", "", "٣"],
         "block_size": ["16", "1", "32", "8192", "1048576", "1048577", "0", "-16", "", "٤"],
         "tp": ["1", "2", "4", "8", "3", "0", "-1", str(INT64_MAX), str(INT64_MAX + 1), "", "٤"],
+        # context parallelism (issue 37): the sequence must divide by 2·cp
+        "cp": ["1", "2", "4", "3", "16", "0", "-1", "1048577", str(INT64_MAX), "", "٤"],
+        "cp_rotate": ["allgather", "alltoall", "ALLTOALL", "ring", "", "٣"],
         # a valid --verify traces a model for seconds to minutes: tests/plan/test_verify.py
         "verify": ["0", "-1", "11", "", "٣", "nan"],
         # pipelines (issue 37): every torch schedule, chunks it does or does not take, stage
@@ -663,3 +666,27 @@ def test_decode_of_a_model_without_a_cache_path(hostile_files: dict[str, str],
         outcome = run_case(["trace", "--model", f"{factory}:make", "--step", "decode",
                             "--context", "8"], place)
     assert outcome.code == 2 and "cache" in outcome.stderr
+
+
+#: Impossible context-parallel layouts (issue 37): one line on stderr, exit 2, nothing built.
+IMPOSSIBLE_CP = [
+    ["trace", "--model", "tiny", "--seq", "12", "--cp", "4"],  # 12 does not divide by 2·4
+    ["memory", "--model", "tiny", "--seq", "8", "--cp", "8"],  # more chunks than tokens
+    ["roofline", "--model", "tiny", "--seq", "16", "--cp", "2", "--fsdp", "2", "--zero", "1"],
+    ["account", "--model", "tiny", "--seq", "16", "--cp", "0"],
+    ["trace", "--model", "tiny", "--seq", "16", "--cp", "2", "--pp", "2"],
+    ["trace", "--model", "tiny", "--seq", "16", "--cp-rotate", "alltoall"],  # no --cp
+    ["trace", "--model", "tiny", "--seq", "16", "--cp", "2", "--cp-rotate", "ring"],
+    # an H100's fp32 kernel (memory-efficient) pads its log-sum-exp to 32 rows: chunks of 16
+    # tokens cannot be merged by torch's ring
+    ["trace", "--model", "tiny", "--seq", "64", "--cp", "2", "--precision", "fp32"],
+]
+
+
+@pytest.mark.parametrize("argv", IMPOSSIBLE_CP)
+def test_impossible_context_parallel_layouts(argv: list[str], hostile_files: dict[str, str],
+                                             isolated: None) -> None:
+    with _place(hostile_files) as place:
+        outcome = run_case(argv, place)
+    assert outcome.code == 2 and len(outcome.stderr.strip().splitlines()) == 1, outcome
+    assert any(option in outcome.stderr for option in ("--cp", "--zero", "--seq")), outcome

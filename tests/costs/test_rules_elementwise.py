@@ -131,6 +131,7 @@ ELEMENTWISE: dict[str, tuple[int, Call]] = {
     "aten.leaky_relu_backward": (2, grad_and("leaky_relu_backward", 0.01, False)),
     "aten.sigmoid": (3, unary("sigmoid")),
     "aten.sigmoid_backward": (3, grad_and("sigmoid_backward")),
+    "aten.log_sigmoid_forward": (4, unary("log_sigmoid_forward")),
     "aten.tanh_backward": (3, grad_and("tanh_backward")),
     "aten.silu": (4, unary("silu")),
     "aten.silu_backward": (8, grad_and("silu_backward")),
@@ -381,3 +382,11 @@ def test_rule_aten_index_put_with_accumulate() -> None:
     assert direct("aten.index_put_with_accumulate", (meta(5, 7), [None], values)) == 21
     assert direct("aten.index_put_with_accumulate", (meta(5, 7), [None], 1.0)) == 0
     assert rule("aten.index_put_with_accumulate").category == "elementwise"
+
+
+def test_rule_aten_log_sigmoid() -> None:
+    # the composite log_sigmoid reaches a fake or DTensor dispatch unexpanded (ring
+    # attention's log-sum-exp merge); on real tensors it is log_sigmoid_forward (the table).
+    # 4 per output element: exp, 1 + ·, log, negate: 4 · 105 = 420
+    assert direct("aten.log_sigmoid", (x(),), out=x()) == 4 * N == 420
+    assert rule("aten.log_sigmoid").category == "elementwise"

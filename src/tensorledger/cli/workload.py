@@ -122,6 +122,13 @@ Tp = Annotated[int, typer.Option("--tp", help=(
     "Tensor-parallel ranks (DTensor, Megatron plan): heads, MLP width and vocabulary split."))]
 Sp = Annotated[bool, typer.Option("--sp", help=(
     "Sequence parallelism beside --tp: norms and dropout on a slice of the sequence."))]
+Cp = Annotated[int, typer.Option("--cp", help=(
+    "Context-parallel ranks: each sequence split over them (torch's context_parallel ring "
+    "attention, load-balanced for the causal mask: --seq must divide by 2·cp); they shard "
+    "the parameters with --fsdp's ranks."))]
+CpRotate = Annotated[str | None, typer.Option("--cp-rotate", help=(
+    "How --cp's ring moves keys and values forward: allgather (one all-gather a layer, "
+    "torch's default) or alltoall (a permutation a ring step)."))]
 Pp = Annotated[int, typer.Option("--pp", help=(
     "Pipeline ranks (torch.distributed.pipelining, beside every other layout option, any "
     "recipe; models with a reference config: presets, GPT-2 and Llama config.json): a rank "
@@ -222,6 +229,8 @@ class LayoutOptions:
     zero: Zero = None
     tp: Tp = 1
     sp: Sp = False
+    cp: Cp = 1
+    cp_rotate: CpRotate = None
     pp: Pp = 1
     microbatches: Microbatches = None
     schedule: Schedule = None
@@ -234,7 +243,8 @@ class LayoutOptions:
         return resolve_layout(dp=self.dp, fsdp=self.fsdp, zero=self.zero, tp=self.tp,
                               sp=self.sp, pp=self.pp, microbatches=self.microbatches,
                               schedule=self.schedule, count=count, chunks=self.chunks,
-                              stage_layers=self.stage_layers)
+                              stage_layers=self.stage_layers, cp=self.cp,
+                              cp_rotate=self.cp_rotate)
 
 
 _GROUPS: tuple[type, ...] = (WorkloadOptions, LayoutOptions)

@@ -46,6 +46,8 @@ ELEMENTWISE_FLOPS: dict[str, int] = {
     "leaky_relu_backward": 2,
     "sigmoid": 3,                # exp(-x), 1 + ·, reciprocal
     "sigmoid_backward": 3,       # g · y · (1 - y)
+    "log_sigmoid": 4,            # -softplus(-x): exp, 1 + ·, log, negate (ring attention's
+    "log_sigmoid_forward": 4,    # log-sum-exp merge; the CPU kernel is the _forward one)
     "tanh_backward": 3,          # g · (1 - y²)
     "silu": 4,                   # x · sigmoid(x)
     "silu_backward": 8,          # g · σ · (1 + x · (1 - σ)), with σ recomputed (3)

@@ -50,8 +50,7 @@ def step_facts(run: StepTrace) -> StepFacts:
                      adapters=work.lora is not None, offloaded_bytes=run.offloaded_bytes,
                      frozen_tensors=run.frozen_tensors, trained_tensors=run.trained_tensors,
                      routing=work.routing_note,
-
-                     kv_cache=kv_cache_facts(run))
+                     kv_cache=kv_cache_facts(run), context_parallel=work.layout.cp)
 
 
 def memory_report(work: Workload, hardware: Hardware | None = None, count: int = 1,

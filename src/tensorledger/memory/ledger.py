@@ -20,6 +20,7 @@ from tensorledger.hardware import Hardware
 from tensorledger.memory.timeline import MEMORY_CATEGORIES, MemoryTimeline, build_timeline
 from tensorledger.napkin.activations import ActivationMemory, activation_memory
 from tensorledger.napkin.adapters import adapter_recipe, frozen_bytes
+from tensorledger.napkin.context import context_parallel_rank
 from tensorledger.napkin.headroom import device_headroom
 from tensorledger.napkin.recipes import Optimizer, Precision, RecipeBytes, recipe_bytes
 from tensorledger.napkin.transformer import TransformerConfig
@@ -82,6 +83,7 @@ class StepFacts:
     layout: str = ""  # that layout, in words ("FSDP ZeRO-3 × 8 · TP × 8")
     tensor_parallel: int = 1  # a tensor-parallel rank saves its split of the activations
     sequence_parallel: bool = False  # ... and its share of the sequence around the norms
+    context_parallel: int = 1  # a context-parallel rank saves its 1/cp of the sequence's
     pipeline_stages: int = 1  # a pipeline rank saves its stage's, for its micro-batches
     adapters: bool = False  # LoRA/QLoRA: a frozen base (its stored dtype, or NF4) and adapters
     offloaded_bytes: tuple[int, int] | None = None  # activations to the host and back
@@ -280,10 +282,19 @@ def memory_ledger(trace: Trace, tags: Mapping[int, str], facts: StepFacts, *,
     if facts.config is not None and facts.pipeline_stages == 1 and not facts.precision.float8:
         autocast = facts.precision.autocast  # fp32 weights, bf16 compute
         width = 4 if facts.precision.param_bytes == 4 and not autocast else 2
-        closed = activation_memory(facts.config, facts.batch, facts.seq_len, width,
-                                   facts.checkpointed, tp=facts.tensor_parallel,
-                                   sequence_parallel=facts.sequence_parallel,
-                                   autocast=autocast)
+        if facts.context_parallel > 1:  # its share, and what torch's ring adds
+            ring = context_parallel_rank(facts.config, facts.batch, facts.seq_len,
+                                         facts.context_parallel, width,
+                                         tp=facts.tensor_parallel, autocast=autocast,
+                                         checkpointed=facts.checkpointed,
+                                         sequence_parallel=facts.sequence_parallel)
+            closed = dataclasses.replace(ring.activations,
+                                         total_bytes=ring.saved_activation_bytes)
+        else:
+            closed = activation_memory(facts.config, facts.batch, facts.seq_len, width,
+                                       facts.checkpointed, tp=facts.tensor_parallel,
+                                       sequence_parallel=facts.sequence_parallel,
+                                       autocast=autocast)
     first_peak = None
     if first_step is not None:
         first_peak = build_timeline(*first_step).peak.total_bytes

@@ -181,12 +181,18 @@ def _predict_collective(index: int, op: OpLike, collective: Any, hardware: Hardw
     per_node = (None if hardware.devices_per_node is None else
                 ranks_per_node(collective.group_size, collective.rank_stride,
                                hardware.devices_per_node))
+    size = collective.size_bytes
     ranks = collective.group_size
     if kind is CollectiveKind.SEND_RECV and ranks > 1:
         # one message between two ranks: the link between them, one device's NVLink inside
         # a node or its own NIC between nodes, whatever else the group spans
         ranks, per_node = 2, _pair_per_node(collective, hardware)
-    priced = collective_time(kind, collective.size_bytes, ranks, hardware,
+    if kind is CollectiveKind.ALL_TO_ALL and ranks > 1 and (
+            collective.bytes_sent * ranks > size * (ranks - 1)):
+        # uneven splits (a permutation: ring attention's gradient pass sends its whole
+        # buffer to one rank): priced as the even all-to-all that sends as many bytes
+        size = collective.bytes_sent * ranks / (ranks - 1)
+    priced = collective_time(kind, size, ranks, hardware,
                              ranks_per_node=per_node)
     bound = "link" if priced.time_s > 0 else "free"
     return OpPrediction(

@@ -69,6 +69,9 @@ def collective_info(rule: CollectiveRule, args: Sequence[Any], kwargs: dict[str,
     ranks = group_size(group)
     size = int(rule.size_bytes(args, kwargs, out, ranks))
     sent, received = per_rank_bytes(rule.kind, size, ranks, rule.direction)
+    uneven = _uneven_all_to_all(rule, args, group, ranks)
+    if uneven is not None:
+        sent, received = uneven
     return CollectiveInfo(kind=rule.kind, group_size=ranks, size_bytes=size, bytes_sent=sent,
                           bytes_received=received, rank_stride=group_stride(group),
                           ends=_ends(group, None if rule.peer is None else args[rule.peer]))
@@ -87,3 +90,25 @@ def _ends(group: Any, peer: Any) -> tuple[int, ...]:
                 int(torch.distributed.get_global_rank(found, peer)))
     except (RuntimeError, ValueError, KeyError):
         return ()
+
+
+def _uneven_all_to_all(rule: CollectiveRule, args: Sequence[Any], group: Any, ranks: int
+                       ) -> tuple[int, int] | None:
+    """(sent, received) of a functional ``all_to_all_single`` given split sizes (rows of its
+    first dimension to each rank and from each rank): all but this rank's own rows.  A
+    permutation (``permute_tensor``: ring attention's gradient pass) sends its whole buffer
+    to one rank, which the even-split convention would halve at 2 ranks.  None when the op
+    has no split sizes (even splits) or the rank cannot be told."""
+    if rule.kind != "all-to-all" or len(args) < 4 or ranks < 2:
+        return None
+    tensor, outputs, inputs = args[0], args[1], args[2]
+    if not isinstance(tensor, torch.Tensor) or not inputs or not outputs:
+        return None
+    found = _process_group(group)
+    if found is None or len(inputs) != ranks or len(outputs) != ranks:
+        return None
+    rank = int(found.rank())
+    row_bytes = (tensor[0].numel() if tensor.dim() > 1 else 1) * tensor.element_size()
+    sent = (sum(int(n) for n in inputs) - int(inputs[rank])) * row_bytes
+    received = (sum(int(n) for n in outputs) - int(outputs[rank])) * row_bytes
+    return sent, received

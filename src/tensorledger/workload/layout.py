@@ -27,8 +27,8 @@ from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.summary import summary
 from tensorledger.workload.schedules import Schedule, StageLayers, check_schedule, resolve_schedule
 
-__all__ = ["LARGEST_DEGREE", "SCHEDULES", "SINGLE", "ZERO_STAGES", "Layout", "check_layout",
-           "resolve_layout"]
+__all__ = ["CP_ROTATIONS", "LARGEST_DEGREE", "SCHEDULES", "SINGLE", "ZERO_STAGES", "Layout",
+           "check_layout", "resolve_layout"]
 
 #: The largest degree of any one dimension: far past any cluster, small enough to stay exact.
 LARGEST_DEGREE = 1 << 20
@@ -36,6 +36,9 @@ LARGEST_DEGREE = 1 << 20
 #: Pipeline schedules by name (torch.distributed.pipelining's GPipe, 1F1B, interleaved 1F1B,
 #: looped BFS, interleaved zero bubble, ZBV).
 SCHEDULES = tuple(schedule.value for schedule in Schedule)
+
+#: torch's ways of rotating keys and values round the context-parallel ring.
+CP_ROTATIONS = ("allgather", "alltoall")
 
 #: ZeRO stages and what each shards over the data-parallel ranks.
 ZERO_STAGES = {1: "optimizer state", 2: "optimizer state and gradients",
@@ -65,11 +68,18 @@ class Layout:
     schedule: str = "1f1b"
     chunks: int = 1  # stages per pipeline rank
     stage_layers: StageLayers | None = None
+    # context parallelism: ranks that split each sequence (torch's ring attention, the
+    # sequence load-balanced for causal masks); they share a batch and shard the parameters
+    # with the fsdp ranks (torchtitan's dp_shard_cp)
+    cp: int = 1
+    # how the ring moves keys and values forward (torch's set_rotate_method): one all-gather
+    # per layer (torch's default), or an all-to-all permutation per ring step
+    cp_rotate: str = "allgather"
 
     @property
     def count(self) -> int:
         """Devices in all: the product of the degrees."""
-        return self.dp * self.fsdp * self.tp * self.pp
+        return self.dp * self.fsdp * self.cp * self.tp * self.pp
 
     def stage_counts(self, layers: int, model: str = "the model") -> tuple[int, ...]:
         """The blocks of each of the ``pp × chunks`` stages of a model of ``layers`` blocks;
@@ -101,7 +111,8 @@ class Layout:
     @property
     def mesh_dims(self) -> tuple[tuple[str, int], ...]:
         """The device mesh's named dimensions, outermost first (those of degree > 1)."""
-        dims = (("pp", self.pp), ("dp", self.dp), ("fsdp", self.fsdp), ("tp", self.tp))
+        dims = (("pp", self.pp), ("dp", self.dp), ("fsdp", self.fsdp), ("cp", self.cp),
+                ("tp", self.tp))
         return tuple((name, size) for name, size in dims if size > 1)
 
     @property
@@ -120,16 +131,26 @@ class Layout:
         return strides
 
     @property
+    def shard_ranks(self) -> int:
+        """The ranks FSDP shards the parameters over: fsdp × cp."""
+        return self.fsdp * self.cp
+
+    @property
     def strategy(self) -> str:
-        """A short name of the data-parallel part: ``ddp``, ``zero1``, ``fsdp``, ``hsdp``."""
-        if self.fsdp > 1:
+        """A short name of the data-parallel part: ``ddp``, ``zero1``, ``fsdp``, ``hsdp``.
+        Context-parallel ranks hold the same parameters and see different tokens, so they
+        shard the parameters as FSDP ranks do: ``cp`` > 1 makes it ``fsdp`` (``hsdp`` with
+        ``dp``)."""
+        if self.fsdp > 1 or self.cp > 1:
             if self.zero == 1:
                 return "zero1"
             return "hsdp" if self.dp > 1 else "fsdp"
         return "ddp" if self.dp > 1 else ""
 
     def describe(self) -> str:
-        """``FSDP ZeRO-3 × 8 · TP × 8`` (empty on a single device)."""
+        """``FSDP ZeRO-3 × 8 · TP × 8`` (empty on a single device); context parallelism says
+        over how many ranks FSDP shards (``CP × 2 (ring attention; FSDP ZeRO-3 over fsdp·cp =
+        8 ranks)``)."""
         parts = []
         if self.fsdp > 1:
             name = "DDP + ZeRO-1" if self.zero == 1 else "FSDP"
@@ -137,8 +158,11 @@ class Layout:
                 name += f" ZeRO-{self.zero}"
             parts.append(f"{name} × {self.fsdp}")
         if self.dp > 1:
-            parts.append(f"{'replicas' if self.fsdp > 1 and self.zero != 1 else 'DDP'} × "
-                         f"{self.dp}")
+            sharded = self.shard_ranks > 1 and self.zero != 1
+            parts.append(f"{'replicas' if sharded else 'DDP'} × {self.dp}")
+        if self.cp > 1:
+            parts.append(f"CP × {self.cp} (ring attention, {self.cp_rotate}; FSDP "
+                         f"ZeRO-{self.zero} over fsdp·cp = {self.shard_ranks} ranks)")
         if self.tp > 1:
             parts.append(f"TP{' + SP' if self.sp else ''} × {self.tp}")
         if self.pp > 1:
@@ -169,7 +193,8 @@ def _degree(name: str, value: int) -> int:
 def resolve_layout(*, dp: int = 1, fsdp: int = 1, zero: int | None = None, tp: int = 1,
                    sp: bool = False, pp: int = 1, microbatches: int | None = None,
                    schedule: str | None = None, count: int | None = None,
-                   chunks: int | None = None, stage_layers: str | None = None) -> Layout:
+                   chunks: int | None = None, stage_layers: str | None = None, cp: int = 1,
+                   cp_rotate: str | None = None) -> Layout:
     """Check the degrees against each other (not yet against a model: :func:`check_layout`).
 
     ``zero`` defaults to 3 and needs ``fsdp`` > 1; ``sp`` needs ``tp`` > 1; ``count``, when
@@ -187,7 +212,14 @@ def resolve_layout(*, dp: int = 1, fsdp: int = 1, zero: int | None = None, tp: i
                     zero=3 if zero is None else zero, sp=bool(sp), pp=_degree("pp", pp),
                     microbatches=1 if microbatches is None else _degree("microbatches",
                                                                         microbatches),
-                    schedule=resolve_schedule("1f1b" if schedule is None else schedule).value)
+                    schedule=resolve_schedule("1f1b" if schedule is None else schedule).value,
+                    cp=_degree("cp", cp),
+                    cp_rotate="allgather" if cp_rotate is None else cp_rotate.strip().lower())
+    if cp_rotate is not None and layout.cp == 1:
+        raise InputError("--cp-rotate moves keys and values round the context-parallel ring; "
+                         "give --cp N (N > 1) with it")
+    if layout.cp_rotate not in CP_ROTATIONS:
+        raise InputError(f"unknown --cp-rotate {cp_rotate!r}; known: {', '.join(CP_ROTATIONS)}")
     if layout.pp == 1 and (microbatches is not None or schedule is not None
                            or chunks is not None or stage_layers is not None):
         raise InputError("--microbatches, --schedule, --chunks and --stage-layers run a "
@@ -201,9 +233,12 @@ def resolve_layout(*, dp: int = 1, fsdp: int = 1, zero: int | None = None, tp: i
     if zero is not None:
         if isinstance(zero, bool) or zero not in ZERO_STAGES:
             raise InputError(f"--zero is a ZeRO stage, 1, 2 or 3, got {zero!r}")
-        if layout.fsdp == 1:
+        if layout.fsdp == 1 and not (layout.cp > 1 and zero != 1):
             raise InputError(f"--zero {zero} shards {ZERO_STAGES[zero]} over the ranks of "
                              "--fsdp; give --fsdp N (N > 1) with it")
+        if zero == 1 and layout.cp > 1:
+            raise InputError("--zero 1 runs DDP, which would all-reduce whole gradients over "
+                             "the --cp ranks too; use --zero 2 or 3 with --cp")
         if zero == 1 and layout.dp > 1:
             raise InputError("--zero 1 shards the optimizer over every data-parallel rank; "
                              "give them all as --fsdp N, without --dp")
@@ -239,10 +274,21 @@ def check_layout(layout: Layout, config: TransformerConfig | None, *, batch: int
     if layout.pp > 1 and batch % layout.microbatches:
         raise InputError(f"--batch {batch} does not split into {layout.microbatches} "
                          f"micro-batches; use a batch that divides by {layout.microbatches}")
+    cp = layout.cp
+    if cp > 1 and layout.pp > 1:
+        raise InputError(f"--cp {cp} beside --pp {layout.pp} is not laid out yet (torch's ring "
+                         "attention inside each stage); trace the layout without --pp")
+    if cp > 1 and config is None:
+        raise InputError(f"--cp {cp} cuts the token ids of a reference model (a preset or a "
+                         "GPT-2 / Llama config.json) along the sequence; this model is not one")
+    if cp > 1 and seq % (2 * cp):
+        raise InputError(f"--cp {cp} splits each sequence into 2 × {cp} chunks (two per rank, "
+                         f"balancing the causal mask); --seq {seq:,} does not divide by "
+                         f"{2 * cp}")
     tp = layout.tp
-    if tp > 1 and layout.sp and seq % tp:
+    if tp > 1 and layout.sp and seq % (tp * cp):
         raise InputError(f"--sp splits the sequence over --tp {tp} ranks; --seq {seq} does not "
-                         f"divide by {tp}")
+                         f"divide by {tp * cp}")
     if tp == 1 or config is None:
         return
     bad = tp_indivisible(config, tp)

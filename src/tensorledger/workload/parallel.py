@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -218,7 +218,18 @@ def _ddp(model: nn.Module, mesh: DeviceMesh) -> nn.Module:
 
 
 def _data_parallel_mesh(layout: Layout, mesh: DeviceMesh) -> DeviceMesh:
-    """The (sub)mesh the data-parallel part runs on: dp and fsdp together for HSDP."""
+    """The (sub)mesh the data-parallel part runs on: dp and fsdp together for HSDP; with
+    context parallelism, fsdp and cp flattened into one shard dimension (torchtitan's
+    ``dp_shard_cp``): the cp ranks' gradients are of different tokens and are reduced too."""
+    if layout.cp > 1:
+        if layout.fsdp == 1:
+            return mesh["dp", "cp"] if layout.strategy == "hsdp" else mesh["cp"]
+        flat = mesh["fsdp", "cp"]._flatten("fsdp_cp")
+        if layout.strategy != "hsdp":
+            return flat
+        with warnings.catch_warnings():  # torch's own way to HSDP beside it, for now
+            warnings.filterwarnings("ignore", "Slicing a flattened dim", UserWarning)
+            return mesh["dp", "fsdp_cp"]
     if layout.strategy == "hsdp":
         return mesh["dp", "fsdp"]
     return mesh["fsdp" if layout.fsdp > 1 else "dp"]
@@ -258,14 +269,14 @@ def parallelize(model: nn.Module, layout: Layout, mesh: DeviceMesh,
         from torch._subclasses.fake_tensor import unset_fake_temporarily
         from torch.distributed.fsdp import fully_shard
 
-        shard_mesh = _data_parallel_mesh(layout, mesh)
         # None: FSDP2's default, resharding every unit but the root after forward
         reshard = False if layout.zero == 2 else None
         # FSDP2 over tensor-parallel DTensors joins the two meshes, reading the rank map (a
         # real tensor) as fake tensors cannot: any FakeTensorMode is lifted meanwhile, and a
-        # fake model's tensors still dispatch to their own mode.  (DDP stays inside: its
-        # buckets must be fake too.)
+        # fake model's tensors still dispatch to their own mode (flattening fsdp and cp reads
+        # it too).  (DDP stays inside: its buckets must be fake too.)
         with unset_fake_temporarily():
+            shard_mesh = _data_parallel_mesh(layout, mesh)
             for unit in shard_units(model):
                 fully_shard(unit, mesh=shard_mesh, reshard_after_forward=reshard)
             fully_shard(model, mesh=shard_mesh, reshard_after_forward=reshard)
@@ -370,7 +381,8 @@ def trace_parallel_step(build: Callable[[], nn.Module], make_inputs: Callable[[]
 
     ``build`` and ``make_inputs`` run under FakeTensorMode; ``loss`` turns the output into a
     scalar (default: the mean of its squares).  ``make_inputs`` gives one rank's batch: each
-    data-parallel rank runs its own, every tensor-parallel rank the same one.
+    data-parallel rank runs its own, every tensor-parallel rank the same one; with context
+    parallelism, batch-first and cut along its sequence (dimension 1) to the rank's chunks.
     """
     if not isinstance(layout, Layout):
         raise InputError(f"a layout is a tensorledger Layout (resolve_layout(...)), got "
@@ -395,8 +407,13 @@ def trace_parallel_step(build: Callable[[], nn.Module], make_inputs: Callable[[]
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
 
+            sharded: Any = nullcontext()
+            if layout.cp > 1:  # the sequence over the cp ranks, torch's ring attention
+                from tensorledger.workload.context_parallel import sequence_sharded
+
+                sharded = sequence_sharded(mesh["cp"], [inputs], layout.cp_rotate)
             try:
-                with warnings.catch_warnings():
+                with warnings.catch_warnings(), sharded:
                     if loss is None:
                         # FSDP2 warns that the root returns a view (a gathered DTensor's local
                         # tensor) which an in-place op would cut from its backward hook; the

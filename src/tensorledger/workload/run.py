@@ -21,6 +21,7 @@ from tensorledger.trace.recorder import Recorder
 from tensorledger.trace.records import Trace
 from tensorledger.trace.storage import local_tensor as local
 from tensorledger.trace.storage import storage_key
+from tensorledger.workload.context_parallel import RING_NOTE
 from tensorledger.workload.inference import TracedCache
 from tensorledger.workload.qlora import dequantization_note, flat_tensors
 from tensorledger.workload.schedule_order import OrderTimeline
@@ -180,7 +181,11 @@ def _record(step: PreparedStep) -> tuple[Trace, dict[int, str], TracedCache | No
             return []
         return [*step.optimizer.master_tensors(), *step.optimizer.state_tensors()]
 
-    with recorder, gathered_events(recorder, step.work.layout.strategy), step.guard():
+    # the inputs are cut to this rank's chunks of the sequence before the recorder starts,
+    # as a data loader would hand them over
+    with step.sequence_sharded(), recorder, gathered_events(recorder,
+                                                            step.work.layout.strategy), \
+            step.guard():
         recorder.tag(params, "parameter")
         recorder.tag(state(), "optimizer_state")
         cached = None
@@ -237,34 +242,37 @@ def trace_workload(work: Workload, first_step: bool = False,
                                                    f"({layout.describe()})")
         say(f"building {work.model} on {where}")
         step = prepare(work, target, mesh)
-        first: Trace | None = None
-        first_tags: dict[int, str] = {}
-        warm_up = work.step.optimizer or not layout.single
-        if layout.strategy in ("ddp", "zero1"):  # DDP's second step reads real memory
-            warm_up = False
-            if layout.tp > 1 and work.step.backward:
-                say("filling DTensor's sharding cache (a step DDP does not sync)")
-                step.warm_without_sync()
-            if work.step.optimizer:
-                say("creating the optimizer state (an optimizer step on zero gradients)")
-                step.prime_optimizer()
-        if warm_up:
-            say("running the first step (optimizer state)" if work.step.optimizer else
-                "running a first step (sharding set-up)")
-            if first_step and layout.single:  # a rank's first step is the sharding set-up
-                first, first_tags = record_step(step)
-            else:
-                step.run()
-        on_cuda = torch.device(target).type == "cuda"
-        if on_cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        say(f"tracing the {work.step.name} step")
-        trace, tags, cached = _record(step)
-        measured = None
-        if on_cuda:
-            torch.cuda.synchronize()
-            measured = int(torch.cuda.max_memory_allocated())
+        # one entry into context parallelism for the warm-up and traced steps (see
+        # context_parallel.sequence_sharded)
+        with step.sequence_sharded():
+            first: Trace | None = None
+            first_tags: dict[int, str] = {}
+            warm_up = work.step.optimizer or not layout.single
+            if layout.strategy in ("ddp", "zero1"):  # DDP's second step reads real memory
+                warm_up = False
+                if layout.tp > 1 and work.step.backward:
+                    say("filling DTensor's sharding cache (a step DDP does not sync)")
+                    step.warm_without_sync()
+                if work.step.optimizer:
+                    say("creating the optimizer state (an optimizer step on zero gradients)")
+                    step.prime_optimizer()
+            if warm_up:
+                say("running the first step (optimizer state)" if work.step.optimizer else
+                    "running a first step (sharding set-up)")
+                if first_step and layout.single:  # a rank's first step is the sharding set-up
+                    first, first_tags = record_step(step)
+                else:
+                    step.run()
+            on_cuda = torch.device(target).type == "cuda"
+            if on_cuda:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+            say(f"tracing the {work.step.name} step")
+            trace, tags, cached = _record(step)
+            measured = None
+            if on_cuda:
+                torch.cuda.synchronize()
+                measured = int(torch.cuda.max_memory_allocated())
     frozen, trained = _adapter_tensors(step)
     return StepTrace(work=work, param_numels=tuple(local(p).numel() for p in step.parameters),
                      trace=trace, param_parts=parts_of(step), tags=tags, first_step=first,
@@ -275,7 +283,8 @@ def trace_workload(work: Workload, first_step: bool = False,
                      assumptions=tuple(notes) + _adapter_notes(step, trace)
                      + (() if step.float8 is None else (step.float8.describe(),))
                      + _offload_notes(step)
-                     + ((work.routing_note,) if work.routing_note else ()),
+                     + ((work.routing_note,) if work.routing_note else ())
+                     + ((RING_NOTE,) if layout.cp > 1 else ()),
                      active_params=_active(step), cache=cached,
                      offloaded_bytes=None if step.offloaded is None else
                      (step.offloaded.to_host_bytes, step.offloaded.to_device_bytes),

@@ -302,6 +302,18 @@ class PreparedStep:
         return torch.autograd.graph.saved_tensors_hooks(on_saved, lambda t: t)
     inference: InferencePath | None = None  # prefill and decode: the model and its KV cache
 
+    cp_mesh: Any = None  # the context-parallel mesh the sequence is split over, if any
+
+    def sequence_sharded(self) -> AbstractContextManager[None]:
+        """Under context parallelism, the inputs cut to this rank's chunks of the sequence
+        and attention run as torch's ring (:mod:`.context_parallel`); else nothing."""
+        if self.cp_mesh is None:
+            return nullcontext()
+        from tensorledger.workload.context_parallel import sequence_sharded
+
+        return sequence_sharded(self.cp_mesh, [*self.args, *self.kwargs.values(),
+                                               self.targets], self.work.layout.cp_rotate)
+
     def guard(self) -> AbstractContextManager[None]:
         """Errors of the module's own code become one line naming what and where."""
         from tensorledger.workload.quiet import quiet_torch
@@ -349,7 +361,7 @@ class PreparedStep:
 
     def run(self) -> None:
         """One step of the workload's kind."""
-        with self.guard():
+        with self.guard(), self.sequence_sharded():
             if not self.work.step.backward:
                 self.forward()
                 return
@@ -553,4 +565,6 @@ def prepare(work: Workload, target: str, mesh: Any = None) -> PreparedStep:
                         args=args, kwargs=kwargs, targets=targets,
                         user_loss=factory.loss if factory is not None else None,
                         user_inputs=user_inputs, device_type=torch.device(target).type,
-                        lora=applied, float8=float8, inference=inference)
+                        lora=applied, float8=float8, inference=inference,
+                        cp_mesh=mesh["cp"] if mesh is not None and work.layout.cp > 1
+                        else None)
