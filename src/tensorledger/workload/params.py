@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tensorledger.napkin.transformer import ModelParams, parameter_count
+from tensorledger.workload.routing import routing
 from tensorledger.workload.source import ModelSource, resolve_source
 
 __all__ = ["active_params", "model_params", "routing"]
@@ -43,26 +44,6 @@ def model_params(model: str | ModelSource) -> ModelParams:
 
 #: config.json fields of the routed experts and of the experts each token is sent to, by the
 #: names transformers' mixture-of-experts configs use.
-_EXPERTS = ("num_local_experts", "num_experts", "n_routed_experts")
-_CHOSEN = ("num_experts_per_tok", "moe_topk", "top_k")
-
-
-def routing(source: ModelSource) -> tuple[int, int] | None:
-    """(routed experts, experts per token) of a mixture-of-experts config.json, else None.
-
-    >>> from tensorledger.workload.source import ModelSource
-    >>> routing(ModelSource("m", "config", "transformers", "m", hf_config={
-    ...     "model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2}))
-    (8, 2)
-    """
-    raw = source.hf_config or {}
-    experts = next((raw[k] for k in _EXPERTS if isinstance(raw.get(k), int)), None)
-    chosen = next((raw[k] for k in _CHOSEN if isinstance(raw.get(k), int)), None)
-    if experts is None or chosen is None or not 0 < chosen <= experts or experts < 2:
-        return None
-    return int(experts), int(chosen)
-
-
 def active_params(named: dict[str, tuple[int, tuple[int, ...]]], experts: int, chosen: int
                   ) -> int:
     """Parameters one token runs through: every one but the routed experts', of which

@@ -29,8 +29,9 @@ import math
 from dataclasses import dataclass
 
 from tensorledger.errors import ConfigError, InputError
+from tensorledger.workload.source import ModelSource
 
-__all__ = ["BALANCED", "MAX_EXPERTS", "Routing", "resolve_routing"]
+__all__ = ["BALANCED", "MAX_EXPERTS", "Routing", "resolve_routing", "routing"]
 
 #: The most experts a routing histogram may list: far past any model in use (DeepSeek-V3 256).
 MAX_EXPERTS = 1 << 16
@@ -171,3 +172,23 @@ def _read_histogram(path: str) -> tuple[int, ...]:
     if sum(raw) == 0:
         raise InputError(f"--routing {path}: every count is 0; the tokens must go somewhere")
     return tuple(int(c) for c in raw)
+
+
+_EXPERTS = ("num_local_experts", "num_experts", "n_routed_experts")
+_CHOSEN = ("num_experts_per_tok", "moe_topk", "top_k")
+
+
+def routing(source: ModelSource) -> tuple[int, int] | None:
+    """(routed experts, experts per token) of a mixture-of-experts config.json, else None.
+
+    >>> from tensorledger.workload.source import ModelSource
+    >>> routing(ModelSource("m", "config", "transformers", "m", hf_config={
+    ...     "model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2}))
+    (8, 2)
+    """
+    raw = source.hf_config or {}
+    experts = next((raw[k] for k in _EXPERTS if isinstance(raw.get(k), int)), None)
+    chosen = next((raw[k] for k in _CHOSEN if isinstance(raw.get(k), int)), None)
+    if experts is None or chosen is None or not 0 < chosen <= experts or experts < 2:
+        return None
+    return int(experts), int(chosen)

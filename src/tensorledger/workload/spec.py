@@ -21,8 +21,8 @@ from tensorledger.hardware.target import CPU, OPTIMIZER_KERNELS, Target
 from tensorledger.napkin.recipes import Optimizer, Precision, resolve_optimizer, resolve_precision
 from tensorledger.summary import summary
 from tensorledger.workload.layout import SINGLE, Layout, check_layout
-from tensorledger.workload.params import routing as routed_experts
 from tensorledger.workload.routing import BALANCED, Routing
+from tensorledger.workload.routing import routing as routed_experts
 from tensorledger.workload.source import ModelSource, resolve_source
 
 __all__ = ["DEFAULTS", "DEVICES", "FOREACH_OPTIMIZERS", "FUSED_OPTIMIZERS", "MAX_BATCH",
