@@ -674,7 +674,8 @@ IMPOSSIBLE_CP = [
     ["memory", "--model", "tiny", "--seq", "8", "--cp", "8"],  # more chunks than tokens
     ["roofline", "--model", "tiny", "--seq", "16", "--cp", "2", "--fsdp", "2", "--zero", "1"],
     ["account", "--model", "tiny", "--seq", "16", "--cp", "0"],
-    ["trace", "--model", "tiny", "--seq", "16", "--cp", "2", "--pp", "2"],
+    ["trace", "--model", "tiny", "--seq", "16", "--cp", "2", "--pp", "2", "--batch", "2",
+     "--microbatches", "2"],
     ["trace", "--model", "tiny", "--seq", "16", "--cp-rotate", "alltoall"],  # no --cp
     ["trace", "--model", "tiny", "--seq", "16", "--cp", "2", "--cp-rotate", "ring"],
     # an H100's fp32 kernel (memory-efficient) pads its log-sum-exp to 32 rows: chunks of 16
