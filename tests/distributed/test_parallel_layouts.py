@@ -32,7 +32,6 @@ from tensorledger.workload.parallel import (
     default_tp_plan,
     fake_process_group,
     make_optimizer,
-    parallelize,
     trace_parallel_step,
 )
 from tests.distributed.test_parallel_steps import _matmul_flops, _single_device_flops
@@ -281,12 +280,6 @@ def test_make_optimizer_shards_only_for_zero1() -> None:
         optimizer = make_optimizer(zero1, build_mesh(zero1), nn.Linear(4, 4).parameters(), adamw)
         assert type(optimizer).__name__ == "ZeroRedundancyOptimizer"
         assert type(getattr(optimizer, "optim", None)) is torch.optim.AdamW
-
-
-def test_ddp_with_tensor_parallelism_is_refused() -> None:
-    with fake_process_group(4), pytest.raises(InputError, match="shard the data-parallel"):
-        layout = Layout(dp=2, tp=2)
-        parallelize(_tiny(), layout, build_mesh(layout))
 
 
 def test_tied_embeddings_stay_tied_under_tensor_parallelism() -> None:

@@ -132,7 +132,8 @@ def test_the_spec_checks_offload() -> None:
     from tensorledger.workload.layout import resolve_layout
 
     with pytest.raises(InputError, match="drop --pp or --offload"):
-        resolve_workload("tiny", layout=resolve_layout(pp=2), offload=("activations",))
+        resolve_workload("tiny", batch=2, layout=resolve_layout(pp=2, microbatches=2),
+                         offload=("activations",))
     with pytest.raises(InputError, match="drop --offload or --qlora"):
         resolve_workload("gpt2", offload=("activations",), lora=resolve_lora(8, qlora=True))
 
