@@ -69,7 +69,7 @@ import sys
 import time
 from array import array
 from collections.abc import Callable, Hashable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
@@ -78,12 +78,14 @@ import torch
 from tensorledger.bench.harness import _statistics
 from tensorledger.bench.meter_cluster import cluster_figures, gather_rows
 from tensorledger.bench.meter_expected import ExpectedStep, expected_mfu, expected_step
+from tensorledger.bench.meter_inputs import ShapeKey, check_tokens, shape_key, token_ids
 from tensorledger.bench.meter_peak import Peak, StepCount, count_step, dense_peak, resolve_hardware
 from tensorledger.bench.meter_records import (
     ClockTimer,
     CudaTimer,
     MeterInterval,
     MeterSummary,
+    PendingStep,
     StepRecord,
     flat_record,
     peak_memory,
@@ -100,52 +102,6 @@ _CONVENTIONS = ("full", "causal-halved")
 
 
 # ---------------------------------------------------------------------------------- the meter
-
-_ShapeKey = tuple[Hashable, ...]
-
-
-def _shape_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Hashable:
-    parts: list[Hashable] = []
-    for value in args:
-        if isinstance(value, torch.Tensor):
-            parts.append((tuple(value.shape), value.dtype))
-    for name, value in kwargs.items():
-        if isinstance(value, torch.Tensor):
-            parts.append((name, tuple(value.shape), value.dtype))
-    return tuple(parts)
-
-
-def _token_ids(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
-    ids = kwargs.get("input_ids")
-    if isinstance(ids, torch.Tensor):
-        return int(ids.numel())
-    for value in args:
-        if isinstance(value, torch.Tensor) and not value.is_floating_point() and (
-                not value.is_complex() and value.dtype != torch.bool):
-            return int(value.numel())
-    return None
-
-
-def _check_tokens(tokens: object) -> int | None:
-    if tokens is None:
-        return None
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
-        raise InputError(f"tokens must be a positive whole number (the tokens of this optimizer "
-                         f"step on this rank), got {tokens!r}")
-    return tokens
-
-
-@dataclass
-class _Pending:
-    index: int
-    start: Any
-    end: Any
-    previous_end: Any
-    tokens: int
-    key: _ShapeKey
-    count: StepCount | None
-    recorded: bool
-
 
 class _StepContext:
     """One ``with meter.step():`` block; see :meth:`Meter.step`."""
@@ -230,7 +186,7 @@ class Meter:
         self._handle = None if model is None else model.register_forward_pre_hook(
             self._on_forward, with_kwargs=True)
 
-        self._counts: dict[_ShapeKey, StepCount] = {}
+        self._counts: dict[ShapeKey, StepCount] = {}
         self._recordings: list[StepCount] = []
         self._peaks: dict[int, Peak] = {}  # id(StepCount) → its peak
         # id(StepCount) → its step priced by the roofline's time model (None: could not be)
@@ -243,7 +199,7 @@ class Meter:
         self._tokens_unknown = False
         self._start: Any = None
         self._previous_end: Any = None
-        self._pending: list[_Pending] = []
+        self._pending: list[PendingStep] = []
         self._steps = 0
         self._closed = False
         self._summary: MeterSummary | None = None
@@ -292,7 +248,7 @@ class Meter:
         """
         if self._closed:
             raise TensorLedgerError("this meter is closed; make a new Meter to measure again")
-        return _StepContext(self, _check_tokens(tokens))
+        return _StepContext(self, check_tokens(tokens))
 
     def recount(self) -> None:
         """Record the next step again (after a change that alters FLOPs, not shapes)."""
@@ -303,8 +259,8 @@ class Meter:
                     kwargs: dict[str, Any]) -> None:
         if self._open is None:
             return None
-        self._keys.append(_shape_key(args, kwargs))
-        tokens = _token_ids(args, kwargs)
+        self._keys.append(shape_key(args, kwargs))
+        tokens = token_ids(args, kwargs)
         if tokens is None:
             self._tokens_unknown = True
         else:
@@ -356,7 +312,7 @@ class Meter:
             count = self._counts.get(key)
             if count is None:
                 self._record_next = True
-        self._pending.append(_Pending(self._steps, self._start, end, self._previous_end, tokens,
+        self._pending.append(PendingStep(self._steps, self._start, end, self._previous_end, tokens,
                                       key, count, recorder is not None))
         # a recorded step is priced after its end: the next step's outside time starts after
         self._previous_end = end if recorder is None else self._timer.mark()
@@ -379,7 +335,7 @@ class Meter:
             peak = self._peaks[id(count)] = dense_peak(count, self.hardware)
         return peak
 
-    def _finish(self, pending: _Pending) -> StepRecord:
+    def _finish(self, pending: PendingStep) -> StepRecord:
         time_s = self._timer.seconds(pending.start, pending.end)
         outside = None if pending.previous_end is None else self._timer.seconds(
             pending.previous_end, pending.start)

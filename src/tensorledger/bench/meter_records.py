@@ -20,12 +20,12 @@ from typing import Any
 import torch
 
 from tensorledger.bench.harness import Measurement, synchronize
-from tensorledger.bench.meter_peak import Peak
+from tensorledger.bench.meter_peak import Peak, StepCount
 from tensorledger.summary import show_time
 from tensorledger.summary import summary as one_line
 
-__all__ = ["ClockTimer", "CudaTimer", "MeterInterval", "MeterSummary", "StepRecord", "flat_record",
-           "peak_memory"]
+__all__ = ["ClockTimer", "CudaTimer", "MeterInterval", "MeterSummary", "PendingStep", "StepRecord",
+           "flat_record", "peak_memory"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,3 +189,18 @@ def peak_memory(device: torch.device) -> tuple[int, str]:
     peak = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     # Linux reports KiB, macOS bytes
     return (peak if sys.platform == "darwin" else peak * 1024), "process-rss"
+
+
+@dataclass
+class PendingStep:
+    """A step timed whose record is not made yet: its timer marks, its tokens, the shapes it
+    ran and its count, if it was counted."""
+
+    index: int
+    start: Any
+    end: Any
+    previous_end: Any
+    tokens: int
+    key: Any  # meter_inputs.ShapeKey
+    count: StepCount | None
+    recorded: bool

@@ -134,7 +134,8 @@ def cpu_ring_attention() -> None:
                      attn_mask: torch.Tensor | None = None, scale: float | None = None
                      ) -> tuple[torch.Tensor, ...]:
         if attn_mask is not None:
-            raise NotImplementedError("context parallelism takes no attention mask")
+            raise InputError("--cp runs torch's ring attention, which takes no attention mask; "
+                             "this model passes one: trace it without --cp")
         result: tuple[torch.Tensor, ...] = cp._templated_ring_attention(
             mesh.get_group(), 2, aten._scaled_dot_product_flash_attention_for_cpu,
             query=query, key=key, value=value, is_causal=is_causal, dropout_p=dropout_p,
