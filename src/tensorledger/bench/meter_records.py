@@ -117,6 +117,13 @@ class MeterSummary:
     expected_name: str | None = None
     expected_rests_on: str | None = None  # what the expected time rests on, in words
 
+    @property
+    def measured_over_expected(self) -> float | None:
+        """The measured MFU over the expected one (None where either is missing)."""
+        if self.mfu is None or not self.expected_mfu:
+            return None
+        return self.mfu / self.expected_mfu
+
     def __repr__(self) -> str:
         median = "" if self.step_time is None else (
             f"median {show_time(self.step_time.median_s)} per step")

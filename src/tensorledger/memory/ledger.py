@@ -112,6 +112,12 @@ class KvCacheFacts:
     tensor_bytes: int  # what the cache's tensors show (a view may keep a larger storage)
     closed_form_bytes: int | None  # napkin.kvcache's for batch × tokens_after; None: no layout
 
+    @property
+    def closed_form_gap_bytes(self) -> int | None:
+        """The traced storages less napkin's closed form (None without one)."""
+        return None if self.closed_form_bytes is None else (
+            self.storage_bytes - self.closed_form_bytes)
+
     def __repr__(self) -> str:  # pragma: no mutate block (presentation: the summary line)
         return summary("KvCacheFacts", f"{self.cache_class} ({self.layers})",
                        f"{self.context} → {self.tokens_after} tokens",

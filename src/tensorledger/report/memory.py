@@ -129,8 +129,8 @@ def kv_cache_lines(kv: Any) -> list[str]:
         lines.append(f"its tensors show {_b(kv.tensor_bytes)}: a sliding-window layer of "
                      "transformers keeps window − 1 tokens as a view of the torch.cat that made "
                      "them, which holds the whole storage (after a prefill: the whole prompt's)")
-    if kv.closed_form_bytes is not None and kv.closed_form_bytes != kv.storage_bytes:
-        gap = kv.storage_bytes - kv.closed_form_bytes
+    gap = kv.closed_form_gap_bytes
+    if gap:
         lines.append(f"the traced cache is {format_bytes(abs(gap), 'auto')} "
                      f"{'over' if gap > 0 else 'under'} napkin's closed form (min(tokens, "
                      "window) a layer, the cache's dtype)")

@@ -76,8 +76,8 @@ def summary_text(summary: MeterSummary) -> str:
                      f"{summary.peak.label} peak {format_flop_rate(summary.peak.flop_per_s, 4)}, "
                      f"attention counted {summary.attention}")
     if summary.expected_mfu is not None and summary.expected_step_time_s is not None:
-        against = "" if summary.mfu is None else (
-            f"; measured / expected {summary.mfu / summary.expected_mfu:.2f}")
+        ratio = summary.measured_over_expected
+        against = "" if ratio is None else f"; measured / expected {ratio:.2f}"
         lines.append(f"  {summary.expected_name} {_mfu(summary.expected_mfu)}: a step of "
                      f"{format_duration(summary.expected_step_time_s, 3)} from "
                      f"{summary.expected_rests_on}{against}")
