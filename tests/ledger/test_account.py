@@ -102,3 +102,21 @@ def test_terminal_output_names_the_run(cli: Any) -> None:
 ])
 def test_bad_input_is_one_line(cli: Any, args: tuple[str, ...], fragment: str) -> None:
     assert_one_line_error(cli("account", *args), fragment)
+
+
+def test_parameter_shares_are_of_the_model_not_of_a_shard(cli: Any) -> None:
+    """Under FSDP 4 a rank holds a quarter of tiny's parameters, but the parts table shares out
+    the whole model: tiny's 90,432 parameters (napkin's count), each rank 90,432 / 4 = 22,608;
+    the mlp's 49,152 is 49,152 / 90,432 = 54.4% of it (not 217.4% of a shard)."""
+    total = parameter_count(get_preset("tiny")).total_params
+    assert total == 90_432
+    result = cli("account", "--model", "tiny", "--batch", "1", "--seq", "16", "--hardware",
+                 "h100", "--fsdp", "4")
+    assert result.code == 0, result.stderr
+    assert f"Parameters: {total:,}" in result.stdout
+    assert f"this rank holds {total // 4:,}" in result.stdout
+    assert re.search(r"mlp\s+│\s+49,152\s+│\s+54\.4%", result.stdout)
+    doc = cli("account", "--model", "tiny", "--batch", "1", "--seq", "16", "--hardware", "h100",
+              "--fsdp", "4", "--json").json()
+    assert doc["params"] == total // 4
+    assert sum(doc["params_by_part"].values()) == total

@@ -57,8 +57,8 @@ class Ledger(WorkloadHeader):
     tokens_per_step: int  # per device
     hardware: str
     count: int  # devices of the cluster
-    params: int
-    params_by_part: dict[str, int]
+    params: int  # held on this rank: its shards under FSDP/TP, its stage's under PP
+    params_by_part: dict[str, int]  # the model this rank runs (its stage), whole tensors
     trace: TraceSummary  # FLOPs by category, phase, module; 6·N·D; uncovered ops
     memory: MemoryLedger
     roofline: RooflinePrediction
@@ -79,6 +79,18 @@ class Ledger(WorkloadHeader):
     fits_with: LayoutEstimate | None = None
     fits_nowhere: str | None = None
     serving: ServingFigures | None = None  # prefill and decode: time per token, its bound
+
+    @property
+    def part_params(self) -> int:
+        """Parameters of the model this rank runs (its stage under PP), whole tensors: the
+        sum of ``params_by_part``, what each part's share is of."""
+        return sum(self.params_by_part.values())
+
+    @property
+    def part_shares(self) -> dict[str, float]:
+        """Each part's share of :attr:`part_params` (the shares sum to 1, sharded or not)."""
+        total = self.part_params
+        return {part: n / total if total else 0.0 for part, n in self.params_by_part.items()}
 
     def _repr_html_(self) -> str:  # Jupyter: the presentation layer renders it
         return str(view("html", self))

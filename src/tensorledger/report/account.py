@@ -30,13 +30,16 @@ View = list[RenderableType | str]
 
 
 def _parts_table(ledger: Ledger) -> Table:
-    table = Table(title=f"Parameters: {ledger.params:,} ({format_count(ledger.params)})",
-                  title_justify="left", header_style="bold")
+    whole = ledger.part_params
+    title = f"Parameters: {whole:,} ({format_count(whole)})"
+    if ledger.params != whole:  # sharded: what the rank holds beside the model it runs
+        title += f"; this rank holds {ledger.params:,} ({format_count(ledger.params)})"
+    table = Table(title=title, title_justify="left", header_style="bold")
     for column in ("part", "params", "share"):
         table.add_column(column, justify="left" if column == "part" else "right")
+    shares = ledger.part_shares
     for part, params in ledger.params_by_part.items():
-        share = params / ledger.params if ledger.params else 0.0
-        table.add_row(part, f"{params:,}", f"{share:.1%}")
+        table.add_row(part, f"{params:,}", f"{shares[part]:.1%}")
     return table
 
 
