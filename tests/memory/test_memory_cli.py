@@ -53,3 +53,19 @@ def test_bad_input_is_one_line(cli, tmp_path: Path) -> None:  # type: ignore[no-
     if not torch.cuda.is_available():
         assert_one_line_error(cli("memory", "--model", "tiny", "--seq", "8", "--device", "cuda"),
                               "no CUDA device")
+
+
+def test_a_forward_step_holds_its_weights_and_nothing_a_step_trains(cli) -> None:  # type: ignore[no-untyped-def]
+    """A forward step has every weight in memory (tiny: 90,432 parameters × 4 bytes of fp32
+    storage under mixed-bf16 = 361,728 B), and no gradients, optimizer state or saved
+    activations: the table shows the parameters alone, the title names no optimizer."""
+    numels = [p.numel() for p in build_model(get_preset("tiny"), "meta").parameters()]
+    assert sum(numels) == 90_432
+    data = cli("memory", "--model", "tiny", "--step", "forward", "--batch", "1", "--seq", "16",
+               "--json").json()
+    assert data["params_bytes"] == 90_432 * 4
+    assert data["grads_bytes"] == data["optimizer_state_bytes"] == 0
+    assert data["saved_activation_bytes"] == 0
+    text = cli("memory", "--model", "tiny", "--step", "forward", "--batch", "1", "--seq", "16")
+    assert "adamw" not in text.stdout and "gradients" not in text.stdout
+    assert "361.7 KB (353.2 KiB) │ 361.7 KB (353.2 KiB)" in text.stdout  # traced = closed form

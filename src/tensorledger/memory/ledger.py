@@ -217,6 +217,14 @@ class MemoryLedger:
                 params = frozen + adapters.params_bytes
                 grads = adapters.grads_bytes
                 optimizer = adapters.optimizer_bytes + adapters.master_bytes
+        if self.step == "forward":  # no gradients, no optimizer, nothing saved
+            return (MemoryPart("parameter", self.params_bytes, params),)
+        if self.step == "forward-backward":  # no optimizer step
+            return (MemoryPart("parameter", self.params_bytes, params),
+                    MemoryPart("gradient", self.grads_bytes, grads),
+                    MemoryPart("saved_activation", self.saved_activation_bytes,
+                               None if closed is None or not state or self.offload is not None
+                               else closed.total_bytes))
         return (MemoryPart("parameter", self.params_bytes, params),
                 MemoryPart("gradient", self.grads_bytes, grads),
                 MemoryPart("optimizer_state", self.optimizer_state_bytes, optimizer),

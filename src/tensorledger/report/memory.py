@@ -36,7 +36,8 @@ def memory_view(ledger: Any) -> View:
                  f"{sizes}, {ledger.precision}")
     else:
         title = (f"Memory of one {ledger.step} step{rank}: {ledger.model}, batch "
-                 f"{ledger.batch}, seq {ledger.seq_len}, {ledger.optimizer}, "
+                 f"{ledger.batch}, seq {ledger.seq_len}, "
+                 f"{ledger.optimizer + ', ' if ledger.step == 'train' else ''}"
                  f"{ledger.precision}{', checkpointed' if ledger.checkpointed else ''}")
     table = Table(title=title, title_justify="left", header_style="bold")
     table.add_column("part")

@@ -199,6 +199,8 @@ def _record(step: PreparedStep) -> tuple[Trace, dict[int, str], TracedCache | No
             recorder.tag(step.inference.tensors(step.inference.cache), "kv_cache")
             cached = step.inference.facts(held)
         elif not step.work.step.backward:
+            # every weight is in memory for a forward too, whichever ops read it
+            recorder.hold(params, "parameter")
             step.forward()
         else:
             with step.saved_hooks(pack, lambda t: recorder.tag([t], "host_activation")):
