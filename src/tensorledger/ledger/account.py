@@ -64,7 +64,8 @@ class Ledger(WorkloadHeader):
     roofline: RooflinePrediction
     step_time_s: float  # expected, per device (all devices step together); see roofline.basis
     cluster_tokens_per_s: float  # serial: communication after compute, the bubble included
-    mfu: float  # the cluster's, against the dense peak its matmuls ran at (mfu_peak_key)
+    mfu: float  # the cluster's model FLOPs utilisation, against the dense peak its matmuls
+    # ran at (mfu_peak_key); a recomputed forward is not a model FLOP
     peak_flop_per_s: float  # that dense peak
     memory_bandwidth_bytes_per_s: float
     run: RunCost | None  # with run tokens
@@ -79,6 +80,7 @@ class Ledger(WorkloadHeader):
     fits_with: LayoutEstimate | None = None
     fits_nowhere: str | None = None
     serving: ServingFigures | None = None  # prefill and decode: time per token, its bound
+    hfu: float = 0.0  # the cluster's hardware FLOPs utilisation: the recomputed forward too
 
     @property
     def part_params(self) -> int:
@@ -174,7 +176,8 @@ def account_run(work: Workload, hardware: Hardware, *, count: int = 1,
                     roofline=prediction, step_time_s=step_s,
                     cluster_tokens_per_s=cluster_tokens_per_s,
                     cluster_bound_tokens_per_s=tokens_per_step / bound_step_s
-                    if bound_step_s > 0 else 0.0, mfu=cluster.mfu, peak_flop_per_s=peak,
+                    if bound_step_s > 0 else 0.0, mfu=cluster.mfu, hfu=cluster.hfu,
+                    peak_flop_per_s=peak,
                     memory_bandwidth_bytes_per_s=hardware.memory_bandwidth_bytes_per_s,
                     run=cost, cluster=cluster,
                     serving=serving_figures(prediction, work.batch, work.context)

@@ -43,6 +43,7 @@ class ClusterStep:
     rank_flops: float  # FLOPs one rank runs a step
     peak_flop_per_s: float  # the dense peak MFU is taken against
     recomputed: bool = False  # checkpointed: the FLOPs that ran include a recomputed forward
+    recomputed_flops: float = 0.0  # of rank_flops, the recomputed forward's
     # where the bubble comes from: the schedule's own action lists (napkin's formula in
     # hand-made steps)
     bubble_source: str = "(p − 1)/(v·m + p − 1)"
@@ -78,9 +79,16 @@ class ClusterStep:
 
     @property
     def mfu(self) -> float:
-        """FLOPs of every rank over the cluster's serial step and the peak of every rank: the
-        hardware FLOPs utilisation (HFU) when the step recomputes (:attr:`recomputed`), the
-        model FLOPs utilisation otherwise."""
+        """Model FLOPs utilisation: every rank's model FLOPs (a recomputed forward left out)
+        over the cluster's serial step and the peak of every rank."""
+        denominator = self.peak_flop_per_s * self.step_s
+        return (self.rank_flops - self.recomputed_flops) / denominator if denominator > 0 \
+            else 0.0
+
+    @property
+    def hfu(self) -> float:
+        """Hardware FLOPs utilisation: :attr:`mfu` with every FLOP that ran, a recomputed
+        forward included (equal to it when nothing is recomputed)."""
         denominator = self.peak_flop_per_s * self.step_s
         return self.rank_flops / denominator if denominator > 0 else 0.0
 
@@ -118,4 +126,4 @@ def cluster_step(work: Workload, prediction: RooflinePrediction, peak_flop_per_s
         bubble_source=f"{work.layout.schedule}'s action lists",
         in_flight=None if pipeline is None else pipeline.rank_in_flight[0],
         rank_flops=float(prediction.flops), peak_flop_per_s=peak_flop_per_s,
-        recomputed=work.checkpoint)
+        recomputed=work.checkpoint, recomputed_flops=float(prediction.recomputed_flops))

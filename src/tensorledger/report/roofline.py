@@ -86,22 +86,29 @@ def step_lines(prediction: RooflinePrediction,
                recomputed: bool = False) -> list[str]:
     """The step's two figures, each with its MFU and tokens/s: the expected time (and what it
     rests on) and the roofline bound; ``tokens_per_s`` (expected, bound) replaces the
-    prediction's own (a cluster's).  The utilisation counts every FLOP the trace holds: with a
-    recomputed forward (``recomputed``) it is the hardware FLOPs utilisation, named HFU."""
+    prediction's own (a cluster's).  MFU counts the model's FLOPs; where the trace holds a
+    recomputed forward (``recomputed``: the step checkpoints) the hardware FLOPs utilisation,
+    every FLOP that ran, is named HFU beside it."""
     expected, bound = tokens_per_s or (prediction.tokens_per_s, prediction.ideal_tokens_per_s)
 
     def rate(value: float | None) -> str:
         return "" if value is None else f", {value:,.0f} tokens/s"
 
     peak = f"the dense {prediction.mfu_peak_key} peak"
-    name = "HFU (the recomputed forward counted)" if recomputed else "MFU"
+
+    def utilisation(model: float, hardware: float) -> str:
+        if not (recomputed or prediction.recomputed_flops):
+            return f"MFU {format_sci(hardware, 3)}"
+        return (f"MFU {format_sci(model, 3)}, HFU (the recomputed forward counted) "
+                f"{format_sci(hardware, 3)}")
+
     return [
-        f"expected step {format_duration(prediction.time_s)}: {name} "
-        f"{format_sci(prediction.mfu, 3)} against {peak}{rate(expected)} — from "
-        f"{prediction.basis}",
-        f"roofline bound {format_duration(prediction.ideal_time_s)}: {name} "
-        f"{format_sci(prediction.ideal_mfu, 3)}{rate(bound)} — peak FLOP/s and "
-        f"{prediction.bound_bandwidth}, no overhead; no real step is faster",
+        f"expected step {format_duration(prediction.time_s)}: "
+        f"{utilisation(prediction.model_mfu, prediction.mfu)} against {peak}{rate(expected)}"
+        f" — from {prediction.basis}",
+        f"roofline bound {format_duration(prediction.ideal_time_s)}: "
+        f"{utilisation(prediction.ideal_model_mfu, prediction.ideal_mfu)}{rate(bound)} — peak "
+        f"FLOP/s and {prediction.bound_bandwidth}, no overhead; no real step is faster",
     ]
 
 
@@ -352,9 +359,9 @@ def cluster_lines(cluster: ClusterStep) -> list[str]:
         f"the cluster: {c.data_parallel} × {c.tokens:,} tokens per step = {rates[0]} "
         f"tokens/s serial, {rates[1]} tokens/s overlapped"
         + (" (the bubble included)" if c.pipeline_bubble else "")
-        + (f"; HFU of the cluster {format_sci(c.mfu, 3)} (serial; the FLOPs that ran, the "
-           "recomputed forward included)" if c.recomputed else
-           f"; MFU of the cluster {format_sci(c.mfu, 3)} (serial)"),
+        + (f"; MFU of the cluster {format_sci(c.mfu, 3)}, HFU {format_sci(c.hfu, 3)} "
+           "(serial; HFU: the FLOPs that ran, the recomputed forward included)"
+           if c.recomputed_flops else f"; MFU of the cluster {format_sci(c.mfu, 3)} (serial)"),
     ]
 
 

@@ -312,6 +312,24 @@ class RooflinePrediction:
     bound_bandwidth: str = "datasheet bandwidth"  # the bandwidth the bound streams at
     communication_s: float = 0.0  # of time_s, the collectives' time on the links
     overlapped_time_s: float = 0.0  # each phase's compute and communication fully overlapped
+    # of ``flops``, those a checkpoint's recomputed forward ran again (0 without checkpointing)
+    recomputed_flops: int = 0
+
+    @property
+    def model_flops(self) -> int:
+        """The FLOPs the model needs: those that ran less the recomputed forward."""
+        return self.flops - self.recomputed_flops
+
+    @property
+    def model_mfu(self) -> float:
+        """Model FLOPs utilisation at the expected time: :attr:`mfu` counts every FLOP that
+        ran (the hardware FLOPs utilisation when the step recomputes), this the model's."""
+        return self.mfu * self.model_flops / self.flops if self.flops else 0.0
+
+    @property
+    def ideal_model_mfu(self) -> float:
+        """:attr:`model_mfu` at the roofline bound."""
+        return self.ideal_mfu * self.model_flops / self.flops if self.flops else 0.0
 
     def __repr__(self) -> str:
         return summary("RooflinePrediction",
@@ -384,7 +402,8 @@ def predict(records: Iterable[OpLike], hardware: Hardware, *, tokens: int | None
         basis=BASES[hardware.expected_basis],
         bound_bandwidth="the fastest bandwidth measured (from cache where a buffer fits)"
         if hardware.curves.get("bandwidth") else "datasheet bandwidth",
-        communication_s=communication_s, overlapped_time_s=overlapped(ops))
+        communication_s=communication_s, overlapped_time_s=overlapped(ops),
+        recomputed_flops=sum(r.flops for r in records if getattr(r, "recomputed", False)))
 
 
 #: Normalization ops that are one kernel for the whole norm (the others are the parts of a

@@ -28,6 +28,7 @@ second step), as :mod:`tensorledger.workload.parallel` does.  Collectives carry 
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -59,9 +60,26 @@ from tensorledger.trace.collectives import collective_info
 from tensorledger.trace.kernels import _SDPA, active_target, listen, sdpa_on
 from tensorledger.trace.records import ROOT, CollectiveInfo, OpRecord, Trace, is_norm_class
 
-__all__ = ["Recorder", "trace"]
+__all__ = ["Recorder", "recomputation", "trace"]
 
 # Queries of sizes and devices that fake tensors and symbolic shapes dispatch: not ops.
+#: How many checkpointed functions are running now (:func:`recomputation`).
+_recomputing = 0
+
+
+@contextlib.contextmanager
+def recomputation() -> Iterator[None]:
+    """Run a checkpointed function: ops it runs while autograd runs a backward are its
+    recomputation (``OpRecord.recomputed``), even where no module's forward hook sees them
+    (transformers calls a layer's ``forward`` itself when it recomputes it)."""
+    global _recomputing
+    _recomputing += 1
+    try:
+        yield
+    finally:
+        _recomputing -= 1
+
+
 _SKIPPED_NAMESPACES = ("prim", "profiler")
 _SKIPPED_PACKETS = frozenset({"aten.sym_size", "aten.sym_stride", "aten.sym_numel",
                               "aten.sym_storage_offset", "aten.is_contiguous",
@@ -483,6 +501,9 @@ class Recorder:
             storages_created=resized + tuple(created),
             storages_freed=freed,
             collective=collective,
+            # a module's forward running while autograd runs a backward: a checkpoint's
+            # recomputation (backward ops are attributed through autograd nodes, no stack)
+            recomputed=phase == "backward" and (bool(self._stack) or _recomputing > 0),
         ))
 
     def _read(self, tensor: torch.Tensor, read: dict[int, int]) -> None:

@@ -84,6 +84,9 @@ class OpRecord:
     storages_created: tuple[tuple[int, int], ...]  # (storage id, nbytes)
     storages_freed: tuple[int, ...]  # storage ids freed since the previous record
     collective: CollectiveInfo | None = None  # set for collectives, None for every other op
+    # run again in backward by activation checkpointing: a forward op inside a backward (its
+    # FLOPs count in the hardware FLOPs utilisation, not in the model's)
+    recomputed: bool = False
 
     @property
     def bytes(self) -> int:

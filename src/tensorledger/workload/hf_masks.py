@@ -19,12 +19,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["NO_PADDING_ASSUMED", "padding_as_given"]
+__all__ = ["NO_PACKING_ASSUMED", "NO_PADDING_ASSUMED", "padding_as_given"]
 
 #: The note the output shows when the assumption was made.
 NO_PADDING_ASSUMED = ("attention mask: a padding mask on fake tensors (no values) was taken "
                       "as holding no padding, as transformers decides for an all-ones mask: "
                       "is_causal, no 4-D mask built; run --device cpu for a mask with padding")
+
+#: The note when fake position ids were taken as one sequence a row (nothing packed).
+NO_PACKING_ASSUMED = ("position ids: fake ones (no values) were taken as one sequence a row, "
+                      "nothing packed, as transformers finds for the ids it makes itself: no "
+                      "4-D mask built")
 
 
 def _is_fake(tensor: Any) -> bool:
@@ -61,8 +66,30 @@ def padding_as_given(notes: list[str]) -> Iterator[None]:
             masking.fast_all(padding_mask)
         return bool(original(None, q_length, kv_length, *args, **kwargs))
 
+    packed: Callable[..., Any] | None = getattr(masking, "find_packed_sequence_indices", None)
+
+    def unpacked(position_ids: Any) -> Any:
+        """Without a cache (training with checkpointing, ``use_cache=False``) transformers looks
+        for packed sequences in the position ids by their values; fake ones have none, and it
+        would build a 4-D mask (attention off flash).  A real run of the ids it makes itself
+        (``arange``) finds one sequence a row and builds no mask: so here too, the ops it
+        spends on the question recorded."""
+        assert packed is not None
+        if not _is_fake(position_ids):
+            return packed(position_ids)
+        if NO_PACKING_ASSUMED not in notes:
+            notes.append(NO_PACKING_ASSUMED)
+        found = packed(position_ids)  # the tracing branch: the same ops, the mask returned
+        if found is not None:
+            (found[:, -1] == 0).all()  # what a real run reads back to decide
+        return None
+
     masking._ignore_causal_mask_sdpa = decide
+    if packed is not None:
+        masking.find_packed_sequence_indices = unpacked
     try:
         yield
     finally:
         masking._ignore_causal_mask_sdpa = original
+        if packed is not None:
+            masking.find_packed_sequence_indices = packed

@@ -26,6 +26,7 @@ from tensorledger.errors import ConfigError, InputError, ModelError
 from tensorledger.hardware.target import Target
 from tensorledger.models.build import build_model
 from tensorledger.trace.kernels import active_target, target_program
+from tensorledger.trace.recorder import recomputation
 from tensorledger.workload.factory import FactoryFile, load_factory_file, user_code
 from tensorledger.workload.float8 import AppliedFloat8, apply_float8
 from tensorledger.workload.layout import Layout
@@ -55,14 +56,48 @@ class CheckpointedBlock(nn.Module):
         self.block = block
 
     def _run(self, x: torch.Tensor, target: Target | None) -> torch.Tensor:
-        if target is None:
-            return cast(torch.Tensor, self.block(x))
-        with target_program(target):
-            return cast(torch.Tensor, self.block(x))
+        with recomputation():
+            if target is None:
+                return cast(torch.Tensor, self.block(x))
+            with target_program(target):
+                return cast(torch.Tensor, self.block(x))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return cast(torch.Tensor, checkpoint(self._run, x, active_target(),
                                              use_reentrant=False))
+
+
+def checkpoint_in_target(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``torch.utils.checkpoint`` (non-reentrant) of ``function`` whose recomputation enters
+    the forward's target program again, as :class:`CheckpointedBlock` does: what transformers'
+    layers call as their checkpointing function under ``--checkpoint``."""
+    target = active_target()
+
+    def run(*inner: Any, **named: Any) -> Any:
+        with recomputation():
+            if target is None:
+                return function(*inner, **named)
+            with target_program(target):
+                return function(*inner, **named)
+
+    return checkpoint(run, *args, use_reentrant=False, **kwargs)
+
+
+def checkpoint_hf_layers(model: nn.Module) -> nn.Module:
+    """transformers' own activation checkpointing of every layer, recomputed in the target's
+    program (:func:`checkpoint_in_target`)."""
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        raise InputError(f"--checkpoint: transformers' {type(model).__name__} does not support "
+                         "activation checkpointing")
+    enable: Callable[[], None] = getattr(model, "activation_checkpointing_enable", None) or \
+        getattr(model, "gradient_checkpointing_enable")  # noqa: B009  # transformers < 5
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        enable()
+    for module in model.modules():
+        if hasattr(module, "_gradient_checkpointing_func"):
+            setattr(module, "_gradient_checkpointing_func", checkpoint_in_target)  # noqa: B010
+    return model
 
 
 def checkpoint_blocks(model: nn.Module) -> nn.Module:
@@ -418,7 +453,9 @@ def _build_module(work: Workload, target: str, dtype: torch.dtype,
         return checkpoint_blocks(model) if work.checkpoint and work.layout.single else model
     if source.builder == "transformers":
         with torch.device(target), user_code(f"building {source.label} with transformers"):
-            return _hf_model(work, dtype)
+            built = _hf_model(work, dtype)
+            # transformers' own activation checkpointing of every layer
+            return checkpoint_hf_layers(built) if work.checkpoint else built
     assert factory is not None
     with torch.device(target), user_code(f"the factory {source.label}", (factory.path,)):
         made = factory.factory()
