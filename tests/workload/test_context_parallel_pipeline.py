@@ -106,3 +106,24 @@ def test_cp_that_does_not_cut_the_sequence_is_refused() -> None:
                          layout=resolve_layout(cp=3, pp=2, microbatches=M))
     with pytest.raises(InputError, match="does not divide by 6"):
         trace_pipeline_step(TINY, B, S, 2, M, "1f1b", within=Layout(cp=3))
+
+
+def test_replicas_beside_cp_inside_stages() -> None:
+    # --dp 2 --cp 2 --pp 2: HSDP on (dp, cp) within each stage, the mesh (pp, dp, cp) with
+    # cp ranks 1 apart, dp 2, pp 4
+    step = trace_pipeline_step(TINY, B, S, 2, M, "1f1b", stage=0, within=Layout(dp=2, cp=CP))
+    by_stride: dict[tuple[str, int], int] = {}
+    for record in step.trace.records:
+        if record.collective is not None:
+            key = (record.collective.kind, record.collective.rank_stride)
+            by_stride[key] = by_stride.get(key, 0) + record.collective.size_bytes
+    # the ring over cp as without replicas
+    assert _ring_sent(step.trace) == RING_PER_LAYER
+    # the stage (the embedding, 8192 values, and block 0, 36,992) sharded over the 2 cp
+    # ranks only, its gradients reduce-scattered over them once, and each half all-reduced
+    # over the 2 replicas: (8192 + 36,992) · 4 / 2 = 90,368 bytes
+    assert step.params_per_rank * CP == 8_192 + 36_992
+    assert by_stride[("reduce-scatter", 1)] == F32 * (8_192 + 36_992)
+    assert by_stride[("all-reduce", 2)] == F32 * (8_192 + 36_992) // 2 == 90_368
+    # 2 activations sent, 2 gradients received over pp: 4 messages of 2·16·64·4 bytes
+    assert by_stride[("send-recv", 4)] == 4 * 8_192
