@@ -127,3 +127,18 @@ def test_replicas_beside_cp_inside_stages() -> None:
     assert by_stride[("all-reduce", 2)] == F32 * (8_192 + 36_992) // 2 == 90_368
     # 2 activations sent, 2 gradients received over pp: 4 messages of 2·16·64·4 bytes
     assert by_stride[("send-recv", 4)] == 4 * 8_192
+
+
+@pytest.mark.parametrize(("schedule", "held"), [("gpipe", (0,)), ("looped-bfs", (0, 2)),
+                                                ("interleaved-zb", (0, 2)), ("zbv", (0, 3))])
+def test_every_schedule_runs_the_ring_in_its_stages(schedule: str, held: tuple[int, ...]
+                                                    ) -> None:
+    # 4 blocks: rank 0 of 2 holds 2 of them under every schedule (one stage of 2 blocks, or
+    # two stages of 1: interleaved r and r + 2, ZBV's V 0 and 3); zero bubble splits each
+    # backward into its input and weight halves, the ring's backward in the first
+    four = dataclasses.replace(TINY, n_layers=4)
+    step = trace_pipeline_step(four, B, S, 2, M, schedule, stage=0, within=Layout(cp=CP))
+    assert step.stages == held
+    assert dict(step.trace.uncovered) == {}
+    assert _ring_sent(step.trace) == 2 * RING_PER_LAYER == _closed(2)[0]
+    assert _attention_forward(step.trace) == 2 * ATTENTION_PER_LAYER == _closed(2)[1]
