@@ -674,8 +674,16 @@ IMPOSSIBLE_CP = [
     ["memory", "--model", "tiny", "--seq", "8", "--cp", "8"],  # more chunks than tokens
     ["roofline", "--model", "tiny", "--seq", "16", "--cp", "2", "--fsdp", "2", "--zero", "1"],
     ["account", "--model", "tiny", "--seq", "16", "--cp", "0"],
-    ["trace", "--model", "tiny", "--seq", "16", "--cp", "2", "--pp", "2", "--batch", "2",
+    # beside a pipeline: each stage's ranks cut the same sequence (20 is not 2·3 chunks), the
+    # batch must split into micro-batches, and the ring's kernel checks reach the command
+    ["trace", "--model", "tiny", "--seq", "20", "--cp", "3", "--pp", "2", "--batch", "2",
      "--microbatches", "2"],
+    ["memory", "--model", "tiny", "--seq", "16", "--cp", "2", "--pp", "2", "--batch", "3",
+     "--microbatches", "2"],
+    ["roofline", "--model", "tiny", "--seq", "16", "--cp", "2", "--pp", "2", "--batch", "2",
+     "--microbatches", "2", "--precision", "fp32"],
+    ["account", "--model", "tiny", "--seq", "16", "--cp", "2", "--pp", "2", "--batch", "2",
+     "--microbatches", "2", "--zero", "1"],
     ["trace", "--model", "tiny", "--seq", "16", "--cp-rotate", "alltoall"],  # no --cp
     ["trace", "--model", "tiny", "--seq", "16", "--cp", "2", "--cp-rotate", "ring"],
     # an H100's fp32 kernel (memory-efficient) pads its log-sum-exp to 32 rows: chunks of 16
@@ -690,4 +698,5 @@ def test_impossible_context_parallel_layouts(argv: list[str], hostile_files: dic
     with _place(hostile_files) as place:
         outcome = run_case(argv, place)
     assert outcome.code == 2 and len(outcome.stderr.strip().splitlines()) == 1, outcome
-    assert any(option in outcome.stderr for option in ("--cp", "--zero", "--seq")), outcome
+    assert any(option in outcome.stderr
+               for option in ("--cp", "--zero", "--seq", "--batch")), outcome

@@ -95,7 +95,8 @@ def test_cp_must_split_the_sequence_in_2cp_chunks() -> None:
 
 
 def test_llama_3_405b_shapes_cp16_tp8_at_128k() -> None:
-    # Llama 3 405B's long-context layout without its pipeline (--cp beside --pp is refused):
+    # Llama 3 405B's long-context layout without its pipeline (with it: test_context_parallel_
+    # pipeline.py and the roofline run of the issue):
     # 126 layers traced took 406 s here, ring bytes 32,765,902,848 equal to the closed form,
     # saved 615,485,705,172 B against 615,485,702,148; two layers here, every one the same.
     # One kv head a TP rank, s_r = 8,192: K = 2·8,192·128·2 = 4,194,304, G = 2·K; a layer

@@ -125,7 +125,7 @@ Sp = Annotated[bool, typer.Option("--sp", help=(
 Cp = Annotated[int, typer.Option("--cp", help=(
     "Context-parallel ranks: each sequence split over them (torch's context_parallel ring "
     "attention, load-balanced for the causal mask: --seq must divide by 2·cp); they shard "
-    "the parameters with --fsdp's ranks."))]
+    "the parameters with --fsdp's ranks; under --pp, the ring runs inside each stage."))]
 CpRotate = Annotated[str | None, typer.Option("--cp-rotate", help=(
     "How --cp's ring moves keys and values forward: allgather (one all-gather a layer, "
     "torch's default) or alltoall (a permutation a ring step)."))]

@@ -275,9 +275,6 @@ def check_layout(layout: Layout, config: TransformerConfig | None, *, batch: int
         raise InputError(f"--batch {batch} does not split into {layout.microbatches} "
                          f"micro-batches; use a batch that divides by {layout.microbatches}")
     cp = layout.cp
-    if cp > 1 and layout.pp > 1:
-        raise InputError(f"--cp {cp} beside --pp {layout.pp} is not laid out yet (torch's ring "
-                         "attention inside each stage); trace the layout without --pp")
     if cp > 1 and config is None:
         raise InputError(f"--cp {cp} cuts the token ids of a reference model (a preset or a "
                          "GPT-2 / Llama config.json) along the sequence; this model is not one")

@@ -18,7 +18,10 @@ tensor and sequence parallelism, as :func:`~tensorledger.workload.parallel.paral
 whole model out; :func:`stage_tp_plan` is the reference plan of the parts a stage holds).  The
 fake group then has ``pp × within.count`` ranks on a mesh with ``pp`` outermost, the stages talk
 over its ``pp`` group, and torch's ``PipelineStage`` drives FSDP as it does on real ranks: the
-gradient sync off until the step's last backward, then one reduce-scatter.  The workload's
+gradient sync off until the step's last backward, then one reduce-scatter.  Under context
+parallelism (``within.cp``) the whole batch's token ids are cut to the rank's chunks of the
+sequence before the schedule splits them, and every stage's attention runs as torch's ring
+over the ``cp`` ranks (:mod:`~tensorledger.workload.context_parallel`).  The workload's
 recipe (bf16 autocast over each stage's forward and the loss for ``mixed-bf16``; bf16
 parameters with fp32 masters for ``bf16-master``), optimizer and block checkpointing apply.
 
@@ -43,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -340,7 +344,9 @@ def build_pipeline_rank(config: TransformerConfig, pp: int, rank: int, chunks: i
     modules = split_stages(build_model(config, "cpu", dtype), pp, chunks, stage_layers)
     count = len(modules)
     tp = within.tp
-    stream_seq = seq // tp if within.sp else seq
+    # under context parallelism a rank's stages see its chunks of the sequence alone
+    local_seq = seq // within.cp
+    stream_seq = local_seq // tp if within.sp else local_seq
     logits_dtype = torch.bfloat16 if autocast else dtype
     group = mesh["pp"].get_group() if mesh is not None else None
     held = schedule.placement(pp, chunks, rank)
@@ -354,12 +360,26 @@ def build_pipeline_rank(config: TransformerConfig, pp: int, rank: int, chunks: i
                                  between=_checkpoint_stage if checkpoint else None)
         elif checkpoint:
             module = _checkpoint_stage(module)
-        inputs, outputs = _examples(config, micro, seq, index == 0, index == count - 1, dtype,
-                                    stream_seq, logits_dtype)
+        inputs, outputs = _examples(config, micro, local_seq, index == 0, index == count - 1,
+                                    dtype, stream_seq, logits_dtype)
         stages.append(stage_kind(module, index, count, torch.device("cpu"),
                                  input_args=inputs, output_args=outputs, group=group))
         laid.append(module)
     return laid, _make_schedule(schedule, stages, microbatches, autocast)
+
+
+def _sequence_sharded(within: Layout, mesh: DeviceMesh | None, tokens: torch.Tensor
+                      ) -> AbstractContextManager[None]:
+    """Under context parallelism, the whole batch's token ids (the first stage's inputs and
+    the last's targets: one tensor) cut to this rank's chunks of the sequence before the
+    schedule splits them into micro-batches, and every stage's attention run as torch's
+    ring over the mesh's ``cp`` ranks (:mod:`.context_parallel`); else nothing."""
+    if within.cp == 1:
+        return nullcontext()
+    from tensorledger.workload.context_parallel import sequence_sharded
+
+    assert mesh is not None  # a layout within the stages has its mesh
+    return sequence_sharded(mesh["cp"], [tokens], within.cp_rotate)
 
 
 def action_lists(schedule: str | Schedule, pp: int, microbatches: int,
@@ -436,6 +456,9 @@ def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int
     _check(config, batch, seq, pp, microbatches, kind, stage, chunks)
     if within.pp != 1:
         raise InputError("within is the layout of one stage's ranks: its pp must be 1")
+    if within.cp > 1 and seq % (2 * within.cp):
+        raise InputError(f"--cp {within.cp} splits each sequence into 2 × {within.cp} chunks; "
+                         f"--seq {seq:,} does not divide by {2 * within.cp}")
     if within.strategy in ("ddp", "zero1"):
         # a stage's second step (the recorded one) would rebuild DDP's buckets from the
         # order its gradients came in, reading memory fake tensors do not have
@@ -446,7 +469,7 @@ def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int
     try:
         with fake_process_group(whole.count, rank=stage * within.count):
             mesh = None if within.single else build_mesh(whole)
-            with FakeTensorMode(), warnings.catch_warnings():
+            with FakeTensorMode(), warnings.catch_warnings(), ExitStack() as stack:
                 # FSDP2 warns that a unit returns a view which an in-place op would cut from
                 # its backward hook; the stages read their outputs out of place
                 warnings.filterwarnings("ignore", "FSDP2-wrapped module .* returned a view "
@@ -470,6 +493,8 @@ def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int
                     for p in params:
                         p.grad = None
 
+                # one entry for both steps (see context_parallel.sequence_sharded)
+                stack.enter_context(_sequence_sharded(within, mesh, tokens))
                 step()  # the warm-up: the vote, the stages' buffers, the optimizer state
                 recorder = TaggingRecorder()
 
@@ -496,6 +521,13 @@ def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int
     except TensorLedgerError:
         raise
     except Exception as error:
+        # a stage wraps what its forward raised in a RuntimeError of its own: a refusal of
+        # the library's (the ring's, say) is passed on as it was raised
+        cause: BaseException | None = error
+        while cause is not None and not isinstance(cause, TensorLedgerError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is not None:
+            raise cause from None
         raise TraceError(f"the {kind.value} pipeline step of rank {stage} of {pp} raised "
                          f"{type(error).__name__}: {error}") from error
     trace = recorder.trace
