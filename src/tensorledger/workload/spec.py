@@ -27,8 +27,8 @@ from tensorledger.workload.source import ModelSource, resolve_source
 
 __all__ = ["DEFAULTS", "DEVICES", "FOREACH_OPTIMIZERS", "FUSED_OPTIMIZERS", "MAX_BATCH",
            "MAX_LORA_RANK", "MAX_SEQ", "OFFLOADS", "STEPS", "Lora", "Step", "Workload",
-           "WorkloadDefaults", "check_float8", "peft_available", "resolve_lora", "resolve_offload",
-           "resolve_step", "resolve_workload",
+           "WorkloadDefaults", "check_float8", "check_lora_layout", "peft_available",
+           "resolve_lora", "resolve_offload", "resolve_step", "resolve_workload",
            "torchao_available"]
 
 #: Where a step runs: ``auto`` picks meta or fake (see :func:`resolve_workload`).
@@ -307,7 +307,8 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
     (``cpu``, ``cuda``) the device's own program is, whatever the target.  ``optimizer_kernel``
     ``auto`` is the target's default (``foreach`` on a GPU, ``for-loop`` on a CPU); ``fused``
     runs torch's fused kernel (SGD, Adam, AdamW), traced on fake tensors.
-    ``lora`` (:func:`resolve_lora`) trains adapters beside a frozen model, on one device.
+    ``lora`` (:func:`resolve_lora`) trains adapters beside a frozen model, on one device or
+    under ``--fsdp`` / ``--dp`` (:func:`check_lora_layout`).
     ``offload`` (:func:`resolve_offload`) keeps the saved activations on the host (a step
     with a backward, on fake tensors: meta tensors cannot be copied to the host).
     ``routing`` (:func:`~tensorledger.workload.routing.resolve_routing`): the tokens each
@@ -372,10 +373,9 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
         raise InputError(f"--seq {seq} is longer than {source.name}'s context of "
                          f"{source.max_seq} (learned positions); use --seq "
                          f"{source.max_seq} or less")
-    check_layout(layout, config, batch=batch, seq=seq)
     if lora is not None and not layout.single:
-        raise InputError(f"--lora is traced on one device for now; drop the layout "
-                         f"({layout.describe()}) or --lora")
+        check_lora_layout(lora, layout)
+    check_layout(layout, config, batch=batch, seq=seq)
     if layout.pp > 1:
         if config is None:
             raise InputError(f"--pp cuts a reference model into stages; {source.label!r} is "
@@ -415,6 +415,22 @@ def check_float8(precision: Precision, layout: Layout, lora: Lora | None) -> Non
     if lora is not None:
         raise InputError(f"--lora trains adapters beside frozen weights; --precision "
                          f"{precision.name} converts the linears they adapt: use one of them")
+
+
+def check_lora_layout(lora: Lora, layout: Layout) -> None:
+    """Adapters are traced under FSDP2 (HSDP too) and DDP: the frozen base sharded or
+    replicated, the adapters alone trained; tensor, context and pipeline parallelism and a
+    4-bit base under a layout are refused in one line."""
+    if layout.tp > 1 or layout.cp > 1 or layout.pp > 1:
+        raise InputError(f"--lora is traced on one device, under --fsdp or --dp; peft's "
+                         f"adapters are not laid out over --tp, --cp or --pp yet: drop them "
+                         f"({layout.describe()}) or --lora")
+    if lora.nf4:
+        raise InputError(f"--qlora is traced on one device; its NF4 base is not sharded "
+                         f"here yet: drop the layout ({layout.describe()}) or --qlora")
+    if layout.strategy == "zero1":
+        raise InputError("--lora under --zero 1: ZeroRedundancyOptimizer over the adapters "
+                         "alone is not traced yet; use --zero 2 or 3, or --dp")
 
 
 def _inference(source: ModelSource, step: Step, seq: int, context: int | None,
