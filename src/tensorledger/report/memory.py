@@ -133,10 +133,11 @@ def param_offload_line(ledger: Any, shards: Any) -> str:
               f"{format_duration(there)} and {format_duration(back)}, unless overlapped with "
               "compute" if there is not None and back is not None else
               f"not priced ({shards.host_link})")
-    return (f"parameters offloaded (FSDP2's CPUOffloadPolicy): the parameters, gradients and "
-            f"optimizer state above are in host memory ({_b(ledger.host_peak_bytes)} at most "
-            f"there, the optimizer step's {format_bytes(shards.host_temporary_bytes, 'auto')} "
-            f"of temporaries included), apart from the device's; each step "
+    return (f"parameters offloaded (FSDP2's CPUOffloadPolicy): parameters, gradients and "
+            f"optimizer state in host memory (the breakdown's; {_b(ledger.host_peak_bytes)} at "
+            f"most there, the optimizer step's "
+            f"{format_bytes(shards.host_temporary_bytes, 'auto')} of temporaries included), "
+            f"apart from the device's; each step "
             f"{format_bytes(shards.to_device_bytes, 'auto')} of shards to the device before the "
             f"all-gathers and {format_bytes(shards.to_host_bytes, 'auto')} of gradient shards "
             f"to the host, {priced}; the optimizer step ({shards.optimizer_ops:,} ops, "
