@@ -168,3 +168,24 @@ def test_the_cli_reports_param_offload(cli) -> None:  # type: ignore[no-untyped-
     assert "runs on the host's CPU: no device time" in text
     assert_one_line_error(cli("memory", "-m", "tiny", "--offload", "params", "--tp", "2"),
                           "--offload params")
+
+
+def test_a_forward_step_holds_its_shards_on_the_host() -> None:
+    work = resolve_workload("tiny", batch=2, seq=12, precision="fp32", device="fake",
+                            step="forward", offload=("params",),
+                            layout=resolve_layout(fsdp=2))
+    ledger = memory_of(trace_workload(work))
+    moved = ledger.param_offload
+    assert moved is not None
+    assert moved.host_parameter_bytes == MODEL // 2 * F32 == 180_864
+    # the blocks are gathered again (2 · 36,992 / 2 · 4); the root stays gathered from the
+    # step before (FSDP2 reshards no root after forward); no gradient, no optimizer step
+    assert moved.to_device_bytes == 2 * BLOCK // 2 * F32 == 73_984 * 2
+    assert moved.to_host_bytes == 0 and moved.optimizer_ops == 0
+    # without offloading, the same shards are the device's (held from the step's start: no
+    # op of a forward reads them)
+    kept = resolve_workload("tiny", batch=2, seq=12, precision="fp32", device="fake",
+                            step="forward", layout=resolve_layout(fsdp=2))
+    whole = memory_of(trace_workload(kept))
+    assert whole.params_bytes == 180_864
+    assert whole.peak_bytes == ledger.peak_bytes + 180_864

@@ -221,6 +221,10 @@ def _record(step: PreparedStep) -> tuple[Trace, dict[int, str], TracedCache | No
             recorder.tag(step.inference.tensors(step.inference.cache), "kv_cache")
             cached = step.inference.facts(held)
         elif not step.work.step.backward:
+            if strategy in ("fsdp", "hsdp"):
+                # FSDP's shards are read by no op of a forward (their gathered copies are): held
+                # as live from the start, or the rank's memory would leave them out
+                recorder.hold(params, host + "parameter")
             step.forward()
         else:
             with step.saved_hooks(pack, lambda t: recorder.tag([t], "host_activation")):
