@@ -22,21 +22,24 @@ MARKER = "Real output of that command"
 
 #: "Will my fine-tune fit?": llama-3-8b, one sequence of 1,024 tokens, AdamW; full fine-tuning
 #: (mixed bf16), LoRA r=16 over a bf16 base, QLoRA (the same over NF4), on a 24 GB chip, an
-#: 80 GB one and eight 80 GB ones.
+#: 80 GB one and eight 80 GB ones; and full fine-tuning on one 80 GB chip with its parameters,
+#: gradients and optimizer state offloaded to the host (FSDP2's CPUOffloadPolicy).
 _EIGHT_B = ("memory", "--model", "llama-3-8b", "--seq", "1024")
 _LORA = ("--precision", "bf16", "--lora", "16")
 FIT_COMMANDS: tuple[tuple[str, ...], ...] = (
     (*_EIGHT_B, "--hardware", "rtx-4090"),
     (*_EIGHT_B, "--hardware", "h100"),
     (*_EIGHT_B, "--hardware", "h100", "--fsdp", "8"),
+    (*_EIGHT_B, "--hardware", "h100", "--offload", "params"),
     (*_EIGHT_B, *_LORA, "--hardware", "rtx-4090"),
     (*_EIGHT_B, *_LORA, "--hardware", "h100"),
     (*_EIGHT_B, *_LORA, "--qlora", "--hardware", "rtx-4090"),
     (*_EIGHT_B, *_LORA, "--qlora", "--hardware", "h100"),
 )
 FIT_MARKER = "Real output of these commands"
-#: The paragraphs of ``memory``'s output quoted for each command: the peak and the fit.
-_QUOTED = ("peak of the steady-state step", "NVIDIA ")
+#: The paragraphs of ``memory``'s output quoted for each command: the peak, what
+#: ``--offload params`` keeps on the host and moves, and the fit.
+_QUOTED = ("peak of the steady-state step", "parameters offloaded", "NVIDIA ")
 
 
 def _run(command: tuple[str, ...], columns: int) -> str:

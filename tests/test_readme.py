@@ -178,13 +178,13 @@ def test_the_main_jobs_sample_is_what_the_command_prints() -> None:
 
 
 def test_the_fine_tune_fit_sample_is_what_the_commands_print() -> None:
-    """"Will my fine-tune fit?" quotes the peak and the fit of each of its seven commands as
+    """"Will my fine-tune fit?" quotes the peak and the fit of each of its eight commands as
     they print them today (llama-3-8b on fake or meta tensors: minutes, not seconds)."""
     pytest.importorskip("peft")
     pytest.importorskip("torchao")
     module = _sample_script()
     text = README.read_text(encoding="utf-8")
-    assert len(module.FIT_COMMANDS) == 7
+    assert len(module.FIT_COMMANDS) == 8
     assert module.readme_with(module.fits_sample(), text, module.FIT_MARKER) == text
 
 

@@ -522,6 +522,16 @@ QLORA_CASES: list[list[str]] = [
     ["--qlora", "--lora", "8", "--offload", "activations"],
     ["--offload", "activations", "--device", "meta"], ["--offload", "params"],
     ["--offload", "activations", "--step", "forward"], ["--offload", "activations"],
+    # --offload params (FSDP2's CPUOffloadPolicy) and LoRA under layouts: what runs, and the
+    # layouts, devices and recipes refused beside them
+    ["--offload", "params", "--fsdp", "2"], ["--offload", "activations,params", "--fsdp", "2"],
+    ["--offload", "params", "--dp", "2"], ["--offload", "params", "--tp", "2"],
+    ["--offload", "params", "--pp", "2", "--microbatches", "2"],
+    ["--offload", "params", "--device", "cpu"],
+    ["--offload", "params", "--precision", "fp8-rowwise", "--fsdp", "2"],
+    ["--lora", "8", "--fsdp", "2"], ["--lora", "8", "--dp", "2"], ["--lora", "8", "--tp", "2"],
+    ["--lora", "8", "--fsdp", "2", "--zero", "1"],
+    ["--lora", "8", "--fsdp", "2", "--offload", "params"],
 ]
 
 

@@ -162,8 +162,8 @@ def test_bad_options_are_one_line(cli, tmp_path: Path) -> None:  # type: ignore[
                               "q_proj"), "no module 'q_proj'", "query, key, value")
     assert_one_line_error(cli("trace", "-m", "tiny", "--lora", "8", "--lora-targets",
                               "token_embedding"), "names a Embedding, not a linear layer")
-    assert_one_line_error(cli("trace", "-m", "tiny", "--lora", "8", "--fsdp", "2"),
-                          "--lora is traced on one device")
+    assert_one_line_error(cli("trace", "-m", "tiny", "--lora", "8", "--tp", "2"),
+                          "--lora is traced on one device, under --fsdp or --dp")
 
 
 def test_without_peft_the_option_names_the_extra(cli, monkeypatch: pytest.MonkeyPatch

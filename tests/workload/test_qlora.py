@@ -191,7 +191,7 @@ def test_bad_options_are_one_line(cli, tmp_path: Path) -> None:  # type: ignore[
                           "--qlora found no linear of TransformerLM",
                           "not a multiple of 16,384")
     assert_one_line_error(cli("account", "-m", "gpt2", "--qlora", "--lora", "8", "--fsdp",
-                              "2"), "--lora is traced on one device")
+                              "2"), "--qlora is traced on one device")
 
 
 def test_without_torchao_the_option_names_the_extra(cli, monkeypatch: pytest.MonkeyPatch

@@ -101,7 +101,10 @@ Qlora = Annotated[bool, typer.Option("--qlora", help=(
 Offload = Annotated[str | None, typer.Option("--offload", help=(
     "Keep on the host what a device would hold: activations (torch's save_on_cpu: what "
     "autograd saves copied to the host in forward and back in backward, the bytes priced on "
-    "the chip's host link)."))]
+    "the chip's host link), params (FSDP2's CPUOffloadPolicy: parameter shards, gradients "
+    "and optimizer state on the host, copied in for each all-gather and out after each "
+    "reduce-scatter, the optimizer step on the CPU; over the --fsdp N shards, or on one "
+    "device as a 1-rank FSDP2 mesh), or both: activations,params."))]
 RoutingOption = Annotated[str | None, typer.Option("--routing", help=(
     "A mixture of experts' tokens per expert, which fake tensors cannot decide: balanced "
     "(default: tokens·k/E each), skew=S (expert 0 gets 1+S times the balanced share, the "

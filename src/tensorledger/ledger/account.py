@@ -28,7 +28,7 @@ from tensorledger.roofline.decode import ServingFigures, serving_figures
 from tensorledger.roofline.model import RooflinePrediction, predict
 from tensorledger.summary import show_bytes, show_flops, show_time, summary
 from tensorledger.trace.aggregate import TraceSummary
-from tensorledger.workload import StepTrace, Workload, trace_workload
+from tensorledger.workload import StepTrace, Workload, device_records, trace_workload
 
 __all__ = ["Ledger", "RunCost", "account_run", "account_workload"]
 
@@ -154,7 +154,8 @@ def account_run(work: Workload, hardware: Hardware, *, count: int = 1,
     say("accounting memory and time")
     summary = step_summary(run, depth)
     memory = memory_of(run, hardware, count, budget_bytes)
-    prediction = predict(run.trace.records, hardware, tokens=work.tokens)
+    # with --offload params the optimizer step is the host's, not the device's
+    prediction = predict(device_records(run), hardware, tokens=work.tokens)
     peak = hardware.peak_flop_per_s(prediction.mfu_peak_key)
     cluster = cluster_step(work, prediction, peak, count=count, pipeline=run.pipeline)
     step_s = prediction.time_s

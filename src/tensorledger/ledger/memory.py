@@ -48,6 +48,7 @@ def step_facts(run: StepTrace) -> StepFacts:
                      tensor_parallel=work.layout.tp,
                      sequence_parallel=work.layout.sp, pipeline_stages=work.layout.pp,
                      adapters=work.lora is not None, offloaded_bytes=run.offloaded_bytes,
+                     params_offloaded_bytes=run.params_offloaded_bytes,
                      frozen_tensors=run.frozen_tensors, trained_tensors=run.trained_tensors,
                      routing=work.routing_note,
                      kv_cache=kv_cache_facts(run), context_parallel=work.layout.cp)

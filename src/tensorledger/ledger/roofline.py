@@ -23,6 +23,7 @@ from tensorledger.roofline.modules import ModuleTime, module_times
 from tensorledger.summary import show_time, summary
 from tensorledger.workload import (
     Workload,
+    device_records,
     placement,
     prepare,
     record_step,
@@ -173,7 +174,7 @@ def roofline_report(work: Workload, hardware: Hardware, *, measure_step: bool = 
     if not measure_step:
         run = trace_workload(work, progress=progress)
         traced = run.trace
-        return _report(work, hardware, traced, predict(traced.records, hardware,
+        return _report(work, hardware, traced, predict(device_records(run), hardware,
                                                        tokens=work.tokens), None, None, depth,
                        run.pipeline)
     say = progress or (lambda _: None)

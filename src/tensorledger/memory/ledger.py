@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from tensorledger.display import view
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
+from tensorledger.memory.host import host_category_peaks, phase_work
 from tensorledger.memory.timeline import MEMORY_CATEGORIES, MemoryTimeline, build_timeline
 from tensorledger.napkin.activations import ActivationMemory, activation_memory
 from tensorledger.napkin.adapters import adapter_recipe, frozen_bytes
@@ -27,8 +28,8 @@ from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.summary import show_bytes, summary
 from tensorledger.trace.records import Trace
 
-__all__ = ["Fit", "KvCacheFacts", "MemoryLedger", "MemoryPart", "Offload", "StepFacts",
-           "memory_ledger"]
+__all__ = ["Fit", "KvCacheFacts", "MemoryLedger", "MemoryPart", "Offload", "ParamOffload",
+           "StepFacts", "memory_ledger"]
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,8 @@ class StepFacts:
     pipeline_stages: int = 1  # a pipeline rank saves its stage's, for its micro-batches
     adapters: bool = False  # LoRA/QLoRA: a frozen base (its stored dtype, or NF4) and adapters
     offloaded_bytes: tuple[int, int] | None = None  # activations to the host and back
+    # --offload params: FSDP2's shard copies to the device and gradient shards to the host
+    params_offloaded_bytes: tuple[int, int] | None = None
     frozen_tensors: Sequence[tuple[int, int, bool]] = ()  # adapters' base: (n, width, NF4)
     trained_tensors: Sequence[tuple[int, int]] = ()  # the adapters: (n, width)
     routing: str = ""  # a mixture of experts: the tokens each routed expert receives
@@ -155,6 +158,35 @@ class Offload:
 
 
 @dataclass(frozen=True)
+class ParamOffload:
+    """FSDP2's ``CPUOffloadPolicy`` (``--offload params``): the rank's state in host memory,
+    the copies each step makes over the chip's host link (per direction; None where the
+    chip states none), and the optimizer step run on the host's CPU, not the device."""
+
+    to_device_bytes: int  # parameter shards copied to the device before the all-gathers
+    to_host_bytes: int  # gradient shards copied to the host after the reduce-scatters
+    host_link_bytes_per_s: float | None
+    host_link: str  # "PCIe 5.0 x16 of h100-sxm", or why there is no figure
+    host_parameter_bytes: int  # each host category's most live at once
+    host_gradient_bytes: int
+    host_optimizer_state_bytes: int  # the master copy of bf16-master included
+    host_temporary_bytes: int  # what the optimizer step makes on the host
+    optimizer_ops: int  # the optimizer step's ops: host work, priced on no device
+    optimizer_flops: int
+    optimizer_bytes: int  # read and written
+
+    @property
+    def to_device_s(self) -> float | None:
+        link = self.host_link_bytes_per_s
+        return None if link is None else self.to_device_bytes / link
+
+    @property
+    def to_host_s(self) -> float | None:
+        link = self.host_link_bytes_per_s
+        return None if link is None else self.to_host_bytes / link
+
+
+@dataclass(frozen=True)
 class MemoryLedger:
     """Everything ``tensorledger memory`` reports about one step."""
 
@@ -189,10 +221,14 @@ class MemoryLedger:
     # where no closed form is set beside
     adapter_closed_form: tuple[int, RecipeBytes] | None = None
     offload: Offload | None = None  # --offload activations: the host's share and its link
+    # --offload params: the state on the host (then what params_bytes, grads_bytes and
+    # optimizer_state_bytes count), the copies each way, the optimizer step's host work
+    param_offload: ParamOffload | None = None
 
     @property
     def host_peak_bytes(self) -> int:
-        """The most host memory live at once: the offloaded activations."""
+        """The most host memory live at once: the offloaded activations, and with
+        ``--offload params`` the state and the optimizer step's temporaries."""
         return self.timeline.host_peak_bytes
 
     def parts(self) -> tuple[MemoryPart, ...]:
@@ -322,18 +358,34 @@ def memory_ledger(trace: Trace, tags: Mapping[int, str], facts: StepFacts, *,
         if trained is not None:
             adapter_closed = (frozen_bytes(facts.frozen_tensors), trained)
     offload = None
+    link = None if hardware is None else hardware.host_link_bytes_per_s
+    host_link = ("no chip named" if hardware is None else
+                 f"{hardware.host_link_kind} of {hardware.id}" if link is not None
+                 else f"{hardware.id} states no host link")
     if facts.offloaded_bytes is not None:
-        link = None if hardware is None else hardware.host_link_bytes_per_s
         offload = Offload(*facts.offloaded_bytes, host_link_bytes_per_s=link,
-                          host_link="no chip named" if hardware is None else
-                          f"{hardware.host_link_kind} of {hardware.id}" if link is not None
-                          else f"{hardware.id} states no host link")
+                          host_link=host_link)
+    params_bytes, state_bytes = end.parameter_bytes, end.optimizer_state_bytes
+    param_offload = None
+    if facts.params_offloaded_bytes is not None:
+        host = host_category_peaks(trace, tags)
+        ops, flops, moved = phase_work(trace, "optimizer")
+        param_offload = ParamOffload(
+            *facts.params_offloaded_bytes, host_link_bytes_per_s=link, host_link=host_link,
+            host_parameter_bytes=host["host_parameter"],
+            host_gradient_bytes=host["host_gradient"],
+            host_optimizer_state_bytes=host["host_optimizer_state"],
+            host_temporary_bytes=host["host_temporary"], optimizer_ops=ops,
+            optimizer_flops=flops, optimizer_bytes=moved)
+        # the state is the host's: the breakdown counts it there, the device's peak without it
+        params_bytes, grads = host["host_parameter"], host["host_gradient"]
+        state_bytes = host["host_optimizer_state"]
     return MemoryLedger(model=facts.model, step=facts.step, batch=facts.batch,
                         seq_len=facts.seq_len,
                         optimizer=recipe.optimizer, precision=recipe.precision,
                         device=facts.device, checkpointed=facts.checkpointed,
-                        params_bytes=end.parameter_bytes, grads_bytes=grads,
-                        optimizer_state_bytes=end.optimizer_state_bytes,
+                        params_bytes=params_bytes, grads_bytes=grads,
+                        optimizer_state_bytes=state_bytes,
                         saved_activation_bytes=saved, peak_bytes=peak.total_bytes,
                         peak_op=peak.op, peak_phase=peak.phase, peak_module=peak.module,
                         first_step_peak_bytes=first_peak, recipe=recipe,
@@ -342,6 +394,7 @@ def memory_ledger(trace: Trace, tags: Mapping[int, str], facts: StepFacts, *,
                                                                facts.ranks, budget_bytes),
                         ranks=facts.ranks, layout=facts.layout, adapters=facts.adapters,
                         offload=offload, adapter_closed_form=adapter_closed,
+                        param_offload=param_offload,
                         routing=facts.routing,
 
                         kv_cache_bytes=end.kv_cache_bytes, kv_cache=facts.kv_cache)

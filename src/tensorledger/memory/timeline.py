@@ -9,8 +9,10 @@ by autograd for backward), ``kv_cache`` (the keys and values a prefill or decode
 or ``temporary`` (everything else: outputs not saved, workspace of
 decomposed ops, the loss) — so the peak comes with what is live at that moment and who made it.
 Host memory is kept apart: a storage tagged ``host_activation`` (an activation offloaded by
-``--offload activations``) is counted in :attr:`TimelinePoint.host_bytes`, never in the
-device's total or peak.
+``--offload activations``), or ``host_parameter``, ``host_gradient``, ``host_optimizer_state``
+and ``host_temporary`` (``--offload params``: FSDP2's shards on the host, their gradients, the
+optimizer state and what its step on the CPU makes) is counted in
+:attr:`TimelinePoint.host_bytes`, never in the device's total or peak.
 
 The tags come with the trace (see :func:`tensorledger.workload.trace_workload`): parameters,
 gradients and optimizer state from the model and optimizer, saved activations from
@@ -33,7 +35,8 @@ __all__ = ["CUDA_BLOCK_BYTES", "HOST_CATEGORIES", "MEMORY_CATEGORIES", "LiveStor
 MEMORY_CATEGORIES = ("parameter", "gradient", "optimizer_state", "saved_activation",
                      "kv_cache", "temporary")
 #: Categories of storages in host memory: not the device's.
-HOST_CATEGORIES = ("host_activation",)
+HOST_CATEGORIES = ("host_activation", "host_parameter", "host_gradient", "host_optimizer_state",
+                   "host_temporary")
 
 #: PyTorch's CUDA caching allocator hands out blocks in multiples of 512 bytes, and
 #: ``torch.cuda.max_memory_allocated`` counts those blocks, not the bytes asked for.

@@ -12,7 +12,8 @@ from tensorledger.memory import phase_spans
 from tensorledger.report.plots import new_figure, save_figure
 from tensorledger.units import format_bytes, format_duration
 
-__all__ = ["kv_cache_lines", "memory_figure", "memory_view", "write_memory_plot"]
+__all__ = ["kv_cache_lines", "memory_figure", "memory_view", "param_offload_line",
+           "write_memory_plot"]
 
 View = list[RenderableType | str]
 
@@ -103,6 +104,9 @@ def memory_view(ledger: Any) -> View:
                     f" the device's; {format_bytes(offload.to_host_bytes, 'auto')} to the host in"
                     f" forward and {format_bytes(offload.to_device_bytes, 'auto')} back in "
                     f"backward, {priced}")
+    shards = getattr(ledger, "param_offload", None)
+    if shards is not None:
+        view.append(param_offload_line(ledger, shards))
     if ledger.fit is not None:
         fit = ledger.fit
         verdict = "fits" if fit.fits_replicated else "does not fit"
@@ -119,6 +123,27 @@ def memory_view(ledger: Any) -> View:
                         f"sharded (ZeRO-3): {format_bytes(fit.sharded_peak_bytes, 'auto')} per "
                         f"device, {verdict}")
     return view
+
+
+def param_offload_line(ledger: Any, shards: Any) -> str:
+    """What ``--offload params`` (FSDP2's CPUOffloadPolicy) keeps on the host, moves each step
+    and runs on the host's CPU."""
+    there, back = shards.to_device_s, shards.to_host_s
+    priced = (f"over the host link ({shards.host_link}, "
+              f"{format_bytes(shards.host_link_bytes_per_s or 0, 'auto')}/s per direction): "
+              f"{format_duration(there)} and {format_duration(back)}, unless overlapped with "
+              "compute" if there is not None and back is not None else
+              f"not priced ({shards.host_link})")
+    return (f"parameters offloaded (FSDP2's CPUOffloadPolicy): parameters, gradients and "
+            f"optimizer state in host memory (the breakdown's; {_b(ledger.host_peak_bytes)} at "
+            f"most there, the optimizer step's "
+            f"{format_bytes(shards.host_temporary_bytes, 'auto')} of temporaries included), "
+            f"apart from the device's; each step "
+            f"{format_bytes(shards.to_device_bytes, 'auto')} of shards to the device before the "
+            f"all-gathers and {format_bytes(shards.to_host_bytes, 'auto')} of gradient shards "
+            f"to the host, {priced}; the optimizer step ({shards.optimizer_ops:,} ops, "
+            f"{shards.optimizer_flops:,} FLOPs, {format_bytes(shards.optimizer_bytes, 'auto')} "
+            "moved) runs on the host's CPU: no device time")
 
 
 def kv_cache_lines(kv: Any) -> list[str]:

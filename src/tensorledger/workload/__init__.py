@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from tensorledger.workload.run import (
         StepTrace,
         TaggingRecorder,
+        device_records,
         record_step,
         trace_model,
         trace_workload,
@@ -52,6 +53,7 @@ __all__ = [
     "StepTrace",
     "TaggingRecorder",
     "Workload",
+    "device_records",
     "hf_available",
     "model_params",
     "placement",
@@ -67,6 +69,7 @@ __all__ = [
 ]
 
 _LAZY = {"StepTrace": "run", "TaggingRecorder": "run", "record_step": "run",
+         "device_records": "run",
          "trace_model": "run", "trace_workload": "run", "PreparedStep": "step",
          "placement": "step", "prepare": "step", "routed": "step"}
 

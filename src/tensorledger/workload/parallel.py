@@ -237,7 +237,8 @@ def _data_parallel_mesh(layout: Layout, mesh: DeviceMesh) -> DeviceMesh:
 
 def parallelize(model: nn.Module, layout: Layout, mesh: DeviceMesh,
                 tp_plan: Mapping[str, TpStyle | ParallelStyle] | None = None,
-                between: Callable[[nn.Module], nn.Module] | None = None) -> nn.Module:
+                between: Callable[[nn.Module], nn.Module] | None = None,
+                offload_params: bool = False) -> nn.Module:
     """Lay ``model`` out by ``layout`` on ``mesh`` (from :func:`build_mesh`) and return the
     module to run (the same one, or DDP around it).
 
@@ -248,7 +249,9 @@ def parallelize(model: nn.Module, layout: Layout, mesh: DeviceMesh,
     across); DDP over ``mesh["dp"]``; for ZeRO-1, DDP over ``mesh["fsdp"]`` with the optimizer
     sharded by :func:`make_optimizer`.  ``between`` (activation checkpointing, say) is applied
     after tensor parallelism and before the data-parallel wrapping, the order torchtitan uses,
-    so FSDP's units are the checkpointed blocks.  It may run under FakeTensorMode (as
+    so FSDP's units are the checkpointed blocks.  ``offload_params`` gives every
+    ``fully_shard`` FSDP2's ``CPUOffloadPolicy`` (:mod:`.param_offload`: the shards, their
+    gradients and the optimizer state on the host).  It may run under FakeTensorMode (as
     :func:`trace_parallel_step` runs it) or on real tensors.
 
     >>> from tensorledger.workload.layout import Layout
@@ -265,12 +268,18 @@ def parallelize(model: nn.Module, layout: Layout, mesh: DeviceMesh,
                          "--tp N (N > 1) or drop the plan")
     if between is not None:
         model = between(model)
-    if strategy in ("fsdp", "hsdp"):
+    if strategy in ("fsdp", "hsdp") or (offload_params and strategy == ""):
+        # (parameters offloaded on one device: FSDP2 over its 1-rank mesh, ``dp`` of size 1)
         from torch._subclasses.fake_tensor import unset_fake_temporarily
         from torch.distributed.fsdp import fully_shard
 
         # None: FSDP2's default, resharding every unit but the root after forward
         reshard = False if layout.zero == 2 else None
+        options: dict[str, Any] = {}
+        if offload_params:
+            from tensorledger.workload.param_offload import offload_policy
+
+            options["offload_policy"] = offload_policy(mesh.device_type)
         # FSDP2 over tensor-parallel DTensors joins the two meshes, reading the rank map (a
         # real tensor) as fake tensors cannot: any FakeTensorMode is lifted meanwhile, and a
         # fake model's tensors still dispatch to their own mode (flattening fsdp and cp reads
@@ -278,8 +287,8 @@ def parallelize(model: nn.Module, layout: Layout, mesh: DeviceMesh,
         with unset_fake_temporarily():
             shard_mesh = _data_parallel_mesh(layout, mesh)
             for unit in shard_units(model):
-                fully_shard(unit, mesh=shard_mesh, reshard_after_forward=reshard)
-            fully_shard(model, mesh=shard_mesh, reshard_after_forward=reshard)
+                fully_shard(unit, mesh=shard_mesh, reshard_after_forward=reshard, **options)
+            fully_shard(model, mesh=shard_mesh, reshard_after_forward=reshard, **options)
         return model
     if strategy in ("ddp", "zero1"):
         return _ddp(model, _data_parallel_mesh(layout, mesh))

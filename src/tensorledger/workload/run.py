@@ -18,7 +18,7 @@ import torch
 from tensorledger.summary import show_count, summary
 from tensorledger.trace.kernels import target_program
 from tensorledger.trace.recorder import Recorder
-from tensorledger.trace.records import Trace
+from tensorledger.trace.records import OpRecord, Trace
 from tensorledger.trace.storage import local_tensor as local
 from tensorledger.trace.storage import storage_key
 from tensorledger.workload.context_parallel import RING_NOTE
@@ -28,7 +28,8 @@ from tensorledger.workload.schedule_order import OrderTimeline
 from tensorledger.workload.spec import Workload, resolve_workload
 from tensorledger.workload.step import PreparedStep, laid_out, prepare
 
-__all__ = ["StepTrace", "TaggingRecorder", "gathered_events", "parts_of", "record_step",
+__all__ = ["StepTrace", "TaggingRecorder", "device_records", "gathered_events", "parts_of",
+           "record_step",
            "saved_tagger", "trace_model", "trace_pipeline_rank", "trace_workload"]
 
 
@@ -47,6 +48,13 @@ class TaggingRecorder(Recorder):
                 known = self._live.get(storage_key(part))
                 if known is not None:
                     self.tags.setdefault(known[0], category)
+
+    def made_by(self, records: Iterable[OpRecord], category: str) -> None:
+        """Tag what ``records`` created and nothing tagged yet (the optimizer step's
+        temporaries, when it runs on the host)."""
+        for record in records:
+            for number, _ in record.storages_created:
+                self.tags.setdefault(number, category)
 
     def hold(self, tensors: Iterable[torch.Tensor], category: str) -> int:
         """Register ``tensors``' storages as live before the step and tag them (a decode
@@ -84,6 +92,8 @@ class StepTrace:
     active_params: int | None = None  # a mixture of experts: the parameters a token runs
     # --offload activations: bytes copied to the host in forward and back in backward
     offloaded_bytes: tuple[int, int] | None = None
+    # --offload params: FSDP2's shard copies to the device and gradient copies to the host
+    params_offloaded_bytes: tuple[int, int] | None = None
     # with adapters: the frozen tensors (elements, bytes an element, NF4) and the trained ones
     # (elements, bytes an element), for the closed forms (napkin.adapters)
     frozen_tensors: tuple[tuple[int, int, bool], ...] = ()
@@ -104,6 +114,15 @@ class StepTrace:
     def __repr__(self) -> str:
         return summary("StepTrace", repr(self.work), show_count(self.params, "params"),
                        repr(self.trace))
+
+
+def device_records(run: StepTrace) -> tuple[OpRecord, ...]:
+    """The ops the device runs: all of them, but with ``--offload params`` the optimizer
+    step's, which FSDP2's CPUOffloadPolicy runs on the host's CPU (the memory ledger counts
+    them as host work: ``ParamOffload.optimizer_flops``)."""
+    if "params" not in run.work.offload:
+        return run.trace.records
+    return tuple(r for r in run.trace.records if r.phase != "optimizer")
 
 
 def parts_of(step: PreparedStep) -> tuple[tuple[str, int], ...]:
@@ -183,11 +202,14 @@ def _record(step: PreparedStep) -> tuple[Trace, dict[int, str], TracedCache | No
 
     # the inputs are cut to this rank's chunks of the sequence before the recorder starts,
     # as a data loader would hand them over
-    with step.sequence_sharded(), recorder, gathered_events(recorder,
-                                                            step.work.layout.strategy), \
-            step.guard():
-        recorder.tag(params, "parameter")
-        recorder.tag(state(), "optimizer_state")
+    # --offload params: the shards, their gradients and the optimizer state are the host's,
+    # and so is what the optimizer step (run on the CPU) makes
+    host = "host_" if step.params_offloaded is not None else ""
+    strategy = "fsdp" if host else step.work.layout.strategy  # one device: a 1-rank FSDP2
+    with step.sequence_sharded(), recorder, gathered_events(recorder, strategy), \
+            step.guard(), step.params_moved(lambda t: recorder.tag([t], "host_gradient")):
+        recorder.tag(params, host + "parameter")
+        recorder.tag(state(), host + "optimizer_state")
         cached = None
         if step.inference is not None:
             # every weight is in memory for the step, read or not (a prefill's embedding rows)
@@ -199,20 +221,24 @@ def _record(step: PreparedStep) -> tuple[Trace, dict[int, str], TracedCache | No
             recorder.tag(step.inference.tensors(step.inference.cache), "kv_cache")
             cached = step.inference.facts(held)
         elif not step.work.step.backward:
-            # every weight is in memory for a forward too, whichever ops read it
-            recorder.hold(params, "parameter")
+            # every weight is in memory for a forward too, whichever ops read it (FSDP's
+            # shards are read by no op of a forward: their gathered copies are)
+            recorder.hold(params, host + "parameter")
             step.forward()
         else:
             with step.saved_hooks(pack, lambda t: recorder.tag([t], "host_activation")):
                 loss = step.loss()
             loss.backward()  # type: ignore[no-untyped-call]
-            recorder.tag(params, "parameter")
-            recorder.tag((p.grad for p in params), "gradient")
+            recorder.tag(params, host + "parameter")
+            recorder.tag((p.grad for p in params), host + "gradient")
             if step.optimizer is not None:
+                start = len(recorder.records)
                 step.optimizer.step()
                 step.after_optimizer_step()
-                recorder.tag(params, "parameter")
-                recorder.tag(state(), "optimizer_state")
+                recorder.tag(params, host + "parameter")
+                recorder.tag(state(), host + "optimizer_state")
+                if host:
+                    recorder.made_by(recorder.records[start:], "host_temporary")
             step.drop_gradients()
     return recorder.trace, recorder.tags, cached
 
@@ -249,7 +275,8 @@ def trace_workload(work: Workload, first_step: bool = False,
         with step.sequence_sharded():
             first: Trace | None = None
             first_tags: dict[int, str] = {}
-            warm_up = work.step.optimizer or not layout.single
+            sharded = not layout.single or step.params_offloaded is not None
+            warm_up = work.step.optimizer or sharded
             if layout.strategy in ("ddp", "zero1"):  # DDP's second step reads real memory
                 warm_up = False
                 if layout.tp > 1 and work.step.backward:
@@ -261,7 +288,7 @@ def trace_workload(work: Workload, first_step: bool = False,
             if warm_up:
                 say("running the first step (optimizer state)" if work.step.optimizer else
                     "running a first step (sharding set-up)")
-                if first_step and layout.single:  # a rank's first step is the sharding set-up
+                if first_step and not sharded:  # a rank's first step is the sharding set-up
                     first, first_tags = record_step(step)
                 else:
                     step.run()
@@ -290,7 +317,10 @@ def trace_workload(work: Workload, first_step: bool = False,
                      active_params=_active(step), cache=cached,
                      offloaded_bytes=None if step.offloaded is None else
                      (step.offloaded.to_host_bytes, step.offloaded.to_device_bytes),
-                     frozen_tensors=frozen, trained_tensors=trained)
+                     frozen_tensors=frozen, trained_tensors=trained,
+                     params_offloaded_bytes=None if step.params_offloaded is None else
+                     (step.params_offloaded.to_device_bytes,
+                      step.params_offloaded.to_host_bytes))
 
 
 def _adapter_notes(step: PreparedStep, trace: Trace) -> tuple[str, ...]:
@@ -315,13 +345,21 @@ def _adapter_tensors(step: PreparedStep) -> tuple[tuple[tuple[int, int, bool], .
 
 
 def _offload_notes(step: PreparedStep) -> tuple[str, ...]:
-    """What --offload activations moved, in the step traced."""
+    """What --offload moved, in the step traced."""
+    notes: tuple[str, ...] = ()
+    shards = step.params_offloaded
+    if shards is not None:
+        notes = (f"parameters offloaded by FSDP2's CPUOffloadPolicy (shards, gradients and "
+                 f"optimizer state in host memory, the optimizer step on the CPU): "
+                 f"{shards.to_device_bytes:,} bytes of shards copied to the device before "
+                 f"the all-gathers, {shards.to_host_bytes:,} bytes of gradient shards to the "
+                 f"host after the reduce-scatters",)
     moved = step.offloaded
     if moved is None:
-        return ()
-    return (f"activations offloaded by torch's save_on_cpu (every tensor autograd saves, "
-            f"weights included): {moved.to_host_bytes:,} bytes to the host in forward, "
-            f"{moved.to_device_bytes:,} back in backward",)
+        return notes
+    return (*notes, f"activations offloaded by torch's save_on_cpu (every tensor autograd "
+            f"saves, weights included): {moved.to_host_bytes:,} bytes to the host in forward, "
+            f"{moved.to_device_bytes:,} back in backward")
 
 
 def _active(step: PreparedStep) -> int | None:

@@ -27,8 +27,9 @@ from tensorledger.workload.source import ModelSource, resolve_source
 
 __all__ = ["DEFAULTS", "DEVICES", "FOREACH_OPTIMIZERS", "FUSED_OPTIMIZERS", "MAX_BATCH",
            "MAX_LORA_RANK", "MAX_SEQ", "OFFLOADS", "STEPS", "Lora", "Step", "Workload",
-           "WorkloadDefaults", "check_float8", "peft_available", "resolve_lora", "resolve_offload",
-           "resolve_step", "resolve_workload",
+           "WorkloadDefaults", "check_float8", "check_lora_layout", "check_param_offload",
+           "peft_available",
+           "resolve_lora", "resolve_offload", "resolve_step", "resolve_workload",
            "torchao_available"]
 
 #: Where a step runs: ``auto`` picks meta or fake (see :func:`resolve_workload`).
@@ -147,27 +148,46 @@ def resolve_lora(rank: int | None, targets: str | None = None, qlora: bool = Fal
 
 
 #: What ``--offload`` moves to the host: the activations autograd saves, through torch's
-#: ``torch.autograd.graph.save_on_cpu`` (copied to the host in forward, back in backward).
-OFFLOADS = ("activations",)
+#: ``torch.autograd.graph.save_on_cpu`` (copied to the host in forward, back in backward);
+#: the parameters, through FSDP2's ``CPUOffloadPolicy`` (shards, gradients and optimizer
+#: state on the host, the optimizer step on the CPU).
+OFFLOADS = ("activations", "params")
 
 
 def resolve_offload(text: str | None) -> tuple[str, ...]:
-    """``--offload activations`` checked: what is offloaded, () without the option.
+    """``--offload activations``, ``params`` or both checked: what is offloaded, () without
+    the option.
 
-    >>> resolve_offload("activations"), resolve_offload(None)
-    (('activations',), ())
+    >>> resolve_offload("activations"), resolve_offload("params,activations"), resolve_offload(None)
+    (('activations',), ('params', 'activations'), ())
     """
     if text is None:
         return ()
     pieces = tuple(dict.fromkeys(piece.strip().lower() for piece in text.split(",")))
     for piece in pieces:
-        if piece in ("params", "parameters", "optimizer"):
-            raise InputError("--offload params (FSDP2's CPUOffloadPolicy: parameters, "
-                             "gradients and optimizer state on the host) is not traced yet; "
-                             "--offload takes: activations")
         if piece not in OFFLOADS:
             raise UnknownNameError("offload", piece or text, OFFLOADS)
     return pieces
+
+
+def check_param_offload(layout: Layout, device: str, precision: Precision) -> None:
+    """``--offload params`` is FSDP2's ``CPUOffloadPolicy``: over the ``--fsdp`` shards (HSDP
+    too), or on one device as a 1-rank FSDP2 mesh; traced on a fake process group.  Beside
+    ZeRO-1, DDP alone, tensor, context or pipeline parallelism, and fp8, it is refused."""
+    if device not in ("auto", "fake"):
+        raise InputError(f"--offload params runs FSDP2's CPUOffloadPolicy on a fake process "
+                         f"group, on fake tensors; drop --device {device} (or use --device "
+                         "fake)")
+    if layout.tp > 1 or layout.cp > 1 or layout.pp > 1:
+        raise InputError(f"--offload params is traced under --fsdp (or on one device), not "
+                         f"beside --tp, --cp or --pp yet: drop them ({layout.describe()}) or "
+                         "--offload params")
+    if layout.strategy in ("ddp", "zero1"):
+        raise InputError(f"--offload params is FSDP2's CPUOffloadPolicy, which offloads FSDP's "
+                         f"shards; {layout.describe()} has none: use --fsdp N (--zero 2 or 3)")
+    if precision.float8:
+        raise InputError(f"--offload params copies plain shards to the device; --precision "
+                         f"{precision.name} gathers torchao's fp8 weights: use one of them")
 
 
 @dataclass(frozen=True)
@@ -217,7 +237,7 @@ class Workload:
     target: Target = CPU  # the chip whose program the trace records (hardware.target)
     optimizer_kernel: str = "for-loop"  # for-loop, foreach or fused (OPTIMIZER_KERNELS)
     lora: Lora | None = None  # adapters trained on a frozen model (peft's LoRA)
-    offload: tuple[str, ...] = ()  # what lives on the host (OFFLOADS): activations
+    offload: tuple[str, ...] = ()  # what lives on the host (OFFLOADS): activations, params
     routing: Routing = BALANCED  # a mixture of experts' tokens per expert (workload.routing)
     context: int | None = None  # decode: tokens already in each sequence's KV cache
 
@@ -307,9 +327,12 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
     (``cpu``, ``cuda``) the device's own program is, whatever the target.  ``optimizer_kernel``
     ``auto`` is the target's default (``foreach`` on a GPU, ``for-loop`` on a CPU); ``fused``
     runs torch's fused kernel (SGD, Adam, AdamW), traced on fake tensors.
-    ``lora`` (:func:`resolve_lora`) trains adapters beside a frozen model, on one device.
+    ``lora`` (:func:`resolve_lora`) trains adapters beside a frozen model, on one device or
+    under ``--fsdp`` / ``--dp`` (:func:`check_lora_layout`).
     ``offload`` (:func:`resolve_offload`) keeps the saved activations on the host (a step
-    with a backward, on fake tensors: meta tensors cannot be copied to the host).
+    with a backward, on fake tensors: meta tensors cannot be copied to the host), and the
+    parameters, gradients and optimizer state (FSDP2's ``CPUOffloadPolicy``: under ``--fsdp``,
+    or a 1-rank FSDP2 mesh on one device; :func:`check_param_offload`).
     ``routing`` (:func:`~tensorledger.workload.routing.resolve_routing`): the tokens each
     routed expert of a mixture of experts receives, checked against the model's experts.
     ``precision`` None is the step's default: ``mixed-bf16`` for training steps, ``bf16`` for
@@ -337,17 +360,20 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
                          f"process group, on fake tensors; drop --device {key} (or use --device "
                          "fake), and run it for real under torchrun")
     chosen_target, kernel = _program(key, target, optimizer_kernel, chosen_optimizer.name)
-    if offload and not chosen_step.backward:
+    if "params" in offload:
+        check_param_offload(layout, key, chosen_precision)
+    activations = "activations" in offload
+    if activations and not chosen_step.backward:
         raise InputError("--offload activations moves what autograd saves for backward to the "
                          "host; a forward step saves nothing: drop --offload or --step")
-    if offload and layout.pp > 1:
+    if activations and layout.pp > 1:
         raise InputError("--offload activations is traced for one step of a module, not yet "
                          "through a pipeline schedule; drop --pp or --offload")
     if offload and lora is not None and lora.nf4:
-        raise InputError("--offload activations copies each saved tensor into a plain host "
-                         "tensor, and torchao's NF4 weight that each QLoRA linear saves cannot "
-                         "be copied into one; drop --offload or --qlora")
-    if offload and key == "meta":
+        raise InputError(f"--offload {','.join(offload)} copies plain tensors to the host, and "
+                         "torchao's NF4 weight of each QLoRA linear cannot be copied into one; "
+                         "drop --offload or --qlora")
+    if activations and key == "meta":
         raise InputError("--offload activations copies each saved tensor to the host, which a "
                          "meta tensor (no data) cannot be copied to; use --device fake")
     if key == "auto":
@@ -372,10 +398,9 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
         raise InputError(f"--seq {seq} is longer than {source.name}'s context of "
                          f"{source.max_seq} (learned positions); use --seq "
                          f"{source.max_seq} or less")
-    check_layout(layout, config, batch=batch, seq=seq)
     if lora is not None and not layout.single:
-        raise InputError(f"--lora is traced on one device for now; drop the layout "
-                         f"({layout.describe()}) or --lora")
+        check_lora_layout(lora, layout)
+    check_layout(layout, config, batch=batch, seq=seq)
     if layout.pp > 1:
         if config is None:
             raise InputError(f"--pp cuts a reference model into stages; {source.label!r} is "
@@ -415,6 +440,22 @@ def check_float8(precision: Precision, layout: Layout, lora: Lora | None) -> Non
     if lora is not None:
         raise InputError(f"--lora trains adapters beside frozen weights; --precision "
                          f"{precision.name} converts the linears they adapt: use one of them")
+
+
+def check_lora_layout(lora: Lora, layout: Layout) -> None:
+    """Adapters are traced under FSDP2 (HSDP too) and DDP: the frozen base sharded or
+    replicated, the adapters alone trained; tensor, context and pipeline parallelism and a
+    4-bit base under a layout are refused in one line."""
+    if layout.tp > 1 or layout.cp > 1 or layout.pp > 1:
+        raise InputError(f"--lora is traced on one device, under --fsdp or --dp; peft's "
+                         f"adapters are not laid out over --tp, --cp or --pp yet: drop them "
+                         f"({layout.describe()}) or --lora")
+    if lora.nf4:
+        raise InputError(f"--qlora is traced on one device; its NF4 base is not sharded "
+                         f"here yet: drop the layout ({layout.describe()}) or --qlora")
+    if layout.strategy == "zero1":
+        raise InputError("--lora under --zero 1: ZeroRedundancyOptimizer over the adapters "
+                         "alone is not traced yet; use --zero 2 or 3, or --dp")
 
 
 def _inference(source: ModelSource, step: Step, seq: int, context: int | None,

@@ -32,6 +32,7 @@ from tensorledger.workload.float8 import AppliedFloat8, apply_float8
 from tensorledger.workload.layout import Layout
 from tensorledger.workload.lora import AppliedLora, apply_lora, trainable
 from tensorledger.workload.offload import ActivationOffload
+from tensorledger.workload.param_offload import ParamOffload
 from tensorledger.workload.precision import RecipeOptimizer, param_dtype
 from tensorledger.workload.spec import Workload
 
@@ -172,6 +173,7 @@ def laid_out(work: Workload, notes: list[str] | None = None) -> Iterator[tuple[s
     """:func:`placement` of ``work``'s device, and the device mesh of its layout: for a layout
     of more than one device, rank 0 of a fake process group of that many ranks, its mesh built
     before fake tensors are entered (building it reads the rank map as numbers); else None.
+    ``--offload params`` on one device is a fake group of one rank (a 1-rank FSDP2 mesh).
     Inside, the step runs the target's program (:func:`target_program`); on fake or meta
     tensors a Hugging Face padding mask is decided as a real one without padding
     (:func:`.hf_masks.padding_as_given`), the assumption appended to ``notes``."""
@@ -180,7 +182,7 @@ def laid_out(work: Workload, notes: list[str] | None = None) -> Iterator[tuple[s
         from tensorledger.workload.hf_masks import padding_as_given
 
         masks = padding_as_given([] if notes is None else notes)
-    if work.layout.single:
+    if work.layout.single and "params" not in work.offload:
         with placement(work.device) as target, routed(work), target_program(work.target), \
                 masks:
             yield target, None
@@ -320,6 +322,20 @@ class PreparedStep:
     lora: AppliedLora | None = None  # the adapters peft put on the module, if any
     float8: AppliedFloat8 | None = None  # the linears torchao runs in fp8, if any
     offloaded: ActivationOffload | None = None  # the last step's activation offload, if any
+    # --offload params: FSDP2's CPUOffloadPolicy copies, counted for the last step
+    params_offloaded: ParamOffload | None = None
+
+    def params_moved(self, on_host: Callable[[torch.Tensor], None] | None = None
+                     ) -> AbstractContextManager[None]:
+        """With ``--offload params``, FSDP2's copies of the shards to the device and of the
+        gradient shards to the host counted afresh for one step (``on_host`` sees each host
+        copy of a gradient); else nothing."""
+        moved = self.params_offloaded
+        if moved is None:
+            return nullcontext()
+        moved.reset()
+        moved.on_host = on_host
+        return moved.watching()
 
     def saved_hooks(self, on_saved: Callable[[torch.Tensor], torch.Tensor] | None = None,
                     on_host: Callable[[torch.Tensor], None] | None = None
@@ -400,13 +416,14 @@ class PreparedStep:
             if not self.work.step.backward:
                 self.forward()
                 return
-            with self.saved_hooks():
-                loss = self.loss()
-            loss.backward()  # type: ignore[no-untyped-call]
-            if self.optimizer is not None:
-                self.optimizer.step()
-                self.after_optimizer_step()
-            self.drop_gradients()
+            with self.params_moved():
+                with self.saved_hooks():
+                    loss = self.loss()
+                loss.backward()  # type: ignore[no-untyped-call]
+                if self.optimizer is not None:
+                    self.optimizer.step()
+                    self.after_optimizer_step()
+                self.drop_gradients()
 
     def after_optimizer_step(self) -> None:
         """With FSDP2 gathering fp8 weights: torchao's ``precompute_float8_dynamic_scale_for_
@@ -579,7 +596,8 @@ def prepare(work: Workload, target: str, mesh: Any = None) -> PreparedStep:
                        (source.path,) if source.kind == "factory" and source.path else ()):
             checkpointed = work.checkpoint and source.builder == "reference"
             module = parallelize(module, work.layout, mesh,
-                                 between=checkpoint_blocks if checkpointed else None)
+                                 between=checkpoint_blocks if checkpointed else None,
+                                 offload_params="params" in work.offload)
     parameters = list(dict.fromkeys(module.parameters()))
     if work.step.backward and not any(p.requires_grad for p in parameters):
         raise ModelError(f"{source.label} has no trainable parameters: there is nothing to "
@@ -603,5 +621,9 @@ def prepare(work: Workload, target: str, mesh: Any = None) -> PreparedStep:
                         user_loss=factory.loss if factory is not None else None,
                         user_inputs=user_inputs, device_type=torch.device(target).type,
                         lora=applied, float8=float8, inference=inference,
+                        params_offloaded=ParamOffload(
+                            stand_in=torch.device(target).type != "cuda"
+                            and work.target.kind != "cpu") if "params" in work.offload
+                        else None,
                         cp_mesh=mesh["cp"] if mesh is not None and work.layout.cp > 1
                         else None)
