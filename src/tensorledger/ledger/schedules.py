@@ -25,6 +25,8 @@ are those of torch's lists; nothing is a formula of p and m.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from tensorledger.errors import InputError
 from tensorledger.plan.pipeline import SCHEDULES, ScheduleFigures, SchedulePricer
 from tensorledger.workload.schedules import check_schedule, resolve_schedule
@@ -41,9 +43,9 @@ class ActionListPricer(SchedulePricer):
     names = SCHEDULES
     source = "torch's action lists, replayed"
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._replays: dict[tuple[str, int, int, int], ScheduleFigures | str] = {}
+    #: replays by (schedule, p, m, v), shared by every pricer of the process: torch's lists
+    #: are the same for every search
+    _replays: ClassVar[dict[tuple[str, int, int, int], ScheduleFigures | str]] = {}
 
     def _price(self, schedule: str, pp: int, microbatches: int, chunks: int
                ) -> ScheduleFigures | str:
@@ -91,7 +93,7 @@ class ActionListPricer(SchedulePricer):
         figures = ScheduleFigures(
             schedule=schedule, pp=pp, microbatches=microbatches, chunks=chunks,
             bubble_fraction=timeline.bubble_fraction, stage_in_flight=timeline.in_flight,
-            rank_stages=tuple(kind.placement(pp, chunks, r) for r in range(pp)),
+            rank_stages=self.placement(schedule, pp, chunks),
             source=self.source)
         self._replays[key] = figures
         return figures

@@ -302,12 +302,13 @@ def layer_activation_bytes(setup: PlanSetup, micro_batch: int, tp: int, sp: bool
     return float(kept.per_layer_bytes), full_layer
 
 
-def rank_memory(setup: PlanSetup, choice: LayoutChoice) -> RankMemory:
+def rank_memory(setup: PlanSetup, choice: LayoutChoice, floor: bool = False) -> RankMemory:
     """Bytes of the busiest rank: the largest of the ranks holding the first stage, the last
-    stage, and the most saved blocks (:func:`tensorledger.plan.stages.rank_loads`)."""
+    stage, and the most saved blocks (:func:`tensorledger.plan.stages.rank_loads`); with
+    ``floor``, a lower bound: one micro-batch in flight on every stage."""
     model = _model(setup)
     tp, pp, cp = choice.tp, choice.pp, choice.cp
-    loads, _, _, _ = pipeline_ranks(setup, choice)
+    loads, _, _, _ = pipeline_ranks(setup, choice, floor)
     layer_rank = -(-model.layer_matrices // tp) + model.layer_norms
     embedding_params = -(-model.embeddings // tp) + model.embedding_whole
     head_params = -(-model.head // tp) + model.final_norm

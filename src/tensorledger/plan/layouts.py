@@ -305,7 +305,8 @@ def _schedules(setup: PlanSetup, pp: int, fixed: FixedDims, tally: _Tally,
     pricer prices, its chunks, and the stage cuts of the blocks
     (:func:`tensorledger.plan.pipeline.stage_splits`); the fixed ones alone."""
     if pp == 1:
-        yield "none", 1, ()
+        if fixed.schedule is None and fixed.chunks is None:  # a fixed schedule: a pipeline
+            yield "none", 1, ()
         return
     layers = setup.config.n_layers
     for schedule in setup.schedules.names:
@@ -426,6 +427,16 @@ def plan_layouts(config: TransformerConfig | ModelProfile, hardware: Hardware, c
                             tally.reject(point, "memory per rank", f"more than {past}",
                                          math.inf)
                             continue
+                        if pp > 1 and not setup.schedules.known(schedule, pp, m, v):
+                            # a lower bound first: spare torch's lists of a layout that
+                            # cannot fit with one micro-batch in flight a stage
+                            least = rank_memory(setup, point, floor=True).total_bytes
+                            if least > budget:
+                                tally.reject(point, "memory per rank", f"at least "
+                                             f"{least / 1e9:.2f} GB > {budget / 1e9:g} GB",
+                                             least)
+                                past = f"{least / 1e9:.1f} GB (micro-batch {micro})"
+                                continue
                         if pp > 1:
                             figures = setup.schedules.figures(schedule, pp, m, v)
                             if isinstance(figures, str):

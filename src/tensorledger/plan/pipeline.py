@@ -100,6 +100,27 @@ class SchedulePricer:
             self._held[key] = held
         return held
 
+    def known(self, schedule: str, pp: int, microbatches: int, chunks: int) -> bool:
+        """Whether these figures are priced already (asking again costs nothing)."""
+        return (schedule, pp, microbatches, chunks) in self._held
+
+    def placement(self, schedule: str, pp: int, chunks: int) -> tuple[tuple[int, ...], ...]:
+        """The stages each rank holds: ``r, r + p, …`` (a loop), or ``r`` and ``2p − 1 − r``
+        for ZBV (a V)."""
+        if schedule == "zbv":
+            return tuple((r, 2 * pp - 1 - r) for r in range(pp))
+        return tuple(tuple(r + pp * k for k in range(chunks)) for r in range(pp))
+
+    def floor(self, schedule: str, pp: int, microbatches: int, chunks: int) -> ScheduleFigures:
+        """Figures no schedule goes below: no bubble, one micro-batch in flight a stage (a
+        search prices memory with them first, and spares the lists of a layout that does
+        not fit even so)."""
+        return ScheduleFigures(schedule=schedule, pp=pp, microbatches=microbatches,
+                               chunks=chunks, bubble_fraction=0.0,
+                               stage_in_flight=(1,) * (pp * chunks),
+                               rank_stages=self.placement(schedule, pp, chunks),
+                               source="a floor: one micro-batch in flight a stage")
+
     def _price(self, schedule: str, pp: int, microbatches: int, chunks: int
                ) -> ScheduleFigures | str:
         p, m = pp, microbatches
@@ -111,7 +132,7 @@ class SchedulePricer:
         return ScheduleFigures(schedule=schedule, pp=p, microbatches=m, chunks=1,
                                bubble_fraction=(p - 1) / (m + p - 1),
                                stage_in_flight=in_flight,
-                               rank_stages=tuple((r,) for r in range(p)), source=self.source)
+                               rank_stages=self.placement(schedule, p, 1), source=self.source)
 
 
 def stage_splits(layers: int, stages: int) -> tuple[tuple[int, ...], ...]:

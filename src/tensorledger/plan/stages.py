@@ -120,19 +120,22 @@ def schedule_figures(setup: PlanSetup, choice: LayoutChoice) -> ScheduleFigures:
     return figures
 
 
-def pipeline_ranks(setup: PlanSetup, choice: LayoutChoice
+def pipeline_ranks(setup: PlanSetup, choice: LayoutChoice, floor: bool = False
                    ) -> tuple[tuple[RankLoad, ...], float, int, float]:
     """(the ranks that can hold the most, the pace's imbalance, the most blocks a rank
-    holds, the bubble over compute) of the choice, remembered per schedule and cut."""
+    holds, the bubble over compute) of the choice, remembered per schedule and cut; with
+    ``floor``, of the pricer's floor figures (no schedule's lists built)."""
     counts = stage_counts(setup.config, choice)
     model = _model(setup)
     if choice.pp == 1:
         layers = setup.config.n_layers
         return (RankLoad(0, layers, layers, True, True, 1),), 1.0, layers, 0.0
-    key = (choice.schedule, choice.pp, choice.accumulation, choice.chunks, counts)
+    key = (choice.schedule, choice.pp, choice.accumulation, choice.chunks, counts, floor)
     held = model.pipelines.get(key)
     if held is None:
-        figures = schedule_figures(setup, choice)
+        figures = (setup.schedules.floor(choice.schedule, choice.pp, choice.accumulation,
+                                         choice.chunks) if floor
+                   else schedule_figures(setup, choice))
         head = model.head_flops_per_token
         layer = (model.flops_per_token - head) / setup.config.n_layers
         imbalance, most = stage_imbalance(counts, figures, layer, head)
