@@ -178,6 +178,29 @@ def test_plan_405b_tp_8_pp_16_evaluates_that_layout(cli) -> None:  # type: ignor
     assert "fixed by you: TP 8, PP 16; the search filled the rest" in table
 
 
+def test_plan_long_context_picks_context_parallelism(cli) -> None:  # type: ignore[no-untyped-def]
+    """Llama 3 405B at 131,072 tokens (16M = 128 sequences) on 16,384 H100s: without CP a
+    rank gathers a whole sequence's logits; the plan splits the sequence (Llama 3: CP 16)."""
+    doc = cli("plan", "-m", "llama-3-405b", "-n", "16384", "-g", "16M", "--seq", "131072",
+              "--top", "1", "--json").json()
+    best = doc["ranked"][0]["choice"]
+    assert doc["global_batch_seqs"] == 128 and best["cp"] > 1
+
+
+def test_plan_llama_3_layout_with_its_stages_and_schedule(cli) -> None:  # type: ignore[no-untyped-def]
+    """TP 8 · PP 16 · CP 1 with the first and last stage one block short and interleaved 1F1B,
+    as fixed options: the one cut, the schedule and the chunks in every row."""
+    doc = cli("plan", "-m", "llama-3-405b", "-n", "16384", "-g", "16M", "--seq", "8192",
+              "--tp", "8", "--pp", "16", "--cp", "1", "--schedule", "interleaved-1f1b",
+              "--chunks", "2", "--stage-layers", "first-1,last-1", "--top", "3",
+              "--json").json()
+    # 126 + 2 blocks over 32 stages is 4 each, the first and last 3
+    assert {tuple(r["choice"]["stage_layers"]) for r in doc["ranked"]} == {
+        (3,) + (4,) * 30 + (3,)}
+    assert {(r["choice"]["schedule"], r["choice"]["chunks"], r["choice"]["cp"])
+            for r in doc["ranked"]} == {("interleaved-1f1b", 2, 1)}
+
+
 def test_plan_every_dimension_fixed_is_the_searched_row(cli) -> None:  # type: ignore[no-untyped-def]
     base = ("plan", "-m", "llama-3-70b", "-n", "64", "-g", "512seq", "--seq", "8192", "--json")
     best = cli(*base, "--top", "1").json()["ranked"][0]
@@ -185,10 +208,10 @@ def test_plan_every_dimension_fixed_is_the_searched_row(cli) -> None:  # type: i
     fixed = ["--dp", str(c["dp"]), "--tp", str(c["tp"]), "--pp", str(c["pp"]),
              "--zero", str(c["zero"]), "--fsdp", str(c["shard"]),
              "--sp" if c["sp"] else "--no-sp", "--microbatches", str(c["accumulation"]),
-             "--checkpoint", c["checkpoint"]]
+             "--checkpoint", c["checkpoint"], "--cp", str(c["cp"])]
     if c["pp"] > 1:
-        fixed += ["--schedule", c["schedule"] if c["schedule"] == "1f1b"
-                  else f"interleaved-{c['chunks']}"]
+        fixed += ["--schedule", c["schedule"], "--chunks", str(c["chunks"]),
+                  "--stage-layers", ",".join(map(str, c["stage_layers"]))]
     doc = cli(*base, *fixed).json()
     assert doc["searched"] == 1 and doc["feasible"] == 1
     (only,) = doc["ranked"]
@@ -201,7 +224,15 @@ def test_plan_every_dimension_fixed_is_the_searched_row(cli) -> None:  # type: i
     (["--tp", "8", "--pp", "18"], ("TP 8 · PP 18 does not divide the 16,384 devices",)),
     (["--dp", "128", "--tp", "8", "--pp", "8"], ("= 8,192 devices, not the 16,384",)),
     (["--tp", "16"], ("TP 16 (fixed by you)", "spans nodes")),
-    (["--schedule", "gpipe"], ("unknown --schedule 'gpipe'", "1f1b")),
+    (["--schedule", "dualpipev"], ("unknown pipeline schedule 'dualpipev'", "zbv")),
+    (["--schedule", "zbv", "--chunks", "3"], ("zbv runs exactly 2 stages per rank",)),
+    (["--schedule", "1f1b", "--chunks", "2"], ("1f1b runs one stage per rank",)),
+    (["--cp", "3"], ("CP 3 cuts each sequence into 6 chunks", "8,192")),
+    (["--cp", "2", "--zero", "1"], ("not ZeRO-1",)),
+    (["--stage-layers", "first-1,last-1"], ("--stage-layers cuts a pipeline: give --pp",)),
+    (["--pp", "16", "--stage-layers", "8,...,8"], ("add up to 128 blocks", "126")),
+    (["--pp", "16", "--stage-layers", "first-2"], ("do not split into 16 stages",)),
+    (["--pp", "16", "--stage-layers", "x"], ("--stage-layers takes block counts",)),
     (["--checkpoint", "some"], ("unknown --checkpoint 'some'",)),
     (["--checkpoint", "selective"], ("--attention eager",)),
     (["--fsdp", "1", "--zero", "3"], ("ZeRO-3 needs a shard group above 1 rank",)),

@@ -90,11 +90,21 @@ ASSUMPTIONS = (
     "FLOPs against the dense peak, HFU the recomputed ones too",
     "activations: the reference model's closed form for the rank's tp/sp split and the recipe "
     "(exact against traced ranks); flash attention stores no s² scores unless --attention "
-    "eager (Korthikanti et al.'s 5·a·s²·b/t)",
-    "tensor-parallel communication exposed; data-parallel overlapped except the last layer's "
-    "bucket; pipeline send/receive not priced",
-    "ranks ordered tp (inside a node), then dp, then pp; collectives priced by the ring formulas",
+    "eager (Korthikanti et al.'s 5·a·s²·b/t); under context parallelism napkin's ring rank "
+    "at s/cp tokens (exact against traced ranks)",
+    "tensor-parallel communication and the context-parallel ring's exchange exposed; "
+    "data-parallel overlapped except the last layer's bucket; pipeline send/receive not priced",
+    "ranks ordered tp (inside a node), then cp, then dp, then pp; collectives priced by the "
+    "ring formulas",
 )
+
+
+def _pipelines(setup: PlanSetup) -> str:
+    """How the search priced its pipelines."""
+    return (f"pipeline bubble and micro-batches in flight per stage: {setup.schedules.source} "
+            f"({', '.join(setup.schedules.names)}; a forward, an input-gradient and a "
+            "weight-gradient action the same time); the slowest rank sets the pace: its "
+            "blocks, and on the last the head's FLOPs")
 
 
 def _assumptions(config: TransformerConfig | ModelProfile) -> tuple[str, ...]:
@@ -470,7 +480,7 @@ def plan_layouts(config: TransformerConfig | ModelProfile, hardware: Hardware, c
                       reserve="" if budget_bytes is not None else
                       device_headroom(count).describe(),
                       fixed=fix if fix.given else None,
-                      assumptions=_assumptions(config))
+                      assumptions=(*_assumptions(config), _pipelines(setup)))
 
 
 def pareto_frontier(points: Sequence[tuple[float, float, T]]) -> list[T]:
