@@ -89,12 +89,15 @@ def test_fit_with_activations(cli) -> None:  # type: ignore[no-untyped-def]
                           "unknown checkpoint")
 
 
-def test_plan_does_not_import_torch() -> None:
+def test_plan_without_pipelines_does_not_import_torch() -> None:
+    # a pipeline's schedules are priced from torch's action lists (issue 37): a search that
+    # holds no pipeline (--max-pp 1, or --pp 1) imports no torch
     import subprocess
     import sys
 
     code = ("import sys; from tensorledger.cli import main; "
-            "main(['plan', '-m', 'llama-3-8b', '-g', '64seq', '--json']); "
+            "main(['plan', '-m', 'llama-3-8b', '-g', '64seq', '--max-pp', '1', '--json']); "
+            "main(['plan', '-m', 'llama-3-8b', '-g', '64seq', '--pp', '1', '--json']); "
             "main(['fit', '--batch', '8', '--seq', '4096', '--json']); "
             "sys.stderr.write(str(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -227,11 +230,12 @@ def test_plan_every_dimension_fixed_is_the_searched_row(cli) -> None:  # type: i
     (["--schedule", "dualpipev"], ("unknown pipeline schedule 'dualpipev'", "zbv")),
     (["--schedule", "zbv", "--chunks", "3"], ("zbv runs exactly 2 stages per rank",)),
     (["--schedule", "1f1b", "--chunks", "2"], ("1f1b runs one stage per rank",)),
-    (["--cp", "3"], ("CP 3 cuts each sequence into 6 chunks", "8,192")),
+    (["--cp", "3"], ("CP 3 does not divide the 16,384 devices",)),
+    (["--cp", "8192"], ("CP 8192 cuts each sequence into 16384 chunks", "8,192")),
     (["--cp", "2", "--zero", "1"], ("not ZeRO-1",)),
     (["--stage-layers", "first-1,last-1"], ("--stage-layers cuts a pipeline: give --pp",)),
     (["--pp", "16", "--stage-layers", "8,...,8"], ("add up to 128 blocks", "126")),
-    (["--pp", "16", "--stage-layers", "first-2"], ("do not split into 16 stages",)),
+    (["--pp", "16", "--stage-layers", "first-1"], ("do not split into 16 stages",)),
     (["--pp", "16", "--stage-layers", "x"], ("--stage-layers takes block counts",)),
     (["--checkpoint", "some"], ("unknown --checkpoint 'some'",)),
     (["--checkpoint", "selective"], ("--attention eager",)),

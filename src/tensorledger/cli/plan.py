@@ -1,5 +1,6 @@
 """``tensorledger plan`` (search the layouts of a cluster) and ``tensorledger accumulate``
-(split a global batch into micro-batches), in closed form.  No torch for a preset; any other
+(split a global batch into micro-batches), in closed form.  No torch for a preset unless the
+search holds a pipeline (its schedules are priced from torch's own action lists); any other
 model source (a config.json, a factory) is profiled first by tracing it on fake tensors
 (:func:`tensorledger.ledger.profile.measure_profile`)."""
 

@@ -11,10 +11,15 @@ from tensorledger.plan.estimate import CHECKPOINTS, PlanSetup
 from tensorledger.plan.pipeline import MULTI_STAGE, SCHEDULES, describe_stages
 from tensorledger.plan.profile import ModelProfile
 
-__all__ = ["LARGEST_COUNT", "FixedDims"]
+__all__ = ["LARGEST_COUNT", "MIN_CP_TOKENS", "FixedDims"]
 
 #: The most devices searched (2^20: past any cluster, and the divisors stay few).
 LARGEST_COUNT = 1 << 20
+#: Context parallelism is searched while each rank keeps at least this many tokens of a
+#: sequence: Llama 3 ran CP 16 at 131,072 tokens (8,192 a rank) and none at 8,192, where the
+#: ring's exchange would split attention that is a small share of the step.  A fixed ``--cp``
+#: is priced at any degree that cuts the sequence.
+MIN_CP_TOKENS = 8192
 
 
 def _check(name: str, value: int, largest: int) -> int:
@@ -134,7 +139,11 @@ class FixedDims:
         product = math.prod(value for _, value in degrees)
         named = " · ".join(f"{label} {value}" for label, value in degrees)
         whole = self.dp is not None and self.tp is not None and self.pp is not None
-        if whole and (product != count if self.cp is not None else product > count):
+        # DP, TP and PP given, the rest could only be context-parallel ranks: those the
+        # search would not take are no layout
+        cp = count // product if whole and self.cp is None and count % product == 0 else 1
+        unsplit = cp > 1 and (setup.seq_len % (2 * cp) or setup.seq_len // cp < MIN_CP_TOKENS)
+        if whole and (product != count if self.cp is not None else product > count or unsplit):
             raise InputError(f"{named} = {product:,} devices, not the {where}; DP · CP · TP · "
                              "PP must equal --count")
         if degrees and count % product:

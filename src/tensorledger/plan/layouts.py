@@ -63,7 +63,7 @@ from tensorledger.plan.estimate import (
     rank_memory,
     step_time,
 )
-from tensorledger.plan.fixed import LARGEST_COUNT, FixedDims, _check
+from tensorledger.plan.fixed import LARGEST_COUNT, MIN_CP_TOKENS, FixedDims, _check
 from tensorledger.plan.pipeline import SchedulePricer, schedule_chunks, stage_splits
 from tensorledger.plan.profile import ModelProfile
 from tensorledger.plan.traffic import Verified
@@ -76,11 +76,6 @@ T = TypeVar("T")
 
 #: Reasons a configuration is rejected, in the order they are checked.
 REASONS = ("divisibility", "global batch", "memory per rank")
-#: Context parallelism is searched while each rank keeps at least this many tokens of a
-#: sequence: Llama 3 ran CP 16 at 131,072 tokens (8,192 a rank) and none at 8,192, where the
-#: ring's exchange would split attention that is a small share of the step.  A fixed ``--cp``
-#: is priced at any degree that cuts the sequence.
-MIN_CP_TOKENS = 8192
 #: Rejections kept per reason (the closest to feasible first for memory); the rest are counted.
 KEPT_REJECTIONS = 5
 
