@@ -6,10 +6,12 @@ innermost (inside a node), then data parallelism, then pipeline stages outermost
 order).  Of the ``dp`` data-parallel ranks, groups of ``shard`` hold one ZeRO-sharded copy
 (stage ``zero``; ``dp / shard`` replicas all-reduce the shards, as HSDP does).
 
-**Memory per rank** (the heavier of the first and the last pipeline stage):
+**Memory per rank** (the heaviest of the ranks holding the first stage, the last stage, and
+the most saved blocks: :mod:`tensorledger.plan.stages`):
 
 - per-parameter state: :func:`tensorledger.napkin.zero_bytes` of the stage's parameters,
-  ZeRO stage ``zero`` over ``shard`` ranks.  A stage holds ⌈L/p⌉ layers, each with its
+  ZeRO stage ``zero`` over ``shard`` ranks (× ``cp``: the context-parallel ranks shard the
+  parameters with the group).  A rank holds its stages' blocks (``stage_layers``), each with its
   matrices split over ``tp`` and its two norm scales whole; the first stage also holds the
   token embedding / tp, the last the head / tp and the final norm (``pp`` = 1: all of them).
 - ZeRO-3 gathers a layer's parameters before use: two layers' worth (one in use, one
@@ -37,10 +39,14 @@ order).  Of the ``dp`` data-parallel ranks, groups of ``shard`` hold one ZeRO-sh
   and, under autocast with checkpointing, the bf16 weight casts autocast's cache keeps until
   the forward ends) and in backward (the gradients and a recomputed layer beside everything
   saved).  Traced ranks of llama-3-70b peak at the loss (benchmarks/verify_plan.py).
-- micro-batches in flight on the first stage: 1 without a pipeline, min(p, m) under 1F1B, and
-  p·(1 + (p−1)/(p·v)) under the interleaved schedule with v chunks (Korthikanti §4.2.3).
-  The last stage holds one, plus the final norm's and the loss's saved tensors (the
-  log-softmax over the whole vocabulary: the head's output is gathered).
+- micro-batches in flight: 1 without a pipeline; under one, each stage's from the schedule's
+  own figures (:mod:`tensorledger.plan.pipeline`: torch's action lists replayed, or GPipe's m
+  and 1F1B's min(p − s, m) in closed form), times the stage's blocks.  The last stage adds
+  the final norm's and the loss's saved tensors of one (the log-softmax over the whole
+  vocabulary: the head's output is gathered).
+- context parallelism (ring attention): :func:`tensorledger.napkin.context.
+  context_parallel_rank`'s rank, activations at s/cp tokens, the merged output's copy per
+  layer and the targets' whole storage.
 
 **Time per step**, every rank doing 1/count of the work:
 
@@ -57,8 +63,12 @@ order).  Of the ``dp`` data-parallel ranks, groups of ``shard`` hold one ZeRO-sh
   published fraction at the size of the layer's largest matmul on this rank (the MLP's
   up-projection of one micro-batch, 2·b·s·h·d_ff/t FLOPs), as ``roofline`` prices every
   matmul of a traced step; ``efficiency`` set, that share instead (1: the ideal bound).
-- uneven stages: with ⌈L/p⌉ · p > L the slowest stage sets the pace, compute × ⌈L/p⌉·p/L.
-- pipeline bubble (Narayanan et al. 2021): compute × (p−1)/(v·m) on top.
+- pace: the slowest rank (its blocks; on the last, the head's 6·d·V FLOPs a token) over the
+  average one, ``imbalance`` (1 for an even cut with no head).
+- pipeline bubble: compute × f/(1 − f) on top, f the schedule's idle share (its action
+  lists'; (p−1)/(v·m) for 1F1B and interleaved 1F1B).
+- context parallelism: each layer's ring exchange per micro-batch (two all-gathers of the
+  keys and values, cp passes of their gradients) on the cp group's links, exposed.
 - tensor-parallel communication is exposed: per micro-batch and layer two all-reduces of the
   b·s·h block output in forward and two in backward (with full recomputation one more, the
   attention output's: torch's checkpoint stops recomputing once the saved tensors are back),
@@ -76,7 +86,8 @@ order).  Of the ``dp`` data-parallel ranks, groups of ``shard`` hold one ZeRO-sh
 - pipeline send/receive (b·s·h per micro-batch and stage boundary) is not priced: 1F1B
   overlaps it with compute.  :func:`sent_bytes` counts it.
 
-step = compute · imbalance · (1 + bubble) + tensor-parallel comm + exposed data-parallel comm;
+step = compute · imbalance · (1 + bubble) + tensor-parallel comm + ring exchange + exposed
+data-parallel comm;
 MFU = model FLOPs (without recomputation) / (step · count · ideal peak).
 """
 
