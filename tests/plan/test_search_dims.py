@@ -160,12 +160,13 @@ P, M = 4, 8
 # halves 1 each (schedule_order's times):
 # - GPipe, 1F1B: a rank computes 3·m = 24 units in a step of 3·(m + p − 1) = 33: the bubble
 #   (p−1)/(m+p−1) = 3/11;
-# - interleaved 1F1B and looped BFS with v = 2: 48 units a rank, the same 3·(p−1) = 9 idle:
-#   3/(v·m + p − 1) = 3/19;
-# - interleaved zero-bubble (v = 2) and ZBV: the weight halves fill the drain; a rank waits
-#   only for the forwards ahead of it, p − 1 = 3 units of 51: 1/17.
+# - interleaved 1F1B and looped BFS with v chunks: 24·v units a rank, the same 3·(p−1) = 9
+#   idle: 3/(v·m + p − 1), 3/19 at v = 2 and 3/35 at v = 4;
+# - interleaved zero-bubble and ZBV: the weight halves fill the drain; a rank waits only for
+#   the forwards ahead of it, p − 1 = 3 units: 3 of 51 (1/17) at v = 2, 3 of 99 (1/33) at 4.
 HAND = {("gpipe", 1): 3 / 11, ("1f1b", 1): 3 / 11, ("interleaved-1f1b", 2): 3 / 19,
-        ("looped-bfs", 2): 3 / 19, ("interleaved-zb", 2): 1 / 17, ("zbv", 2): 1 / 17}
+        ("interleaved-1f1b", 4): 3 / 35, ("looped-bfs", 2): 3 / 19, ("looped-bfs", 4): 3 / 35,
+        ("interleaved-zb", 2): 1 / 17, ("interleaved-zb", 4): 1 / 33, ("zbv", 2): 1 / 17}
 
 
 @pytest.mark.parametrize(("schedule", "chunks"), list(HAND))
@@ -189,6 +190,7 @@ def test_in_flight_is_the_action_lists() -> None:
     one = pricer.figures("1f1b", P, M, 1)
     assert one.stage_in_flight == (4, 3, 2, 1)  # p − s on stage s
     assert pricer.figures("gpipe", P, M, 1).stage_in_flight == (8,) * 4  # all m
+    assert pricer.figures("looped-bfs", P, M, 4).stage_in_flight == (8,) * 16  # all m too
     # the closed-form pricer gives the same for the two it prices
     closed = SchedulePricer()
     for schedule in ("gpipe", "1f1b"):
