@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from tensorledger.errors import InputError
 
 __all__ = ["MULTI_STAGE", "SCHEDULES", "SEARCHED_CHUNKS", "ScheduleFigures", "SchedulePricer",
-           "describe_stages", "schedule_chunks", "stage_splits"]
+           "balanced_cut", "describe_stages", "schedule_chunks", "stage_splits"]
 
 #: torch.distributed.pipelining's schedules, by the names the workload takes.
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "interleaved-zb", "zbv")
@@ -153,14 +153,7 @@ def stage_splits(layers: int, stages: int) -> tuple[tuple[int, ...], ...]:
     """
     if stages > layers:
         return ()
-    splits: list[tuple[int, ...]] = []
-    base, extra = divmod(layers, stages)
-    counts = [base] * stages
-    # the extra blocks go to the middle: the ends (embedding, head) stay light
-    order = sorted(range(stages), key=lambda s: (min(s, stages - 1 - s), s), reverse=True)
-    for s in order[:extra]:
-        counts[s] += 1
-    splits.append(tuple(counts))
+    splits = [balanced_cut(layers, stages)]
     for first, last in ((1, 1), (0, 1)):
         rest = layers + first + last
         if stages < 2 or rest % stages:
@@ -172,6 +165,21 @@ def stage_splits(layers: int, stages: int) -> tuple[tuple[int, ...], ...]:
         if min(cut) >= 1:
             splits.append(tuple(cut))
     return tuple(dict.fromkeys(splits))
+
+
+def balanced_cut(layers: int, stages: int) -> tuple[int, ...]:
+    """``layers`` blocks over ``stages`` stages as evenly as they go, the extra blocks in the
+    middle stages (the ends, which hold the embedding and the head, stay light).
+
+    >>> balanced_cut(10, 4), balanced_cut(8, 4)
+    ((2, 3, 3, 2), (2, 2, 2, 2))
+    """
+    base, extra = divmod(layers, stages)
+    counts = [base] * stages
+    order = sorted(range(stages), key=lambda s: (min(s, stages - 1 - s), s), reverse=True)
+    for s in order[:extra]:
+        counts[s] += 1
+    return tuple(counts)
 
 
 def describe_stages(counts: tuple[int, ...]) -> str:

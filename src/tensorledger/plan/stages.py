@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from tensorledger.errors import InputError
 from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.plan.model import search_model as _model
-from tensorledger.plan.pipeline import ScheduleFigures
+from tensorledger.plan.pipeline import ScheduleFigures, balanced_cut
 from tensorledger.plan.profile import ModelProfile
 
 if TYPE_CHECKING:
@@ -61,17 +61,21 @@ def _load(rank: int, counts: tuple[int, ...], figures: ScheduleFigures) -> RankL
 
 def rank_loads(counts: tuple[int, ...], figures: ScheduleFigures) -> tuple[RankLoad, ...]:
     """The ranks that can hold the most: the first stage's, the last stage's, and of the
-    others the one holding the most blocks × micro-batches (then the most blocks), each
-    once.  Memory per rank is the largest of theirs: every other rank holds fewer saved
-    blocks and parameters than that one and no embedding or head."""
+    others the one holding the most blocks × micro-batches (then the most blocks) and the one
+    holding the most blocks (then the most blocks × micro-batches), each once.  Memory per
+    rank is the largest of theirs: every other rank holds no embedding or head, and no more
+    saved blocks nor parameters than those two."""
     p = figures.pp
     loads = [_load(r, counts, figures) for r in range(p)]
     ends = [load for load in loads if load.first or load.last]
     middle = [load for load in loads if not (load.first or load.last)]
     picked = {load.rank: load for load in sorted(ends, key=lambda load: not load.first)}
     if middle:
-        heaviest = max(middle, key=lambda load: (load.held_layers, load.layers, -load.rank))
-        picked.setdefault(heaviest.rank, heaviest)
+        for heaviest in (max(middle, key=lambda load: (load.held_layers, load.layers,
+                                                       -load.rank)),
+                         max(middle, key=lambda load: (load.layers, load.held_layers,
+                                                       -load.rank))):
+            picked.setdefault(heaviest.rank, heaviest)
     return tuple(picked.values())
 
 
@@ -102,13 +106,7 @@ def stage_counts(config: TransformerConfig | ModelProfile, choice: LayoutChoice
     even as they go (the first cut of :func:`tensorledger.plan.pipeline.stage_splits`)."""
     if choice.stage_layers:
         return choice.stage_layers
-    stages = choice.pp * choice.chunks
-    base, extra = divmod(config.n_layers, stages)
-    counts = [base] * stages
-    order = sorted(range(stages), key=lambda s: (min(s, stages - 1 - s), s), reverse=True)
-    for s in order[:extra]:
-        counts[s] += 1
-    return tuple(counts)
+    return balanced_cut(config.n_layers, choice.pp * choice.chunks)
 
 
 def schedule_figures(setup: PlanSetup, choice: LayoutChoice) -> ScheduleFigures:
