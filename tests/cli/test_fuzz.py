@@ -227,7 +227,9 @@ def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[s
                   "zero": ["0", "1", "2", "3", "4", "-1", "", "٣"],
                   "microbatches": ["1", "2", "8", "3", "0", "-1", "4294967297", "", "٤"],
                   "schedule": ["1f1b", "interleaved", "interleaved-2", "interleaved-4",
-                               "interleaved-3", "interleaved-1f1b", "gpipe", "", "1F1B"]}
+                               "interleaved-3", "interleaved-1f1b", "gpipe", "", "1F1B",
+                               "looped-bfs", "interleaved-zb", "zbv", "ZBV", "dualpipev",
+                               "٣"]}
     pool = pools.get(name)
     if isinstance(pool, list):
         return st.sampled_from(pool)
@@ -424,6 +426,27 @@ def test_impossible_pipelines_are_one_line(command: str, argv: list[str], fragme
                                            ) -> None:
     base = [command, "--model", "tiny", "--seq", "8",
             *([] if "--batch" in argv else ["--batch", "4"])]
+    with _place(hostile_files) as place:
+        outcome = run_case([*base, *argv], place)
+    assert outcome.code == 2 and fragment in outcome.stderr, outcome
+
+
+#: What plan cannot search (issue 37 item 5): one line, exit 2.
+PLAN_REFUSALS = [
+    (["--cp", "3", "--count", "6"], "CP 3 cuts each sequence into 6 chunks"),
+    (["--pp", "2", "--stage-layers", "1,2"], "add up to 3 blocks"),
+    (["--stage-layers", "1,1"], "--stage-layers cuts a pipeline: give --pp"),
+    (["--schedule", "zbv", "--chunks", "4"], "zbv runs exactly 2 stages per rank"),
+    (["--dp", "2", "--pp", "2", "--microbatches", "1", "--schedule", "1f1b"],
+     "1f1b needs a micro-batch per stage"),
+]
+
+
+@pytest.mark.parametrize(("argv", "fragment"), PLAN_REFUSALS)
+def test_impossible_plans_are_one_line(argv: list[str], fragment: str,
+                                       hostile_files: dict[str, str], isolated: None) -> None:
+    base = ["plan", "--model", "tiny", "--seq", "8", "--global-batch", "8seq",
+            *([] if "--count" in argv else ["--count", "4"])]
     with _place(hostile_files) as place:
         outcome = run_case([*base, *argv], place)
     assert outcome.code == 2 and fragment in outcome.stderr, outcome

@@ -89,12 +89,15 @@ def test_fit_with_activations(cli) -> None:  # type: ignore[no-untyped-def]
                           "unknown checkpoint")
 
 
-def test_plan_does_not_import_torch() -> None:
+def test_plan_without_pipelines_does_not_import_torch() -> None:
+    # a pipeline's schedules are priced from torch's action lists (issue 37): a search that
+    # holds no pipeline (--max-pp 1, or --pp 1) imports no torch
     import subprocess
     import sys
 
     code = ("import sys; from tensorledger.cli import main; "
-            "main(['plan', '-m', 'llama-3-8b', '-g', '64seq', '--json']); "
+            "main(['plan', '-m', 'llama-3-8b', '-g', '64seq', '--max-pp', '1', '--json']); "
+            "main(['plan', '-m', 'llama-3-8b', '-g', '64seq', '--pp', '1', '--json']); "
             "main(['fit', '--batch', '8', '--seq', '4096', '--json']); "
             "sys.stderr.write(str(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -178,6 +181,29 @@ def test_plan_405b_tp_8_pp_16_evaluates_that_layout(cli) -> None:  # type: ignor
     assert "fixed by you: TP 8, PP 16; the search filled the rest" in table
 
 
+def test_plan_long_context_picks_context_parallelism(cli) -> None:  # type: ignore[no-untyped-def]
+    """Llama 3 405B at 131,072 tokens (16M = 128 sequences) on 16,384 H100s: without CP a
+    rank gathers a whole sequence's logits; the plan splits the sequence (Llama 3: CP 16)."""
+    doc = cli("plan", "-m", "llama-3-405b", "-n", "16384", "-g", "16M", "--seq", "131072",
+              "--top", "1", "--json").json()
+    best = doc["ranked"][0]["choice"]
+    assert doc["global_batch_seqs"] == 128 and best["cp"] > 1
+
+
+def test_plan_llama_3_layout_with_its_stages_and_schedule(cli) -> None:  # type: ignore[no-untyped-def]
+    """TP 8 · PP 16 · CP 1 with the first and last stage one block short and interleaved 1F1B,
+    as fixed options: the one cut, the schedule and the chunks in every row."""
+    doc = cli("plan", "-m", "llama-3-405b", "-n", "16384", "-g", "16M", "--seq", "8192",
+              "--tp", "8", "--pp", "16", "--cp", "1", "--schedule", "interleaved-1f1b",
+              "--chunks", "2", "--stage-layers", "first-1,last-1", "--top", "3",
+              "--json").json()
+    # 126 + 2 blocks over 32 stages is 4 each, the first and last 3
+    assert {tuple(r["choice"]["stage_layers"]) for r in doc["ranked"]} == {
+        (3,) + (4,) * 30 + (3,)}
+    assert {(r["choice"]["schedule"], r["choice"]["chunks"], r["choice"]["cp"])
+            for r in doc["ranked"]} == {("interleaved-1f1b", 2, 1)}
+
+
 def test_plan_every_dimension_fixed_is_the_searched_row(cli) -> None:  # type: ignore[no-untyped-def]
     base = ("plan", "-m", "llama-3-70b", "-n", "64", "-g", "512seq", "--seq", "8192", "--json")
     best = cli(*base, "--top", "1").json()["ranked"][0]
@@ -185,10 +211,10 @@ def test_plan_every_dimension_fixed_is_the_searched_row(cli) -> None:  # type: i
     fixed = ["--dp", str(c["dp"]), "--tp", str(c["tp"]), "--pp", str(c["pp"]),
              "--zero", str(c["zero"]), "--fsdp", str(c["shard"]),
              "--sp" if c["sp"] else "--no-sp", "--microbatches", str(c["accumulation"]),
-             "--checkpoint", c["checkpoint"]]
+             "--checkpoint", c["checkpoint"], "--cp", str(c["cp"])]
     if c["pp"] > 1:
-        fixed += ["--schedule", c["schedule"] if c["schedule"] == "1f1b"
-                  else f"interleaved-{c['chunks']}"]
+        fixed += ["--schedule", c["schedule"], "--chunks", str(c["chunks"]),
+                  "--stage-layers", ",".join(map(str, c["stage_layers"]))]
     doc = cli(*base, *fixed).json()
     assert doc["searched"] == 1 and doc["feasible"] == 1
     (only,) = doc["ranked"]
@@ -201,7 +227,16 @@ def test_plan_every_dimension_fixed_is_the_searched_row(cli) -> None:  # type: i
     (["--tp", "8", "--pp", "18"], ("TP 8 · PP 18 does not divide the 16,384 devices",)),
     (["--dp", "128", "--tp", "8", "--pp", "8"], ("= 8,192 devices, not the 16,384",)),
     (["--tp", "16"], ("TP 16 (fixed by you)", "spans nodes")),
-    (["--schedule", "gpipe"], ("unknown --schedule 'gpipe'", "1f1b")),
+    (["--schedule", "dualpipev"], ("unknown pipeline schedule 'dualpipev'", "zbv")),
+    (["--schedule", "zbv", "--chunks", "3"], ("zbv runs exactly 2 stages per rank",)),
+    (["--schedule", "1f1b", "--chunks", "2"], ("1f1b runs one stage per rank",)),
+    (["--cp", "3"], ("CP 3 does not divide the 16,384 devices",)),
+    (["--cp", "8192"], ("CP 8192 cuts each sequence into 16384 chunks", "8,192")),
+    (["--cp", "2", "--zero", "1"], ("not ZeRO-1",)),
+    (["--stage-layers", "first-1,last-1"], ("--stage-layers cuts a pipeline: give --pp",)),
+    (["--pp", "16", "--stage-layers", "8,...,8"], ("add up to 128 blocks", "126")),
+    (["--pp", "16", "--stage-layers", "first-1"], ("do not split into 16 stages",)),
+    (["--pp", "16", "--stage-layers", "x"], ("--stage-layers takes block counts",)),
     (["--checkpoint", "some"], ("unknown --checkpoint 'some'",)),
     (["--checkpoint", "selective"], ("--attention eager",)),
     (["--fsdp", "1", "--zero", "3"], ("ZeRO-3 needs a shard group above 1 rank",)),

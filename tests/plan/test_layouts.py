@@ -8,6 +8,7 @@ import pytest
 
 from tensorledger.errors import InputError
 from tensorledger.hardware import get_hardware
+from tensorledger.ledger.schedules import ActionListPricer
 from tensorledger.napkin import tp_activation_bytes, tp_indivisible
 from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
 from tensorledger.napkin.transformer import TransformerConfig, get_preset
@@ -127,11 +128,14 @@ def test_rank_memory_pipeline_first_stage_holds_p_microbatches() -> None:
     # loss end: 186,624 + 24,576 + 10,948 = 222,148
     assert (memory.stage, memory.stage_params, memory.total_bytes) == (
         "first", 11_616, 259_968 + 2 * 2304)
-    interleaved = rank_memory(setup, LayoutChoice(dp=1, tp=2, pp=3, micro_batch=1,
-                                                  accumulation=6, schedule="interleaved",
-                                                  chunks=2))
-    # p · (1 + (p−1)/(p·v)) = 3 · (1 + 2/6) = 4 micro-batches in flight
-    assert interleaved.activations_bytes == pytest.approx(4 * (24_576 + 128))
+    # GPipe: every stage holds all m = 4 micro-batches (the action lists agree), so the last
+    # stage, with the loss end, is the heavier: 4 · 24,576 of its block, no token ids
+    gpipe = rank_memory(setup, LayoutChoice(dp=1, tp=2, pp=3, micro_batch=1, accumulation=4,
+                                            schedule="gpipe"))
+    assert (gpipe.stage, gpipe.activations_bytes) == ("last", 4 * 24_576)
+    torch_lists = dataclasses.replace(setup, schedules=ActionListPricer())
+    assert rank_memory(torch_lists, LayoutChoice(dp=1, tp=2, pp=3, micro_batch=1,
+                                                 accumulation=4, schedule="gpipe")) == gpipe
 
 
 # ------------------------------------------------------------------------------------ time
@@ -178,23 +182,46 @@ def test_tensor_parallel_comm_and_bubble_by_hand() -> None:
     setup = _setup("llama-3-8b", 8, 4096, 8)
     choice = LayoutChoice(dp=1, tp=2, pp=4, micro_batch=1, accumulation=8, schedule="1f1b")
     time = step_time(setup, choice, rank_memory(setup, choice))
-    assert time.bubble_to_compute == 3 / 8  # (p−1)/m
+    assert time.bubble_to_compute == pytest.approx(3 / 8)  # (p−1)/m
     # per layer and micro-batch 4 all-reduces of b·s·h·2 = 4096·4096·2 = 33,554,432 bytes over
     # 2 NVLink ranks: 2·(1/2)·S / 450 GB/s + 2 hops · 0.6 µs; 8 layers a stage, 8 micro-batches
     one = 33_554_432 / 450e9 + 2 * 0.6e-6
     assert collective_time(CollectiveKind.ALL_REDUCE, 33_554_432, 2, H100).time_s == \
         pytest.approx(one)
     assert time.tp_comm_s == pytest.approx(8 * 4 * 8 * one)
-    interleaved = dataclasses.replace(choice, schedule="interleaved", chunks=2)
-    assert step_time(setup, interleaved, rank_memory(setup, interleaved)
-                     ).bubble_to_compute == 3 / 16  # (p−1)/(v·m)
+    # torch's interleaved 1F1B (its action lists replayed): (p−1)/(v·m), 4 stages of 4 blocks
+    # on each rank's two, 8 a rank as before
+    torch_lists = dataclasses.replace(setup, schedules=ActionListPricer())
+    interleaved = dataclasses.replace(choice, schedule="interleaved-1f1b", chunks=2)
+    time = step_time(torch_lists, interleaved, rank_memory(torch_lists, interleaved))
+    assert time.bubble_to_compute == pytest.approx(3 / 16)
+    assert time.tp_comm_s == pytest.approx(8 * 4 * 8 * one)
+
+
+# llama-3-405b's head: 6·d·V = 6 · 16,384 · 128,256 training FLOPs a token, beside a block's
+HEAD_405B = 6 * 16_384 * 128_256
+
+
+def _block_405b(seq: int) -> float:
+    from tensorledger.napkin.transformer import transformer_training_flops
+
+    per_token = transformer_training_flops(get_preset("llama-3-405b"), 1.0, seq).flops_per_token
+    return (per_token - HEAD_405B) / 126
 
 
 def test_uneven_stages_wait_for_the_heaviest() -> None:
-    # 126 layers on 4 stages: ⌈126/4⌉ = 32 per stage, 128 / 126 of the even pace
+    # 126 layers on 4 stages: 31, 32, 32, 31 (the lighter at the ends); the last also runs
+    # the head: ranks do 31f, 32f, 32f, 31f + h of 126f + h
     setup = _setup("llama-3-405b", 32, 4096, 8)
     choice = LayoutChoice(dp=1, tp=8, pp=4, micro_batch=1, accumulation=8, schedule="1f1b")
-    assert step_time(setup, choice, rank_memory(setup, choice)).imbalance == 128 / 126
+    f, h = _block_405b(4096), HEAD_405B
+    assert h / f == pytest.approx(0.6456, abs=1e-4)  # the head: 2/3 of a block
+    time = step_time(setup, choice, rank_memory(setup, choice))
+    assert time.imbalance == pytest.approx(max(32 * f, 31 * f + h) * 4 / (126 * f + h))
+    # the last stage one block shorter still: 32, 32, 32, 30 — the head's rank 30f + h < 32f
+    short = dataclasses.replace(choice, stage_layers=(32, 32, 32, 30))
+    assert step_time(setup, short, rank_memory(setup, short)).imbalance == pytest.approx(
+        32 * f * 4 / (126 * f + h))
 
 
 def test_ddp_gradient_all_reduce_by_hand() -> None:
@@ -394,19 +421,23 @@ def _all_of(choice: LayoutChoice) -> FixedDims:
     return FixedDims(dp=choice.dp, tp=choice.tp, pp=choice.pp, zero=choice.zero,
                      shard=choice.shard, sp=choice.sp, accumulation=choice.accumulation,
                      schedule=None if choice.pp == 1 else choice.schedule,
-                     chunks=choice.chunks if choice.schedule == "interleaved" else None,
-                     checkpoint=choice.checkpoint)
+                     chunks=None if choice.pp == 1 else choice.chunks,
+                     checkpoint=choice.checkpoint, cp=choice.cp,
+                     stage_layers=choice.stage_layers or None)
 
 
 def test_every_dimension_fixed_evaluates_the_one_layout_the_search_ranks() -> None:
-    full = _every_layout("llama-3-70b", 64, 8192, 512)
-    # the fastest, a ZeRO-3 one, an interleaved one and a plain-DP one of the full search
+    pricer = ActionListPricer()
+    full = _every_layout("llama-3-70b", 64, 8192, 512, schedules=pricer)
+    # the fastest, a ZeRO-3 one, an interleaved one, a zero-bubble one and a plain-DP one
     picks = [full[0], next(r for r in full if r.choice.zero == 3),
-             next(r for r in full if r.choice.schedule == "interleaved"),
+             next(r for r in full if r.choice.schedule == "interleaved-1f1b"),
+             next(r for r in full if r.choice.schedule == "zbv"),
              next(r for r in full if r.choice.zero == 0)]
     for row in picks:
         plan = plan_layouts(get_preset("llama-3-70b"), H100, 64, seq_len=8192,
-                            global_batch_seqs=512, fixed=_all_of(row.choice))
+                            global_batch_seqs=512, fixed=_all_of(row.choice),
+                            schedules=pricer)
         assert (plan.searched, plan.feasible) == (1, 1)
         (only,) = plan.ranked
         assert only.choice == row.choice
@@ -418,9 +449,12 @@ def test_405b_tp_8_pp_16_runs_126_layers_on_uneven_stages() -> None:
     plan = plan_layouts(get_preset("llama-3-405b"), H100, 16384, seq_len=8192,
                         global_batch_seqs=2048, top=10_000, fixed=FixedDims(tp=8, pp=16))
     assert {(r.choice.dp, r.choice.tp, r.choice.pp) for r in plan.ranked} == {(128, 8, 16)}
-    # ⌈126 / 16⌉ = 8 layers a stage, 8 · 16 = 128 slots for 126 layers: the slowest stage
-    # paces the step at 128 / 126 of the average
-    assert {r.time.imbalance for r in plan.ranked} == {128 / 126}
+    # 126 blocks over 16 stages: 7, 8 × 14, 7 (Llama 3's cut); the last rank runs 7 blocks and
+    # the head (7f + h < 8f), so a middle rank's 8 blocks pace the step: 8 · 16 / (126 + h/f)
+    f, h = _block_405b(8192), HEAD_405B
+    assert {r.choice.stage_layers for r in plan.ranked} == {(7,) + (8,) * 14 + (7,)}
+    assert {round(r.time.imbalance, 12) for r in plan.ranked} == {
+        round(8 * f * 16 / (126 * f + h), 12)}
 
 
 @pytest.mark.parametrize(("fixed", "attention", "message"), [
@@ -443,10 +477,14 @@ def test_fixed_dimensions_no_layout_can_have_are_refused(fixed: FixedDims, atten
 def test_fixed_dimensions_are_checked_when_made() -> None:
     with pytest.raises(InputError, match="ZeRO stage must be 0, 1, 2 or 3"):
         FixedDims(zero=4)
-    with pytest.raises(InputError, match="unknown schedule 'gpipe'"):
-        FixedDims(schedule="gpipe")
-    with pytest.raises(InputError, match="2 or 4 chunks"):
-        FixedDims(chunks=3)
+    with pytest.raises(InputError, match="unknown schedule 'dualpipev'"):
+        FixedDims(schedule="dualpipev")
+    with pytest.raises(InputError, match="1f1b runs one stage per rank"):
+        FixedDims(schedule="1f1b", chunks=3)
+    with pytest.raises(InputError, match="zbv runs exactly 2 stages per rank"):
+        FixedDims(schedule="zbv", chunks=3)
+    with pytest.raises(InputError, match="stage layers cut a pipeline"):
+        FixedDims(stage_layers=(1, 2))
     with pytest.raises(InputError, match="fixed tp must be a whole number"):
         FixedDims(tp=0)
     with pytest.raises(InputError, match="PP 64 exceeds llama-3-8b's 32 layers"):

@@ -123,7 +123,7 @@ def test_traced_pipeline_ranks_hold_and_send_what_the_closed_form_says(
 
 
 def test_layouts_the_tracer_cannot_lay_out_say_why() -> None:
-    four = traceable_layout(LayoutChoice(dp=2, tp=2, pp=2, chunks=4, schedule="interleaved",
+    four = traceable_layout(LayoutChoice(dp=2, tp=2, pp=2, chunks=4, schedule="interleaved-1f1b",
                                          accumulation=4, zero=3, shard=2))
     # any number of chunks, ZeRO-3 under them (issue 37): traced as they are
     assert not isinstance(four, str)

@@ -1,5 +1,6 @@
 """``tensorledger plan`` (search the layouts of a cluster) and ``tensorledger accumulate``
-(split a global batch into micro-batches), in closed form.  No torch for a preset; any other
+(split a global batch into micro-batches), in closed form.  No torch for a preset unless the
+search holds a pipeline (its schedules are priced from torch's own action lists); any other
 model source (a config.json, a factory) is profiled first by tracing it on fake tensors
 (:func:`tensorledger.ledger.profile.measure_profile`)."""
 
@@ -33,12 +34,13 @@ from tensorledger.plan import (
     plan_accumulation,
     plan_layouts,
 )
-from tensorledger.plan.estimate import INTERLEAVE_CHUNKS
 from tensorledger.plan.layouts import LARGEST_COUNT, plan_setup
+from tensorledger.plan.pipeline import MULTI_STAGE, SchedulePricer
 from tensorledger.plan.profile import ModelProfile
 from tensorledger.report.plan import accumulation_view, layout_plan_view, write_plan_plot
 from tensorledger.report.plots import check_figure_path
 from tensorledger.units import parse_bytes, parse_count
+from tensorledger.workload.schedules import StageLayers, resolve_schedule
 from tensorledger.workload.source import resolve_source
 
 __all__ = ["fixed_dims", "global_batch_seqs", "register"]
@@ -51,7 +53,8 @@ _BINARY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KkMmGgBb])\s*$")
 _BINARY_POWER = {"k": 10, "m": 20, "g": 30, "b": 30}
 #: Where ``plan --help`` lists the options that fix a dimension of the layout.
 _FIXED = "Fix a dimension (the search fills the rest)"
-_CHUNKS = tuple(str(v) for v in INTERLEAVE_CHUNKS)
+#: The names of an earlier planner: interleaved (-V chunks) is torch's interleaved 1F1B.
+_INTERLEAVED = re.compile(r"^interleaved(?:-(\d+))?$")
 
 
 def global_batch_seqs(text: str, seq_len: int) -> tuple[int, str | None]:
@@ -179,31 +182,52 @@ def plan_command(
         rich_help_panel=_FIXED)] = None,
     pp: Annotated[int | None, typer.Option("--pp", parser=integer_parser(1, LARGEST_COUNT),
                                            help=(
-        "Fix the pipeline stages (they need not divide the layers: the heaviest sets the "
-        "pace)."), rich_help_panel=_FIXED)] = None,
+        "Fix the pipeline ranks (they need not divide the layers: the stages are cut as "
+        "evenly as they go, or as --stage-layers says)."), rich_help_panel=_FIXED)] = None,
+    cp: Annotated[int | None, typer.Option("--cp", parser=integer_parser(1, LARGEST_COUNT),
+                                           help=(
+        "Fix the context-parallel ranks (ring attention over each sequence; --seq must "
+        "divide by 2·cp; they shard the parameters with the ZeRO-2/3 group). Searched "
+        "while a rank keeps 8,192 tokens or more."), rich_help_panel=_FIXED)] = None,
     microbatches: Annotated[int | None, typer.Option("--microbatches", parser=integer_parser(
         1, LARGEST_BATCH_SEQS), help=(
         "Fix the micro-batches per step (gradient accumulation; a pipeline's micro-batches)."),
         rich_help_panel=_FIXED)] = None,
     schedule: Annotated[str | None, typer.Option("--schedule", help=(
-        "Fix the pipeline schedule: 1f1b, interleaved (2 or 4 chunks a stage searched), "
-        "interleaved-2 or interleaved-4."), rich_help_panel=_FIXED)] = None,
+        "Fix the pipeline schedule (torch's, priced from its own action lists): gpipe, 1f1b, "
+        "interleaved-1f1b, looped-bfs, interleaved-zb, zbv (interleaved-V: interleaved-1f1b "
+        "with V chunks)."), rich_help_panel=_FIXED)] = None,
+    chunks: Annotated[int | None, typer.Option("--chunks", parser=integer_parser(
+        1, LARGEST_COUNT), help=(
+        "Fix the stages a pipeline rank holds (interleaved-1f1b, looped-bfs and "
+        "interleaved-zb take any; zbv 2; 2 and 4 are searched)."), rich_help_panel=_FIXED)
+    ] = None,
+    stage_layers: Annotated[str | None, typer.Option("--stage-layers", help=(
+        "Fix the blocks of each pipeline stage (--pp × chunks of them, --pp given): "
+        "7,8,...,8,7 ('...' repeats the count before it), or first-K,last-K (the first/last "
+        "stage K blocks shorter: they hold the embedding and the head)."),
+        rich_help_panel=_FIXED)] = None,
     checkpoint: Annotated[str | None, typer.Option("--checkpoint", help=(
         "Fix activation checkpointing: none, selective (with --attention eager) or full."),
         rich_help_panel=_FIXED)] = None,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
-    """Search every layout (DP, ZeRO, TP/SP, PP, micro-batches, checkpointing) in closed form
-    (a config.json or a factory: from its profile, traced first on fake tensors at 1 and 2
-    blocks); rank the ones that fit by step time and count the rejected ones by their binding
-    constraint.
-    Any of --dp, --fsdp, --zero, --tp, --sp, --pp, --microbatches, --schedule, --checkpoint
-    fixes that dimension and the search fills the rest; all of them fixed, one layout is
-    evaluated."""
+    """Search every layout (DP, ZeRO, CP, TP/SP, PP with every torch schedule and stage cut,
+    micro-batches, checkpointing) in closed form (a config.json or a factory: from its
+    profile, traced first on fake tensors at 1 and 2 blocks); rank the ones that fit by step
+    time and count the rejected ones by their binding constraint.  Pipeline schedules are
+    priced from torch's own action lists (imports torch: a second or two).
+    Any of --dp, --fsdp, --zero, --cp, --tp, --sp, --pp, --microbatches, --schedule,
+    --chunks, --stage-layers, --checkpoint fixes that dimension and the search fills the
+    rest; all of them fixed, one layout is evaluated."""
     if plot is not None:
         check_figure_path(plot)  # refuse a bad path before the work, not after
     fixed = fixed_dims(dp=dp, fsdp=fsdp, zero=zero, tp=tp, sp=sp, pp=pp,
-                       microbatches=microbatches, schedule=schedule, checkpoint=checkpoint)
+                       microbatches=microbatches, schedule=schedule, checkpoint=checkpoint,
+                       cp=cp, chunks=chunks)
+    cut = None if stage_layers is None else StageLayers.parse(stage_layers)
+    if cut is not None and pp is None:
+        raise InputError("--stage-layers cuts a pipeline: give --pp with it")
     source = resolve_source(model)  # a bad source: its one line, before any work
     config: TransformerConfig | ModelProfile
     if source.config is not None and source.kind == "preset":
@@ -230,49 +254,65 @@ def plan_command(
         if not train_tokens >= 1:
             raise InputError(f"--tokens must be at least 1 token, got {tokens!r}")
     budget_bytes = None if budget is None else parse_bytes(budget)
+    if cut is not None:
+        fixed = dataclasses.replace(fixed, stage_layers=_stage_counts(cut, config, fixed))
+    pricer = _pricer(fixed, max_pp)
     result = plan_layouts(config, chip, count, seq_len=seq, global_batch_seqs=seqs,
                           precision=precision, optimizer=optimizer, budget_bytes=budget_bytes,
                           efficiency=efficiency, attention=attention.strip().lower(),
-                          tokens=train_tokens, top=top, max_pp=max_pp, fixed=fixed)
+                          tokens=train_tokens, top=top, max_pp=max_pp, fixed=fixed,
+                          schedules=pricer)
     if note is not None:
         result = dataclasses.replace(result, notes=(note,))
     if verify:
         with progress(False, as_json) as say:
             result = _verified(result, config, model, chip, count, seq, seqs, precision,
                                optimizer, budget_bytes, efficiency, attention.strip().lower(),
-                               verify, say)
+                               verify, say, pricer)
     emit_with_plot("plan", result, as_json, layout_plan_view(result), plot, write_plan_plot)
 
 
 def fixed_dims(*, dp: int | None = None, fsdp: int | None = None, zero: int | None = None,
                tp: int | None = None, sp: bool | None = None, pp: int | None = None,
                microbatches: int | None = None, schedule: str | None = None,
-               checkpoint: str | None = None) -> FixedDims:
+               checkpoint: str | None = None, cp: int | None = None,
+               chunks: int | None = None) -> FixedDims:
     """``plan``'s layout options in the planner's terms: ``--fsdp N`` is the shard group, at
     ZeRO-3 unless ``--zero`` says otherwise (``--fsdp 1``: none, ZeRO-0); ``--microbatches``
-    the accumulation; ``--schedule interleaved-2`` the interleaved schedule with 2 chunks.
+    the accumulation; ``--schedule`` one of torch's (``interleaved-4``: interleaved 1F1B with
+    4 chunks).
 
     >>> fixed_dims(tp=8, pp=16).describe()
     'TP 8, PP 16'
     >>> fixed_dims(fsdp=64, schedule="interleaved-4", checkpoint="FULL").describe()
-    'ZeRO-3, shard 64, interleaved × 4, checkpoint full'
+    'ZeRO-3, shard 64, interleaved-1f1b × 4, checkpoint full'
+    >>> fixed_dims(cp=16, schedule="ZBV").describe()
+    'CP 16, zbv × 2'
     """
     if fsdp is not None and zero is None:
         zero = 3 if fsdp > 1 else 0
-    chunks = None
     if schedule is not None:
         name = schedule.strip().lower()
-        if name in ("interleaved-1f1b", "interleaved"):
-            name = "interleaved"
-        elif name.startswith("interleaved-") and name[len("interleaved-"):] in _CHUNKS:
-            chunks = int(name[len("interleaved-"):])
-            name = "interleaved"
-        elif name != "1f1b":
-            raise InputError(f"unknown --schedule {schedule!r}; the planner prices 1f1b, "
-                             "interleaved, " + ", ".join(f"interleaved-{v}" for v in _CHUNKS)
-                             + ("; gpipe is not searched (1f1b's bubble, with every "
-                                "micro-batch in flight)" if name == "gpipe" else ""))
-        schedule = name
+        old = _INTERLEAVED.match(name)
+        if old:  # an earlier planner's names
+            name = "interleaved-1f1b"
+            if old.group(1) is not None:
+                given = int(old.group(1))
+                if chunks is not None and chunks != given:
+                    raise InputError(f"--schedule {schedule} runs {given} chunks, not "
+                                     f"--chunks {chunks}")
+                chunks = given
+        schedule = resolve_schedule(name).value
+        if schedule not in MULTI_STAGE and chunks not in (None, 1):
+            raise InputError(f"{schedule} runs one stage per rank; --chunks {chunks} needs "
+                             "interleaved-1f1b, looped-bfs, interleaved-zb or zbv")
+        if schedule == "zbv":
+            if chunks not in (None, 2):
+                raise InputError(f"zbv runs exactly 2 stages per rank (a V); got --chunks "
+                                 f"{chunks}")
+            chunks = 2
+        elif schedule in MULTI_STAGE and chunks == 1:
+            raise InputError(f"{schedule} holds several stages a rank; --chunks 1 is 1f1b's")
     if checkpoint is not None:
         checkpoint = checkpoint.strip().lower()
         if checkpoint not in CHECKPOINTS:
@@ -280,19 +320,44 @@ def fixed_dims(*, dp: int | None = None, fsdp: int | None = None, zero: int | No
                              f"{', '.join(CHECKPOINTS)}")
     return FixedDims(dp=dp, tp=tp, pp=pp, zero=zero, shard=fsdp, sp=sp,
                      accumulation=microbatches, schedule=schedule, chunks=chunks,
-                     checkpoint=checkpoint)
+                     checkpoint=checkpoint, cp=cp)
+
+
+def _stage_counts(cut: StageLayers, config: TransformerConfig | ModelProfile,
+                  fixed: FixedDims) -> tuple[int, ...]:
+    """``--stage-layers`` as the blocks of each of --pp × chunks stages (chunks: --chunks,
+    the schedule's, or 1 when neither is given)."""
+    assert fixed.pp is not None
+    chunks = fixed.chunks or (2 if fixed.schedule in MULTI_STAGE else 1)
+    try:
+        return cut.counts(config.n_layers, fixed.pp * chunks)
+    except InputError as error:
+        raise InputError(f"{error} ({config.name}, --pp {fixed.pp} × {chunks} chunks)"
+                         ) from None
+
+
+def _pricer(fixed: FixedDims, max_pp: int | None) -> SchedulePricer:
+    """torch's action lists for every schedule when the search can hold a pipeline (imports
+    torch); the closed-form pricer (no schedule priced) when it cannot."""
+    if fixed.pp == 1 or max_pp == 1:
+        return SchedulePricer()
+    from tensorledger.ledger.schedules import ActionListPricer  # imports torch when pricing
+
+    return ActionListPricer()
 
 
 def _verified(result: LayoutPlan, config: TransformerConfig | ModelProfile, model: str,
               chip: Hardware, count: int, seq: int, seqs: int, precision: str, optimizer: str,
               budget_bytes: float | None, efficiency: float | None, attention: str,
-              wanted: int, say: Callable[[str], None]) -> LayoutPlan:
+              wanted: int, say: Callable[[str], None],
+              pricer: SchedulePricer | None = None) -> LayoutPlan:
     """Trace the fastest ``wanted`` layouts the tracer lays out; note the ones it cannot."""
     from tensorledger.ledger.plan import traceable_layout, verify_choice  # imports torch
 
     setup = plan_setup(config, chip, count, seq_len=seq, global_batch_seqs=seqs,
                        precision=precision, optimizer=optimizer, budget_bytes=budget_bytes,
-                       efficiency=efficiency, attention=attention, max_pp=result.max_pp)
+                       efficiency=efficiency, attention=attention, max_pp=result.max_pp,
+                       schedules=pricer)
     verified: list[Verified] = []
     skipped: list[str] = []
     for row in result.ranked:

@@ -200,6 +200,7 @@ def _what_fits(work: Workload, hardware: Hardware, count: int, budget_bytes: flo
                ) -> tuple[LayoutEstimate | None, str | None]:
     """The planner's fastest layout of ``count`` devices that fits ``work``'s global batch
     (its data-parallel ranks' sequences), or why none does."""
+    from tensorledger.ledger.schedules import ActionListPricer
     from tensorledger.plan import plan_layouts
 
     config = work.source.config
@@ -208,7 +209,8 @@ def _what_fits(work: Workload, hardware: Hardware, count: int, budget_bytes: flo
     try:
         plan = plan_layouts(config, hardware, count, seq_len=work.seq,
                             global_batch_seqs=sequences, precision=work.precision.name,
-                            optimizer=work.optimizer.name, budget_bytes=budget_bytes, top=1)
+                            optimizer=work.optimizer.name, budget_bytes=budget_bytes, top=1,
+                            schedules=ActionListPricer())
     except InputError as error:  # none fits (NoLayoutError), or the planner cannot plan it
         return None, str(error)
     return plan.best, None

@@ -32,11 +32,13 @@ from tensorledger.plan.estimate import (
     layer_activation_bytes,
     rank_memory,
 )
+from tensorledger.plan.stages import pipeline_ranks
 from tensorledger.plan.traffic import Verified, sent_bytes
 from tensorledger.trace.aggregate import communication
 from tensorledger.workload import resolve_workload, trace_workload
 from tensorledger.workload.layout import Layout, resolve_layout
 from tensorledger.workload.run import trace_pipeline_rank
+from tensorledger.workload.schedules import StageLayers
 
 __all__ = ["traceable_layout", "traced_microbatches", "verify_choice"]
 
@@ -44,13 +46,14 @@ _INDEX_BYTES = 8  # int64 token ids
 
 
 def traced_microbatches(choice: LayoutChoice) -> int:
-    """The micro-batches a pipeline's traced step runs: one more than the stages under 1F1B,
-    two rounds of them interleaved, or the choice's own when fewer.  That is enough for the
-    step's steady state: the first stage holds as many micro-batches in flight as with any
-    more, and forwards run beside the gradients of earlier backwards."""
+    """The micro-batches a pipeline's traced step runs: one more than the stages under the
+    single-stage schedules, two rounds of them under the multi-stage ones, or the choice's own
+    when fewer.  That is enough for the step's steady state: the first stage holds as many
+    micro-batches in flight as with any more (but GPipe's and looped BFS's, which hold them
+    all), and forwards run beside the gradients of earlier backwards."""
     if choice.pp == 1:
         return 1
-    if choice.schedule == "interleaved":
+    if choice.chunks > 1:
         return min(choice.accumulation, 2 * choice.pp)
     return min(choice.accumulation, choice.pp + 1)
 
@@ -63,17 +66,21 @@ def traceable_layout(choice: LayoutChoice) -> Layout | str:
         if choice.zero in (0, 1) and choice.dp > 1:
             return "DDP (and ZeRO-1 under it) within pipeline stages is not traced"
         within = traceable_layout(dataclasses.replace(choice, pp=1, schedule="none",
-                                                      chunks=1, accumulation=1))
+                                                      chunks=1, accumulation=1,
+                                                      stage_layers=()))
         if isinstance(within, str):
             return within
-        interleaved = choice.schedule == "interleaved"
+        uneven = len(set(choice.stage_layers)) > 1
         return dataclasses.replace(
             within, pp=choice.pp, microbatches=traced_microbatches(choice),
-            schedule="interleaved-1f1b" if interleaved else "1f1b",
-            chunks=choice.chunks if interleaved else 1)
+            schedule=choice.schedule, chunks=choice.chunks,
+            stage_layers=StageLayers(given=choice.stage_layers) if uneven else None)
     if choice.checkpoint == "selective":
         return "a workload checkpoints whole blocks; selective checkpointing is traced by " \
             "'tensorledger checkpoint'"
+    if choice.cp > 1:  # FSDP over the ZeRO group and the context-parallel ranks
+        return resolve_layout(dp=choice.replicas, fsdp=choice.shard, zero=choice.zero,
+                              tp=choice.tp, sp=choice.sp, cp=choice.cp)
     if choice.zero == 0:
         return resolve_layout(dp=choice.dp, tp=choice.tp, sp=choice.sp)
     if choice.zero == 1:
@@ -104,19 +111,17 @@ def verify_choice(setup: PlanSetup, choice: LayoutChoice, model: str,
                             layout=layout)
     if progress is not None:
         progress(f"tracing {work.model} as {layout.describe()}")
-    if choice.pp > 1:  # the stage the closed form finds the busiest
-        stage = 0 if memory.stage == "first" else choice.pp - 1
-        run = trace_pipeline_rank(work, stage)
-    else:
-        run = trace_workload(work)
+    # under a pipeline, a rank of the stage the closed form finds the busiest
+    run = trace_pipeline_rank(work, memory.rank) if choice.pp > 1 else trace_workload(work)
     ledger = memory_of(run)
     sent = sum(c.bytes_sent for c in communication(run.trace))
     # a recomputed layer's activations are live only while it runs: the peak's, not saved
     _, transient = layer_activation_bytes(setup, choice.micro_batch, choice.tp, choice.sp,
                                           choice.checkpoint)
     # the token ids of the micro-batches in flight: a rank without the embedding holds none
-    tokens = choice.micro_batch * setup.seq_len * (
-        1 if choice.pp == 1 else min(choice.pp, micro) if memory.stage == "first" else 0)
+    loads, _, _, _ = pipeline_ranks(setup, one)
+    in_flight = next(load.first_in_flight for load in loads if load.rank == memory.rank)
+    tokens = choice.micro_batch * setup.seq_len // choice.cp * in_flight
     where = f", {memory.stage} stage, {micro} micro-batches" if choice.pp > 1 else ""
     return Verified(layout=f"{choice.describe()}, micro-batch {choice.micro_batch}, "
                     f"checkpoint {choice.checkpoint}{where}", traced_layout=layout.describe(),

@@ -26,19 +26,21 @@ from tensorledger.plan.estimate import (
     rank_memory,
     step_time,
 )
+from tensorledger.plan.fixed import FixedDims
 from tensorledger.plan.layouts import (
     REASONS,
-    FixedDims,
     LayoutPlan,
     NoLayoutError,
     Rejection,
     divisors,
     plan_layouts,
 )
+from tensorledger.plan.pipeline import SCHEDULES, ScheduleFigures, SchedulePricer
 from tensorledger.plan.traffic import SentBytes, Verified, sent_bytes
 
-__all__ = ["ATTENTIONS", "CHECKPOINTS", "REASONS", "AccumulationOption", "AccumulationPlan",
-           "FixedDims", "LayoutChoice", "LayoutEstimate", "LayoutPlan", "NoLayoutError",
-           "PlanSetup", "RankMemory", "Rejection", "SentBytes", "StepTime", "Verified",
+__all__ = ["ATTENTIONS", "CHECKPOINTS", "REASONS", "SCHEDULES", "AccumulationOption",
+           "AccumulationPlan", "FixedDims", "LayoutChoice", "LayoutEstimate", "LayoutPlan",
+           "NoLayoutError", "PlanSetup", "RankMemory", "Rejection", "ScheduleFigures",
+           "SchedulePricer", "SentBytes", "StepTime", "Verified",
            "divisors", "estimate", "layer_activation_bytes", "plan_accumulation",
            "plan_layouts", "rank_memory", "sent_bytes", "step_time"]

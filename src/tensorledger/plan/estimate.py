@@ -6,10 +6,12 @@ innermost (inside a node), then data parallelism, then pipeline stages outermost
 order).  Of the ``dp`` data-parallel ranks, groups of ``shard`` hold one ZeRO-sharded copy
 (stage ``zero``; ``dp / shard`` replicas all-reduce the shards, as HSDP does).
 
-**Memory per rank** (the heavier of the first and the last pipeline stage):
+**Memory per rank** (the heaviest of the ranks holding the first stage, the last stage, and
+the most saved blocks: :mod:`tensorledger.plan.stages`):
 
 - per-parameter state: :func:`tensorledger.napkin.zero_bytes` of the stage's parameters,
-  ZeRO stage ``zero`` over ``shard`` ranks.  A stage holds ⌈L/p⌉ layers, each with its
+  ZeRO stage ``zero`` over ``shard`` ranks (× ``cp``: the context-parallel ranks shard the
+  parameters with the group).  A rank holds its stages' blocks (``stage_layers``), each with its
   matrices split over ``tp`` and its two norm scales whole; the first stage also holds the
   token embedding / tp, the last the head / tp and the final norm (``pp`` = 1: all of them).
 - ZeRO-3 gathers a layer's parameters before use: two layers' worth (one in use, one
@@ -37,10 +39,14 @@ order).  Of the ``dp`` data-parallel ranks, groups of ``shard`` hold one ZeRO-sh
   and, under autocast with checkpointing, the bf16 weight casts autocast's cache keeps until
   the forward ends) and in backward (the gradients and a recomputed layer beside everything
   saved).  Traced ranks of llama-3-70b peak at the loss (benchmarks/verify_plan.py).
-- micro-batches in flight on the first stage: 1 without a pipeline, min(p, m) under 1F1B, and
-  p·(1 + (p−1)/(p·v)) under the interleaved schedule with v chunks (Korthikanti §4.2.3).
-  The last stage holds one, plus the final norm's and the loss's saved tensors (the
-  log-softmax over the whole vocabulary: the head's output is gathered).
+- micro-batches in flight: 1 without a pipeline; under one, each stage's from the schedule's
+  own figures (:mod:`tensorledger.plan.pipeline`: torch's action lists replayed, or GPipe's m
+  and 1F1B's min(p − s, m) in closed form), times the stage's blocks.  The last stage adds
+  the final norm's and the loss's saved tensors of one (the log-softmax over the whole
+  vocabulary: the head's output is gathered).
+- context parallelism (ring attention): :func:`tensorledger.napkin.context.
+  context_parallel_rank`'s rank, activations at s/cp tokens, the merged output's copy per
+  layer and the targets' whole storage.
 
 **Time per step**, every rank doing 1/count of the work:
 
@@ -57,8 +63,12 @@ order).  Of the ``dp`` data-parallel ranks, groups of ``shard`` hold one ZeRO-sh
   published fraction at the size of the layer's largest matmul on this rank (the MLP's
   up-projection of one micro-batch, 2·b·s·h·d_ff/t FLOPs), as ``roofline`` prices every
   matmul of a traced step; ``efficiency`` set, that share instead (1: the ideal bound).
-- uneven stages: with ⌈L/p⌉ · p > L the slowest stage sets the pace, compute × ⌈L/p⌉·p/L.
-- pipeline bubble (Narayanan et al. 2021): compute × (p−1)/(v·m) on top.
+- pace: the slowest rank (its blocks; on the last, the head's 6·d·V FLOPs a token) over the
+  average one, ``imbalance`` (1 for an even cut with no head).
+- pipeline bubble: compute × f/(1 − f) on top, f the schedule's idle share (its action
+  lists'; (p−1)/(v·m) for 1F1B and interleaved 1F1B).
+- context parallelism: each layer's ring exchange per micro-batch (two all-gathers of the
+  keys and values, cp passes of their gradients) on the cp group's links, exposed.
 - tensor-parallel communication is exposed: per micro-batch and layer two all-reduces of the
   b·s·h block output in forward and two in backward (with full recomputation one more, the
   attention output's: torch's checkpoint stops recomputing once the saved tensors are back),
@@ -76,14 +86,15 @@ order).  Of the ``dp`` data-parallel ranks, groups of ``shard`` hold one ZeRO-sh
 - pipeline send/receive (b·s·h per micro-batch and stage boundary) is not priced: 1F1B
   overlaps it with compute.  :func:`sent_bytes` counts it.
 
-step = compute · imbalance · (1 + bubble) + tensor-parallel comm + exposed data-parallel comm;
+step = compute · imbalance · (1 + bubble) + tensor-parallel comm + ring exchange + exposed
+data-parallel comm;
 MFU = model FLOPs (without recomputation) / (step · count · ideal peak).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
@@ -94,21 +105,19 @@ from tensorledger.napkin.transformer import (
 )
 from tensorledger.plan.model import SearchModel
 from tensorledger.plan.model import search_model as _model
+from tensorledger.plan.pipeline import SCHEDULES, SchedulePricer, describe_stages
 from tensorledger.plan.profile import ModelProfile, tp_collectives
+from tensorledger.plan.stages import RankLoad, pipeline_ranks
 from tensorledger.roofline.collectives import CollectiveKind, collective_time
 
-__all__ = ["ATTENTIONS", "CHECKPOINTS", "INTERLEAVE_CHUNKS", "SCHEDULES", "LayoutChoice",
-           "LayoutEstimate", "PlanSetup", "RankMemory", "StepTime", "estimate",
-           "layer_activation_bytes", "matmul_efficiency", "rank_memory", "step_time"]
+__all__ = ["ATTENTIONS", "CHECKPOINTS", "SCHEDULES", "LayoutChoice", "LayoutEstimate",
+           "PlanSetup", "RankMemory", "StepTime", "estimate", "layer_activation_bytes",
+           "matmul_efficiency", "rank_memory", "step_time"]
 
 #: Checkpoint policies in closed form: keep everything, recompute attention, recompute blocks.
 CHECKPOINTS = ("none", "selective", "full")
 #: Attention kernels: flash stores no s² scores; eager stores scores, softmax and dropout.
 ATTENTIONS = ("flash", "eager")
-#: Pipeline schedules searched ("none" without a pipeline).
-SCHEDULES = ("1f1b", "interleaved")
-#: Model chunks per stage the interleaved schedule is searched with.
-INTERLEAVE_CHUNKS = (2, 4)
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,9 @@ class PlanSetup:
     attention: str = "flash"
     dtype: str = "bf16"
     max_pp: int | None = None  # the most pipeline stages searched (1: no pipeline)
+    # prices the pipeline schedules: GPipe and 1F1B in closed form, unless the caller gives
+    # one that replays torch's action lists (tensorledger.ledger.schedules)
+    schedules: SchedulePricer = field(default_factory=SchedulePricer, compare=False)
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTIONS:
@@ -160,34 +172,52 @@ class LayoutChoice:
     sp: bool = False  # sequence parallelism beside tp
     micro_batch: int = 1  # sequences per micro-batch on one data-parallel rank
     accumulation: int = 1  # micro-batches per step; the pipeline's micro-batches when pp > 1
-    schedule: str = "none"  # "none" (pp = 1), "1f1b" or "interleaved"
+    schedule: str = "none"  # "none" (pp = 1) or one of torch's SCHEDULES
     checkpoint: str = "none"  # "none", "selective" or "full"
-    chunks: int = 1  # model chunks per stage: v of the interleaved schedule, else 1
+    chunks: int = 1  # stages a pipeline rank holds (the multi-stage schedules), else 1
+    # context-parallel ranks splitting each sequence (ring attention); they shard the
+    # parameters with the ZeRO group (FSDP over shard · cp ranks, torchtitan's dp_shard_cp)
+    cp: int = 1
+    # blocks of each of the pp · chunks stages; () is the even cut (stage_counts)
+    stage_layers: tuple[int, ...] = ()
 
     @property
     def count(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.cp * self.tp * self.pp
 
     @property
     def replicas(self) -> int:
         return self.dp // self.shard
 
+    @property
+    def shard_ranks(self) -> int:
+        """The ranks one sharded copy spans: the ZeRO group and the context-parallel ranks."""
+        return self.shard * self.cp
+
     def describe(self) -> str:
         """``DP 8 (ZeRO-3 × 8) · TP 8 + SP · PP 4 1f1b``.
 
-        >>> LayoutChoice(dp=8, tp=4, pp=2, zero=3, shard=8, sp=True, schedule="interleaved",
-        ...              chunks=2).describe()
-        'DP 8 (ZeRO-3 × 8) · TP 4 + SP · PP 2 interleaved × 2'
+        >>> LayoutChoice(dp=8, tp=4, pp=2, zero=3, shard=8, sp=True,
+        ...              schedule="interleaved-1f1b", chunks=2).describe()
+        'DP 8 (ZeRO-3 × 8) · TP 4 + SP · PP 2 interleaved-1f1b × 2'
+        >>> LayoutChoice(dp=8, cp=16, tp=8, pp=16, zero=3, schedule="1f1b",
+        ...              stage_layers=(7,) + (8,) * 14 + (7,)).describe()
+        'DP 8 (ZeRO-3 × 1·CP) · CP 16 · TP 8 · PP 16 1f1b, stages 7,8×14,7'
         """
         data = f"DP {self.dp}"
         if self.zero:
-            data += f" (ZeRO-{self.zero} × {self.shard})"
+            data += f" (ZeRO-{self.zero} × {self.shard}{'·CP' if self.cp > 1 else ''})"
         parts = [data]
+        if self.cp > 1:
+            parts.append(f"CP {self.cp}")
         if self.tp > 1:
             parts.append(f"TP {self.tp}{' + SP' if self.sp else ''}")
         if self.pp > 1:
-            parts.append(f"PP {self.pp} " + (f"interleaved × {self.chunks}"
-                                             if self.schedule == "interleaved" else "1f1b"))
+            pipe = f"PP {self.pp} {self.schedule}" + (
+                f" × {self.chunks}" if self.chunks > 1 and self.schedule != "zbv" else "")
+            if len(set(self.stage_layers)) > 1:
+                pipe += f", stages {describe_stages(self.stage_layers)}"
+            parts.append(pipe)
         return " · ".join(parts)
 
 
@@ -207,6 +237,8 @@ class RankMemory:
     forward_peak_bytes: float = 0.0  # at the loss: no gradients yet, the loss's temporaries
     backward_peak_bytes: float = 0.0  # gradients and a recomputed layer beside everything saved
     temporary_bytes: float = 0.0  # of the forward point: logits in flight, autocast's casts
+    layers: int = 0  # blocks the rank holds
+    rank: int = 0  # its pipeline rank
 
 
 @dataclass(frozen=True)
@@ -228,6 +260,7 @@ class StepTime:
     mfu: float  # model FLOPs / (step · count · ideal peak)
     efficiency: float = 1.0  # the share of the peak the matmuls were taken to reach
     hfu: float = 0.0  # the FLOPs that ran (recomputation included) / (step · count · peak)
+    cp_comm_s: float = 0.0  # the context-parallel ring's exchanges, exposed
 
 
 @dataclass(frozen=True)
@@ -246,12 +279,14 @@ class LayoutEstimate:
 
 
 def layer_activation_bytes(setup: PlanSetup, micro_batch: int, tp: int, sp: bool,
-                           checkpoint: str) -> tuple[float, float]:
+                           checkpoint: str, cp: int = 1) -> tuple[float, float]:
     """(kept per layer, transient) activation bytes of one micro-batch on one rank.
 
     ``none``: :func:`activation_memory`'s layer (+ 5·a·s²·b/t with eager attention);
     ``selective``: the same without the s² term; ``full``: the layer's input kept, and one
-    layer's ``none`` bytes held while it is recomputed (the transient).
+    layer's ``none`` bytes held while it is recomputed (the transient).  With ``cp``
+    context-parallel ranks the layer is at s/cp tokens and, not checkpointed, keeps the ring's
+    copy of its merged attention output (:mod:`tensorledger.napkin.context`).
 
     >>> from tensorledger.napkin.transformer import get_preset
     >>> from tensorledger.hardware import get_hardware
@@ -261,49 +296,40 @@ def layer_activation_bytes(setup: PlanSetup, micro_batch: int, tp: int, sp: bool
     >>> layer_activation_bytes(s, 2, 2, False, "none")    # 49,408 + 14,592 + 32,768
     (96768.0, 0.0)
     """
-    plain, _ = _model(setup).activations(setup, micro_batch, tp, sp, False)
+    model = _model(setup)
+    plain, _ = model.activations(setup, micro_batch, tp, sp, False, cp)
     s, a = setup.seq_len, setup.config.n_heads
     scores = 5.0 * a * s * s * micro_batch / tp if setup.attention == "eager" else 0.0
-    full_layer = plain.per_layer_bytes + scores
+    copy = 0.0
+    if cp > 1:  # the merged output's copy, per layer (napkin's ring_copy_bytes / L)
+        ring = model.ring(setup, micro_batch, tp, sp, False, cp)
+        copy = ring.ring_copy_bytes / setup.config.n_layers
+    full_layer = plain.per_layer_bytes + scores + copy
     if checkpoint == "none":
         return full_layer, 0.0
     if checkpoint == "selective":
         return full_layer - scores, 0.0
-    kept, _ = _model(setup).activations(setup, micro_batch, tp, sp, True)
+    kept, _ = model.activations(setup, micro_batch, tp, sp, True, cp)
     return float(kept.per_layer_bytes), full_layer
 
 
-def _inflight(choice: LayoutChoice) -> float:
-    p, m = choice.pp, choice.accumulation
-    if p == 1:
-        return 1.0
-    if choice.schedule == "interleaved":
-        v = choice.chunks
-        return p * (1 + (p - 1) / (p * v))
-    return float(min(p, m))
-
-
-def _layers_per_stage(config: TransformerConfig | ModelProfile, pp: int) -> int:
-    return -(-config.n_layers // pp)
-
-
-def rank_memory(setup: PlanSetup, choice: LayoutChoice) -> RankMemory:
-    """Bytes of the busiest rank: the heavier of the first and the last pipeline stage."""
+def rank_memory(setup: PlanSetup, choice: LayoutChoice, floor: bool = False) -> RankMemory:
+    """Bytes of the busiest rank: the largest of the ranks holding the first stage, the last
+    stage, and the most saved blocks (:func:`tensorledger.plan.stages.rank_loads`); with
+    ``floor``, a lower bound: one micro-batch in flight on every stage."""
     model = _model(setup)
-    tp, pp = choice.tp, choice.pp
-    layers = _layers_per_stage(setup.config, pp)
+    tp, pp, cp = choice.tp, choice.pp, choice.cp
+    loads, _, _, _ = pipeline_ranks(setup, choice, floor)
     layer_rank = -(-model.layer_matrices // tp) + model.layer_norms
-    body = layers * layer_rank
-    first_params = body + -(-model.embeddings // tp) + model.embedding_whole
-    last_params = body + -(-model.head // tp) + model.final_norm
-    if pp == 1:
-        first_params = last_params = first_params + last_params - body
+    embedding_params = -(-model.embeddings // tp) + model.embedding_whole
+    head_params = -(-model.head // tp) + model.final_norm
     kept, transient = layer_activation_bytes(setup, choice.micro_batch, tp, choice.sp,
-                                             choice.checkpoint)
+                                             choice.checkpoint, cp)
     closed, logits = model.activations(setup, choice.micro_batch, tp, choice.sp,
-                                       choice.checkpoint == "full")
+                                       choice.checkpoint == "full", cp)
     embedding = float(closed.embeddings_bytes)  # the token ids (and positions), first stage
-    sharded = choice.shard > 1
+    shard = choice.shard_ranks
+    sharded = shard > 1
     # FSDP2's ZeRO-2 keeps every tensor's shard at rest (ZeRO-3's states) and holds the whole
     # gathered stage from forward to backward; ZeRO-3 holds two layers (one prefetched)
     zero = 3 if choice.zero == 2 and sharded else choice.zero
@@ -312,24 +338,23 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice) -> RankMemory:
     # backward: the gradients add up unsharded, reduce-scattered once at the end
     piped_fsdp = pp > 1 and sharded and choice.zero >= 2
 
-    def stage(params: int, inflight: float, first: bool, last: bool
-              ) -> tuple[float, float, float, float, float]:
-        states, grads = model.states_bytes(setup, params, choice.shard, zero)
+    def stage(load: RankLoad) -> tuple[int, tuple[float, float, float, float, float]]:
+        params = (load.layers * layer_rank + (embedding_params if load.first else 0)
+                  + (head_params if load.last else 0))
+        states, grads = model.states_bytes(setup, params, shard, zero)
         whole = float(params * setup.precision.param_bytes)
         gathered = (whole if choice.zero == 2 else min(two_layers, whole)
                     if choice.zero == 3 else 0.0) if sharded else 0.0
-        activations = (layers * kept + (embedding if first else 0.0)) * inflight + transient
-        loss = logits if last else 0.0
-        return states, grads, gathered, activations, loss
+        activations = (load.held_layers * kept + embedding * load.first_in_flight
+                       + transient)
+        loss = logits if load.last else 0.0
+        return params, (states, grads, gathered, activations, loss)
 
-    first = stage(first_params, _inflight(choice), True, pp == 1)
-    last = stage(last_params, 1.0, pp == 1, True)
-    if pp == 1:
-        name, params, parts = "only", first_params, first
-    elif sum(first) - first[1] >= sum(last) - last[1]:
-        name, params, parts = "first", first_params, first
-    else:
-        name, params, parts = "last", last_params, last
+    priced = [(load, *stage(load)) for load in loads]
+    load, params, parts = max(priced, key=lambda item: sum(item[2]) - item[2][1])
+    name = ("only" if pp == 1 else "first" if load.first and not load.last
+            else "last" if load.last and not load.first
+            else "first and last" if load.first else "middle")
     states, grads, gathered, activations, loss = parts
     # DDP (and ZeRO-1 under it) reduces the gradients through buckets of its own, as big as
     # the gradients (gradient_as_bucket_view is off by default); FSDP under a pipeline holds
@@ -340,7 +365,7 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice) -> RankMemory:
     # the whole vocabulary (DTensor works it out replicated), which lives as long as it does.
     # Without a pipeline it appears at the end of backward, once the activations are gone;
     # under one the first stage's later forwards run beside it
-    if tp > 1 and pp > 1 and name == "first":
+    if tp > 1 and pp > 1 and load.first:
         whole = float((model.embeddings - -(-model.embeddings // tp))
                       * setup.precision.grad_bytes)
         if piped_fsdp:
@@ -348,22 +373,22 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice) -> RankMemory:
         else:
             states += whole
             grads += whole
-    temporary = _forward_temporaries(setup, choice, closed, layers, name != "first")
+    temporary = _forward_temporaries(setup, choice, closed, load.layers, load.last)
     held = states + gathered + buckets - (grads if piped_fsdp else 0.0)
     # a pipeline's later forwards run after its first backward (1F1B): gradients are there
     # a model profiled whole is one FSDP unit: resharded once its forward ends (ZeRO-3), its
     # sharded gradients there only once its backward has freed the saved tensors
-    whole = isinstance(setup.config, ModelProfile) and setup.config.whole and sharded
-    resharded = gathered if whole and choice.zero == 3 else 0.0
+    whole_unit = isinstance(setup.config, ModelProfile) and setup.config.whole and sharded
+    resharded = gathered if whole_unit and choice.zero == 3 else 0.0
     forward = (held - (grads if pp == 1 else 0.0) + activations - transient + loss
                + temporary - resharded)
-    backward = held - (grads if whole else 0.0) + activations + loss
+    backward = held - (grads if whole_unit else 0.0) + activations + loss
     total = max(forward, backward)
     return RankMemory(stage=name, stage_params=params, states_bytes=states,
                       gathered_bytes=gathered, buffers_bytes=buckets,
                       activations_bytes=activations, logits_bytes=loss, total_bytes=total,
                       forward_peak_bytes=forward, backward_peak_bytes=backward,
-                      temporary_bytes=temporary)
+                      temporary_bytes=temporary, layers=load.layers, rank=load.rank)
 
 
 def _forward_temporaries(setup: PlanSetup, choice: LayoutChoice, closed: ActivationMemory,
@@ -374,7 +399,7 @@ def _forward_temporaries(setup: PlanSetup, choice: LayoutChoice, closed: Activat
     weights, which autocast's cache keeps until the forward ends (without checkpointing they
     are saved, and counted with the activations)."""
     config, c = setup.config, closed.dtype_bytes
-    n = choice.micro_batch * setup.seq_len
+    n = choice.micro_batch * setup.seq_len // choice.cp
     logits = 0.0
     if last and isinstance(config, ModelProfile) and config.loss_temporaries:  # a factory's
         logits = n * config.loss_temporaries[choice.sp].at(choice.tp)
@@ -421,7 +446,7 @@ def _dp_comm_s(setup: PlanSetup, choice: LayoutChoice, stage_params: int, passes
     m, tp = choice.accumulation, choice.tp
     if choice.zero == 0:
         return _collective_s(setup, CollectiveKind.ALL_REDUCE, grads, choice.dp, tp)
-    shard = choice.shard
+    shard = choice.shard_ranks  # the ZeRO group with the context-parallel ranks inside it
     scatter = _collective_s(setup, CollectiveKind.REDUCE_SCATTER, grads, shard, tp)
     gather = _collective_s(setup, CollectiveKind.ALL_GATHER, weights, shard, tp)
     if choice.zero == 1:
@@ -459,22 +484,19 @@ def step_time(setup: PlanSetup, choice: LayoutChoice, memory: RankMemory) -> Ste
     micro_s = max(flops_micro / (peak * efficiency),
                   bytes_micro / setup.hardware.memory_bandwidth_bytes_per_s)
     compute_s = m * micro_s
-    layers = _layers_per_stage(setup.config, choice.pp)
-    imbalance = layers * choice.pp / setup.config.n_layers
-    bubble = (choice.pp - 1) / (choice.chunks * m)
+    _, imbalance, layers, bubble = pipeline_ranks(setup, choice)
+    tokens_micro = choice.micro_batch * setup.seq_len // choice.cp
     tp_comm = 0.0
     if choice.tp > 1:
         closed, _ = model.activations(setup, choice.micro_batch, 1, False, False)
-        size = float(closed.dtype_bytes * choice.micro_batch * setup.seq_len
-                     * setup.config.d_model)
+        size = float(closed.dtype_bytes * tokens_micro * setup.config.d_model)
         # recomputing a checkpointed block stops once its saved tensors are back (torch's
         # non-reentrant checkpoint): the attention output's all-reduce is redone, the MLP's
         # not; with SP the two input gathers and the one reduce-scatter (1.5 pairs)
         per_layer = 4.0 + ((1.5 if choice.sp else 1.0) if choice.checkpoint == "full" else 0.0)
         if isinstance(setup.config, ModelProfile):  # as measured: its collectives, its bytes
             per_layer, size = tp_collectives(setup.config, choice.sp,
-                                             choice.checkpoint == "full",
-                                             choice.micro_batch * setup.seq_len)
+                                             choice.checkpoint == "full", tokens_micro)
         if choice.sp:
             one = (_collective_s(setup, CollectiveKind.ALL_GATHER, size, choice.tp, 1)
                    + _collective_s(setup, CollectiveKind.REDUCE_SCATTER, size, choice.tp, 1))
@@ -485,7 +507,8 @@ def step_time(setup: PlanSetup, choice: LayoutChoice, memory: RankMemory) -> Ste
     # backward gathered: two gathers per micro-batch either way
     dp_comm = _dp_comm_s(setup, choice, memory.stage_params, 2)
     dp_exposed = max(0.0, dp_comm - compute_s) + dp_comm / layers
-    step_s = compute_s * imbalance * (1 + bubble) + tp_comm + dp_exposed
+    cp_comm = layers * m * _ring_layer_s(setup, choice) if choice.cp > 1 else 0.0
+    step_s = compute_s * imbalance * (1 + bubble) + tp_comm + cp_comm + dp_exposed
     return StepTime(model_flops=model_flops, recompute_flops=recompute,
                     intensity_flop_per_byte=intensity,
                     memory_bound=intensity < peak * efficiency
@@ -494,7 +517,24 @@ def step_time(setup: PlanSetup, choice: LayoutChoice, memory: RankMemory) -> Ste
                     dp_comm_s=dp_comm, dp_exposed_s=dp_exposed, step_s=step_s,
                     tokens_per_s=tokens / step_s,
                     mfu=model_flops / (step_s * setup.count * peak), efficiency=efficiency,
-                    hfu=(model_flops + recompute) / (step_s * setup.count * peak))
+                    hfu=(model_flops + recompute) / (step_s * setup.count * peak),
+                    cp_comm_s=cp_comm)
+
+
+def _ring_layer_s(setup: PlanSetup, choice: LayoutChoice) -> float:
+    """Seconds of one layer's ring exchange for one micro-batch, exposed (torch's
+    all-gather rotation waits for the keys and values before the attention runs): the
+    forward's all-gather of the rank's keys and values (K bytes each), the backward's again,
+    and the cp passes of their fp32 gradients (G bytes) to the ring's next rank, over the
+    context-parallel group (its ranks tp apart)."""
+    ring = _model(setup).ring(setup, choice.micro_batch, choice.tp, choice.sp,
+                              choice.checkpoint == "full", choice.cp)
+    cp, tp = choice.cp, choice.tp
+    gather = _collective_s(setup, CollectiveKind.ALL_GATHER, float(cp * ring.kv_buffer_bytes),
+                           cp, tp)
+    passes = _collective_s(setup, CollectiveKind.SEND_RECV, float(ring.grad_buffer_bytes), cp,
+                           tp)
+    return 2 * gather + cp * passes
 
 
 def matmul_efficiency(setup: PlanSetup, choice: LayoutChoice) -> float:
@@ -519,11 +559,11 @@ def matmul_efficiency(setup: PlanSetup, choice: LayoutChoice) -> float:
         return 1.0
     config = setup.config
     if isinstance(config, ModelProfile):
-        flops = (choice.micro_batch * setup.seq_len * config.largest_matmul_flops_per_token
-                 / choice.tp)
+        flops = (choice.micro_batch * (setup.seq_len // choice.cp)
+                 * config.largest_matmul_flops_per_token / choice.tp)
     else:
-        flops = (2.0 * choice.micro_batch * setup.seq_len * config.d_model * config.d_ff
-                 / choice.tp)
+        flops = (2.0 * choice.micro_batch * (setup.seq_len // choice.cp) * config.d_model
+                 * config.d_ff / choice.tp)
     return published.matmul_fraction(setup.dtype, flops)
 
 

@@ -2,18 +2,29 @@
 closed form (:mod:`tensorledger.plan.estimate`), the feasible ones ranked by step time and
 each rejected one with the constraint that binds it.
 
-The space, for count N = dp · tp · pp:
+The space, for count N = dp · cp · tp · pp:
 
 - ``tp``: a divisor of N, at most the devices of one node, dividing the query and key/value
   heads, the MLP width and the vocabulary (:func:`tensorledger.napkin.tp_indivisible`);
-  sequence parallelism on or off beside it (on needs tp to divide the sequence);
-- ``pp``: a divisor of N / tp, at most the layers.  Stages need not divide the layers evenly
-  (Llama 3 405B ran 126 layers on 16 stages): the heaviest holds ⌈L/p⌉ and sets the pace;
-- ``zero`` 0 to 3 and ``shard``, a divisor (> 1) of dp that one sharded copy spans;
+  sequence parallelism on or off beside it (on needs tp to divide a rank's tokens);
+- ``pp``: a divisor of N / tp, at most the layers;
+- ``cp``: context parallelism (ring attention, :mod:`tensorledger.napkin.context`), 1 or a
+  divisor of N / (tp · pp) that cuts the sequence into 2·cp chunks and leaves a rank at least
+  ``MIN_CP_TOKENS`` of them (reference models, flash attention); it shards the parameters
+  with the ZeRO group (ZeRO-2 or 3 over shard · cp ranks);
+- ``zero`` 0 to 3 and ``shard``, a divisor (> 1; any with cp) of dp that one sharded copy
+  spans;
 - the batch split: micro-batch × accumulation × dp = the global batch in sequences; with a
   pipeline the accumulation steps are its micro-batches;
-- ``schedule`` 1F1B or interleaved with v = 2 or 4 chunks per stage (needs m a multiple of
-  p, and the ⌈L/p⌉ layers of a stage to split into v equal chunks);
+- ``schedule``: every one the pricer prices (torch's six with the action-list pricer that
+  ``plan`` uses: GPipe, 1F1B, interleaved 1F1B, looped BFS and interleaved zero-bubble with
+  2, 3 or 4 chunks a rank, ZBV with 2), refused where torch would refuse it (too few
+  micro-batches, rounds that do not divide them);
+- ``stage_layers``: the blocks of each of the pp · chunks stages, every cut of
+  :func:`tensorledger.plan.pipeline.stage_splits` (even; as even as they go with the lighter
+  stages at the ends; the first and last or the last alone k blocks shorter): Llama 3 405B
+  ran 126 layers on 16 stages as 7, 8 × 14, 7.  The slowest rank sets the pace, the head's
+  FLOPs counted on the last;
 - ``checkpoint`` none, full, and selective (with eager attention only; see the estimate).
 
 A configuration is counted as searched once it is fully specified, or once a constraint
@@ -30,11 +41,12 @@ per micro-batch size): reasons are ``divisibility``, ``global batch`` and ``memo
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from tensorledger.errors import InputError
@@ -44,9 +56,6 @@ from tensorledger.napkin.parallel import tp_indivisible
 from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
 from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.plan.estimate import (
-    CHECKPOINTS,
-    INTERLEAVE_CHUNKS,
-    SCHEDULES,
     LayoutChoice,
     LayoutEstimate,
     PlanSetup,
@@ -54,18 +63,19 @@ from tensorledger.plan.estimate import (
     rank_memory,
     step_time,
 )
+from tensorledger.plan.fixed import LARGEST_COUNT, MIN_CP_TOKENS, FixedDims, _check
+from tensorledger.plan.pipeline import SchedulePricer, schedule_chunks, stage_splits
 from tensorledger.plan.profile import ModelProfile
 from tensorledger.plan.traffic import Verified
 
-__all__ = ["LARGEST_COUNT", "REASONS", "FixedDims", "LayoutPlan", "NoLayoutError", "Rejection",
+__all__ = ["LARGEST_COUNT", "MIN_CP_TOKENS", "REASONS", "FixedDims", "LayoutPlan",
+           "NoLayoutError", "Rejection",
            "divisors", "pareto_frontier", "plan_layouts", "plan_setup"]
 
 T = TypeVar("T")
 
 #: Reasons a configuration is rejected, in the order they are checked.
 REASONS = ("divisibility", "global batch", "memory per rank")
-#: The most devices searched (2^20: past any cluster, and the divisors stay few).
-LARGEST_COUNT = 1 << 20
 #: Rejections kept per reason (the closest to feasible first for memory); the rest are counted.
 KEPT_REJECTIONS = 5
 
@@ -75,11 +85,21 @@ ASSUMPTIONS = (
     "FLOPs against the dense peak, HFU the recomputed ones too",
     "activations: the reference model's closed form for the rank's tp/sp split and the recipe "
     "(exact against traced ranks); flash attention stores no s² scores unless --attention "
-    "eager (Korthikanti et al.'s 5·a·s²·b/t)",
-    "tensor-parallel communication exposed; data-parallel overlapped except the last layer's "
-    "bucket; pipeline send/receive not priced",
-    "ranks ordered tp (inside a node), then dp, then pp; collectives priced by the ring formulas",
+    "eager (Korthikanti et al.'s 5·a·s²·b/t); under context parallelism napkin's ring rank "
+    "at s/cp tokens (exact against traced ranks)",
+    "tensor-parallel communication and the context-parallel ring's exchange exposed; "
+    "data-parallel overlapped except the last layer's bucket; pipeline send/receive not priced",
+    "ranks ordered tp (inside a node), then cp, then dp, then pp; collectives priced by the "
+    "ring formulas",
 )
+
+
+def _pipelines(setup: PlanSetup) -> str:
+    """How the search priced its pipelines."""
+    return (f"pipeline bubble and micro-batches in flight per stage: {setup.schedules.source} "
+            f"({', '.join(setup.schedules.names)}; a forward, an input-gradient and a "
+            "weight-gradient action the same time); the slowest rank sets the pace: its "
+            "blocks, and on the last the head's FLOPs")
 
 
 def _assumptions(config: TransformerConfig | ModelProfile) -> tuple[str, ...]:
@@ -93,125 +113,6 @@ def _assumptions(config: TransformerConfig | ModelProfile) -> tuple[str, ...]:
 
 class NoLayoutError(InputError):
     """No configuration is feasible; the message names the constraint that binds."""
-
-
-@dataclass(frozen=True)
-class FixedDims:
-    """Dimensions of the layout the caller fixed; the search fills the others (None).
-
-    Every field given leaves only the layouts with that value in the search (the others are
-    neither searched nor rejected, as with ``max_pp``); all of them given, one layout is
-    evaluated.  ``chunks`` fixes the interleaved schedule's chunks per stage.
-
-    >>> FixedDims(tp=8, pp=16).describe()
-    'TP 8, PP 16'
-    >>> FixedDims(dp=128, zero=3, shard=128, sp=True, accumulation=16, schedule="interleaved",
-    ...           chunks=2, checkpoint="full").describe()
-    'DP 128, ZeRO-3, shard 128, SP on, 16 micro-batches, interleaved × 2, checkpoint full'
-    """
-
-    dp: int | None = None  # data-parallel degree (replicas × shard)
-    tp: int | None = None
-    pp: int | None = None
-    zero: int | None = None  # 0 (plain data parallelism) to 3
-    shard: int | None = None  # ranks one ZeRO-sharded copy spans (FSDP's group)
-    sp: bool | None = None
-    accumulation: int | None = None  # micro-batches per step
-    schedule: str | None = None  # "1f1b" or "interleaved" (a pipeline's)
-    chunks: int | None = None  # the interleaved schedule's model chunks per stage
-    checkpoint: str | None = None  # "none", "selective" or "full"
-
-    def __post_init__(self) -> None:
-        for name in ("dp", "tp", "pp", "shard", "accumulation", "chunks"):
-            value = getattr(self, name)
-            if value is not None:
-                _check(f"fixed {name}", value, LARGEST_COUNT)
-        if self.zero is not None and (isinstance(self.zero, bool) or self.zero not in (
-                0, 1, 2, 3)):
-            raise InputError(f"fixed ZeRO stage must be 0, 1, 2 or 3, got {self.zero!r}")
-        if self.schedule is not None and self.schedule not in SCHEDULES:
-            raise InputError(f"unknown schedule {self.schedule!r}; the planner prices "
-                             f"{', '.join(SCHEDULES)}")
-        if self.chunks is not None and self.chunks not in INTERLEAVE_CHUNKS:
-            raise InputError(f"the interleaved schedule is priced with "
-                             f"{' or '.join(map(str, INTERLEAVE_CHUNKS))} chunks per stage, "
-                             f"got {self.chunks}")
-        if self.chunks is not None and self.schedule not in (None, "interleaved"):
-            raise InputError(f"{self.chunks} chunks per stage need the interleaved schedule, "
-                             f"not {self.schedule}")
-        if self.checkpoint is not None and self.checkpoint not in CHECKPOINTS:
-            raise InputError(f"unknown checkpoint {self.checkpoint!r}; known: "
-                             f"{', '.join(CHECKPOINTS)}")
-
-    @property
-    def given(self) -> bool:
-        return any(getattr(self, f.name) is not None for f in fields(self))
-
-    def describe(self) -> str:
-        """The fixed dimensions, in the order of the layout's name."""
-        parts = [f"{label} {value}" for label, value in (
-            ("DP", self.dp), ("TP", self.tp), ("PP", self.pp)) if value is not None]
-        if self.zero is not None:
-            parts.append(f"ZeRO-{self.zero}")
-        if self.shard is not None:
-            parts.append(f"shard {self.shard}")
-        if self.sp is not None:
-            parts.append(f"SP {'on' if self.sp else 'off'}")
-        if self.accumulation is not None:
-            parts.append(f"{self.accumulation} micro-batch"
-                         f"{'' if self.accumulation == 1 else 'es'}")
-        if self.schedule is not None or self.chunks is not None:
-            parts.append("1f1b" if self.schedule == "1f1b" else "interleaved" + (
-                f" × {self.chunks}" if self.chunks is not None else ""))
-        if self.checkpoint is not None:
-            parts.append(f"checkpoint {self.checkpoint}")
-        return ", ".join(parts)
-
-    def check(self, setup: PlanSetup) -> None:
-        """Refuse, in one line, fixed dimensions no layout of ``setup`` can have: degrees that
-        do not divide the count, a pipeline schedule without a pipeline, ZeRO without a shard
-        group, selective checkpointing under flash attention."""
-        count, layers = setup.count, setup.config.n_layers
-        where = f"{count:,} devices"
-        degrees = [(label, value) for label, value in (
-            ("DP", self.dp), ("TP", self.tp), ("PP", self.pp)) if value is not None]
-        product = math.prod(value for _, value in degrees)
-        named = " · ".join(f"{label} {value}" for label, value in degrees)
-        if len(degrees) == 3 and product != count:
-            raise InputError(f"{named} = {product:,} devices, not the {where}; DP · TP · PP "
-                             "must equal --count")
-        if degrees and count % product:
-            raise InputError(f"{named} does not divide the {where}; DP · TP · PP must equal "
-                             "--count")
-        if self.pp is not None and self.pp > layers:
-            raise InputError(f"PP {self.pp} exceeds {setup.config.name}'s {layers} layers")
-        if self.pp is not None and setup.max_pp is not None and self.pp > setup.max_pp:
-            raise InputError(f"PP {self.pp} is past --max-pp {setup.max_pp}")
-        if self.sp and self.tp == 1:
-            raise InputError("SP needs tensor parallelism: TP 1 splits no sequence")
-        pipelined = self.schedule is not None or self.chunks is not None
-        if pipelined and (self.pp == 1 or setup.max_pp == 1):
-            raise InputError(f"the {self.schedule or 'interleaved'} schedule needs a pipeline "
-                             "(PP above 1)")
-        shard = self.shard
-        if shard is not None:
-            if self.zero == 0 and shard > 1:
-                raise InputError(f"a shard group of {shard} needs a ZeRO stage of 1 to 3, "
-                                 "not ZeRO-0")
-            if self.zero is not None and self.zero > 0 and shard == 1:
-                raise InputError(f"ZeRO-{self.zero} needs a shard group above 1 rank")
-            if self.dp is not None and self.dp % shard:
-                raise InputError(f"a shard group of {shard} does not divide DP {self.dp}")
-            left = count // product
-            if self.dp is None and left % shard:
-                raise InputError(f"a shard group of {shard} does not divide the {where}"
-                                 if not degrees else f"a shard group of {shard} does not "
-                                 f"divide the {left:,} data-parallel ranks {named} leave")
-        if self.zero is not None and self.zero > 0 and self.dp == 1:
-            raise InputError(f"ZeRO-{self.zero} needs a data-parallel degree above 1, not DP 1")
-        if self.checkpoint == "selective" and setup.attention != "eager":
-            raise InputError("checkpoint selective is priced with eager attention only (flash "
-                             "keeps no scores to drop); add --attention eager")
 
 
 @dataclass(frozen=True)
@@ -278,12 +179,6 @@ def divisors(n: int) -> tuple[int, ...]:
     return (*small, *reversed(large))
 
 
-def _check(name: str, value: int, largest: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= largest:
-        raise InputError(f"{name} must be a whole number from 1 to {largest:,}, got {value!r}")
-    return value
-
-
 def _splits_sequence(config: TransformerConfig | ModelProfile) -> bool:
     return not isinstance(config, ModelProfile) or config.sequence_parallel
 
@@ -326,8 +221,8 @@ def _kind(detail: str) -> str:
 
 
 def _degrees(setup: PlanSetup, tally: _Tally, fixed: FixedDims
-             ) -> Iterator[tuple[int, int, int, bool]]:
-    """(dp, tp, pp, sp) layouts that divide the model; the others are tallied as rejected.
+             ) -> Iterator[tuple[int, int, int, int, bool]]:
+    """(dp, cp, tp, pp, sp) layouts that divide the model; the others are tallied as rejected.
     Degrees other than the ``fixed`` ones are left out: neither searched nor rejected."""
     config, count = setup.config, setup.count
     per_node = setup.hardware.devices_per_node or 1
@@ -347,38 +242,57 @@ def _degrees(setup: PlanSetup, tally: _Tally, fixed: FixedDims
                          f"tp {tp} does not divide the {bad[1]:,} {bad[0]}")
             continue
         rest = count // tp
-        if fixed.pp is not None:
-            pps: tuple[int, ...] = (fixed.pp,) if rest % fixed.pp == 0 else ()
-        elif fixed.dp is not None:
-            pps = (rest // fixed.dp,) if rest % fixed.dp == 0 else ()
-        else:
-            pps = divisors(rest)
+        pps: tuple[int, ...] = (((fixed.pp,) if rest % fixed.pp == 0 else ())
+                                if fixed.pp is not None else divisors(rest))
         for pp in pps:
             if setup.max_pp is not None and pp > setup.max_pp:
                 continue  # left out by the caller: neither searched nor rejected
-            dp = rest // pp
-            if fixed.dp is not None and dp != fixed.dp:
-                continue
             if pp > config.n_layers:
-                tally.reject(LayoutChoice(dp=dp, tp=tp, pp=pp), "divisibility",
+                tally.reject(LayoutChoice(dp=rest // pp, tp=tp, pp=pp), "divisibility",
                              f"pp {pp} exceeds the {config.n_layers} layers")
                 continue
-            for sp in (False, True) if tp > 1 and _splits_sequence(config) else (False,):
-                if fixed.sp is not None and sp != fixed.sp:
+            for cp in _cps(setup, rest // pp, fixed):
+                dp = rest // pp // cp
+                if fixed.dp is not None and dp != fixed.dp:
                     continue
-                if sp and setup.seq_len % tp:
-                    tally.reject(LayoutChoice(dp=dp, tp=tp, pp=pp, sp=True), "divisibility",
-                                 f"sp: tp {tp} does not divide the sequence {setup.seq_len}")
-                    continue
-                yield dp, tp, pp, sp
+                tokens = setup.seq_len // cp
+                for sp in (False, True) if tp > 1 and _splits_sequence(config) else (False,):
+                    if fixed.sp is not None and sp != fixed.sp:
+                        continue
+                    if sp and tokens % tp:
+                        tally.reject(LayoutChoice(dp=dp, cp=cp, tp=tp, pp=pp, sp=True),
+                                     "divisibility", f"sp: tp {tp} does not divide the "
+                                     f"{tokens} tokens of a rank's sequence")
+                        continue
+                    yield dp, cp, tp, pp, sp
 
 
-_SCHEDULES = (("1f1b", 1), *(("interleaved", v) for v in INTERLEAVE_CHUNKS))
+def _cps(setup: PlanSetup, ranks: int, fixed: FixedDims) -> tuple[int, ...]:
+    """Context-parallel degrees of ``ranks`` data-parallel ranks: the fixed one, else 1 and
+    each that cuts the sequence into 2·cp chunks of a reference model under flash attention,
+    leaving a rank at least ``MIN_CP_TOKENS`` tokens."""
+    if fixed.cp is not None:
+        return (fixed.cp,) if ranks % fixed.cp == 0 else ()
+    if isinstance(setup.config, ModelProfile) or setup.attention != "flash":
+        return (1,)
+    s = setup.seq_len
+    return tuple(c for c in divisors(ranks)
+                 if c == 1 or (s % (2 * c) == 0 and s // c >= MIN_CP_TOKENS))
 
 
-def _shardings(dp: int, fixed: FixedDims) -> Iterator[tuple[int, int]]:
+def _shardings(dp: int, fixed: FixedDims, cp: int = 1) -> Iterator[tuple[int, int]]:
     """(zero, shard) of ``dp`` data-parallel ranks: plain data parallelism, then each ZeRO
-    stage over each shard group; those the ``fixed`` stage or group leave out are skipped."""
+    stage over each shard group; those the ``fixed`` stage or group leave out are skipped.
+    With context parallelism the parameters are sharded over the group and the cp ranks
+    (FSDP: ZeRO-2 or 3, a group of 1 sharding over the cp ranks alone)."""
+    if cp > 1:
+        shards = divisors(dp) if fixed.shard is None else (
+            (fixed.shard,) if dp % fixed.shard == 0 else ())
+        for shard in shards:
+            for zero in (2, 3) if fixed.zero is None else (
+                    (fixed.zero,) if fixed.zero >= 2 else ()):
+                yield zero, shard
+        return
     if fixed.zero in (None, 0) and fixed.shard in (None, 1):
         yield 0, 1
     if fixed.zero == 0:
@@ -390,20 +304,41 @@ def _shardings(dp: int, fixed: FixedDims) -> Iterator[tuple[int, int]]:
             yield zero, shard
 
 
-def _schedules(pp: int, fixed: FixedDims) -> tuple[tuple[str, int], ...]:
+def _schedules(setup: PlanSetup, pp: int, fixed: FixedDims, tally: _Tally,
+               point: LayoutChoice) -> Iterator[tuple[str, int, tuple[int, ...]]]:
+    """(schedule, chunks, stage layers) of a pipeline of ``pp`` ranks: every schedule the
+    pricer prices, its chunks, and the stage cuts of the blocks
+    (:func:`tensorledger.plan.pipeline.stage_splits`); the fixed ones alone."""
     if pp == 1:
-        return (("none", 1),)
-    return tuple((schedule, v) for schedule, v in _SCHEDULES
-                 if fixed.schedule in (None, schedule) and fixed.chunks in (None, v))
+        if fixed.schedule is None and fixed.chunks is None:  # a fixed schedule: a pipeline
+            yield "none", 1, ()
+        return
+    layers = setup.config.n_layers
+    for schedule in setup.schedules.names:
+        if fixed.schedule not in (None, schedule):
+            continue
+        for v in schedule_chunks(schedule, fixed.stage_chunks):
+            if pp * v > layers:
+                tally.reject(dataclasses.replace(point, schedule=schedule, chunks=v),
+                             "divisibility", f"{schedule} × {v}: {pp * v} stages for "
+                             f"{layers} layers")
+                continue
+            cuts = ((fixed.stage_layers,) if fixed.stage_layers is not None
+                    else stage_splits(layers, pp * v))
+            for cut in cuts:
+                yield schedule, v, cut
 
 
 def plan_setup(config: TransformerConfig | ModelProfile, hardware: Hardware, count: int, *,
                seq_len: int,
                global_batch_seqs: int, precision: str = "bf16-master", optimizer: str = "adamw",
                budget_bytes: float | None = None, efficiency: float | None = None,
-               attention: str = "flash", max_pp: int | None = None) -> PlanSetup:
+               attention: str = "flash", max_pp: int | None = None,
+               schedules: SchedulePricer | None = None) -> PlanSetup:
     """What a search of ``count`` devices shares, its options checked (one line each): the
-    one :func:`plan_layouts` searches, and that a traced check of its layouts prices."""
+    one :func:`plan_layouts` searches, and that a traced check of its layouts prices.
+    ``schedules`` prices the pipeline schedules (default: GPipe and 1F1B in closed form;
+    :class:`tensorledger.ledger.schedules.ActionListPricer` replays torch's for all)."""
     _check("count", count, LARGEST_COUNT)
     _check("seq_len", seq_len, config.context_length)
     if isinstance(config, ModelProfile) and (config.seq_len, config.precision) != (
@@ -421,7 +356,8 @@ def plan_setup(config: TransformerConfig | ModelProfile, hardware: Hardware, cou
                      global_batch_seqs=global_batch_seqs,
                      precision=resolve_precision(precision),
                      optimizer=resolve_optimizer(optimizer), budget_bytes=budget,
-                     efficiency=efficiency, attention=attention, max_pp=max_pp)
+                     efficiency=efficiency, attention=attention, max_pp=max_pp,
+                     schedules=SchedulePricer() if schedules is None else schedules)
 
 
 def plan_layouts(config: TransformerConfig | ModelProfile, hardware: Hardware, count: int, *,
@@ -431,7 +367,8 @@ def plan_layouts(config: TransformerConfig | ModelProfile, hardware: Hardware, c
                  efficiency: float | None = None, attention: str = "flash",
                  tokens: float | None = None,
                  top: int = 10, max_pp: int | None = None,
-                 fixed: FixedDims | None = None) -> LayoutPlan:
+                 fixed: FixedDims | None = None,
+                 schedules: SchedulePricer | None = None) -> LayoutPlan:
     """Search every layout of ``count`` devices; raise :class:`NoLayoutError` when none fits.
 
     ``global_batch_seqs`` sequences of ``seq_len`` tokens make one optimizer step;
@@ -447,17 +384,18 @@ def plan_layouts(config: TransformerConfig | ModelProfile, hardware: Hardware, c
     setup = plan_setup(config, hardware, count, seq_len=seq_len,
                        global_batch_seqs=global_batch_seqs, precision=precision,
                        optimizer=optimizer, budget_bytes=budget_bytes, efficiency=efficiency,
-                       attention=attention, max_pp=max_pp)
+                       attention=attention, max_pp=max_pp, schedules=schedules)
     fix = fixed if fixed is not None and fixed.given else FixedDims()
     fix.check(setup)
     budget = setup.budget_bytes
     tally = _Tally()
     feasible: list[tuple[float, float, LayoutChoice]] = []
     closest_batch = None
-    for dp, tp, pp, sp in _degrees(setup, tally, fix):
+    for dp, cp, tp, pp, sp in _degrees(setup, tally, fix):
+        degrees = LayoutChoice(dp=dp, cp=cp, tp=tp, pp=pp, sp=sp)
         if global_batch_seqs % dp:
             why = ("smaller than" if global_batch_seqs < dp else "not a multiple of")
-            tally.reject(LayoutChoice(dp=dp, tp=tp, pp=pp, sp=sp), "global batch",
+            tally.reject(degrees, "global batch",
                          f"{_sequences(global_batch_seqs)} is {why} the data-parallel "
                          f"degree {dp:,}")
             closest_batch = dp if closest_batch is None else min(closest_batch, dp)
@@ -466,20 +404,20 @@ def plan_layouts(config: TransformerConfig | ModelProfile, hardware: Hardware, c
         micros = divisors(per_rank)
         if fix.accumulation is not None:
             if per_rank % fix.accumulation:
-                tally.reject(LayoutChoice(dp=dp, tp=tp, pp=pp, sp=sp), "global batch",
+                tally.reject(degrees, "global batch",
                              f"{_sequences(per_rank)} a data-parallel rank (DP {dp:,}) do not "
                              f"split into {fix.accumulation:,} micro-batches")
                 continue
             micros = (per_rank // fix.accumulation,)
-        stage_layers = -(-config.n_layers // pp)
-        shardings = tuple(_shardings(dp, fix))
+        shardings = tuple(_shardings(dp, fix, cp))
         if not shardings:
-            tally.reject(LayoutChoice(dp=dp, tp=tp, pp=pp, sp=sp), "divisibility",
+            tally.reject(degrees, "divisibility",
                          f"DP {dp:,} leaves no shard group" + (
                              f" of {fix.shard:,}" if fix.shard else " above 1 rank") + (
-                             f" for ZeRO-{fix.zero}" if fix.zero else ""))
+                             f" for ZeRO-{fix.zero}" if fix.zero is not None else ""))
+        pipelines = tuple(_schedules(setup, pp, fix, tally, degrees))
         for zero, shard in shardings:
-            for schedule, v in _schedules(pp, fix):
+            for schedule, v, cut in pipelines:
                 for checkpoint in _checkpoints(attention, fix.checkpoint, config):
                     # memory grows with the micro-batch (b · min(p, m) = min(p·b, B) in
                     # flight): past the first that does not fit, none does
@@ -489,17 +427,26 @@ def plan_layouts(config: TransformerConfig | ModelProfile, hardware: Hardware, c
                         point = LayoutChoice(dp=dp, tp=tp, pp=pp, zero=zero, shard=shard,
                                              sp=sp, micro_batch=micro, accumulation=m,
                                              schedule=schedule, chunks=v,
-                                             checkpoint=checkpoint)
-                        if v > 1 and (m % pp or stage_layers % v):
-                            tally.reject(point, "divisibility", (
-                                f"interleaved: {m} micro-batch(es), not a multiple of pp {pp}"
-                                if m % pp else f"interleaved × {v}: {stage_layers} layers a "
-                                f"stage do not split into {v} chunks"))
-                            continue
-                        if past is not None:
+                                             checkpoint=checkpoint, cp=cp, stage_layers=cut)
+                        if past is not None:  # before the schedule is priced: no replay
                             tally.reject(point, "memory per rank", f"more than {past}",
                                          math.inf)
                             continue
+                        if pp > 1 and not setup.schedules.known(schedule, pp, m, v):
+                            # a lower bound first: spare torch's lists of a layout that
+                            # cannot fit with one micro-batch in flight a stage
+                            least = rank_memory(setup, point, floor=True).total_bytes
+                            if least > budget:
+                                tally.reject(point, "memory per rank", f"at least "
+                                             f"{least / 1e9:.2f} GB > {budget / 1e9:g} GB",
+                                             least)
+                                past = f"{least / 1e9:.1f} GB (micro-batch {micro})"
+                                continue
+                        if pp > 1:
+                            figures = setup.schedules.figures(schedule, pp, m, v)
+                            if isinstance(figures, str):
+                                tally.reject(point, "divisibility", figures)
+                                continue
                         memory = rank_memory(setup, point)
                         if memory.total_bytes > budget:
                             tally.reject(point, "memory per rank",
@@ -528,7 +475,7 @@ def plan_layouts(config: TransformerConfig | ModelProfile, hardware: Hardware, c
                       reserve="" if budget_bytes is not None else
                       device_headroom(count).describe(),
                       fixed=fix if fix.given else None,
-                      assumptions=_assumptions(config))
+                      assumptions=(*_assumptions(config), _pipelines(setup)))
 
 
 def pareto_frontier(points: Sequence[tuple[float, float, T]]) -> list[T]:

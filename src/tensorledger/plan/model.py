@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, cast
 
 from tensorledger.napkin.activations import ActivationMemory, activation_memory
+from tensorledger.napkin.context import ContextParallelRank, context_parallel_rank
 from tensorledger.napkin.parallel import zero_bytes
 from tensorledger.napkin.transformer import (
     forward_flops_per_token,
@@ -27,7 +28,10 @@ class SearchModel:
 
     def __init__(self, setup: PlanSetup) -> None:
         self.states: dict[tuple[int, int, int], tuple[float, float]] = {}
-        self.saved: dict[tuple[int, int, bool, bool], tuple[ActivationMemory, float]] = {}
+        self.saved: dict[tuple[int, int, bool, bool, int], tuple[ActivationMemory, float]] = {}
+        self.rings: dict[tuple[int, int, bool, bool, int], ContextParallelRank] = {}
+        # pipeline figures and rank loads of a (schedule, p, m, v, stage cut), worked out once
+        self.pipelines: dict[tuple[object, ...], object] = {}
         self.collectives: dict[tuple[CollectiveKind, float, int, int], float] = {}
         config = setup.config
         self.embedding_whole = 0
@@ -47,6 +51,8 @@ class SearchModel:
         self.forward_per_token: float = forward.total_flops
         self.attention_forward_per_token: float = (forward.attention_scores_flops
                                             + forward.attention_values_flops)
+        # the head's training FLOPs a token (tied or not, its matmul runs): 3 × 2·d·V
+        self.head_flops_per_token: float = 6.0 * config.d_model * config.vocab_size
 
     def _profiled(self, profile: ModelProfile) -> None:
         """Counts and FLOPs from a measured profile: the parts tensor parallelism splits
@@ -60,6 +66,7 @@ class SearchModel:
         self.flops_per_token = profile.flops_per_token()
         self.forward_per_token = profile.forward_flops_per_token()
         self.attention_forward_per_token = 0.0  # selective checkpointing is not profiled
+        self.head_flops_per_token = 6.0 * profile.head.split
 
     def states_bytes(self, setup: PlanSetup, params: int, shard: int, zero: int
                      ) -> tuple[float, float]:
@@ -74,11 +81,19 @@ class SearchModel:
         return held
 
     def activations(self, setup: PlanSetup, micro_batch: int, tp: int, sp: bool,
-                    checkpointed: bool) -> tuple[ActivationMemory, float]:
+                    checkpointed: bool, cp: int = 1) -> tuple[ActivationMemory, float]:
         """The closed form at one micro-batch and split, and the loss end's bytes (final
-        norm and loss), remembered: a search asks for few distinct ones."""
-        key = (micro_batch, tp, sp, checkpointed)
+        norm and loss), remembered: a search asks for few distinct ones.  With ``cp``
+        context-parallel ranks, at s/cp tokens (:func:`context_parallel_rank`), the loss end
+        keeping the targets' whole storage."""
+        key = (micro_batch, tp, sp, checkpointed, cp)
         held = self.saved.get(key)
+        if held is None and cp > 1:
+            ring = self.ring(setup, micro_batch, tp, sp, checkpointed, cp)
+            closed = ring.activations
+            held = (closed, float(closed.final_norm_bytes + closed.loss_bytes
+                                  + ring.targets_kept_bytes))
+            self.saved[key] = held
         if held is None:
             p = setup.precision
             autocast = p.autocast
@@ -92,6 +107,23 @@ class SearchModel:
                                            autocast=autocast)
             held = (closed, float(closed.final_norm_bytes + closed.loss_bytes))
             self.saved[key] = held
+        return held
+
+    def ring(self, setup: PlanSetup, micro_batch: int, tp: int, sp: bool, checkpointed: bool,
+             cp: int) -> ContextParallelRank:
+        """napkin's context-parallel rank (ring attention, flash kernel: keys and values
+        exchanged by their own heads) of one micro-batch, remembered."""
+        key = (micro_batch, tp, sp, checkpointed, cp)
+        held = self.rings.get(key)
+        if held is None:
+            config = setup.config
+            assert not isinstance(config, ModelProfile)  # the search keeps profiles at cp 1
+            p = setup.precision
+            width = 4 if p.param_bytes == 4 and not p.autocast else 2
+            held = context_parallel_rank(config, micro_batch, setup.seq_len, cp,
+                                         dtype_bytes=width, tp=tp, autocast=p.autocast,
+                                         checkpointed=checkpointed, sequence_parallel=sp)
+            self.rings[key] = held
         return held
 
 

@@ -16,12 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tensorledger.plan.estimate import (
-    LayoutChoice,
-    PlanSetup,
-    _layers_per_stage,
-    rank_memory,
-)
+from tensorledger.plan.estimate import LayoutChoice, PlanSetup, rank_memory
 from tensorledger.plan.model import search_model as _model
 from tensorledger.plan.profile import ModelProfile
 
@@ -66,6 +61,7 @@ class SentBytes:
     tensor_parallel_bytes: float
     total_bytes: float
     pipeline_bytes: float = 0.0  # the stream and its gradient between stages
+    context_parallel_bytes: float = 0.0  # the ring's keys, values and their gradients
 
 
 def sent_bytes(setup: PlanSetup, choice: LayoutChoice) -> SentBytes:
@@ -104,6 +100,11 @@ def sent_bytes(setup: PlanSetup, choice: LayoutChoice) -> SentBytes:
     The tensor-parallel bytes are per micro-batch (× m), the first stage's with the
     embedding's, the last's with the head's and the logits; the norms' once a step.
 
+    context parallel: napkin's ring (:func:`tensorledger.napkin.context.context_parallel_rank`:
+    the keys and values all-gathered in forward and backward, their fp32 gradients passed
+    round the ring) for each micro-batch, of the rank's share of the layers; the tokens of
+    every term above are the rank's s/cp.
+
     pipeline: each micro-batch's stream (b·s·d, ÷ t under SP) sent forward by every stage
     but the model's last and its gradient backward by every stage but the first.
 
@@ -118,13 +119,13 @@ def sent_bytes(setup: PlanSetup, choice: LayoutChoice) -> SentBytes:
     params = memory.stage_params  # the rank's TP part of its stage
     # the stages the rank holds: the first (the embedding) and the last (the head and the
     # final norm) of the whole model, or neither
-    first = memory.stage in ("only", "first")
-    last = memory.stage in ("only", "last")
-    layers = _layers_per_stage(setup.config, pp) if pp > 1 else setup.config.n_layers
+    first = memory.stage in ("only", "first", "first and last")
+    last = memory.stage in ("only", "last", "first and last")
+    layers = memory.layers
     root = ((-(-model.embeddings // tp) if first else 0)
             + (-(-model.head // tp) + model.final_norm if last else 0))
     grads, weights = p.grad_bytes * params, p.param_bytes * params
-    s, r = choice.shard, choice.replicas
+    s, r = choice.shard_ranks, choice.replicas
 
     def ring(n: int) -> float:
         return (n - 1) / n
@@ -145,7 +146,7 @@ def sent_bytes(setup: PlanSetup, choice: LayoutChoice) -> SentBytes:
     closed, _ = model.activations(setup, choice.micro_batch, 1, False, False)
     compute = closed.dtype_bytes
     stream = 4 if closed.autocast else compute
-    n, d = choice.micro_batch * setup.seq_len, setup.config.d_model
+    n, d = choice.micro_batch * setup.seq_len // choice.cp, setup.config.d_model
     tp_bytes = 0.0
     if tp > 1:
         embedding, head = (1 if first else 0), (1 if last else 0)
@@ -183,8 +184,14 @@ def sent_bytes(setup: PlanSetup, choice: LayoutChoice) -> SentBytes:
         boundary = n // (tp if choice.sp else 1) * d * stream
         sends = 2 * v - (1 if first else 0) - (1 if last else 0)
         pp_bytes = m * sends * boundary
+    cp_bytes = 0.0
+    if choice.cp > 1:  # napkin's ring (all layers, one micro-batch), for the rank's layers
+        exchange = model.ring(setup, choice.micro_batch, tp, choice.sp,
+                              choice.checkpoint == "full", choice.cp)
+        cp_bytes = m * exchange.sent_bytes * layers / setup.config.n_layers
     return SentBytes(data_parallel_bytes=dp, tensor_parallel_bytes=tp_bytes,
-                     total_bytes=dp + tp_bytes + pp_bytes, pipeline_bytes=pp_bytes)
+                     total_bytes=dp + tp_bytes + pp_bytes + cp_bytes, pipeline_bytes=pp_bytes,
+                     context_parallel_bytes=cp_bytes)
 
 
 def _profiled_tp_bytes(profile: ModelProfile, choice: LayoutChoice, layers: int,

@@ -407,11 +407,28 @@ def action_lists(schedule: str | Schedule, pp: int, microbatches: int,
         stages = [PipelineStage(nn.Linear(2, 2), index, count, torch.device("cpu"),
                                 input_args=example, output_args=example)
                   for index in kind.placement(pp, chunks, 0)]
-        runner = _make_schedule(kind, stages, microbatches)
+        runner = (_compute_only(kind, stages, microbatches) if kind.interleaved
+                  else _make_schedule(kind, stages, microbatches))
     order = getattr(runner, "pipeline_order", None)
     if order is None:  # the single-stage schedules of an older torch keep no lists
         raise TraceError(f"torch's {kind.torch_name} keeps no action lists to replay")
     return cast(dict[int, list[Any]], order)
+
+
+def _compute_only(kind: Schedule, stages: list[PipelineStage], microbatches: int
+                  ) -> _PipelineSchedule:
+    """A multi-stage schedule built for its compute action lists alone: torch's class with
+    its lowering to send/receive and unshard actions skipped (the replay drops those; the
+    lowering is most of the time a large schedule takes to build)."""
+    from torch.distributed.pipelining import schedules
+
+    def no_comms(self: Any, actions: Any, format: str = "compute_only") -> None:
+        self.pipeline_order_with_comms = None
+
+    base = getattr(schedules, kind.torch_name)
+    lean = type(base.__name__, (base,), {"_prepare_schedule_with_comms": no_comms})
+    return cast("_PipelineSchedule", lean(list(stages), microbatches,
+                                          loss_fn=lambda logits, target: logits.sum()))
 
 
 def run_pipeline_step(schedule: _PipelineSchedule, stages: Sequence[int], count: int,

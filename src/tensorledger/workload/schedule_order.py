@@ -20,6 +20,7 @@ walks each rank's list in its order, so it does not depend on the times.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,11 +50,15 @@ class OrderTimeline:
 _F, _B, _I, _W = "F", "B", "I", "W"
 
 
-def _kind(action: Any) -> str | None:
+@functools.cache
+def _kinds() -> dict[Any, str]:
     from torch.distributed.pipelining.schedules import _ComputationType as T
 
-    return {T.FORWARD: _F, T.FULL_BACKWARD: _B, T.BACKWARD_INPUT: _I,
-            T.BACKWARD_WEIGHT: _W}.get(action.computation_type)
+    return {T.FORWARD: _F, T.FULL_BACKWARD: _B, T.BACKWARD_INPUT: _I, T.BACKWARD_WEIGHT: _W}
+
+
+def _kind(action: Any) -> str | None:
+    return _kinds().get(action.computation_type)
 
 
 def order_timeline(order: dict[int, list[Any]], *, forward: float = 1.0,
