@@ -102,6 +102,12 @@ Offload = Annotated[str | None, typer.Option("--offload", help=(
     "Keep on the host what a device would hold: activations (torch's save_on_cpu: what "
     "autograd saves copied to the host in forward and back in backward, the bytes priced on "
     "the chip's host link)."))]
+AttentionOption = Annotated[str, typer.Option("--attention", help=(
+    "The attention kernel the target runs: auto (the one PyTorch picks on the --hardware chip), "
+    "flash, efficient (memory-efficient), math (PyTorch's math kernel: the scores materialised, "
+    "half inputs computed in fp32), or eager (the scores materialised in the inputs' dtype, as "
+    "attention written out by hand: Megatron-LM 2021, Hugging Face eager); a forced kernel the "
+    "inputs do not admit is refused."))]
 RoutingOption = Annotated[str | None, typer.Option("--routing", help=(
     "A mixture of experts' tokens per expert, which fake tensors cannot decide: balanced "
     "(default: tokens·k/E each), skew=S (expert 0 gets 1+S times the balanced share, the "
@@ -200,6 +206,7 @@ class WorkloadOptions:
     offload: Offload = None
     routing: RoutingOption = None
     context: Context = None
+    attention: AttentionOption = "auto"
 
     def resolve(self, laid_out: Layout | None = None, chip: Hardware | None = None
                 ) -> Workload:
@@ -208,15 +215,15 @@ class WorkloadOptions:
         the command names none)."""
         source = resolve_source(self.model, fill_defaults=self.fill_defaults)
         lora = resolve_lora(self.lora, self.lora_targets, self.qlora)
+        target = default_target() if chip is None else target_of(chip)
         return resolve_workload(source, batch=self.batch, seq=self.seq, step=self.step,
                                 precision=self.precision, optimizer=self.optimizer,
                                 device=self.device, checkpoint=self.checkpoint,
                                 layout=SINGLE if laid_out is None else laid_out,
-                                target=default_target() if chip is None else target_of(chip),
+                                target=target.forcing(self.attention),
                                 optimizer_kernel=self.optimizer_kernel, lora=lora,
                                 offload=resolve_offload(self.offload),
                                 routing=resolve_routing(self.routing),
-
                                 context=self.context)
 
 
