@@ -115,8 +115,10 @@ def test_ratio_and_verdict_by_hand(bench: ModuleType) -> None:
 def test_the_markdown_table_lists_rows_it_cannot_express(bench: ModuleType) -> None:
     uneven = next(r for r in bench.RUNS if r.key == "llama3-405b-8k")
     text = bench.markdown([(uneven, None, uneven.cannot_express)])
-    assert "not predicted: uneven pipeline stages" in text
-    assert "8,192 × h100-sxm" in text and "TP 8 · PP 16 · FSDP 64" in text
+    assert "not predicted: not compared: the paper states no FLOP count" in text
+    assert "8,192 × h100-sxm" in text
+    assert ("TP 8 · PP 16 (32 micro-batches; interleaved-1f1b, 2 stages a rank; stages "
+            "first-1,last-1) · FSDP 64 (ZeRO-2)") in text
     assert "— (no FLOP count stated)" in text
 
 
