@@ -116,10 +116,14 @@ def _efficient(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Te
 
 @contextmanager
 def _half_reduction(on: bool) -> Iterator[None]:
-    """The math kernel in the inputs' half dtype (``on``) or in fp32, PyTorch's default.  Only
-    the forward is run inside: it decomposes into the ops whose gradients backward runs."""
+    """The math kernel in the inputs' half dtype (``on``); otherwise as PyTorch's switch is set
+    (by default: half inputs computed in fp32).  Only the forward is run inside: it decomposes
+    into the ops whose gradients backward runs."""
+    if not on:
+        yield
+        return
     before = bool(torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed())  # type: ignore[no-untyped-call]
-    torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(on)
+    torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)
     try:
         yield
     finally:
