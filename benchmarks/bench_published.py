@@ -178,8 +178,9 @@ LLAMA2_70B = _llama("llama-2-70b", 32000, 8192, 80, 64, 8, 28672)
 _MEGATRON_PROGRAM = {"attention": "eager", "dropout": 0.1}
 _FP16_NOTE = "fp16 in the run (the same A100 peak as bf16)"
 _UNTIED_NOTE = ("untied head: the run ties it to the embedding, which account's DDP beside TP "
-                "cannot step yet (torch's foreach optimizer then mixes DTensors and tensors); "
-                "the same FLOPs, V·h more parameters")
+                "cannot step yet (torch's DDP over the TP mesh localises a tied table in one "
+                "slot only; the foreach optimizer then meets a DTensor beside tensors); the "
+                "same FLOPs, V·h more parameters")
 _ACCUMULATE_NOTE = ("4 micro-batches of 8 accumulated in the run (no_sync: one all-reduce); "
                     "the rank's 32 sequences traced as one step")
 _PP_DDP_NOTE = ("Megatron's DDP as ZeRO-2 over the DP ranks (the same bytes on the wire as its "
