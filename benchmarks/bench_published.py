@@ -14,10 +14,14 @@ predicted MFU / published MFU (or HFU / HFU) under that convention.  The predict
 ``account``'s headline: the cluster's tokens/s with communication after compute (serial) and
 the pipeline bubble included.
 
-Rows the tool cannot express (uneven pipeline stages, context parallelism, a chip not in the
-catalog, selective checkpointing, gradient accumulation) are listed with the reason, not
-dropped.  Pipeline rows of many micro-batches trace every micro-batch of the rank and take
-minutes each here: they run with ``--pipelines``.
+Each row is traced as its publisher ran it where the source says how: Megatron-LM's rows
+with the micro-batch sizes, data parallelism and program of its published scripts (attention
+with the scores written out, ``--attention eager``: the paper predates FlashAttention).  Rows
+the tool cannot express or compare (context parallelism beside pipeline stages, a chip not in
+the catalog, selective checkpointing, gradient accumulation under FSDP, a figure without its
+FLOP count) are listed with the reason, not dropped.  Pipeline rows of many micro-batches
+trace every micro-batch of the rank and take minutes each here: they run with
+``--pipelines``.
 
 Prints a table for people, then one JSON line.  Target (issue 36): median |ratio − 1| ≤ 15%,
 none beyond 30%.
@@ -40,7 +44,9 @@ MEDIAN_TARGET, WORST_TARGET = 0.15, 0.30
 # --------------------------------------------------------------------------------- sources
 
 MEGATRON = ("Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU "
-            "Clusters Using Megatron-LM, arXiv:2104.04473, Table 1 (A100 80GB, Selene)")
+            "Clusters Using Megatron-LM, arXiv:2104.04473, Table 1 (A100 80GB, Selene); the "
+            "runs' settings from github.com/NVIDIA/Megatron-LM examples/sc21/run_table_1.sh "
+            "and CONFIG.sh (TP, PP, micro-batch size, DDP, fp16, uniform recompute)")
 TORCHTITAN = ("github.com/pytorch/torchtitan docs/performance.md (commit 0413364), "
               "'Llama 3 / Llama 2 performance numbers', FSDP2 on 64 A100 80GB")
 FOUNDRY = ("github.com/mosaicml/llm-foundry scripts/train/benchmarking/README.md "
@@ -91,6 +97,11 @@ class PublishedRun:
     # the source's FLOP count that turns its FLOP rate into tokens/s: "megatron" (Eq. 3);
     # None where the source does not state one (then no tokens/s can be derived)
     flop_count: str | None = "megatron"
+    # the attention kernel the run's program ran (tensorledger's --attention): auto is the one
+    # PyTorch picks on the chip today; eager materialises the scores in the inputs' dtype
+    attention: str = "auto"
+    dropout: float = 0.0  # the model's dropout probability (attention and residual)
+    micro_batch: int | None = None  # sequences per micro-batch, where the source states it
 
     @property
     def counts_recompute(self) -> bool:
@@ -104,6 +115,13 @@ class PublishedRun:
     def rank_batch(self) -> int:
         """Sequences one data-parallel rank steps on."""
         return self.global_batch // self.data_parallel
+
+    @property
+    def accumulated(self) -> int:
+        """Micro-batches a data-parallel rank accumulates outside a pipeline (1: none)."""
+        if self.micro_batch is None or "pp" in self.layout:
+            return 1
+        return self.rank_batch // self.micro_batch
 
     @property
     def published_tokens_per_s(self) -> float | None:
@@ -152,34 +170,59 @@ LLAMA3_8B = _llama("llama-3-8b", 128256, 4096, 32, 32, 8, 14336)
 LLAMA2_13B = _llama("llama-2-13b", 32000, 5120, 40, 40, 40, 13824)
 LLAMA2_70B = _llama("llama-2-70b", 32000, 8192, 80, 64, 8, 28672)
 
-_DDP_NOTE = ("data parallel as ZeRO-2 over the DP ranks (the same bytes on the wire as DDP's "
-             "all-reduce; account lays DDP beside TP out no other way); the rank's batch "
-             "traced as one step (Table 1 gives no micro-batch size)")
-_PP_NOTE = ("untied head (a pipeline cannot share the table across stages); micro-batches "
-            "of one sequence (Table 1 gives none); 1F1B; the first stage's rank is traced")
+# Megatron-LM's program in 2021 (arXiv:2104.04473 predates FlashAttention, 2022): attention
+# wrote the scores out (baddbmm, a fused scale-mask-softmax kernel, dropout, bmm), traced as
+# --attention eager; dropout 0.1 on attention and the residual branches (megatron/arguments.py's
+# defaults, which CONFIG.sh keeps).  DDP: torch's (DDP=torch) or Megatron's own (DDP=local), both
+# one gradient all-reduce over the DP ranks.
+_MEGATRON_PROGRAM = {"attention": "eager", "dropout": 0.1}
+_FP16_NOTE = "fp16 in the run (the same A100 peak as bf16)"
+_UNTIED_NOTE = ("untied head: the run ties it to the embedding, which account's DDP beside TP "
+                "cannot step yet (torch's DDP over the TP mesh localises a tied table in one "
+                "slot only; the foreach optimizer then meets a DTensor beside tensors); the "
+                "same FLOPs, V·h more parameters")
+_ACCUMULATE_NOTE = ("4 micro-batches of 8 accumulated in the run (no_sync: one all-reduce); "
+                    "the rank's 32 sequences traced as one step")
+_PP_DDP_NOTE = ("Megatron's DDP as ZeRO-2 over the DP ranks (the same bytes on the wire as its "
+                "all-reduce; account traces no DDP within pipeline stages)")
+_PP_NOTE = ("untied head (a pipeline cannot share the table across stages); the first "
+            "stage's rank is traced")
+
+_LLAMA3_UNSTATED = ("not compared: the paper states no FLOP count behind its MFU (no tokens/s "
+                    "to set beside account's), nor the virtual stages a rank, the micro-batch "
+                    "size or any recomputation, each of which moves the bubble or the FLOPs")
 
 RUNS: tuple[PublishedRun, ...] = (
     # ---- Megatron-LM, Table 1: TFLOP/s per GPU counting the recomputed forward (HFU)
+    # micro-batch sizes and DDP from run_table_1.sh (MBS, DDP=torch/local)
     PublishedRun("megatron-1.7b", MEGATRON, _gpt("gpt-1.7b", 2304, 24, 24), "a100-80gb", 32,
                  {"dp": 32}, 512, 2048, True, "mixed-bf16", 137, "TFLOP/s/chip", 0.44, "HFU",
-                 "fp16 in the paper (the same A100 peak); the rank's batch traced as one step"),
-    PublishedRun("megatron-3.6b", MEGATRON, _gpt("gpt-3.6b", 3072, 30, 32), "a100-80gb", 64,
-                 {"fsdp": 32, "zero": 2, "tp": 2}, 512, 2048, True, "mixed-bf16", 138,
-                 "TFLOP/s/chip", 0.44, "HFU", _DDP_NOTE),
-    PublishedRun("megatron-7.5b", MEGATRON, _gpt("gpt-7.5b", 4096, 36, 32), "a100-80gb", 128,
-                 {"fsdp": 32, "zero": 2, "tp": 4}, 512, 2048, True, "mixed-bf16", 142,
-                 "TFLOP/s/chip", 0.46, "HFU", _DDP_NOTE),
-    PublishedRun("megatron-18.4b", MEGATRON, _gpt("gpt-18.4b", 6144, 40, 48), "a100-80gb",
-                 256, {"fsdp": 32, "zero": 2, "tp": 8}, 1024, 2048, True, "mixed-bf16", 135,
-                 "TFLOP/s/chip", 0.43, "HFU", _DDP_NOTE),
+                 _FP16_NOTE, micro_batch=16, **_MEGATRON_PROGRAM),
+    PublishedRun("megatron-3.6b", MEGATRON, _gpt("gpt-3.6b", 3072, 30, 32, tied=False),
+                 "a100-80gb", 64, {"dp": 32, "tp": 2}, 512, 2048, True, "mixed-bf16", 138,
+                 "TFLOP/s/chip", 0.44, "HFU", f"{_FP16_NOTE}; {_UNTIED_NOTE}", micro_batch=16,
+                 **_MEGATRON_PROGRAM),
+    PublishedRun("megatron-7.5b", MEGATRON, _gpt("gpt-7.5b", 4096, 36, 32, tied=False),
+                 "a100-80gb", 128, {"dp": 32, "tp": 4}, 512, 2048, True, "mixed-bf16", 142,
+                 "TFLOP/s/chip", 0.46, "HFU", f"{_FP16_NOTE}; {_UNTIED_NOTE}", micro_batch=16,
+                 **_MEGATRON_PROGRAM),
+    PublishedRun("megatron-18.4b", MEGATRON, _gpt("gpt-18.4b", 6144, 40, 48, tied=False),
+                 "a100-80gb", 256, {"dp": 32, "tp": 8}, 1024, 2048, True, "mixed-bf16", 135,
+                 "TFLOP/s/chip", 0.43, "HFU",
+                 f"{_FP16_NOTE}; {_ACCUMULATE_NOTE}; {_UNTIED_NOTE}", micro_batch=8,
+                 **_MEGATRON_PROGRAM),
     PublishedRun("megatron-39.1b", MEGATRON, _gpt("gpt-39.1b", 8192, 48, 64, tied=False),
-                 "a100-80gb", 512, {"fsdp": 32, "zero": 2, "tp": 8, "pp": 2,
-                                    "microbatches": 48}, 1536, 2048, True, "mixed-bf16", 138,
-                 "TFLOP/s/chip", 0.44, "HFU", f"{_DDP_NOTE}; {_PP_NOTE}"),
+                 "a100-80gb", 512, {"fsdp": 32, "zero": 2, "tp": 8, "pp": 2, "microbatches": 12},
+                 1536, 2048, True, "mixed-bf16", 138, "TFLOP/s/chip", 0.44, "HFU",
+                 f"{_FP16_NOTE}; {_PP_DDP_NOTE}; 1F1B; {_PP_NOTE}", micro_batch=4,
+                 **_MEGATRON_PROGRAM),
     PublishedRun("megatron-145.6b", MEGATRON, _gpt("gpt-145.6b", 12288, 80, 96, tied=False),
-                 "a100-80gb", 1536, {"fsdp": 24, "zero": 2, "tp": 8, "pp": 8,
-                                     "microbatches": 96}, 2304, 2048, True, "mixed-bf16", 148,
-                 "TFLOP/s/chip", 0.47, "HFU", f"{_DDP_NOTE}; {_PP_NOTE}"),
+                 "a100-80gb", 1536, {"fsdp": 24, "zero": 2, "tp": 8, "pp": 8, "microbatches": 48,
+                                     "schedule": "interleaved-1f1b", "chunks": 2}, 2304, 2048,
+                 True, "mixed-bf16", 148, "TFLOP/s/chip", 0.47, "HFU",
+                 f"{_FP16_NOTE}; {_PP_DDP_NOTE}; interleaved 1F1B, 5 layers a virtual stage "
+                 f"(--num-layers-per-virtual-pipeline-stage 5); {_PP_NOTE}", micro_batch=2,
+                 **_MEGATRON_PROGRAM),
     # ---- torchtitan on 64 A100 80GB, FSDP2: WPS per GPU, MFU without recompute
     PublishedRun("torchtitan-llama3-70b", TORCHTITAN, LLAMA3_70B, "a100-80gb", 64,
                  {"fsdp": 64}, 64, 8192, True, "mixed-bf16", 331, "tokens/s/chip", 0.517,
@@ -214,20 +257,26 @@ RUNS: tuple[PublishedRun, ...] = (
                  True, "bf16", 376, "tokens/s/chip", 0.4891, "MFU",
                  "FSDP mixed precision PURE (bf16 parameters): the bf16 recipe"),
     # ---- runs account cannot express: listed with the reason
+    # laid out now (uneven and interleaved stages), traced once each by hand (docs/published.md:
+    # 370 s and 101 s here); not compared: see _LLAMA3_UNSTATED
     PublishedRun("llama3-405b-8k", LLAMA3, LLAMA3_405B, "h100-sxm", 8192,
-                 {"fsdp": 64, "tp": 8, "pp": 16}, 2048, 8192, None, "mixed-bf16", 430,
-                 "TFLOP/s/chip", 0.43, "MFU",
-                 cannot_express="uneven pipeline stages: 126 layers do not divide into PP "
-                                "16 equal stages, which account cuts", flop_count=None),
+                 {"fsdp": 64, "zero": 2, "tp": 8, "pp": 16, "microbatches": 32,
+                  "schedule": "interleaved-1f1b", "chunks": 2, "stage_layers": "first-1,last-1"},
+                 2048, 8192, None, "mixed-bf16", 430, "TFLOP/s/chip", 0.43, "MFU",
+                 cannot_express=f"{_LLAMA3_UNSTATED}; traced as shown (2 stages a rank, "
+                                "ZeRO-2 and no recomputation assumed): account's MFU 0.250, "
+                                "bubble 19% of the step", flop_count=None),
     PublishedRun("llama3-405b-16k", LLAMA3, LLAMA3_405B, "h100-sxm", 16384,
-                 {"fsdp": 128, "tp": 8, "pp": 16}, 2048, 8192, None, "mixed-bf16", 400,
-                 "TFLOP/s/chip", 0.41, "MFU",
-                 cannot_express="uneven pipeline stages: 126 layers over PP 16",
-                 flop_count=None),
+                 {"fsdp": 128, "zero": 2, "tp": 8, "pp": 16, "microbatches": 16,
+                  "schedule": "interleaved-1f1b", "chunks": 2, "stage_layers": "first-1,last-1"},
+                 2048, 8192, None, "mixed-bf16", 400, "TFLOP/s/chip", 0.41, "MFU",
+                 cannot_express=f"{_LLAMA3_UNSTATED}; traced as shown: account's MFU 0.203, "
+                                "bubble 32% of the step", flop_count=None),
     PublishedRun("llama3-405b-128k", LLAMA3, LLAMA3_405B, "h100-sxm", 16384,
                  {"fsdp": 8, "tp": 8, "pp": 16}, 128, 131072, None, "mixed-bf16", 380,
                  "TFLOP/s/chip", 0.38, "MFU",
-                 cannot_express="context parallelism (CP 16) and uneven pipeline stages",
+                 cannot_express="context parallelism beside pipeline stages (CP 16 · PP 16), "
+                                "which account does not lay out",
                  flop_count=None),
     PublishedRun("torchtitan-llama3-8b-a100", TORCHTITAN, LLAMA3_8B, "a100-80gb", 64,
                  {"fsdp": 64}, 64, 8192, None, "mixed-bf16", 2904, "tokens/s/chip", 0.568,
@@ -262,7 +311,7 @@ class Prediction:
     wall_s: float  # time to trace and account the row here
 
 
-def config_of(shape: Shape) -> TransformerConfig:
+def config_of(shape: Shape, dropout: float = 0.0) -> TransformerConfig:
     """The reference Transformer's config for ``shape``."""
     from tensorledger.napkin.transformer import TransformerConfig
 
@@ -271,10 +320,11 @@ def config_of(shape: Shape) -> TransformerConfig:
                                  d_model=shape.d_model, n_layers=shape.layers,
                                  n_heads=shape.heads, n_kv_heads=shape.kv_heads,
                                  d_ff=shape.d_ff, mlp="swiglu", norm="rmsnorm",
-                                 positions="rope", tied_embeddings=False, bias=False)
+                                 positions="rope", tied_embeddings=False, bias=False,
+                                 dropout=dropout)
     return TransformerConfig(name=shape.name, vocab_size=shape.vocab, context_length=2048,
                              d_model=shape.d_model, n_layers=shape.layers, n_heads=shape.heads,
-                             bias=shape.bias, tied_embeddings=shape.tied)
+                             bias=shape.bias, tied_embeddings=shape.tied, dropout=dropout)
 
 
 def predict(run: PublishedRun) -> Prediction:
@@ -287,7 +337,7 @@ def predict(run: PublishedRun) -> Prediction:
     from tensorledger.workload.spec import resolve_workload
 
     chip = get_hardware(run.chip)
-    config = config_of(run.shape)
+    config = config_of(run.shape, run.dropout)
     source = ModelSource(label=config.name, kind="preset", builder="reference",
                          name=config.name, config=config)
     layout = resolve_layout(**run.layout)  # type: ignore[arg-type]
@@ -296,7 +346,7 @@ def predict(run: PublishedRun) -> Prediction:
     work = resolve_workload(source, batch=run.rank_batch, seq=run.seq, step="train",
                             precision=run.precision, checkpoint=bool(run.checkpoint),
                             layout=layout,
-                            target=target_of(chip))
+                            target=target_of(chip).forcing(run.attention))
     start = time.perf_counter()
     ledger, _ = account_run(work, chip, count=run.chips)
     wall = time.perf_counter() - start
@@ -347,6 +397,9 @@ def layout_text(layout: dict[str, int | str]) -> str:
 
     >>> layout_text({"fsdp": 32, "zero": 2, "tp": 8, "pp": 2, "microbatches": 48})
     'TP 8 · PP 2 (48 micro-batches) · FSDP 32 (ZeRO-2)'
+    >>> layout_text({"dp": 24, "tp": 8, "pp": 8, "microbatches": 48,
+    ...              "schedule": "interleaved-1f1b", "chunks": 2})
+    'TP 8 · PP 8 (48 micro-batches; interleaved-1f1b, 2 stages a rank) · DP 24'
     >>> layout_text({"dp": 32})
     'DP 32'
     """
@@ -354,7 +407,13 @@ def layout_text(layout: dict[str, int | str]) -> str:
     if "tp" in layout:
         parts.append(f"TP {layout['tp']}")
     if "pp" in layout:
-        micro = f" ({layout['microbatches']} micro-batches)" if "microbatches" in layout else ""
+        details = [f"{layout['microbatches']} micro-batches"] if "microbatches" in layout else []
+        if "schedule" in layout:
+            chunks = f", {layout['chunks']} stages a rank" if "chunks" in layout else ""
+            details.append(f"{layout['schedule']}{chunks}")
+        if "stage_layers" in layout:
+            details.append(f"stages {layout['stage_layers']}")
+        micro = f" ({'; '.join(details)})" if details else ""
         parts.append(f"PP {layout['pp']}{micro}")
     if "dp" in layout:
         parts.append(f"DP {layout['dp']}")
@@ -366,9 +425,10 @@ def layout_text(layout: dict[str, int | str]) -> str:
 
 def markdown(rows: list[tuple[PublishedRun, Prediction | None, str | None]]) -> str:
     """The table for the README and docs/published.md."""
-    head = ("| run | chips | layout | batch × seq | ckpt | published | recompute counted | "
-            "published tok/s/chip | predicted tok/s/chip | predicted / published − 1 |\n"
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    head = ("| run | chips | layout | batch × seq | ckpt | attention | published | "
+            "recompute counted | published tok/s/chip | predicted tok/s/chip | "
+            "predicted / published − 1 |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     lines = [head]
     for run, pred, why in rows:
         figure = (f"{run.published:g} {run.published_unit}" +
@@ -376,6 +436,7 @@ def markdown(rows: list[tuple[PublishedRun, Prediction | None, str | None]]) -> 
         chips = f"{run.chips:,} × {run.chip}"
         batch = f"{run.global_batch:,} × {run.seq:,}"
         ckpt = "—" if run.checkpoint is None else "full" if run.checkpoint else "none"
+        ckpt += f" | {run.attention}"
         counted = "yes" if run.counts_recompute else "no"
         published = run.published_tokens_per_s
         rate = "— (no FLOP count stated)" if published is None else f"{published:,.0f}"

@@ -53,9 +53,35 @@ def test_layouts_add_up_to_the_published_chips(bench: ModuleType) -> None:
         layout = resolve_layout(**run.layout)
         assert layout.count == run.chips, run.key
         assert run.global_batch % run.data_parallel == 0, run.key
-        if layout.pp > 1:  # micro-batches of one sequence each
-            assert run.rank_batch == layout.microbatches, run.key
-            assert run.shape.layers % layout.pp == 0 and not run.shape.tied, run.key
+        if layout.pp > 1:  # the rank's batch in micro-batches of the published size
+            assert run.rank_batch == layout.microbatches * (run.micro_batch or 1), run.key
+            assert run.shape.layers % (layout.pp * layout.chunks) == 0, run.key
+            assert not run.shape.tied, run.key
+        elif run.micro_batch is not None:  # accumulated outside a pipeline
+            assert run.rank_batch == run.accumulated * run.micro_batch, run.key
+
+
+def test_megatron_rows_follow_the_published_scripts(bench: ModuleType) -> None:
+    """examples/sc21/run_table_1.sh: (TP, PP, MBS, GBS) per model, DDP for data parallelism;
+    the program of 2021 (no FlashAttention yet, dropout 0.1) as --attention eager."""
+    script = {"megatron-1.7b": (1, 1, 16, 512), "megatron-3.6b": (2, 1, 16, 512),
+              "megatron-7.5b": (4, 1, 16, 512), "megatron-18.4b": (8, 1, 8, 1024),
+              "megatron-39.1b": (8, 2, 4, 1536), "megatron-145.6b": (8, 8, 2, 2304)}
+    for run in bench.RUNS:
+        if run.key not in script:
+            continue
+        tp, pp, mbs, gbs = script.pop(run.key)
+        assert (run.layout.get("tp", 1), run.layout.get("pp", 1), run.micro_batch,
+                run.global_batch) == (tp, pp, mbs, gbs), run.key
+        assert run.attention == "eager" and run.dropout == 0.1, run.key
+        if pp == 1:  # plain DDP beside TP, no sharding
+            assert "fsdp" not in run.layout and run.data_parallel * tp == run.chips, run.key
+    assert not script
+    # 18.4B: 1,024 / 32 ranks = 32 sequences, micro-batches of 8: 4 accumulated
+    assert next(r for r in bench.RUNS if r.key == "megatron-18.4b").accumulated == 4
+    # 145.6B: 80 layers, 5 a virtual stage over PP 8: 2 stages a rank, interleaved
+    big = next(r for r in bench.RUNS if r.key == "megatron-145.6b")
+    assert big.layout["chunks"] == 80 // (5 * 8) == 2
 
 
 def test_megatron_flop_rate_to_tokens_per_second_by_hand(bench: ModuleType) -> None:
@@ -89,8 +115,10 @@ def test_ratio_and_verdict_by_hand(bench: ModuleType) -> None:
 def test_the_markdown_table_lists_rows_it_cannot_express(bench: ModuleType) -> None:
     uneven = next(r for r in bench.RUNS if r.key == "llama3-405b-8k")
     text = bench.markdown([(uneven, None, uneven.cannot_express)])
-    assert "not predicted: uneven pipeline stages" in text
-    assert "8,192 × h100-sxm" in text and "TP 8 · PP 16 · FSDP 64" in text
+    assert "not predicted: not compared: the paper states no FLOP count" in text
+    assert "8,192 × h100-sxm" in text
+    assert ("TP 8 · PP 16 (32 micro-batches; interleaved-1f1b, 2 stages a rank; stages "
+            "first-1,last-1) · FSDP 64 (ZeRO-2)") in text
     assert "— (no FLOP count stated)" in text
 
 

@@ -194,7 +194,7 @@ def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[s
         "global_batch": ["4M", "512seq", "64 seqs", "1seq", "0seq", "1.5seq", "seq", "0", "-1",
                          "1e400", "nan", "٤M", "", "1M", "7" * 5000, "4294967297seq"],
         "checkpoint": ["none", "full", "selective", "", "FULL"],
-        "attention": ["flash", "eager", "", "sdpa"],
+        "attention": ["flash", "eager", "", "sdpa", "math", "efficient", "auto"],
         # serve (issue 39): cache and weight dtypes, chips that lack them, contexts that fit
         # no batch, utilisations and page sizes at and past their bounds
         "kv_dtype": ["bf16", "fp16", "fp8", "e5m2", "int8", "fp4", "bool", "e8m0", "fp64", "",

@@ -43,7 +43,7 @@ def test_the_same_workload_options_with_the_same_names_help_and_defaults() -> No
     assert WORKLOAD_OPTIONS == ("model", "batch", "seq", "step", "precision", "optimizer",
                                 "device", "checkpoint", "optimizer_kernel", "fill_defaults",
                                 "lora", "lora_targets", "qlora", "offload",
-                                "routing", "context")
+                                "routing", "context", "attention")
     assert set(found["trace"]) == set(WORKLOAD_OPTIONS)
     assert found["trace"] == found["memory"] == found["roofline"] == found["account"]
     assert found["checkpoint"] == {name: spec for name, spec in found["trace"].items()
@@ -59,7 +59,8 @@ def test_the_same_workload_options_with_the_same_names_help_and_defaults() -> No
                         "lora": None, "lora_targets": None,  # no adapters: full fine-tuning
                         "qlora": False, "offload": None,
                         "routing": None,  # balanced
-                        "context": None}  # decode's cache: no default
+                        "context": None,  # decode's cache: no default
+                        "attention": "auto"}  # the kernel PyTorch picks on the target
     # None is the step's: language models train in bf16 autocast, and serve bf16 weights
     assert (DEFAULTS.precision, DEFAULTS.inference_precision) == ("mixed-bf16", "bf16")
 

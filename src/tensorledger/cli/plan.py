@@ -24,7 +24,7 @@ from tensorledger.cli.common import (
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware, get_hardware
 from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
-from tensorledger.napkin.transformer import TransformerConfig, get_preset
+from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.plan import (
     ATTENTIONS,
     CHECKPOINTS,
@@ -100,13 +100,6 @@ def global_batch_seqs(text: str, seq_len: int) -> tuple[int, str | None]:
                   f"Give {seqs}seq or a token count that divides to say it exactly")
 
 
-def _checked(model: str, hardware: str, attention: str, seq: int, global_batch: str
-             ) -> tuple[TransformerConfig, Hardware, int, str | None]:
-    """The options ``plan`` and ``accumulate`` share, looked up and checked: the preset, the
-    chip, the attention kernel, the sequence against the context, the global batch."""
-    return _checked_for(get_preset(model), hardware, attention, seq, global_batch)
-
-
 def _checked_for(config: TransformerConfig, hardware: str, attention: str, seq: int,
                  global_batch: str) -> tuple[TransformerConfig, Hardware, int, str | None]:
     chip = get_hardware(hardware)
@@ -117,6 +110,32 @@ def _checked_for(config: TransformerConfig, hardware: str, attention: str, seq: 
                          f"{config.context_length:,} tokens")
     seqs, note = global_batch_seqs(global_batch, seq)
     return config, chip, seqs, note
+
+
+def _model_for(model: str, hardware: str, attention: str, seq: int, global_batch: str,
+               precision: str, optimizer: str, as_json: bool
+               ) -> tuple[TransformerConfig | ModelProfile, Hardware, int, str | None]:
+    """What ``plan`` and ``accumulate`` price, from any model source: a preset's closed form,
+    or the profile of any other source (a config.json, a factory), traced on fake tensors at
+    one and two blocks; with the chip, the global batch in sequences and its note."""
+    source = resolve_source(model)  # a bad source: its one line, before any work
+    if source.config is not None and source.kind == "preset":
+        return _checked_for(source.config, hardware, attention, seq, global_batch)
+    chip = get_hardware(hardware)
+    chosen = resolve_precision(precision).name  # bad names refused before the trace
+    resolve_optimizer(optimizer)
+    if source.max_seq is not None and seq > source.max_seq:
+        raise InputError(f"--seq {seq:,} is longer than {source.name}'s context of "
+                         f"{source.max_seq:,} tokens")
+    if attention.strip().lower() != "flash":
+        raise InputError(f"--attention: {source.name} is planned from a trace of its own "
+                         "attention; drop --attention")
+    seqs, note = global_batch_seqs(global_batch, seq)
+    from tensorledger.ledger.profile import measure_profile  # imports torch
+
+    with progress(False, as_json) as say:
+        profile = measure_profile(source, seq_len=seq, precision=chosen, progress=say)
+    return profile, chip, seqs, note
 
 
 def plan_command(
@@ -228,26 +247,8 @@ def plan_command(
     cut = None if stage_layers is None else StageLayers.parse(stage_layers)
     if cut is not None and pp is None:
         raise InputError("--stage-layers cuts a pipeline: give --pp with it")
-    source = resolve_source(model)  # a bad source: its one line, before any work
-    config: TransformerConfig | ModelProfile
-    if source.config is not None and source.kind == "preset":
-        config, chip, seqs, note = _checked_for(source.config, hardware, attention, seq,
-                                                global_batch)
-    else:
-        chip = get_hardware(hardware)
-        chosen = resolve_precision(precision).name  # bad names refused before the trace
-        resolve_optimizer(optimizer)
-        if source.max_seq is not None and seq > source.max_seq:
-            raise InputError(f"--seq {seq:,} is longer than {source.name}'s context of "
-                             f"{source.max_seq:,} tokens")
-        if attention.strip().lower() != "flash":
-            raise InputError(f"--attention: {source.name} is planned from a trace of its own "
-                             "attention; drop --attention")
-        seqs, note = global_batch_seqs(global_batch, seq)
-        from tensorledger.ledger.profile import measure_profile  # imports torch
-
-        with progress(False, as_json) as say:
-            config = measure_profile(source, seq_len=seq, precision=chosen, progress=say)
+    config, chip, seqs, note = _model_for(model, hardware, attention, seq, global_batch,
+                                          precision, optimizer, as_json)
     train_tokens = None
     if tokens is not None:
         train_tokens = parse_count(tokens)
@@ -379,7 +380,10 @@ def _verified(result: LayoutPlan, config: TransformerConfig | ModelProfile, mode
 
 
 def accumulate_command(
-    model: Annotated[str, typer.Option("--model", "-m", help="A preset (llama-3-8b, ...).")],
+    model: Annotated[str, typer.Option("--model", "-m", help=(
+        "A preset (llama-3-8b, ...: its closed form), a config.json of any architecture or a "
+        "factory file.py:function (profiled first: traced on fake tensors at 1 and 2 blocks, "
+        "seconds)."))],
     global_batch: Annotated[str, typer.Option("--global-batch", "-g", help=(
         "Tokens per optimizer step (1M; rounded to whole sequences) or sequences (64seq)."))],
     hardware: Annotated[str, typer.Option("--hardware", "-H", help=(
@@ -398,12 +402,19 @@ def accumulate_command(
     optimizer: Annotated[str, typer.Option("--optimizer", "-o", help="adamw, sgd, ...")]
     = "adamw",
     attention: Annotated[str, typer.Option(help="flash or eager.")] = "flash",
+    efficiency: Annotated[float | None, typer.Option(
+        parser=real_parser(0.0, 1.0, minimum_open=True), help=(
+            "Share of the dense peak the matmuls reach, in (0, 1]; default: the chip's "
+            "published fraction at each split's largest matmul (1: the ideal bound)."))
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Split a global batch into micro-batch × accumulation steps on COUNT data-parallel ranks:
-    activations, memory, arithmetic intensity and step time of every split; the fastest that
-    fits is chosen."""
-    config, chip, seqs, note = _checked(model, hardware, attention, seq, global_batch)
+    activations, memory, arithmetic intensity and step time of every split (at the chip's
+    published efficiency, the ideal bound beside it); the fastest that fits is chosen.  Any
+    model source: a preset's closed form, or the traced profile of a config.json or factory."""
+    config, chip, seqs, note = _model_for(model, hardware, attention, seq, global_batch,
+                                          precision, optimizer, as_json)
     budget_bytes = None if budget is None else parse_bytes(budget)
     if budget_bytes is not None and not 0 < budget_bytes <= chip.memory_bytes:
         raise InputError(f"--budget must be above 0 and at most {chip.id}'s "
@@ -411,7 +422,8 @@ def accumulate_command(
     result = plan_accumulation(config, chip, seq_len=seq, global_batch_seqs=seqs, count=count,
                                zero=zero, checkpoint=checkpoint.strip().lower(),
                                precision=precision, optimizer=optimizer,
-                               budget_bytes=budget_bytes, attention=attention.strip().lower())
+                               budget_bytes=budget_bytes, efficiency=efficiency,
+                               attention=attention.strip().lower())
     emit("accumulate", result, as_json, *accumulation_view(result),
          *([f"note: {note}"] if note else []))
 

@@ -105,6 +105,12 @@ Offload = Annotated[str | None, typer.Option("--offload", help=(
     "and optimizer state on the host, copied in for each all-gather and out after each "
     "reduce-scatter, the optimizer step on the CPU; over the --fsdp N shards, or on one "
     "device as a 1-rank FSDP2 mesh), or both: activations,params."))]
+AttentionOption = Annotated[str, typer.Option("--attention", help=(
+    "The attention kernel the target runs: auto (the one PyTorch picks on the --hardware chip), "
+    "flash, efficient (memory-efficient), math (PyTorch's math kernel: the scores materialised, "
+    "half inputs computed in fp32), or eager (the scores materialised in the inputs' dtype, as "
+    "attention written out by hand: Megatron-LM 2021, Hugging Face eager); a forced kernel the "
+    "inputs do not admit is refused."))]
 RoutingOption = Annotated[str | None, typer.Option("--routing", help=(
     "A mixture of experts' tokens per expert, which fake tensors cannot decide: balanced "
     "(default: tokens·k/E each), skew=S (expert 0 gets 1+S times the balanced share, the "
@@ -203,6 +209,7 @@ class WorkloadOptions:
     offload: Offload = None
     routing: RoutingOption = None
     context: Context = None
+    attention: AttentionOption = "auto"
 
     def resolve(self, laid_out: Layout | None = None, chip: Hardware | None = None
                 ) -> Workload:
@@ -211,15 +218,15 @@ class WorkloadOptions:
         the command names none)."""
         source = resolve_source(self.model, fill_defaults=self.fill_defaults)
         lora = resolve_lora(self.lora, self.lora_targets, self.qlora)
+        target = default_target() if chip is None else target_of(chip)
         return resolve_workload(source, batch=self.batch, seq=self.seq, step=self.step,
                                 precision=self.precision, optimizer=self.optimizer,
                                 device=self.device, checkpoint=self.checkpoint,
                                 layout=SINGLE if laid_out is None else laid_out,
-                                target=default_target() if chip is None else target_of(chip),
+                                target=target.forcing(self.attention),
                                 optimizer_kernel=self.optimizer_kernel, lora=lora,
                                 offload=resolve_offload(self.offload),
                                 routing=resolve_routing(self.routing),
-
                                 context=self.context)
 
 

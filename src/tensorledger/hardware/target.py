@@ -22,6 +22,16 @@ The attention rules are PyTorch's own (``aten/src/ATen/native/transformers/cuda/
 PyTorch on sm90/sm100 with a recent cuDNN may prefer cuDNN's attention where flash applies; it
 keeps the same saved tensors (output and log-sum-exp) and the same FLOPs, so flash stands for it.
 
+A program that chose its kernel itself is traced with :meth:`Target.forcing` (``--attention``):
+``flash``, ``efficient`` or ``math`` as ``torch.nn.attention.sdpa_kernel`` forces them (a forced
+kernel the inputs do not admit is refused, with the reason, rather than replaced; the math
+kernel computes half-precision inputs in fp32, PyTorch's default), or ``eager``: the scores
+materialised in the inputs' dtype (the math kernel with
+``torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp``), as attention written out by hand
+runs them: Megatron-LM's of 2021, which predates FlashAttention (Narayanan et al. 2021,
+arXiv:2104.04473: QKᵀ by baddbmm, a fused scale-mask-softmax kernel, dropout, ·V), or
+Hugging Face's ``eager`` attention.
+
 >>> h100 = Target("h100-sxm", "cuda", (9, 0))
 >>> h100.attention_kernel("bf16", head_dims=(128, 128, 128), mask=False)
 ('flash', 'bf16, no mask, head size 128')
@@ -30,18 +40,22 @@ keeps the same saved tensors (output and log-sum-exp) and the same FLOPs, so fla
 >>> Target("v100-sxm", "cuda", (7, 0)).attention_kernel("bf16", head_dims=(64, 64, 64),
 ...                                                     mask=False)
 ('math', 'flash needs compute capability 8.0 (this is 7.0); memory-efficient attention takes fp16 and fp32 on compute capability 7.0, not bf16')
+>>> h100.forcing("math").attention_kernel("bf16", head_dims=(128, 128, 128), mask=False)
+('math', 'forced: --attention math')
 >>> h100.optimizer_kernel, CPU.optimizer_kernel
 ('foreach', 'for-loop')
 """  # noqa: E501
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
+from tensorledger.errors import InputError, UnknownNameError
 from tensorledger.hardware.catalog import LOCAL, Hardware
 
-__all__ = ["CPU", "OPTIMIZER_KERNELS", "Target", "TargetKind", "default_target", "target_of"]
+__all__ = ["ATTENTION_CHOICES", "CPU", "OPTIMIZER_KERNELS", "Target", "TargetKind",
+           "default_target", "resolve_attention", "target_of"]
 
 TargetKind = Literal["cuda", "rocm", "cpu", "xla"]
 
@@ -54,6 +68,21 @@ FLASH_HEAD_DIM_MAX = 256
 #: The head size above which flash refuses a gradient on sm86, sm89 and sm12x.
 FLASH_GRAD_HEAD_DIM_MAX_SMALL_SM = 192
 _HALF = ("fp16", "bf16")
+
+#: What ``--attention`` takes: ``auto`` (the kernel PyTorch picks on the target) or one forced.
+ATTENTION_CHOICES = ("auto", "flash", "efficient", "math", "eager")
+
+
+def resolve_attention(name: str) -> str:
+    """``--attention`` checked: one of :data:`ATTENTION_CHOICES`.
+
+    >>> resolve_attention(" Math "), resolve_attention("eager")
+    ('math', 'eager')
+    """
+    key = name.strip().lower()
+    if key not in ATTENTION_CHOICES:
+        raise UnknownNameError("attention kernel", name, ATTENTION_CHOICES)
+    return key
 
 
 @dataclass(frozen=True)
@@ -68,6 +97,18 @@ class Target:
     kind: TargetKind
     capability: tuple[int, int] | None = None  # NVIDIA's compute capability
     native: bool = False
+    # the attention kernel forced (flash, efficient, math, eager), or auto: PyTorch's choice
+    attention: str = "auto"
+
+    def forcing(self, attention: str) -> Target:
+        """This target with its attention kernel forced (``auto``: PyTorch's choice again), as
+        ``torch.nn.attention.sdpa_kernel`` would force it on the chip."""
+        kernel = resolve_attention(attention)
+        if self.native and kernel != "auto":
+            raise InputError(f"--attention {kernel} forces the kernel a target chip runs, traced "
+                             f"on fake tensors; on {self.name} PyTorch chooses its own: drop "
+                             "--attention, or trace on fake tensors")
+        return replace(self, attention=kernel)
 
     @property
     def optimizer_kernel(self) -> str:
@@ -94,8 +135,9 @@ class Target:
         if self.native:
             return f"{self.name} (PyTorch chooses its kernels)"
         where = {"cuda": "CUDA", "rocm": "ROCm", "xla": "XLA", "cpu": "CPU"}[self.kind]
-        return f"{self.name} ({where}, compute capability {self._capability_text()})" \
-            if self.capability else f"{self.name} ({where})"
+        if self.capability:
+            where += f", compute capability {self._capability_text()}"
+        return f"{self.name} ({where})"
 
     def _at_least(self, major: int, minor: int = 0) -> bool:
         if self.kind in ("rocm", "xla"):
@@ -115,6 +157,14 @@ class Target:
             return "native", "PyTorch chooses on this device"
         qk, _, v = head_dims
         why_not_flash = self._why_not_flash(dtype, head_dims, mask, causal, queries, keys, grad)
+        if self.attention != "auto":
+            why_not = {"flash": why_not_flash, "math": "", "eager": "",
+                       "efficient": self._why_not_efficient(dtype, qk, v, grouped)}
+            if why_not[self.attention]:
+                raise InputError(f"--attention {self.attention}: {self.name} cannot run it on "
+                                 f"these inputs ({why_not[self.attention]}); drop --attention "
+                                 "or force another kernel")
+            return self.attention, f"forced: --attention {self.attention}"
         if not why_not_flash:
             return "flash", f"{dtype}, {'causal' if causal else 'no mask'}, head size {qk}"
         why_not_efficient = self._why_not_efficient(dtype, qk, v, grouped)

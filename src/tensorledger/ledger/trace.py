@@ -32,7 +32,10 @@ def program_of(work: Workload) -> str:
     """One line: whose program the trace is, the optimizer's kernel, and any caveat."""
     optimizer = (f"; {work.optimizer.name} as {work.optimizer_kernel} kernels"
                  if work.step.optimizer else "")
-    routed = "" if work.target.native else ": attention as PyTorch dispatches it there"
+    routed = ("" if work.target.native else
+              f": attention forced to {work.target.attention} (--attention)"
+              if work.target.attention != "auto" else
+              ": attention as PyTorch dispatches it there")
     caveat = f" ({work.target.caveat})" if work.target.caveat else ""
     return f"program traced: {work.target.describe()}{routed}{optimizer}{caveat}"
 

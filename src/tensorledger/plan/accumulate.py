@@ -8,6 +8,13 @@ micro-batches hold fewer activations but read every weight (and write every grad
 per micro-batch: their arithmetic intensity falls and, below the chip's ridge point, the step
 becomes memory-bound and slower.  The chosen split is the fastest that fits.
 
+The model is a reference model's config (its closed form) or any model's measured
+:class:`~tensorledger.plan.profile.ModelProfile` (a ``config.json`` of any architecture, a
+factory: :func:`tensorledger.ledger.profile.measure_profile`), as :func:`plan_layouts` takes.
+Compute is priced at the catalog's dense peak × the chip's published matmul efficiency at the
+micro-batch's largest matmul (``roofline``'s expected time), unless ``efficiency`` is given;
+each split carries the ideal bound (the whole dense peak) beside it.
+
 >>> from tensorledger.hardware import get_hardware
 >>> from tensorledger.napkin.transformer import get_preset
 >>> p = plan_accumulation(get_preset("llama-3-8b"), get_hardware("h100"), seq_len=4096,
@@ -18,6 +25,7 @@ becomes memory-bound and slower.  The chosen split is the fastest that fits.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from tensorledger.errors import InputError
@@ -25,6 +33,7 @@ from tensorledger.hardware import Hardware
 from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.plan.estimate import CHECKPOINTS, LayoutChoice, rank_memory, step_time
 from tensorledger.plan.layouts import NoLayoutError, divisors, plan_setup
+from tensorledger.plan.profile import ModelProfile
 
 __all__ = ["AccumulationOption", "AccumulationPlan", "plan_accumulation"]
 
@@ -40,8 +49,12 @@ class AccumulationOption:
     fits: bool
     intensity_flop_per_byte: float  # one micro-batch: FLOPs / weight traffic
     memory_bound: bool
-    step_s: float
+    step_s: float  # at the expected efficiency (the chip's published one, or the one given)
     tokens_per_s: float
+    efficiency: float = 1.0  # the share of the dense peak the matmuls were taken to reach
+    ideal_step_s: float = 0.0  # the same step at the whole dense peak: the bound
+    mfu: float = 0.0  # model FLOPs / (step · count · dense peak), recomputation left out
+    hfu: float = 0.0  # the FLOPs that ran, recomputation included, over the same
 
 
 @dataclass(frozen=True)
@@ -56,9 +69,13 @@ class AccumulationPlan:
     budget_bytes: float
     options: tuple[AccumulationOption, ...]  # every split, micro-batch ascending
     chosen: AccumulationOption  # the fastest that fits
+    efficiency: float | None = None  # given by the caller; None: the chip's published ones
+    peak_flop_per_s: float = 0.0  # the dense peak of the recipe's dtype
+    profiled: bool = False  # the model's figures come from a traced profile
 
 
-def plan_accumulation(config: TransformerConfig, hardware: Hardware, *, seq_len: int,
+def plan_accumulation(config: TransformerConfig | ModelProfile, hardware: Hardware, *,
+                      seq_len: int,
                       global_batch_seqs: int, count: int = 1, zero: int = 0,
                       checkpoint: str = "none", precision: str = "bf16-master",
                       optimizer: str = "adamw", budget_bytes: float | None = None,
@@ -77,6 +94,7 @@ def plan_accumulation(config: TransformerConfig, hardware: Hardware, *, seq_len:
                        global_batch_seqs=global_batch_seqs, precision=precision,
                        optimizer=optimizer, budget_bytes=budget_bytes, efficiency=efficiency,
                        attention=attention)
+    bound = dataclasses.replace(setup, efficiency=1.0)
     budget = setup.budget_bytes
     per_rank = global_batch_seqs // count
     shard = count if zero else 1
@@ -86,13 +104,15 @@ def plan_accumulation(config: TransformerConfig, hardware: Hardware, *, seq_len:
                               accumulation=per_rank // micro, checkpoint=checkpoint)
         memory = rank_memory(setup, choice)
         time = step_time(setup, choice, memory)
+        ideal = step_time(bound, choice, rank_memory(bound, choice))
         options.append(AccumulationOption(
             micro_batch=micro, accumulation=choice.accumulation,
             activation_bytes=memory.activations_bytes + memory.logits_bytes,
             memory_bytes=memory.total_bytes, fits=memory.total_bytes <= budget,
             intensity_flop_per_byte=time.intensity_flop_per_byte,
             memory_bound=time.memory_bound, step_s=time.step_s,
-            tokens_per_s=time.tokens_per_s))
+            tokens_per_s=time.tokens_per_s, efficiency=time.efficiency,
+            ideal_step_s=ideal.step_s, mfu=time.mfu, hfu=time.hfu))
     fitting = [o for o in options if o.fits]
     if not fitting:
         least = options[0]
@@ -105,4 +125,6 @@ def plan_accumulation(config: TransformerConfig, hardware: Hardware, *, seq_len:
     return AccumulationPlan(model=config.name, hardware=hardware.id, count=count, zero=zero,
                             checkpoint=checkpoint, seq_len=seq_len,
                             global_batch_seqs=global_batch_seqs, budget_bytes=budget,
-                            options=tuple(options), chosen=chosen)
+                            options=tuple(options), chosen=chosen, efficiency=efficiency,
+                            peak_flop_per_s=hardware.peak_flop_per_s(setup.dtype),
+                            profiled=isinstance(config, ModelProfile))

@@ -115,17 +115,27 @@ def accumulation_view(plan: AccumulationPlan) -> View:
                   f"{plan.seq_len:,} on {plan.count:,} × {plan.hardware}, ZeRO-{plan.zero}, "
                   f"checkpoint {plan.checkpoint}", title_justify="left", header_style="bold")
     for column in ("micro × accum", "activations", "memory/rank", "fits", "FLOP/byte",
-                   "step", "tokens/s"):
+                   "step", "bound", "tokens/s", "MFU"):
         table.add_column(column, justify="right")
     for o in plan.options:
         table.add_row(f"{o.micro_batch} × {o.accumulation}", format_bytes(o.activation_bytes),
                       format_bytes(o.memory_bytes), "yes" if o.fits else "no",
                       f"{o.intensity_flop_per_byte:,.0f}"
                       + (" (memory-bound)" if o.memory_bound else ""),
-                      format_duration(o.step_s), format_count(o.tokens_per_s))
+                      format_duration(o.step_s), format_duration(o.ideal_step_s),
+                      format_count(o.tokens_per_s), f"{o.mfu:.1%}")
     c = plan.chosen
+    efficiency = (f"the chip's published matmul efficiency ({c.efficiency:.1%} at the chosen "
+                  "split's largest matmul)" if plan.efficiency is None else
+                  f"efficiency {plan.efficiency:g} (--efficiency)")
+    source = "its traced profile" if plan.profiled else "the reference model's closed form"
     return [table, f"chosen: micro-batch {c.micro_batch} × {c.accumulation} accumulation steps "
-            f"({format_bytes(c.memory_bytes)} per rank of {format_bytes(plan.budget_bytes)})"]
+            f"({format_bytes(c.memory_bytes)} per rank of {format_bytes(plan.budget_bytes)}): "
+            f"{format_duration(c.step_s)} a step, MFU {c.mfu:.1%} (model FLOPs), HFU "
+            f"{c.hfu:.1%} (recomputation included); bound {format_duration(c.ideal_step_s)} "
+            "at the whole dense peak",
+            f"step: {plan.peak_flop_per_s / 1e12:g} TFLOP/s dense × {efficiency}; bound: the "
+            f"dense peak itself; the model from {source}"]
 
 
 def plan_figure(plan: LayoutPlan) -> Any:

@@ -6,7 +6,8 @@ math path with dropout or some masks: every B·H·S² score saved for backward);
 decomposed.  Inside :func:`target_program`, each call is decided by
 :meth:`~tensorledger.hardware.target.Target.attention_kernel` and run as that kernel's aten op
 (``_scaled_dot_product_flash_attention``, ``_scaled_dot_product_efficient_attention``, or
-``_scaled_dot_product_attention_math``), whose meta functions give the shapes on any device.
+``_scaled_dot_product_attention_math``: in fp32 for half inputs, or in their own dtype when the
+target is told to run attention ``eager``), whose meta functions give the shapes on any device.
 What PyTorch's CUDA entry does around the kernel is done here too, so it is recorded: under
 autocast, fp32 inputs cast to the autocast dtype; a boolean mask turned into an additive one
 in the inputs' dtype; for flash, head sizes padded to a multiple of 8; for memory-efficient
@@ -44,6 +45,7 @@ KERNEL_OPS = {
     "flash": "aten._scaled_dot_product_flash_attention",
     "efficient": "aten._scaled_dot_product_efficient_attention",
     "math": "aten._scaled_dot_product_attention_math",
+    "eager": "aten._scaled_dot_product_attention_math",  # in the inputs' dtype
     "cpu-flash": "aten._scaled_dot_product_flash_attention_for_cpu",
 }
 
@@ -112,10 +114,28 @@ def _efficient(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Te
     return out
 
 
+@contextmanager
+def _half_reduction(on: bool) -> Iterator[None]:
+    """The math kernel in the inputs' half dtype (``on``); otherwise as PyTorch's switch is set
+    (by default: half inputs computed in fp32).  Only the forward is run inside: it decomposes
+    into the ops whose gradients backward runs."""
+    if not on:
+        yield
+        return
+    before = bool(torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed())  # type: ignore[no-untyped-call]
+    torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(before)
+
+
 def _math(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-          dropout_p: float, is_causal: bool, scale: float | None, gqa: bool) -> torch.Tensor:
-    out: torch.Tensor = torch.ops.aten._scaled_dot_product_attention_math.default(
-        q, k, v, mask, dropout_p, is_causal, None, scale=scale, enable_gqa=gqa)[0]
+          dropout_p: float, is_causal: bool, scale: float | None, gqa: bool,
+          half: bool = False) -> torch.Tensor:
+    with _half_reduction(half):
+        out: torch.Tensor = torch.ops.aten._scaled_dot_product_attention_math.default(
+            q, k, v, mask, dropout_p, is_causal, None, scale=scale, enable_gqa=gqa)[0]
     return out
 
 
@@ -153,7 +173,8 @@ def sdpa_on(target: Target, query: torch.Tensor, key: torch.Tensor, value: torch
         return _flash(query, key, value, dropout_p, is_causal, scale)
     if kernel == "efficient":
         return _efficient(query, key, value, attn_mask, dropout_p, is_causal, scale)
-    return _math(query, key, value, attn_mask, dropout_p, is_causal, scale, grouped)
+    return _math(query, key, value, attn_mask, dropout_p, is_causal, scale, grouped,
+                 half=kernel == "eager")
 
 
 class _TargetAttention(TorchFunctionMode):

@@ -498,6 +498,10 @@ def _inference(source: ModelSource, step: Step, seq: int, context: int | None,
 def _program(device: str, target: Target | None, kernel: str, optimizer: str
              ) -> tuple[Target, str]:
     """The target whose program is traced, and the optimizer's kernel there."""
+    if device in ("cpu", "cuda") and target is not None and target.attention != "auto":
+        raise InputError(f"--attention {target.attention} forces the kernel a target chip "
+                         f"runs, traced on fake tensors; on --device {device} PyTorch chooses "
+                         "its own: drop --attention or --device")
     if device == "cpu":
         chosen = CPU
     elif device == "cuda":
