@@ -394,3 +394,54 @@ def test_multi_token_prediction_trains_on_fake_and_real() -> None:
                for r in fake.trace.records if r.phase == "backward")
     real = trace_workload(work.on_device("cpu"))
     assert _matmul_by_op(real) == _matmul_by_op(fake)
+
+
+# ------------------------------------------------------------------- layouts and the CLI
+
+
+def test_a_pipeline_stage_routes_its_experts_as_stated() -> None:
+    """Rank 0 of --pp 2 holds block 0: 2 micro-batches of 2 × 8 = 16 tokens each."""
+    from tensorledger.workload.layout import resolve_layout
+
+    work = resolve_workload("tiny-moe", batch=4, seq=8, precision="fp32",
+                            layout=resolve_layout(pp=2, microbatches=2))
+    run = trace_workload(work)
+    closed = moe_layer_flops(TINY, 16)
+    assert _by_part(run, "forward") == {"router": 2 * closed.router_flops,
+                                        "experts": 2 * closed.experts_flops,
+                                        "shared": 2 * closed.shared_flops}
+
+
+def test_tensor_parallelism_of_the_experts_is_refused_in_one_line(cli: Any) -> None:
+    result = cli("memory", "--model", "tiny-moe", "--batch", "2", "--seq", "8", "--tp", "2")
+    assert result.code == 2
+    assert "no plan for the reference mixture of experts" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_models_time_fit_and_zero_report_active_counts(cli: Any) -> None:
+    listed = cli("models", "--json").json()["presets"]
+    rows = {row["name"]: row["params"] for row in listed}
+    assert rows["mixtral-8x7b"]["active_params"] == 12_879_925_248
+    assert rows["deepseek-v3"]["total_params"] == 671_026_404_352
+    detail = cli("models", "mixtral-8x7b").stdout
+    assert "12,879,925,248" in detail and "top-2 of 8 routed experts" in detail
+    # 6·N_active·D: 6 · 12,879,925,248 · 1e12 FLOPs
+    timed = cli("time", "--model", "mixtral-8x7b", "--tokens", "1T", "--json").json()
+    assert timed["flops"] == pytest.approx(6 * 12_879_925_248 * 1e12)
+    # fit: the same total fits; a token runs (4 + 8·2) / (4 + 8·8) = 20 / 68 of it
+    dense = cli("fit", "--count", "8", "--json").json()["params"]
+    moe = cli("fit", "--count", "8", "--experts", "8", "--top-k", "2", "--json").json()
+    assert moe["params"] == dense
+    assert moe["active_params"] == pytest.approx(dense * 20 / 68)
+    noted = cli("zero", "--params", "46.7B", "--active-params", "12.9B").stdout
+    assert "a token runs 12.9B of the 46.7B parameters" in noted
+    for argv, words in ((["fit", "--experts", "8"], "go together"),
+                        (["fit", "--experts", "2", "--top-k", "3"], "more experts"),
+                        (["fit", "--params", "47B", "--experts", "8", "--top-k", "2"],
+                         "drop them"),
+                        (["zero", "--params", "8B", "--active-params", "9B"], "from 1 to"),
+                        (["zero", "--model", "tiny-moe", "--active-params", "1K"],
+                         "gives its own")):
+        refused = cli(*argv)
+        assert refused.code == 2 and words in refused.stderr, (argv, refused.stderr)
