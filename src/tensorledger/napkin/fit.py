@@ -70,7 +70,7 @@ def largest_model(hardware: Hardware, count: int, precision: str, optimizer: str
     breakdown = bytes_per_param(precision, optimizer)
     memory = check_result("memory of all devices", hardware.memory_bytes * count)
     params = check_result("largest model", memory / breakdown.total_bytes_per_param)
-    steps = (
+    steps: tuple[Step, ...] = (
         Step("memory of all devices", "count × memory per device", memory, "bytes"),
         Step("bytes per parameter", "params + grads + master + optimizer state",
              breakdown.total_bytes_per_param, "bytes_per_param"),
