@@ -36,6 +36,9 @@ from tensorledger.napkin.transformer import TransformerConfig
 
 __all__ = ["MoE", "RoutedExperts", "Router", "SharedExperts", "with_aux_loss"]
 
+#: torch._grouped_mm exists from torch 2.8; before it the grouped path runs the loop.
+_GROUPED_MM = hasattr(torch, "_grouped_mm")
+
 
 class _AuxLoss(torch.autograd.Function):
     """x ↦ x in forward; in backward x's gradient as given and 1 for the loss."""
@@ -106,7 +109,7 @@ class RoutedExperts(nn.Module):
         capacity → (e, c, d)."""
         if counts is None:
             return self._padded(x)
-        if self.moe.experts_impl == "loop":
+        if self.moe.experts_impl == "loop" or not _GROUPED_MM:
             sizes = [int(c) for c in counts.tolist()]
             chunks = torch.split(x, sizes)
             outs = [self._one(chunk, e) for e, chunk in enumerate(chunks)]
