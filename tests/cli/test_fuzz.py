@@ -161,6 +161,9 @@ def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[s
         "tokens": st.one_of(_quantities(), st.sampled_from(["15T", "1e12"])),
         # a mixture of experts' active count (issue 38): at, below and past --params
         "active_params": st.one_of(_quantities(), st.sampled_from(["12.9B", "70B", "1e400"])),
+        # fit's mixture of experts (issue 38): E and k, k at and past E
+        "experts": ["1", "2", "8", "256", "0", "-1", "", "٣", str(INT64_MAX + 1)],
+        "top_k": ["1", "2", "8", "9", "0", "-1", "", "٣", str(INT64_MAX + 1)],
         "flops": st.one_of(_quantities(), st.sampled_from(["3.14e23", "6e24FLOPs", "1e5FLOP/s"])),
         # checkpoint --verify traces the step six times: only the tiny model is traced there
         "model": [("tiny" if command == "checkpoint" else "llama-3-8b"), "gpt2-small", "",
@@ -659,6 +662,29 @@ def test_moe_routing_refusals_are_one_line(case: str, command: str, tmp_path: Pa
                             "--routing", routing], place)
     assert outcome.code == 2
     assert "routing" in outcome.stderr
+
+
+#: The reference mixture of experts (issue 38): its routing, layouts and active counts through
+#: the commands; each case exits 0 with output or 2 with one line (run_case's promise).
+REFERENCE_MOE_CASES = [
+    ["trace", "--model", "tiny-moe", "--batch", "2", "--seq", "4", "--routing", "skew=2"],
+    ["memory", "--model", "tiny-moe", "--batch", "2", "--seq", "4", "--routing", "skew=2.5"],
+    ["roofline", "--model", "tiny-moe", "--batch", "2", "--seq", "4", "--tp", "2"],
+    ["memory", "--model", "tiny-moe", "--batch", "4", "--seq", "4", "--pp", "2",
+     "--microbatches", "2"],
+    ["trace", "--model", "tiny-moe", "--step", "decode", "--context", "4"],
+    ["fit", "--experts", "8", "--top-k", "9"],
+    ["fit", "--experts", "8", "--top-k", "2", "--batch", "1", "--seq", "4096"],
+    ["zero", "--model", "tiny-moe", "--active-params", "1K"],
+    ["time", "--model", "tiny-moe", "--tokens", "1B", "--active-params", "1e400"],
+]
+
+
+@pytest.mark.parametrize("argv", REFERENCE_MOE_CASES, ids=lambda argv: " ".join(argv))
+def test_reference_moe_options(argv: list[str], hostile_files: dict[str, str], isolated: None
+                               ) -> None:
+    with _place(hostile_files) as place:
+        run_case(argv, place)
 
 
 # ------------------------------------------- prefill and decode (issue 39): the cache's options

@@ -158,7 +158,7 @@ def test_models_lists_presets(cli: Any) -> None:
     totals = {row["name"]: row["params"]["total_params"] for row in document["presets"]}
     assert totals["gpt2"] == 124_439_808
     assert totals["llama-3-70b"] == 70_553_706_496
-    assert len(totals) == 10
+    assert len(totals) == 15  # 10 dense, 4 mixtures of experts (DeepSeek-V3 twice), tiny-moe
 
 
 def test_models_detail(cli: Any, tmp_path: Path) -> None:

@@ -21,7 +21,9 @@ def _matmul(run, phase: str, category: str) -> int:  # type: ignore[no-untyped-d
     return sum(r.flops for r in run.trace.records if r.phase == phase and r.category == category)
 
 
-@pytest.mark.parametrize("preset", sorted(PRESETS))
+# the mixtures of experts at full size: tests/models/test_moe_reference.py (tiny-moe, and
+# Mixtral-8x7B at a short sequence)
+@pytest.mark.parametrize("preset", sorted(p for p, c in PRESETS.items() if c.moe is None))
 def test_traced_matmul_flops_equal_the_closed_form(preset: str) -> None:
     batch, seq = 2, 16
     run = trace_model(preset, batch=batch, seq=seq, step="forward-backward", device="meta",

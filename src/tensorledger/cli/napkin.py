@@ -36,6 +36,7 @@ from tensorledger.report.napkin import (
     zero_view,
 )
 from tensorledger.units import (
+    format_count,
     parse_count,
     parse_duration,
     parse_flops,
@@ -160,6 +161,15 @@ def fit_command(
     checkpoint: Annotated[str, typer.Option(help="With --batch and --seq: none (all "
                                             "activations kept) or full (block inputs only)."
                                             )] = "none",
+    experts: Annotated[int | None, typer.Option(parser=integer_parser(1, MAX_COUNT), help=(
+        "A mixture of experts: E routed experts a layer (with --top-k). Every expert's state "
+        "is held, so the total that fits is the same; the answer adds the parameters a token "
+        "runs, and with --batch/--seq the family holds E MLPs a layer and keeps the MLP's "
+        "activations for each of a token's k experts. --params is a total either way."))]
+    = None,
+    top_k: Annotated[int | None, typer.Option("--top-k", parser=integer_parser(1, MAX_COUNT),
+                                              help="With --experts: experts each token runs, "
+                                              "1 to E.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The largest model that fits on COUNT devices (beside the activations of --batch ×
@@ -168,21 +178,28 @@ def fit_command(
     bytes_per_param(precision, optimizer)  # validates both names before any arithmetic
     if (batch is None) != (seq is None):
         raise InputError("--batch and --seq go together: give both to count activations")
+    if (experts is None) != (top_k is None):
+        raise InputError("--experts and --top-k go together (e.g. --experts 8 --top-k 2)")
+    routed = {} if experts is None or top_k is None else {"experts": experts, "top_k": top_k}
     if batch is not None and seq is not None:
         if params is not None:
             raise InputError("--params asks how many devices; it does not take --batch/--seq")
         fitted = largest_model_with_activations(chip, count, precision, optimizer,
                                                 batch=batch, seq_len=seq,
-                                                checkpoint=checkpoint.strip().lower())
+                                                checkpoint=checkpoint.strip().lower(),
+                                                **routed)
         emit("fit", fitted, as_json, *largest_model_with_activations_view(fitted))
         return
     if params is not None:
         if count != 1:
             raise InputError("--params asks how many devices; it does not take --count")
+        if routed:
+            raise InputError("--params is the total, every expert included: the devices it "
+                             "needs do not depend on --experts/--top-k; drop them")
         needed = devices_needed(chip, parse_count(params), precision, optimizer)
         emit("fit", needed, as_json, *devices_needed_view(needed))
         return
-    result = largest_model(chip, count, precision, optimizer)
+    result = largest_model(chip, count, precision, optimizer, **routed)
     emit("fit", result, as_json, *largest_model_view(result))
 
 
@@ -212,6 +229,11 @@ def zero_command(
                                        help="Data-parallel ranks, 1 to 2^63 - 1.")] = 8,
     precision: PrecisionOpt = "mixed-bf16",
     optimizer: OptimizerOpt = "adamw",
+    active_params: Annotated[str | None, typer.Option(help=(
+        "A mixture of experts: the parameters a token runs, e.g. 12.9B beside --params 46.7B. "
+        "ZeRO shards the state of every parameter, so the bytes stay the total's; the count is "
+        "noted beside them (FLOPs and activations scale with it). A --model with routed "
+        "experts gives its own."))] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Bytes per rank under ZeRO-0/1/2/3 (DDP to FSDP), and what each stage sends per step."""
@@ -221,9 +243,13 @@ def zero_command(
                          "llama-3-8b), one of them")
     bytes_per_param(precision, optimizer)  # validates both names before any arithmetic
     if model is not None:
+        if active_params is not None:
+            raise InputError("--active-params goes with --params; a --model gives its own")
         used = _model_params(model)
         count = used.params
         notes.append(model_params_note(used))
+        if used.active_params is not None:
+            notes.append(_zero_active_note(count, used.active_params))
     else:
         assert params is not None
         value = parse_count(params)
@@ -231,8 +257,20 @@ def zero_command(
             raise InputError(f"--params must be a whole number of parameters from 1 to "
                              f"2^63 - 1, got {params!r}")
         count = int(value)
+        if active_params is not None:
+            active = parse_count(active_params)
+            if not 1 <= active <= count:
+                raise InputError(f"--active-params must be from 1 to the --params total "
+                                 f"({count:,}), got {active_params!r}")
+            notes.append(_zero_active_note(count, active))
     result = zero_summary(count, ranks, precision, optimizer)
     emit("zero", result, as_json, *zero_view(result), *notes)
+
+
+def _zero_active_note(total: float, active: float) -> str:
+    return (f"a mixture of experts: a token runs {format_count(active)} of the "
+            f"{format_count(total)} parameters; the bytes above are every parameter's state "
+            "(each expert's weights, gradients and optimizer state are held and sharded)")
 
 
 def register(app: typer.Typer) -> None:

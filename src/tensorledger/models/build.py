@@ -33,14 +33,17 @@ def build_model(config: TransformerConfig, device: str | torch.device = "meta",
 
 
 def parameter_parts(model: nn.Module) -> dict[str, str]:
-    """Parameter name → part (embeddings, attention, mlp, norms, head) for a TransformerLM.
+    """Parameter name → part (embeddings, attention, mlp, norms, head, mtp) for a
+    TransformerLM; a mixture of experts' router and experts are mlp.
 
     The names follow :mod:`tensorledger.models.transformer`; a tied head appears under the
     token table's name only, as ``named_parameters()`` lists a shared tensor once.
     """
     parts: dict[str, str] = {}
     for name, _ in model.named_parameters():
-        if name.startswith(("token_embedding.", "position_embedding.")):
+        if name.startswith("mtp."):
+            parts[name] = "mtp"
+        elif name.startswith(("token_embedding.", "position_embedding.")):
             parts[name] = "embeddings"
         elif "norm." in name:
             parts[name] = "norms"

@@ -69,6 +69,9 @@ class Attention(nn.Module):
         self.key = nn.Linear(config.d_model, config.kv_dim, bias=bias, dtype=dtype)
         self.value = nn.Linear(config.d_model, config.kv_dim, bias=bias, dtype=dtype)
         self.output = nn.Linear(config.q_dim, config.d_model, bias=bias, dtype=dtype)
+        if config.qk_norm:  # Qwen3: each query and key head RMS-normalised before RoPE
+            self.query_norm = nn.RMSNorm(config.head_dim, eps=config.norm_eps, dtype=dtype)
+            self.key_norm = nn.RMSNorm(config.head_dim, eps=config.norm_eps, dtype=dtype)
 
     def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
         config = self.config
@@ -78,6 +81,8 @@ class Attention(nn.Module):
         q = rearrange(self.query(x), "b s (h d) -> b h s d", d=config.head_dim)
         k = rearrange(self.key(x), "b s (k d) -> b k s d", d=config.head_dim)
         v = rearrange(self.value(x), "b s (k d) -> b k s d", d=config.head_dim)
+        if config.qk_norm:
+            q, k = self.query_norm(q), self.key_norm(k)
         if config.positions == "rope":
             cos, sin = rope_angles(x.shape[1], config.head_dim, config.rope_theta, x.device,
                                    start)
@@ -127,14 +132,31 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """x + attention(norm(x)), then x + mlp(norm(x)): the pre-norm residual block."""
+    """x + attention(norm(x)), then x + mlp(norm(x)): the pre-norm residual block.
 
-    def __init__(self, config: TransformerConfig, dtype: torch.dtype | None = None) -> None:
+    With ``config.mla`` the attention is latent (:mod:`tensorledger.models.latent`); with
+    ``config.moe`` the MLP of layer ``layer`` and later ones past its dense layers is a
+    mixture of experts (:mod:`tensorledger.models.moe`)."""
+
+    def __init__(self, config: TransformerConfig, dtype: torch.dtype | None = None,
+                 layer: int = 0) -> None:
         super().__init__()
         self.attention_norm = _norm(config, dtype)
-        self.attention = Attention(config, dtype)
+        self.attention: nn.Module
+        if config.mla is not None:
+            from tensorledger.models.latent import LatentAttention  # it imports RoPE from here
+
+            self.attention = LatentAttention(config, dtype)
+        else:
+            self.attention = Attention(config, dtype)
         self.mlp_norm = _norm(config, dtype)
-        self.mlp = MLP(config, dtype)
+        self.mlp: nn.Module
+        if config.moe is not None and layer >= config.moe.first_dense_layers:
+            from tensorledger.models.moe import MoE
+
+            self.mlp = MoE(config, dtype)
+        else:
+            self.mlp = MLP(config, dtype)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
@@ -164,11 +186,17 @@ class TransformerLM(nn.Module):
             nn.Embedding(config.context_length, config.d_model, dtype=dtype)
             if config.positions == "learned" else None)
         self.dropout = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(Block(config, dtype) for _ in range(config.n_layers))
+        self.blocks = nn.ModuleList(Block(config, dtype, i) for i in range(config.n_layers))
         self.final_norm = _norm(config, dtype)
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False, dtype=dtype)
         if config.tied_embeddings:
             self.head.weight = self.token_embedding.weight
+        self.mtp: nn.ModuleList | None = None
+        if config.mtp_depth:
+            from tensorledger.models.mtp import PredictionDepth  # it builds Blocks from here
+
+            self.mtp = nn.ModuleList(PredictionDepth(config, dtype)
+                                     for _ in range(config.mtp_depth))
         self.apply(_init_weights)
 
     def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
@@ -186,7 +214,15 @@ class TransformerLM(nn.Module):
         if cache is not None:
             cache.advance(tokens.shape[1])
             x = x[:, -1:]
-        return cast(torch.Tensor, self.head(self.final_norm(x)))
+        logits = cast(torch.Tensor, self.head(self.final_norm(x)))
+        if self.mtp is not None and cache is None:
+            from tensorledger.models.moe import with_aux_loss
+            from tensorledger.models.mtp import mtp_loss
+
+            extra = mtp_loss(self.mtp, x, tokens, self.token_embedding, self.head,
+                             self.config.mtp_loss_weight)
+            logits = with_aux_loss(logits, extra)
+        return logits
 
 
 def _init_weights(module: nn.Module) -> None:

@@ -34,6 +34,13 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from tensorledger.errors import InputError, ModelError, UnknownNameError
+from tensorledger.napkin.moe import (
+    MLAConfig,
+    MoEConfig,
+    mla_attention_params,
+    mla_norm_params,
+    moe_layer_params,
+)
 
 __all__ = [
     "ATTENTION_CONVENTIONS",
@@ -115,6 +122,17 @@ class TransformerConfig:
     rope_theta: float = 10000.0
     # A label for tables and error messages.
     name: str = "custom"
+    # A mixture of experts in place of the MLP (after its first_dense_layers); None is dense.
+    moe: MoEConfig | None = None
+    # DeepSeek's multi-head latent attention in place of Q/K/V projections; None is MHA/GQA.
+    mla: MLAConfig | None = None
+    # RMSNorm over each query and key head before RoPE (Qwen3); adds 2 · head_dim a layer.
+    qk_norm: bool = False
+    # Multi-token prediction depths (DeepSeek-V3: 1): each predicts one token further ahead
+    # with its own block and projection, sharing the embeddings and the head.
+    mtp_depth: int = 0
+    # Weight λ of the multi-token prediction loss beside the next-token loss (DeepSeek-V3 0.3).
+    mtp_loss_weight: float = 0.3
 
     def __post_init__(self) -> None:
         for key in ("vocab_size", "context_length", "d_model", "n_layers", "n_heads"):
@@ -153,6 +171,32 @@ class TransformerConfig:
                              f"{self.dropout!r}")
         if not self.norm_eps > 0 or not self.rope_theta > 0:
             raise ModelError(f"model {self.name!r}: norm_eps and rope_theta must be positive")
+        self._check_variants()
+
+    def _check_variants(self) -> None:
+        """The mixture of experts, latent attention and multi-token prediction options."""
+        if self.moe is not None and not isinstance(self.moe, MoEConfig):
+            raise ModelError(f"model {self.name!r}: moe must be a MoEConfig, got "
+                             f"{type(self.moe).__name__}")
+        if self.mla is not None and not isinstance(self.mla, MLAConfig):
+            raise ModelError(f"model {self.name!r}: mla must be an MLAConfig, got "
+                             f"{type(self.mla).__name__}")
+        if self.moe is not None and self.moe.first_dense_layers > self.n_layers:
+            raise ModelError(f"model {self.name!r}: {self.moe.first_dense_layers} dense layers "
+                             f"first, but only {self.n_layers} layers")
+        if (self.moe is not None or self.mla is not None) and (
+                self.mlp != "swiglu" or self.norm != "rmsnorm" or self.positions != "rope"):
+            raise ModelError(f"model {self.name!r}: experts and latent attention are written "
+                             "for SwiGLU, RMSNorm and rotary positions (mlp='swiglu', "
+                             "norm='rmsnorm', positions='rope')")
+        if self.mla is not None and self.qk_norm:
+            raise ModelError(f"model {self.name!r}: qk_norm is for Q/K/V attention; latent "
+                             "attention normalises its latents instead")
+        _check_size(self.name, "mtp_depth", self.mtp_depth, allow_zero=True)
+        weight = self.mtp_loss_weight
+        if not isinstance(weight, int | float) or not 0 <= weight < float("inf"):
+            raise ModelError(f"model {self.name!r}: mtp_loss_weight must be a finite number "
+                             f">= 0, got {weight!r}")
 
     @property
     def q_dim(self) -> int:
@@ -197,6 +241,51 @@ def _llama(name: str, vocab_size: int, context_length: int, d_model: int, n_laye
                              norm_eps=1e-5, rope_theta=rope_theta)
 
 
+def _sparse(name: str, vocab_size: int, context_length: int, d_model: int, n_layers: int,
+            n_heads: int, n_kv_heads: int, head_dim: int, d_ff: int, norm_eps: float,
+            rope_theta: float, moe: MoEConfig, mla: MLAConfig | None = None,
+            qk_norm: bool = False, mtp_depth: int = 0) -> TransformerConfig:
+    """A Llama-style body (SwiGLU, RMSNorm, RoPE, untied head, no biases) with experts."""
+    return TransformerConfig(name=name, vocab_size=vocab_size, context_length=context_length,
+                             d_model=d_model, n_layers=n_layers, n_heads=n_heads,
+                             n_kv_heads=n_kv_heads, head_dim=head_dim, d_ff=d_ff, mlp="swiglu",
+                             norm="rmsnorm", positions="rope", tied_embeddings=False,
+                             bias=False, norm_eps=norm_eps, rope_theta=rope_theta, moe=moe,
+                             mla=mla, qk_norm=qk_norm, mtp_depth=mtp_depth)
+
+
+def _deepseek_v3(name: str, mtp_depth: int) -> TransformerConfig:
+    # routed_scaling_factor 2.5, the bias update speed γ 0.001 and the balance loss α 0.0001
+    # of the paper (§4.2); its balance loss is per sequence, the reference's per batch
+    return _sparse(name, 129280, 163840, 7168, 61, 128, 128, 128, 18432, 1e-6, 10000.0,
+                   MoEConfig(n_experts=256, top_k=8, d_expert=2048, n_shared=1,
+                             router="sigmoid", expert_bias=True, bias_update_rate=0.001,
+                             aux_loss_coef=0.0001, routed_scale=2.5, first_dense_layers=3),
+                   mla=MLAConfig(q_lora_rank=1536, kv_lora_rank=512, qk_nope_dim=128,
+                                 qk_rope_dim=64, v_head_dim=128),
+                   mtp_depth=mtp_depth)
+
+
+def _moe_presets() -> tuple[TransformerConfig, ...]:
+    """Mixtral-8x7B, Qwen3-30B-A3B and DeepSeek-V3 (with and without its multi-token
+    prediction depth) from their config.json files on the Hugging Face hub
+    (mistralai/Mixtral-8x7B-v0.1, Qwen/Qwen3-30B-A3B, deepseek-ai/DeepSeek-V3), and a tiny
+    mixture of experts for tests (every size different: E 6, k 2, d_expert 32, one shared
+    expert of 48, d_model 64)."""
+    return (
+        _sparse("mixtral-8x7b", 32000, 32768, 4096, 32, 32, 8, 128, 14336, 1e-5, 1e6,
+                MoEConfig(n_experts=8, top_k=2, d_expert=14336, aux_loss_coef=0.02)),
+        _sparse("qwen3-30b-a3b", 151936, 40960, 2048, 48, 32, 4, 128, 6144, 1e-6, 1e6,
+                MoEConfig(n_experts=128, top_k=8, d_expert=768, aux_loss_coef=0.001),
+                qk_norm=True),
+        _deepseek_v3("deepseek-v3", 0),
+        _deepseek_v3("deepseek-v3-mtp", 1),
+        _sparse("tiny-moe", 128, 32, 64, 2, 4, 2, 16, 128, 1e-5, 10000.0,
+                MoEConfig(n_experts=6, top_k=2, d_expert=32, n_shared=1, d_shared=48,
+                          aux_loss_coef=0.01)),
+    )
+
+
 #: Published shapes (GPT-2 and GPT-3 papers, the Llama 2 and Llama 3 model cards / configs).
 PRESETS: dict[str, TransformerConfig] = {c.name: c for c in (
     _gpt2("gpt2", 768, 12, 12),
@@ -213,6 +302,7 @@ PRESETS: dict[str, TransformerConfig] = {c.name: c for c in (
     TransformerConfig(name="tiny", vocab_size=128, context_length=32, d_model=64, n_layers=2,
                       n_heads=4, n_kv_heads=2, d_ff=128, mlp="swiglu", norm="rmsnorm",
                       positions="rope", tied_embeddings=False, bias=False),
+    *_moe_presets(),
 )}
 
 
@@ -236,6 +326,10 @@ class ParameterCount:
 
     ``embeddings`` is the token table plus a learned position table; ``attention``, ``mlp`` and
     ``norms`` sum over all layers (``norms`` includes the final norm); ``head`` is 0 when tied.
+    A mixture of experts' router, routed and shared experts are ``mlp``; ``mtp`` the multi-token
+    prediction depths (their blocks, projections and norms; they share embeddings and head).
+    ``active_params`` is what one token runs (k of E routed experts; None for a dense model);
+    ``per_layer_params`` is the last layer's (a mixture of experts' when there is one).
     """
 
     model: str
@@ -247,11 +341,16 @@ class ParameterCount:
     total_params: int
     per_layer_params: int
     non_embedding_params: int
+    mtp_params: int = 0
+    active_params: int | None = None
 
     def parts(self) -> dict[str, int]:
         """Part name → parameters, in the order of the forward pass."""
-        return {"embeddings": self.embeddings_params, "attention": self.attention_params,
-                "mlp": self.mlp_params, "norms": self.norms_params, "head": self.head_params}
+        parts = {"embeddings": self.embeddings_params, "attention": self.attention_params,
+                 "mlp": self.mlp_params, "norms": self.norms_params, "head": self.head_params}
+        if self.mtp_params:
+            parts["mtp"] = self.mtp_params
+        return parts
 
     def shares(self) -> dict[str, float]:
         """Part name → its fraction of the total."""
@@ -264,42 +363,93 @@ def _norm_params(config: TransformerConfig) -> int:
     return config.d_model + shift
 
 
+@dataclass(frozen=True)
+class _Layer:
+    """One block's parameters by part, and what a token runs of its MLP part."""
+
+    attention: int
+    mlp: int
+    norms: int
+    mlp_active: int
+
+    @property
+    def total(self) -> int:
+        return self.attention + self.mlp + self.norms
+
+
+def _layer(config: TransformerConfig, sparse: bool) -> _Layer:
+    d, ff, q_dim, kv_dim = config.d_model, config.d_ff, config.q_dim, config.kv_dim
+    bias = config.bias
+    norms = 2 * _norm_params(config)
+    if config.mla is not None:
+        attention = mla_attention_params(config)
+        norms += mla_norm_params(config)
+    else:
+        attention = d * q_dim + 2 * d * kv_dim + q_dim * d
+        if bias:
+            attention += q_dim + 2 * kv_dim + d
+        if config.qk_norm:
+            norms += 2 * config.head_dim
+    if sparse:
+        experts = moe_layer_params(config)
+        return _Layer(attention, experts.total_params, norms, experts.active_params)
+    mlp_matrices = 2 if config.mlp == "gelu" else 3
+    mlp = mlp_matrices * d * ff
+    if bias:
+        mlp += (mlp_matrices - 1) * ff + d
+    return _Layer(attention, mlp, norms, mlp)
+
+
+def _sparse_layers(config: TransformerConfig) -> int:
+    """Layers whose MLP is a mixture of experts."""
+    return 0 if config.moe is None else config.n_layers - config.moe.first_dense_layers
+
+
 def parameter_count(config: TransformerConfig) -> ParameterCount:
     """Closed-form parameter count.
 
     Per layer: attention Q (d·q_dim), K and V (2·d·kv_dim), output (q_dim·d), plus biases
     q_dim + 2·kv_dim + d; MLP 2·d·ff (GELU) or 3·d·ff (SwiGLU), plus biases ff + d (GELU) or
     2·ff + d (SwiGLU); two norms.  Then a final norm, the token table V·d, a position table
-    s·d if learned, and a head V·d unless tied.  GPT-2 small: 124,439,808.
+    s·d if learned, and a head V·d unless tied.  GPT-2 small: 124,439,808.  A mixture of
+    experts' layers and latent attention take :mod:`tensorledger.napkin.moe`'s counts; each
+    multi-token prediction depth adds a block, a 2d × d projection and three norms.
 
     >>> parameter_count(get_preset("llama-2-7b")).total_params
     6738415616
+    >>> m = parameter_count(get_preset("mixtral-8x7b"))
+    >>> m.total_params, m.active_params
+    (46702792704, 12879925248)
     """
-    d, ff, q_dim, kv_dim = config.d_model, config.d_ff, config.q_dim, config.kv_dim
-    bias = config.bias
-    attention_layer = d * q_dim + 2 * d * kv_dim + q_dim * d
-    if bias:
-        attention_layer += q_dim + 2 * kv_dim + d
-    mlp_matrices = 2 if config.mlp == "gelu" else 3
-    mlp_layer = mlp_matrices * d * ff
-    if bias:
-        mlp_layer += (mlp_matrices - 1) * ff + d
+    d = config.d_model
     norm = _norm_params(config)
-    norms_layer = 2 * norm
+    sparse = _sparse_layers(config)
+    dense_layer = _layer(config, sparse=False)
+    sparse_layer = _layer(config, sparse=True) if sparse else dense_layer
+    dense = config.n_layers - sparse
     token_table = config.vocab_size * d
     position_table = config.context_length * d if config.positions == "learned" else 0
     embeddings = token_table + position_table
-    attention = config.n_layers * attention_layer
-    mlp = config.n_layers * mlp_layer
-    norms = config.n_layers * norms_layer + norm
+    attention = dense * dense_layer.attention + sparse * sparse_layer.attention
+    mlp = dense * dense_layer.mlp + sparse * sparse_layer.mlp
+    norms = dense * dense_layer.norms + sparse * sparse_layer.norms + norm
     head = 0 if config.tied_embeddings else config.vocab_size * d
-    total = embeddings + attention + mlp + norms + head
-    per_layer = attention_layer + mlp_layer + norms_layer
-    assert total == embeddings + config.n_layers * per_layer + norm + head
+    # a prediction depth: its block (the last layer's kind), the 2d → d projection of the
+    # hidden state beside the next token's embedding, and norms of both and of its output
+    last = sparse_layer if sparse else dense_layer
+    mtp = config.mtp_depth * (last.total + 2 * d * d + 3 * norm)
+    total = embeddings + attention + mlp + norms + head + mtp
+    assert total == (embeddings + dense * dense_layer.total + sparse * sparse_layer.total
+                     + norm + head + mtp)
+    active = None
+    if config.moe is not None:
+        skipped = sparse_layer.mlp - sparse_layer.mlp_active
+        active = total - (sparse + config.mtp_depth) * skipped
     return ParameterCount(model=config.name, embeddings_params=embeddings,
                           attention_params=attention, mlp_params=mlp, norms_params=norms,
-                          head_params=head, total_params=total, per_layer_params=per_layer,
-                          non_embedding_params=total - embeddings)
+                          head_params=head, total_params=total, per_layer_params=last.total,
+                          non_embedding_params=total - embeddings, mtp_params=mtp,
+                          active_params=active)
 
 
 # ------------------------------------------------------------------------------------- FLOPs
@@ -350,7 +500,9 @@ def forward_flops_per_token(config: TransformerConfig, seq_len: int | None = Non
     in Q·Kᵀ and again in softmax·V: 2·seq_len·q_dim FLOPs per token and layer for each, so
     4·L·s·q_dim for both (nanoGPT's 12·L·H·Q·T over 3).  ``causal-halved`` counts half of that,
     2·L·s·q_dim, which is Kaplan's 2·n_layer·n_ctx·d_attn.  Chinchilla App. F gives the same
-    terms per sequence.
+    terms per sequence.  A mixture of experts counts its router, k routed experts (dropless;
+    :func:`~tensorledger.napkin.moe.moe_layer_flops` pads to a capacity) and shared ones;
+    latent attention its low-rank projections.  Multi-token prediction depths are left out.
 
     >>> f = forward_flops_per_token(get_preset("gpt2"), 1024, "full")
     >>> f.attention_scores_flops                # 12 layers · 2 · 1024 · 768
@@ -363,13 +515,24 @@ def forward_flops_per_token(config: TransformerConfig, seq_len: int | None = Non
     if isinstance(s, bool) or not isinstance(s, int) or s < 1:
         raise InputError(f"seq_len must be a whole number >= 1, got {s!r}")
     d, layers = config.d_model, config.n_layers
-    projections = layers * (2 * d * (config.q_dim + 2 * config.kv_dim) + 2 * config.q_dim * d)
+    sparse = _sparse_layers(config)
+    dense_layer = _layer(config, sparse=False)
+    # every matrix of a layer is a Linear: 2 FLOPs per parameter per token; biases are not
+    # matmuls, and a mixture of experts runs the active part (dropless: k of E experts)
+    projections = layers * 2 * (dense_layer.attention - (
+        config.q_dim + 2 * config.kv_dim + d if config.bias and config.mla is None else 0))
     mlp_matrices = 2 if config.mlp == "gelu" else 3
-    mlp = layers * 2 * mlp_matrices * d * config.d_ff
-    scores_full = layers * 2 * s * config.q_dim
-    # Halving 2·s·q_dim stays whole: q_dim·s.
+    mlp = (layers - sparse) * 2 * mlp_matrices * d * config.d_ff
+    if sparse:
+        mlp += sparse * 2 * _layer(config, sparse=True).mlp_active
+    # latent attention: Q·Kᵀ over (nope + rope) per head, softmax·V over v_head_dim
+    qk_width = config.q_dim if config.mla is None else config.n_heads * config.mla.qk_head_dim
+    v_width = config.q_dim if config.mla is None else config.n_heads * config.mla.v_head_dim
+    scores_full = layers * 2 * s * qk_width
+    values_full = layers * 2 * s * v_width
+    # Halving 2·s·width stays whole: width·s.
     scores = scores_full if convention == "full" else scores_full // 2
-    values = scores
+    values = values_full if convention == "full" else values_full // 2
     head = 2 * d * config.vocab_size
     total = projections + scores + values + mlp + head
     return ForwardFlops(model=config.name, seq_len=s, convention=convention, embeddings_flops=0,
@@ -461,5 +624,11 @@ def preset_params(name: str) -> ModelParams:
     70553706496
     """
     config = get_preset(name)
-    return ModelParams(model=config.name, params=parameter_count(config).total_params,
-                       source="closed-form total (embeddings and head included)")
+    count = parameter_count(config)
+    moe = config.moe
+    return ModelParams(model=config.name, params=count.total_params,
+                       source="closed-form total (embeddings and head included)",
+                       active_params=count.active_params,
+                       routing="" if moe is None else
+                       f"{moe.top_k} of {moe.n_experts} routed experts per token, shared ones "
+                       "always")

@@ -82,9 +82,14 @@ def largest_model_view(result: LargestModel) -> View:
         breakdown_table(result.breakdown),
         steps_table(result.steps, "Largest model"),
         f"≈ {format_count(result.params)} parameters ({format_sci(result.params)}) fit on "
-        f"{result.count} × {result.hardware}",
+        f"{result.count} × {result.hardware}" + _fit_active(result.active_params),
         f"note: {result.caveat}",
     ]
+
+
+def _fit_active(active: float | None) -> str:
+    return "" if active is None else (
+        f", of which a token runs ≈ {format_count(active)} (every expert's state is held)")
 
 
 def largest_model_with_activations_view(result: LargestModelWithActivations) -> View:
@@ -94,10 +99,13 @@ def largest_model_with_activations_view(result: LargestModelWithActivations) -> 
         f"≈ {format_count(result.params)} parameters ({format_sci(result.params)}) fit on "
         f"{result.count} × {result.hardware} beside the activations of {result.batch:,} × "
         f"{result.seq_len:,} tokens (checkpoint {result.checkpoint}); "
-        f"{format_count(result.params_without_activations)} without activations",
+        f"{format_count(result.params_without_activations)} without activations"
+        + _fit_active(result.active_params),
         f"note: a model of d_model = {result.aspect}·L ({result.n_layers:.1f} layers of "
-        f"{result.d_model:,.0f}), 12·L·d² parameters, memory pooled over the devices "
-        "(ZeRO-3 with the batch split over them); flash attention",
+        f"{result.d_model:,.0f}), {4 + 8 * result.experts}·L·d² parameters"
+        + (f" ({result.experts} experts, top-{result.top_k})" if result.experts > 1 else "")
+        + ", memory pooled over the devices (ZeRO-3 with the batch split over them); flash "
+        "attention",
     ]
 
 

@@ -151,7 +151,9 @@ def sdpa_on(target: Target, query: torch.Tensor, key: torch.Tensor, value: torch
     if grouped and not enable_gqa:
         return None  # PyTorch's own error
     if target.native:
-        if not query.is_meta:
+        if not query.is_meta or value.shape[-1] != query.shape[-1]:
+            # off meta, or values narrower than queries (latent attention), which the CPU's
+            # fused kernel refuses: PyTorch's own choice, its math path
             return None
         _tell("cpu-flash", "meta: the CPU fused kernel's meta function")
         out: torch.Tensor = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(

@@ -20,10 +20,13 @@ def model_params(model: str | ModelSource) -> ModelParams:
     """
     source = model if isinstance(model, ModelSource) else resolve_source(model)
     if source.builder == "reference" and source.config is not None:
-        total = parameter_count(source.config).total_params
-        return ModelParams(model=source.label, params=total,
+        count = parameter_count(source.config)
+        moe = source.config.moe
+        return ModelParams(model=source.label, params=count.total_params,
                            source=f"closed-form total from the {source.kind} (embeddings and "
-                                  "head included)")
+                                  "head included)", active_params=count.active_params,
+                           routing="" if moe is None else _routing_words(*routing(source)
+                                                                         or (0, 0)))
     from tensorledger.workload.spec import resolve_workload
     from tensorledger.workload.step import build_module, placement
 
@@ -37,9 +40,11 @@ def model_params(model: str | ModelSource) -> ModelParams:
     return ModelParams(model=source.label, params=total,
                        source=f"sum of parameter numel of {source.built_by}, built on fake "
                               "tensors", active_params=active,
-                       routing="" if routed is None else
-                       f"{routed[1]} of {routed[0]} routed experts per token, shared ones "
-                       "always")
+                       routing="" if routed is None else _routing_words(*routed))
+
+
+def _routing_words(experts: int, chosen: int) -> str:
+    return f"{chosen} of {experts} routed experts per token, shared ones always"
 
 
 #: config.json fields of the routed experts and of the experts each token is sent to, by the

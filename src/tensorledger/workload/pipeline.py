@@ -60,6 +60,7 @@ from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.trace.records import Trace
 from tensorledger.workload.layout import SINGLE, Layout
 from tensorledger.workload.parallel import fake_process_group
+from tensorledger.workload.routing import BALANCED, Routing
 from tensorledger.workload.schedule_order import OrderTimeline, order_bubble, order_timeline
 from tensorledger.workload.schedules import Schedule, check_schedule, resolve_schedule
 
@@ -446,7 +447,8 @@ def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int
                         chunks: int | None = None, *, within: Layout = SINGLE,
                         precision: str = "fp32", optimizer: str = "adamw",
                         checkpoint: bool = False, optimizer_kernel: str = "for-loop",
-                        stage_layers: Sequence[int] | None = None) -> PipelineStep:
+                        stage_layers: Sequence[int] | None = None,
+                        routing: Routing = BALANCED) -> PipelineStep:
     """Trace the training step (the schedule's forward and backward of every micro-batch with
     a cross-entropy loss on the last stage, then the optimizer) of pipeline rank ``stage`` of
     ``pp``, on a rank of that stage of a fake process group under fake tensors.
@@ -458,13 +460,16 @@ def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int
     :func:`build_pipeline_rank`): the fake group then has ``pp × within.count`` ranks and the
     traced one is the first of its stage's.  ``precision``, ``optimizer`` and ``checkpoint``
     are the workload's recipe, optimizer and block checkpointing.  A warm-up step (the vote,
-    buffers, lazy FSDP set-up, optimizer state) runs first; the second is recorded.
+    buffers, lazy FSDP set-up, optimizer state) runs first; the second is recorded.  A
+    mixture of experts' routers route as ``routing`` says (:class:`.routed.RoutedMode`).
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from tensorledger.trace.grouped import GroupedMMMode
     from tensorledger.trace.storage import local_tensor as local
     from tensorledger.workload.parallel import build_mesh
     from tensorledger.workload.precision import RecipeOptimizer
+    from tensorledger.workload.routed import RoutedMode
     from tensorledger.workload.run import TaggingRecorder, gathered_events, saved_tagger
     from tensorledger.workload.step import zero1_optimizer
 
@@ -486,7 +491,10 @@ def trace_pipeline_step(config: TransformerConfig, batch: int, seq: int, pp: int
     try:
         with fake_process_group(whole.count, rank=stage * within.count):
             mesh = None if within.single else build_mesh(whole)
-            with FakeTensorMode(), warnings.catch_warnings(), ExitStack() as stack:
+            routed: AbstractContextManager[object] = nullcontext() if config.moe is None \
+                else RoutedMode(config.moe.n_experts, config.moe.top_k, routing)
+            with FakeTensorMode(), GroupedMMMode(), routed, warnings.catch_warnings(), \
+                    ExitStack() as stack:
                 # FSDP2 warns that a unit returns a view which an in-place op would cut from
                 # its backward hook; the stages read their outputs out of place
                 warnings.filterwarnings("ignore", "FSDP2-wrapped module .* returned a view "

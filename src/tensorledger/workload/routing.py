@@ -179,13 +179,17 @@ _CHOSEN = ("num_experts_per_tok", "moe_topk", "top_k")
 
 
 def routing(source: ModelSource) -> tuple[int, int] | None:
-    """(routed experts, experts per token) of a mixture-of-experts config.json, else None.
+    """(routed experts, experts per token) of a mixture of experts — a reference preset's
+    config or a config.json's fields —, else None.
 
     >>> from tensorledger.workload.source import ModelSource
     >>> routing(ModelSource("m", "config", "transformers", "m", hf_config={
     ...     "model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2}))
     (8, 2)
     """
+    moe = source.config.moe if source.config is not None else None
+    if moe is not None and source.builder == "reference":  # a reference MoE preset or config
+        return moe.n_experts, moe.top_k
     raw = source.hf_config or {}
     experts = next((raw[k] for k in _EXPERTS if isinstance(raw.get(k), int)), None)
     chosen = next((raw[k] for k in _CHOSEN if isinstance(raw.get(k), int)), None)

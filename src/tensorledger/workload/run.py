@@ -404,7 +404,8 @@ def trace_pipeline_rank(work: Workload, stage: int = 0,
                                     optimizer=work.optimizer.name, checkpoint=work.checkpoint,
                                     optimizer_kernel=work.optimizer_kernel,
                                     stage_layers=layout.stage_counts(config.n_layers,
-                                                                     config.name))
+                                                                     config.name),
+                                    routing=work.routing)
     return StepTrace(work=work, param_numels=piped.param_numels, trace=piped.trace,
                      tags=piped.tags, model_params=parameter_count(config).total_params,
                      pipeline=piped.timeline,

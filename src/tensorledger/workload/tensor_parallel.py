@@ -161,7 +161,13 @@ def reference_tp_plan(blocks: Iterable[tuple[str, nn.Module]], *, embedding: boo
         plan["head"] = ColwiseParallel(input_layouts=stream, output_layouts=Replicate())
         if sp:
             plan["final_norm"] = SequenceParallel()
+    from tensorledger.models.transformer import MLP, Attention
+
     for block, module in blocks:
+        if not isinstance(module.mlp, MLP) or not isinstance(module.attention, Attention):
+            raise InputError("tensor parallelism has no plan for the reference mixture of "
+                             "experts or latent attention yet (routed experts shard by expert "
+                             "parallelism); drop --tp")
         half_input = PrepareModuleInput(input_layouts=(stream,),
                                         desired_input_layouts=(Replicate(),))
         plan[f"{block}.attention"] = half_input
