@@ -195,7 +195,17 @@ def _ddp(model: nn.Module, mesh: DeviceMesh) -> nn.Module:
     if any(isinstance(p, DTensor) for p in model.parameters()):
         # beside tensor parallelism: torch's own DDP × TP, given the data-parallel slice of
         # the mesh, runs DDP over each parameter's local shard (DTensors again in forward)
-        ddp = DistributedDataParallel(model, device_mesh=mesh, init_sync=False)
+        # (torch's own transform, which DDP given a sliced mesh runs, run here so that tied
+        # names are joined again before DDP lists the parameters it reduces)
+        from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
+
+        retie = _tied_keeper(model)  # read before torch's swap unties them
+        _pre_dp_module_transform(model)
+        if retie is not None:
+            retie()
+            model.register_forward_pre_hook(retie)  # after torch's: DTensors for the forward
+            model.register_forward_hook(retie)  # after torch's: the local shards again
+        ddp = DistributedDataParallel(model, process_group=group, init_sync=False)
     else:
         ddp = DistributedDataParallel(model, process_group=group, init_sync=False)
     if dist.get_backend(group) != "fake":
@@ -215,6 +225,33 @@ def _ddp(model: nn.Module, mesh: DeviceMesh) -> nn.Module:
                                          "return": torch.futures.Future[torch.Tensor]}
     ddp.register_comm_hook(None, all_reduce_bucket)
     return ddp
+
+
+def _tied_keeper(model: nn.Module) -> Callable[..., None] | None:
+    """Tied parameters (an embedding table that is also the head) stay one tensor under
+    torch's DDP × TP: its swap of each DTensor parameter for its local shard and back (before
+    and after every forward) goes by name once per tensor, which leaves a tied tensor's second
+    name on the DTensor and the optimizer with both.  The returned function sets every name of
+    a tied tensor to what its first name holds (None: nothing is tied); it is run after each of
+    torch's swaps."""
+    slots: dict[int, list[tuple[nn.Module, str]]] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        owner, _, attr = name.rpartition(".")
+        slots.setdefault(id(parameter), []).append(
+            (model.get_submodule(owner) if owner else model, attr))
+    tied = [found for found in slots.values() if len(found) > 1]
+    if not tied:
+        return None
+
+    def retie(*_: object) -> None:
+        for (first, first_attr), *others in tied:
+            held = getattr(first, first_attr)
+            for module, attr in others:
+                if getattr(module, attr) is not held:
+                    delattr(module, attr)
+                    setattr(module, attr, held)
+
+    return retie
 
 
 def _data_parallel_mesh(layout: Layout, mesh: DeviceMesh) -> DeviceMesh:
