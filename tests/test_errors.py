@@ -41,7 +41,7 @@ def test_nearest_names(name: str, known: list[str], expected: tuple[str, ...]) -
 
 @pytest.mark.parametrize(("args", "fragments"), [
     (("time", "--model", "llama3-8b", "--tokens", "1T"),
-     ("unknown model", "'llama3-8b'; did you mean llama-3-8b", "known: gpt2")),
+     ("unknown model", "'llama3-8b'; did you mean llama-3-8b", "known: ", "gpt2, ")),
     (("roofline", "--model", "gpt2", "--hardware", "h1000"),
      ("unknown hardware 'h1000'; did you mean h100", "known: ")),
     (("tensor", "4x4", "bf61"), ("unknown dtype 'bf61'; did you mean ", "bf16", "known: ")),

@@ -33,11 +33,11 @@ from tensorledger.workload import (
     prepare,
     resolve_routing,
     resolve_workload,
-    routed,
     trace_workload,
 )
 from tensorledger.workload.routed import RoutedMode, assignment
 from tensorledger.workload.spec import Workload
+from tensorledger.workload.step import routed
 
 pytest.importorskip("transformers")
 

@@ -329,7 +329,10 @@ def memory_ledger(trace: Trace, tags: Mapping[int, str], facts: StepFacts, *,
     # its split (the closed form follows it); a pipeline stage's is not described
     # (none for fp8 recipes: torchao's linears save no bf16 weight copy, the form's autocast
     # case does)
-    if facts.config is not None and facts.pipeline_stages == 1 and not facts.precision.float8:
+    # (none for a mixture of experts or latent attention: napkin's form is the dense block's)
+    dense = facts.config is not None and facts.config.moe is None and facts.config.mla is None
+    if dense and facts.config is not None and facts.pipeline_stages == 1 and \
+            not facts.precision.float8:
         autocast = facts.precision.autocast  # fp32 weights, bf16 compute
         width = 4 if facts.precision.param_bytes == 4 and not autocast else 2
         if facts.context_parallel > 1:  # its share, and what torch's ring adds

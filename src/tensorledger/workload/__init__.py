@@ -39,7 +39,7 @@ if TYPE_CHECKING:
         trace_model,
         trace_workload,
     )
-    from tensorledger.workload.step import PreparedStep, placement, prepare, routed
+    from tensorledger.workload.step import PreparedStep, placement, prepare
 
 __all__ = [
     "BALANCED",
@@ -63,7 +63,6 @@ __all__ = [
     "resolve_source",
     "resolve_step",
     "resolve_workload",
-    "routed",
     "trace_model",
     "trace_workload",
 ]
@@ -71,7 +70,7 @@ __all__ = [
 _LAZY = {"StepTrace": "run", "TaggingRecorder": "run", "record_step": "run",
          "device_records": "run",
          "trace_model": "run", "trace_workload": "run", "PreparedStep": "step",
-         "placement": "step", "prepare": "step", "routed": "step"}
+         "placement": "step", "prepare": "step"}
 
 
 def __getattr__(name: str) -> Any:

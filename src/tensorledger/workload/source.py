@@ -159,7 +159,7 @@ def resolve_source(text: str, *, fill_defaults: bool = False) -> ModelSource:
     >>> resolve_source("llama-7")
     Traceback (most recent call last):
     ...
-    tensorledger.errors.UnknownNameError: unknown model (a preset, a config.json path, or file.py:function) 'llama-7'; did you mean llama-2-7b, llama-3-70b, llama-3-8b? known: gpt2, gpt2-large, gpt2-medium, gpt2-xl, gpt3-175b, llama-2-7b, llama-3-405b, llama-3-70b, llama-3-8b, tiny
+    tensorledger.errors.UnknownNameError: unknown model (a preset, a config.json path, or file.py:function) 'llama-7'; did you mean llama-2-7b, llama-3-70b, llama-3-8b? known: deepseek-v3, deepseek-v3-mtp, gpt2, gpt2-large, gpt2-medium, gpt2-xl, gpt3-175b, llama-2-7b, llama-3-405b, llama-3-70b, llama-3-8b, mixtral-8x7b, qwen3-30b-a3b, tiny, tiny-moe
     """  # noqa: E501
     stripped = text.strip()
     if stripped.lower() in PRESETS:

@@ -161,10 +161,12 @@ def reference_tp_plan(blocks: Iterable[tuple[str, nn.Module]], *, embedding: boo
         plan["head"] = ColwiseParallel(input_layouts=stream, output_layouts=Replicate())
         if sp:
             plan["final_norm"] = SequenceParallel()
-    from tensorledger.models.transformer import MLP, Attention
+    from tensorledger.models.latent import LatentAttention
+    from tensorledger.models.moe import MoE
 
     for block, module in blocks:
-        if not isinstance(module.mlp, MLP) or not isinstance(module.attention, Attention):
+        if isinstance(getattr(module, "mlp", None), MoE) or \
+                isinstance(getattr(module, "attention", None), LatentAttention):
             raise InputError("tensor parallelism has no plan for the reference mixture of "
                              "experts or latent attention yet (routed experts shard by expert "
                              "parallelism); drop --tp")
