@@ -20,7 +20,7 @@ from tensorledger.errors import InputError, UnknownNameError
 from tensorledger.hardware.target import CPU, OPTIMIZER_KERNELS, Target
 from tensorledger.napkin.recipes import Optimizer, Precision, resolve_optimizer, resolve_precision
 from tensorledger.summary import summary
-from tensorledger.workload.layout import SINGLE, Layout, check_layout
+from tensorledger.workload.layout import SINGLE, Layout, check_experts, check_layout
 from tensorledger.workload.routing import BALANCED, Routing
 from tensorledger.workload.routing import routing as routed_experts
 from tensorledger.workload.source import ModelSource, resolve_source
@@ -373,6 +373,7 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
                          f"{source.max_seq} (learned positions); use --seq "
                          f"{source.max_seq} or less")
     check_layout(layout, config, batch=batch, seq=seq)
+    check_experts(layout, routed_experts(source), source.label)
     if lora is not None and not layout.single:
         raise InputError(f"--lora is traced on one device for now; drop the layout "
                          f"({layout.describe()}) or --lora")
