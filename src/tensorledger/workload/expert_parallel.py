@@ -15,7 +15,7 @@ such module: its parameters become plain tensors of L rows (no DTensor: FSDP2 ma
 them further over ``fsdp``), and ``num_experts`` becomes L, so the module's own forward runs
 its local experts unchanged.
 
-**One forward of the experts, per rank** (hooks before and after the module's forward):
+**One forward of the experts, per rank** (inside the module's call, around its forward):
 
 1. *dispatch*: the T · k token-slots are sorted by expert id (a stable sort, so each expert's
    slots keep the tokens' order) and the hidden state of each gathered; the slots each expert
@@ -41,8 +41,9 @@ read from the counts' all-to-all.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
 
 import torch
 from torch import nn
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
 __all__ = ["ExpertShard", "apply_expert_parallel", "expert_modules", "expert_parameters",
-           "is_experts"]
+           "is_experts", "whole_params"]
 
 
 def is_experts(module: nn.Module) -> bool:
@@ -104,7 +105,6 @@ class ExpertShard:
     first: int
     group: Any  # the ep ProcessGroup
     fake: bool  # the group is torch's fake backend: the counts come from the stated routing
-    pending: list[_Dispatched] = field(default_factory=list)
 
     @property
     def ranks(self) -> int:
@@ -113,7 +113,7 @@ class ExpertShard:
     def _per_rank(self, counts: list[int]) -> list[int]:
         return [sum(counts[r * self.local:(r + 1) * self.local]) for r in range(self.ranks)]
 
-    def dispatch(self, module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    def dispatch(self, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], _Dispatched]:
         from torch.distributed import _functional_collectives as funcol
 
         if len(args) < 3:
@@ -149,14 +149,13 @@ class ExpertShard:
         ids = torch.repeat_interleave(local_ids, received_counts.reshape(-1),
                                       output_size=sum(received)).unsqueeze(-1)
         ones = torch.ones(ids.shape, dtype=weights.dtype, device=weights.device)
-        self.pending.append(_Dispatched(order=order, weights=weights, tokens=tokens,
-                                        chosen=chosen, sent=sent, received=received))
-        return (arrived, ids, ones, *args[3:])
+        return (arrived, ids, ones, *args[3:]), _Dispatched(
+            order=order, weights=weights, tokens=tokens, chosen=chosen, sent=sent,
+            received=received)
 
-    def combine(self, module: nn.Module, output: torch.Tensor) -> torch.Tensor:
+    def combine(self, output: torch.Tensor, done: _Dispatched) -> torch.Tensor:
         from torch.distributed import _functional_collectives as funcol
 
-        done = self.pending.pop()
         back = funcol.wait_tensor(  # type: ignore[no-untyped-call]
             funcol.all_to_all_single(output, done.sent, done.received, self.group))
         slots = torch.empty_like(back)
@@ -164,6 +163,35 @@ class ExpertShard:
         weighted = slots.view(done.tokens, done.chosen, -1) * done.weights.unsqueeze(-1).to(
             slots.dtype)
         return weighted.sum(dim=1)
+
+
+def _route_through(module: nn.Module, shard: ExpertShard) -> None:
+    """Run ``module``'s forward between the dispatch and the combine, inside its own call (so
+    the all-to-alls are the experts' in the trace, and hooks around the call, FSDP2's, stay
+    outside them)."""
+    forward = module.forward
+
+    def routed(*args: Any, **kwargs: Any) -> Any:
+        arrived, done = shard.dispatch(args)
+        return shard.combine(forward(*arrived, **kwargs), done)
+
+    module.forward = routed
+
+
+#: Each laid-out block of experts and its shard (the whole model's count needs the ep degree).
+_SHARDS: WeakKeyDictionary[nn.Module, ExpertShard] = WeakKeyDictionary()
+
+
+def whole_params(model: nn.Module) -> int:
+    """The parameters of the whole model, all ranks' shards together: each expert-parallel
+    block's counted EP times (a DTensor already counts its global shape)."""
+    total = sum(p.numel() for p in dict.fromkeys(model.parameters()))
+    for module in model.modules():
+        shard = _SHARDS.get(module)
+        if shard is not None:
+            own = sum(p.numel() for p in module.parameters(recurse=False))
+            total += (shard.ranks - 1) * own
+    return total
 
 
 def apply_expert_parallel(model: nn.Module, mesh: DeviceMesh) -> list[ExpertShard]:
@@ -209,11 +237,11 @@ def apply_expert_parallel(model: nn.Module, mesh: DeviceMesh) -> list[ExpertShar
             with torch.no_grad():
                 piece = param.detach()[first:first + local].clone()
             module._parameters[key] = nn.Parameter(piece, requires_grad=param.requires_grad)
-        module.num_experts = local  # its forward runs its local experts
+        setattr(module, "num_experts", local)  # noqa: B010 (its forward runs its local experts)
         shard = ExpertShard(name=name or type(module).__name__, experts=experts, local=local,
                             first=first, group=group, fake=fake)
-        module.register_forward_pre_hook(shard.dispatch)
-        module.register_forward_hook(lambda m, args, out, shard=shard: shard.combine(m, out))
+        _SHARDS[module] = shard
+        _route_through(module, shard)
         shards.append(shard)
     return shards
 
