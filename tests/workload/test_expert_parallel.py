@@ -182,3 +182,15 @@ def test_ep_needs_experts_it_divides(tmp_path: Path) -> None:
         resolve_layout(ep=2, tp=2)
     assert resolve_layout(ep=2, fsdp=4).mesh_dims == (("fsdp", 4), ("ep", 2))
     assert resolve_layout(ep=2, fsdp=4).dim_strides == {1: "ep", 2: "fsdp"}
+
+
+def test_the_groups_fsdp_shards_over_are_named(tmp_path: Path) -> None:
+    from tensorledger.trace.aggregate import communication
+
+    layout = resolve_layout(ep=2, fsdp=2)
+    # ep innermost (stride 1, 2 ranks), fsdp 2 apart, fsdp·ep the 4 consecutive ranks
+    assert layout.group_names == {1: "ep", 2: "fsdp", (1, 4): "fsdp·ep"}
+    run = _trace(tmp_path, ep=2, fsdp=2)
+    dims = {(c.kind, c.mesh_dim) for c in communication(run.trace, layout.group_names)}
+    assert dims == {("all-to-all", "ep"), ("all-gather", "fsdp"), ("all-gather", "fsdp·ep"),
+                    ("reduce-scatter", "fsdp"), ("reduce-scatter", "fsdp·ep")}

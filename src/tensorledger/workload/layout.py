@@ -134,6 +134,23 @@ class Layout:
         return strides
 
     @property
+    def group_names(self) -> dict[int | tuple[int, int], str]:
+        """:attr:`dim_strides`, and the flattened groups FSDP shards over by (stride, ranks):
+        fsdp·ep beside expert parallelism, fsdp·cp beside context parallelism (each would
+        otherwise be named by its stride alone, as its innermost dimension).
+
+        >>> Layout(fsdp=2, ep=4, tp=2).group_names
+        {1: 'tp', 2: 'ep', 8: 'fsdp', (2, 8): 'fsdp·ep'}
+        """
+        names: dict[int | tuple[int, int], str] = {}
+        names.update(self.dim_strides.items())
+        inner = {name: stride for stride, name in self.dim_strides.items()}
+        for flat in ("ep", "cp"):
+            if self.fsdp > 1 and flat in inner:
+                names[(inner[flat], self.fsdp * getattr(self, flat))] = f"fsdp·{flat}"
+        return names
+
+    @property
     def shard_ranks(self) -> int:
         """The ranks FSDP shards the parameters over: fsdp × cp."""
         return self.fsdp * self.cp
