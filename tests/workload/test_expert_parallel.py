@@ -194,3 +194,24 @@ def test_the_groups_fsdp_shards_over_are_named(tmp_path: Path) -> None:
     dims = {(c.kind, c.mesh_dim) for c in communication(run.trace, layout.group_names)}
     assert dims == {("all-to-all", "ep"), ("all-gather", "fsdp"), ("all-gather", "fsdp·ep"),
                     ("reduce-scatter", "fsdp"), ("reduce-scatter", "fsdp·ep")}
+
+
+def test_experts_called_by_keyword_are_routed_too() -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from tensorledger.trace.grouped import GroupedMMMode
+    from tensorledger.workload.expert_parallel import apply_expert_parallel, expert_modules
+    from tensorledger.workload.parallel import fake_process_group
+    from tensorledger.workload.routed import RoutedMode
+    from tests.distributed.ep_torchrun import mixtral
+
+    with fake_process_group(2), torch._subclasses.fake_tensor.FakeTensorMode(), \
+            GroupedMMMode(), RoutedMode(E, K):
+        model = mixtral()
+        apply_expert_parallel(model, init_device_mesh("cpu", (2,)))
+        (_, experts), *_ = expert_modules(model)
+        hidden = torch.zeros(T, D)
+        index = torch.topk(torch.zeros(T, E), K).indices  # the routing's: 12 slots an expert
+        out = experts(hidden_states=hidden, top_k_index=index, top_k_weights=torch.ones(T, K))
+        assert tuple(out.shape) == (T, D)
+        assert tuple(experts.gate_up_proj.shape) == (E // 2, 2 * WIDTH, D)

@@ -40,6 +40,7 @@ read from the counts' all-to-all.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -170,8 +171,16 @@ def _route_through(module: nn.Module, shard: ExpertShard) -> None:
     the all-to-alls are the experts' in the trace, and hooks around the call, FSDP2's, stay
     outside them)."""
     forward = module.forward
+    signature = inspect.signature(forward)
 
     def routed(*args: Any, **kwargs: Any) -> Any:
+        if len(args) < 3:  # called by keyword: (hidden, index, weights) by the forward's names
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError:
+                pass
+            else:
+                args, kwargs = tuple(bound.arguments.values()), {}
         arrived, done = shard.dispatch(args)
         return shard.combine(forward(*arrived, **kwargs), done)
 
