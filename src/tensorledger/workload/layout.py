@@ -114,8 +114,8 @@ class Layout:
     @property
     def mesh_dims(self) -> tuple[tuple[str, int], ...]:
         """The device mesh's named dimensions, outermost first (those of degree > 1)."""
-        dims = (("pp", self.pp), ("dp", self.dp), ("fsdp", self.fsdp), ("ep", self.ep),
-                ("cp", self.cp), ("tp", self.tp))
+        dims = (("pp", self.pp), ("dp", self.dp), ("fsdp", self.fsdp), ("cp", self.cp),
+                ("ep", self.ep), ("tp", self.tp))
         return tuple((name, size) for name, size in dims if size > 1)
 
     @property
