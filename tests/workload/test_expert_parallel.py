@@ -215,3 +215,26 @@ def test_experts_called_by_keyword_are_routed_too() -> None:
         out = experts(hidden_states=hidden, top_k_index=index, top_k_weights=torch.ones(T, K))
         assert tuple(out.shape) == (T, D)
         assert tuple(experts.gate_up_proj.shape) == (E // 2, 2 * WIDTH, D)
+
+
+@pytest.mark.parametrize("experts", ["eager", "grouped_mm"])
+@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe", "deepseek_v3", "gpt_oss"])
+def test_every_hf_moe_type_trains_under_ep(tmp_path: Path, family: str, experts: str) -> None:
+    from tests.workload.test_moe_routing import OTHERS
+
+    config = (MIXTRAL if family == "mixtral" else OTHERS[family]) | {
+        "experts_implementation": experts}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    routed = config.get("n_routed_experts", E)
+    work = resolve_workload(str(path), batch=B, seq=S, step="train", precision="fp32",
+                            device="fake", layout=resolve_layout(ep=2))
+    run = trace_workload(work)
+    assert not run.trace.uncovered
+    # balanced over EP 2: half of each layer's 48 slots leave, d = 40 fp32 each; the
+    # combine returns them (DeepSeek-V3's first layer is dense: 2 of its 3 are routed)
+    layers = config["num_hidden_layers"] - config.get("first_k_dense_replace", 0)
+    tokens = [r.collective for r in _tokens(_all_to_alls(run, "forward"))
+              if r.collective.size_bytes != routed * 8]
+    assert [(c.size_bytes, c.bytes_sent, c.bytes_received) for c in tokens] == [
+        (SLOTS * ROW, SLOTS * ROW // 2, SLOTS * ROW // 2)] * 2 * layers
