@@ -238,3 +238,29 @@ def test_every_hf_moe_type_trains_under_ep(tmp_path: Path, family: str, experts:
               if r.collective.size_bytes != routed * 8]
     assert [(c.size_bytes, c.bytes_sent, c.bytes_received) for c in tokens] == [
         (SLOTS * ROW, SLOTS * ROW // 2, SLOTS * ROW // 2)] * 2 * layers
+
+
+def test_hsdp_beside_ep(tmp_path: Path) -> None:
+    """--dp 2 --fsdp 2 --ep 2 (8 ranks): the non-experts' FSDP2 over the 2-D (dp, fsdp·ep)
+    mesh, the experts' over (dp, fsdp): each reduce-scatters within its shard group and
+    all-reduces across the 2 replicas."""
+    run = _trace(tmp_path, dp=2, fsdp=2, ep=2)
+    groups = {(r.collective.kind, r.collective.group_size, r.collective.rank_stride)
+              for r in run.trace.records if r.collective is not None and r.phase == "backward"}
+    # mesh (dp 2, fsdp 2, ep 2): ep ranks 1 apart, fsdp 2 apart, dp 4 apart
+    assert ("reduce-scatter", 4, 1) in groups  # fsdp·ep: the non-experts' shards
+    assert ("reduce-scatter", 2, 2) in groups  # fsdp: the experts' shards
+    assert ("all-reduce", 2, 4) in groups  # dp: the replicas
+    assert ("all-to-all", 2, 1) in groups  # ep
+    # a rank holds rank 0's dim-0 shard of each tensor (FSDP2 rounds rows up): the
+    # non-experts' over fsdp·ep = 4 ranks, the experts' E/2 = 2 rows (ep) over fsdp = 2
+    from tests.distributed.ep_torchrun import mixtral
+
+    with torch.device("meta"):
+        model = mixtral()
+    expected = 0
+    for name, p in model.named_parameters():
+        rows, rest = p.shape[0], p[0].numel()
+        ranks, rows = (2, rows // 2) if ".experts." in name else (4, rows)
+        expected += -(-rows // ranks) * rest
+    assert sum(run.param_numels) == expected

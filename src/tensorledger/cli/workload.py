@@ -133,7 +133,7 @@ Ep = Annotated[int, typer.Option("--ep", help=(
     "Expert-parallel ranks: each holds 1/EP of every mixture of experts' routed experts (EP "
     "must divide them) and runs its own batch; token-slots go to their experts' ranks and "
     "back by all-to-all, split as --routing says. Alone or beside --fsdp (non-experts sharded "
-    "over fsdp·ep ranks, experts over fsdp)."))]
+    "over fsdp·ep ranks, experts over fsdp; with --dp: HSDP)."))]
 Pp = Annotated[int, typer.Option("--pp", help=(
     "Pipeline ranks (torch.distributed.pipelining, beside every other layout option, any "
     "recipe; models with a reference config: presets, GPT-2 and Llama config.json): a rank "

@@ -282,14 +282,16 @@ def _check_expert_parallel(layout: Layout, zero: int | None) -> None:
     """Refuse, in one line, a dimension beside ``--ep`` that is not laid out with it yet."""
     if layout.ep == 1:
         return
-    beside = [f"--{name} {size}" for name, size in (("dp", layout.dp), ("cp", layout.cp),
+    # --dp beside --fsdp is HSDP, over fsdp·ep ranks (the experts over fsdp), replicated
+    dp = layout.dp if layout.fsdp == 1 else 1
+    beside = [f"--{name} {size}" for name, size in (("dp", dp), ("cp", layout.cp),
                                                     ("tp", layout.tp), ("pp", layout.pp))
               if size > 1]
     if zero == 1:
         beside.append("--zero 1")
     if beside:
         raise InputError(f"--ep {layout.ep} beside {', '.join(beside)} is not laid out yet; "
-                         "--ep runs alone or beside --fsdp (ZeRO 2 or 3)")
+                         "--ep runs alone or beside --fsdp (ZeRO 2 or 3, with --dp: HSDP)")
 
 
 def check_experts(layout: Layout, experts: tuple[int, int] | None, model: str) -> None:

@@ -232,7 +232,14 @@ def _data_parallel_mesh(layout: Layout, mesh: DeviceMesh) -> DeviceMesh:
     context parallelism, fsdp and cp flattened into one shard dimension (torchtitan's
     ``dp_shard_cp``): the cp ranks' gradients are of different tokens and are reduced too."""
     if layout.ep > 1:  # the ep ranks run their own batches: data-parallel to the non-experts
-        return mesh["fsdp", "ep"]._flatten("fsdp_ep") if layout.fsdp > 1 else mesh["ep"]
+        if layout.fsdp == 1:
+            return mesh["ep"]
+        flat = mesh["fsdp", "ep"]._flatten("fsdp_ep")
+        if layout.strategy != "hsdp":
+            return flat
+        with warnings.catch_warnings():  # torch's own way to HSDP beside it, for now
+            warnings.filterwarnings("ignore", "Slicing a flattened dim", UserWarning)
+            return mesh["dp", "fsdp_ep"]
     if layout.cp > 1:
         if layout.fsdp == 1:
             return mesh["dp", "cp"] if layout.strategy == "hsdp" else mesh["cp"]
@@ -295,8 +302,10 @@ def parallelize(model: nn.Module, layout: Layout, mesh: DeviceMesh,
         # it too).  (DDP stays inside: its buckets must be fake too.)
         with unset_fake_temporarily():
             shard_mesh = _data_parallel_mesh(layout, mesh)
-            for unit in experts:  # the experts over fsdp alone: ep already split them
-                fully_shard(unit, mesh=mesh["fsdp"], reshard_after_forward=reshard)
+            # the experts over fsdp alone (replicated over dp: HSDP): ep already split them
+            for unit in experts:
+                fully_shard(unit, mesh=mesh["dp", "fsdp"] if strategy == "hsdp"
+                            else mesh["fsdp"], reshard_after_forward=reshard)
             for unit in shard_units(model):
                 fully_shard(unit, mesh=shard_mesh, reshard_after_forward=reshard)
             fully_shard(model, mesh=shard_mesh, reshard_after_forward=reshard)
