@@ -759,3 +759,39 @@ def test_impossible_context_parallel_layouts(argv: list[str], hostile_files: dic
     assert outcome.code == 2 and len(outcome.stderr.strip().splitlines()) == 1, outcome
     assert any(option in outcome.stderr
                for option in ("--cp", "--zero", "--seq", "--batch")), outcome
+
+
+# -------------------------------------------- expert parallelism (issue 38, item 5): refusals
+
+#: --ep on the tiny Mixtral of MOE_CONFIG (4 experts) and beside what it is not laid out with:
+#: one line on stderr naming --ep, exit 2, nothing built.
+IMPOSSIBLE_EP = [
+    ["--ep", "3"],  # does not divide 4 experts
+    ["--ep", "8"],  # more ranks than experts
+    ["--ep", "0"],
+    ["--ep", "-2"],
+    ["--ep", "2", "--tp", "2"],
+    ["--ep", "2", "--dp", "2"],
+    ["--ep", "2", "--fsdp", "2", "--zero", "1"],
+]
+
+
+@pytest.mark.parametrize("extra", IMPOSSIBLE_EP, ids=" ".join)
+@pytest.mark.parametrize("command", ["trace", "memory"])
+def test_impossible_expert_parallel_layouts(extra: list[str], command: str, tmp_path: Path,
+                                            hostile_files: dict[str, str], isolated: None
+                                            ) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(MOE_CONFIG))
+    with _place(hostile_files) as place:
+        outcome = run_case([command, "--model", str(config), "--batch", "2", "--seq", "4",
+                            *extra], place)
+    assert outcome.code == 2 and len(outcome.stderr.strip().splitlines()) == 1, outcome
+    assert "--ep" in outcome.stderr, outcome
+
+
+def test_expert_parallel_on_a_dense_model_is_one_line(hostile_files: dict[str, str],
+                                                      isolated: None) -> None:
+    with _place(hostile_files) as place:
+        outcome = run_case(["trace", "--model", "tiny", "--ep", "2"], place)
+    assert outcome.code == 2 and "--ep 2" in outcome.stderr and "experts" in outcome.stderr

@@ -138,6 +138,11 @@ Cp = Annotated[int, typer.Option("--cp", help=(
 CpRotate = Annotated[str | None, typer.Option("--cp-rotate", help=(
     "How --cp's ring moves keys and values forward: allgather (one all-gather a layer, "
     "torch's default) or alltoall (a permutation a ring step)."))]
+Ep = Annotated[int, typer.Option("--ep", help=(
+    "Expert-parallel ranks: each holds 1/EP of every mixture of experts' routed experts (EP "
+    "must divide them) and runs its own batch; token-slots go to their experts' ranks and "
+    "back by all-to-all, split as --routing says. Alone or beside --fsdp (non-experts sharded "
+    "over fsdp·ep ranks, experts over fsdp; with --dp: HSDP)."))]
 Pp = Annotated[int, typer.Option("--pp", help=(
     "Pipeline ranks (torch.distributed.pipelining, beside every other layout option, any "
     "recipe; models with a reference config: presets, GPT-2 and Llama config.json): a rank "
@@ -246,6 +251,7 @@ class LayoutOptions:
     schedule: Schedule = None
     chunks: Chunks = None
     stage_layers: StageLayersOption = None
+    ep: Ep = 1
 
     def resolve(self, count: int | None = None) -> Layout:
         """The layout the options describe, ``--count`` (if given) checked to be its product;
@@ -254,7 +260,7 @@ class LayoutOptions:
                               sp=self.sp, pp=self.pp, microbatches=self.microbatches,
                               schedule=self.schedule, count=count, chunks=self.chunks,
                               stage_layers=self.stage_layers, cp=self.cp,
-                              cp_rotate=self.cp_rotate)
+                              cp_rotate=self.cp_rotate, ep=self.ep)
 
 
 _GROUPS: tuple[type, ...] = (WorkloadOptions, LayoutOptions)

@@ -30,7 +30,8 @@ VIEW_OPS = ("view", "_unsafe_view", "reshape", "_reshape_alias", "alias", "detac
             "real", "imag", "conj", "_conj", "_neg_view", "resolve_conj", "resolve_neg",
             "is_same_size", "_has_compatible_shallow_copy_type")
 COPY_OPS = ("_to_copy", "copy", "clone", "contiguous", "cat", "stack", "index",
-            "index_select", "gather", "repeat", "constant_pad_nd", "slice_backward",
+            "index_select", "gather", "repeat", "repeat_interleave", "constant_pad_nd",
+            "slice_backward",
             "select_backward", "slice_scatter", "select_scatter", "as_strided_scatter",
             "_foreach_copy", "masked_select", "flip", "roll", "expand_copy", "permute_copy",
             "view_copy", "_unsafe_index", "index_put", "_index_put_impl", "scatter",

@@ -27,7 +27,6 @@ from tensorledger.workload import (
     placement,
     prepare,
     record_step,
-    routed,
     trace_workload,
 )
 
@@ -102,6 +101,7 @@ class StepTiming:
                              f"(got {work.device})")
         from tensorledger.bench.harness import Measurement
         from tensorledger.bench.optiming import ProfiledStep
+        from tensorledger.workload.step import routed  # (imports torch)
 
         say = progress or (lambda _: None)
         self.work, self.hardware, self.profiled = work, hardware, profiled

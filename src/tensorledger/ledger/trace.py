@@ -24,7 +24,7 @@ def step_summary(run: StepTrace, depth: int | None) -> TraceSummary:
     params = run.model_params or run.params
     return summarize(run.trace, depth, params=params if backward else None,
                      tokens=run.tokens if backward else None,
-                     mesh_dims=run.work.layout.dim_strides, program=program_of(run.work),
+                     mesh_dims=run.work.layout.group_names, program=program_of(run.work),
                      assumptions=run.assumptions, active_params=run.active_params)
 
 

@@ -187,11 +187,13 @@ def _predict_collective(index: int, op: OpLike, collective: Any, hardware: Hardw
         # one message between two ranks: the link between them, one device's NVLink inside
         # a node or its own NIC between nodes, whatever else the group spans
         ranks, per_node = 2, _pair_per_node(collective, hardware)
+    busier = max(collective.bytes_sent, collective.bytes_received)
     if kind is CollectiveKind.ALL_TO_ALL and ranks > 1 and (
-            collective.bytes_sent * ranks > size * (ranks - 1)):
-        # uneven splits (a permutation: ring attention's gradient pass sends its whole
-        # buffer to one rank): priced as the even all-to-all that sends as many bytes
-        size = collective.bytes_sent * ranks / (ranks - 1)
+            abs(busier * ranks - size * (ranks - 1)) >= ranks):  # past an even split's rounding
+        # uneven splits (a permutation: ring attention's gradient pass sends its whole buffer
+        # to one rank; experts' token-slots split as the routing says): priced as the even
+        # all-to-all whose rank sends and receives as much as this one's busier direction
+        size = busier * ranks / (ranks - 1)
     priced = collective_time(kind, size, ranks, hardware,
                              ranks_per_node=per_node)
     bound = "link" if priced.time_s > 0 else "free"

@@ -449,10 +449,11 @@ class CollectiveTotal:
     mesh_dim: str = ""  # the device-mesh dimension of the group, where known
 
 
-def communication(trace: Trace, mesh_dims: Mapping[int, str] | None = None
+def communication(trace: Trace, mesh_dims: Mapping[int | tuple[int, int], str] | None = None
                   ) -> tuple[CollectiveTotal, ...]:
     """The trace's collectives summed by (phase, kind, group size, mesh dimension), in phase
-    order; ``mesh_dims`` names a group by how far apart its ranks lie (rank stride → name).
+    order; ``mesh_dims`` names a group by how far apart its ranks lie (rank stride → name), or
+    by its stride and size together (a flattened group: (1, 8) → 'fsdp·ep').
 
     >>> communication(Trace(records=(), uncovered={}, device="meta"))
     ()
@@ -463,7 +464,8 @@ def communication(trace: Trace, mesh_dims: Mapping[int, str] | None = None
         c = record.collective
         if c is None:
             continue
-        key = (record.phase, c.kind, c.group_size, names.get(c.rank_stride, ""))
+        dim = names.get((c.rank_stride, c.group_size), names.get(c.rank_stride, ""))
+        key = (record.phase, c.kind, c.group_size, dim)
         row = sums.setdefault(key, [0, 0, 0, 0])
         row[0] += 1
         row[1] += c.size_bytes
@@ -503,7 +505,8 @@ def attention_kernels(trace: Trace) -> tuple[AttentionKernel, ...]:
 
 
 def summarize(trace: Trace, depth: int | None = None, params: int | None = None,
-              tokens: int | None = None, mesh_dims: Mapping[int, str] | None = None,
+              tokens: int | None = None,
+              mesh_dims: Mapping[int | tuple[int, int], str] | None = None,
               program: str = "", assumptions: tuple[str, ...] = (),
               active_params: int | None = None) -> TraceSummary:
     """Everything the ``trace`` command prints, from one trace; ``program`` names the target

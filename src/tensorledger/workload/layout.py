@@ -28,7 +28,7 @@ from tensorledger.summary import summary
 from tensorledger.workload.schedules import Schedule, StageLayers, check_schedule, resolve_schedule
 
 __all__ = ["CP_ROTATIONS", "LARGEST_DEGREE", "SCHEDULES", "SINGLE", "ZERO_STAGES", "Layout",
-           "check_layout", "resolve_layout"]
+           "check_experts", "check_layout", "resolve_layout"]
 
 #: The largest degree of any one dimension: far past any cluster, small enough to stay exact.
 LARGEST_DEGREE = 1 << 20
@@ -75,11 +75,14 @@ class Layout:
     # how the ring moves keys and values forward (torch's set_rotate_method): one all-gather
     # per layer (torch's default), or an all-to-all permutation per ring step
     cp_rotate: str = "allgather"
+    # expert parallelism: ranks that each hold 1/ep of every routed-expert block and run their
+    # own batch; token-slots travel to their experts' ranks by all-to-all (.expert_parallel)
+    ep: int = 1
 
     @property
     def count(self) -> int:
         """Devices in all: the product of the degrees."""
-        return self.dp * self.fsdp * self.cp * self.tp * self.pp
+        return self.dp * self.fsdp * self.ep * self.cp * self.tp * self.pp
 
     def stage_counts(self, layers: int, model: str = "the model") -> tuple[int, ...]:
         """The blocks of each of the ``pp × chunks`` stages of a model of ``layers`` blocks;
@@ -105,14 +108,14 @@ class Layout:
 
     @property
     def data_parallel(self) -> int:
-        """Ranks that each run their own batch (replicas × shards)."""
-        return self.dp * self.fsdp
+        """Ranks that each run their own batch (replicas × shards × expert-parallel ranks)."""
+        return self.dp * self.fsdp * self.ep
 
     @property
     def mesh_dims(self) -> tuple[tuple[str, int], ...]:
         """The device mesh's named dimensions, outermost first (those of degree > 1)."""
         dims = (("pp", self.pp), ("dp", self.dp), ("fsdp", self.fsdp), ("cp", self.cp),
-                ("tp", self.tp))
+                ("ep", self.ep), ("tp", self.tp))
         return tuple((name, size) for name, size in dims if size > 1)
 
     @property
@@ -131,6 +134,23 @@ class Layout:
         return strides
 
     @property
+    def group_names(self) -> dict[int | tuple[int, int], str]:
+        """:attr:`dim_strides`, and the flattened groups FSDP shards over by (stride, ranks):
+        fsdp·ep beside expert parallelism, fsdp·cp beside context parallelism (each would
+        otherwise be named by its stride alone, as its innermost dimension).
+
+        >>> Layout(fsdp=2, ep=4, tp=2).group_names
+        {1: 'tp', 2: 'ep', 8: 'fsdp', (2, 8): 'fsdp·ep'}
+        """
+        names: dict[int | tuple[int, int], str] = {}
+        names.update(self.dim_strides.items())
+        inner = {name: stride for stride, name in self.dim_strides.items()}
+        for flat in ("ep", "cp"):
+            if self.fsdp > 1 and flat in inner:
+                names[(inner[flat], self.fsdp * getattr(self, flat))] = f"fsdp·{flat}"
+        return names
+
+    @property
     def shard_ranks(self) -> int:
         """The ranks FSDP shards the parameters over: fsdp × cp."""
         return self.fsdp * self.cp
@@ -145,7 +165,7 @@ class Layout:
             if self.zero == 1:
                 return "zero1"
             return "hsdp" if self.dp > 1 else "fsdp"
-        return "ddp" if self.dp > 1 else ""
+        return "ddp" if self.dp > 1 or self.ep > 1 else ""
 
     def describe(self) -> str:
         """``FSDP ZeRO-3 × 8 · TP × 8`` (empty on a single device); context parallelism says
@@ -163,6 +183,10 @@ class Layout:
         if self.cp > 1:
             parts.append(f"CP × {self.cp} (ring attention, {self.cp_rotate}; FSDP "
                          f"ZeRO-{self.zero} over fsdp·cp = {self.shard_ranks} ranks)")
+        if self.ep > 1:
+            over = (f"; FSDP of the experts over fsdp = {self.fsdp} ranks" if self.fsdp > 1
+                    else "")
+            parts.append(f"EP × {self.ep} (experts sharded, tokens by all-to-all{over})")
         if self.tp > 1:
             parts.append(f"TP{' + SP' if self.sp else ''} × {self.tp}")
         if self.pp > 1:
@@ -194,7 +218,7 @@ def resolve_layout(*, dp: int = 1, fsdp: int = 1, zero: int | None = None, tp: i
                    sp: bool = False, pp: int = 1, microbatches: int | None = None,
                    schedule: str | None = None, count: int | None = None,
                    chunks: int | None = None, stage_layers: str | None = None, cp: int = 1,
-                   cp_rotate: str | None = None) -> Layout:
+                   cp_rotate: str | None = None, ep: int = 1) -> Layout:
     """Check the degrees against each other (not yet against a model: :func:`check_layout`).
 
     ``zero`` defaults to 3 and needs ``fsdp`` > 1; ``sp`` needs ``tp`` > 1; ``count``, when
@@ -214,7 +238,9 @@ def resolve_layout(*, dp: int = 1, fsdp: int = 1, zero: int | None = None, tp: i
                                                                         microbatches),
                     schedule=resolve_schedule("1f1b" if schedule is None else schedule).value,
                     cp=_degree("cp", cp),
-                    cp_rotate="allgather" if cp_rotate is None else cp_rotate.strip().lower())
+                    cp_rotate="allgather" if cp_rotate is None else cp_rotate.strip().lower(),
+                    ep=_degree("ep", ep))
+    _check_expert_parallel(layout, zero)
     if cp_rotate is not None and layout.cp == 1:
         raise InputError("--cp-rotate moves keys and values round the context-parallel ring; "
                          "give --cp N (N > 1) with it")
@@ -250,6 +276,42 @@ def resolve_layout(*, dp: int = 1, fsdp: int = 1, zero: int | None = None, tp: i
         raise InputError(f"--count {count} is not the layout's {dims} = {layout.count} devices; "
                          "drop --count")
     return layout
+
+
+def _check_expert_parallel(layout: Layout, zero: int | None) -> None:
+    """Refuse, in one line, a dimension beside ``--ep`` that is not laid out with it yet."""
+    if layout.ep == 1:
+        return
+    # --dp beside --fsdp is HSDP, over fsdp·ep ranks (the experts over fsdp), replicated
+    dp = layout.dp if layout.fsdp == 1 else 1
+    beside = [f"--{name} {size}" for name, size in (("dp", dp), ("cp", layout.cp),
+                                                    ("tp", layout.tp), ("pp", layout.pp))
+              if size > 1]
+    if zero == 1:
+        beside.append("--zero 1")
+    if beside:
+        raise InputError(f"--ep {layout.ep} beside {', '.join(beside)} is not laid out yet; "
+                         "--ep runs alone or beside --fsdp (ZeRO 2 or 3, with --dp: HSDP)")
+
+
+def check_experts(layout: Layout, experts: tuple[int, int] | None, model: str) -> None:
+    """Refuse ``--ep`` for a model without routed experts, or one that does not divide them
+    (``experts``: (routed experts, experts per token), None without).
+
+    >>> try:
+    ...     check_experts(Layout(ep=3), (8, 2), "mixtral")
+    ... except InputError as error:
+    ...     print(error)
+    --ep 3 does not divide mixtral's 8 routed experts; use an --ep that divides 8
+    """
+    if layout.ep == 1:
+        return
+    if experts is None:
+        raise InputError(f"--ep {layout.ep} shards routed experts; {model!r} has none (a "
+                         "mixture-of-experts config.json has them): drop --ep")
+    if experts[0] % layout.ep:
+        raise InputError(f"--ep {layout.ep} does not divide {model}'s {experts[0]} routed "
+                         f"experts; use an --ep that divides {experts[0]}")
 
 
 def check_layout(layout: Layout, config: TransformerConfig | None, *, batch: int,

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -191,6 +191,16 @@ def _ddp(model: nn.Module, mesh: DeviceMesh) -> nn.Module:
     from torch.distributed.tensor import DTensor
     from torch.nn.parallel import DistributedDataParallel
 
+    from tensorledger.workload.expert_parallel import expert_parameters
+
+    # expert-parallel experts: each rank's are its own, and their gradients are whole already
+    # (every slot routed to them arrived), so DDP leaves them out of its buckets
+    own = [name for name, _ in expert_parameters(model)] if mesh.mesh_dim_names == ("ep",) \
+        else []
+    if own:
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(  # type: ignore[no-untyped-call]
+            model, own)
+
     group = mesh.get_group()
     if any(isinstance(p, DTensor) for p in model.parameters()):
         # beside tensor parallelism: torch's own DDP × TP, given the data-parallel slice of
@@ -258,6 +268,15 @@ def _data_parallel_mesh(layout: Layout, mesh: DeviceMesh) -> DeviceMesh:
     """The (sub)mesh the data-parallel part runs on: dp and fsdp together for HSDP; with
     context parallelism, fsdp and cp flattened into one shard dimension (torchtitan's
     ``dp_shard_cp``): the cp ranks' gradients are of different tokens and are reduced too."""
+    if layout.ep > 1:  # the ep ranks run their own batches: data-parallel to the non-experts
+        if layout.fsdp == 1:
+            return mesh["ep"]
+        flat = mesh["fsdp", "ep"]._flatten("fsdp_ep")
+        if layout.strategy != "hsdp":
+            return flat
+        with warnings.catch_warnings():  # torch's own way to HSDP beside it, for now
+            warnings.filterwarnings("ignore", "Slicing a flattened dim", UserWarning)
+            return mesh["dp", "fsdp_ep"]
     if layout.cp > 1:
         if layout.fsdp == 1:
             return mesh["dp", "cp"] if layout.strategy == "hsdp" else mesh["cp"]
@@ -303,6 +322,12 @@ def parallelize(model: nn.Module, layout: Layout, mesh: DeviceMesh,
     elif tp_plan:
         raise InputError("a tensor-parallel plan was given but the layout has no --tp; give "
                          "--tp N (N > 1) or drop the plan")
+    experts: list[nn.Module] = []
+    if layout.ep > 1:
+        from tensorledger.workload.expert_parallel import apply_expert_parallel, expert_modules
+
+        apply_expert_parallel(model, mesh["ep"])
+        experts = [module for _, module in expert_modules(model)]
     if between is not None:
         model = between(model)
     if strategy in ("fsdp", "hsdp") or (offload_params and strategy == ""):
@@ -323,6 +348,10 @@ def parallelize(model: nn.Module, layout: Layout, mesh: DeviceMesh,
         # it too).  (DDP stays inside: its buckets must be fake too.)
         with unset_fake_temporarily():
             shard_mesh = _data_parallel_mesh(layout, mesh)
+            # the experts over fsdp alone (replicated over dp: HSDP): ep already split them
+            for unit in experts:
+                fully_shard(unit, mesh=mesh["dp", "fsdp"] if strategy == "hsdp"
+                            else mesh["fsdp"], reshard_after_forward=reshard)
             for unit in shard_units(model):
                 fully_shard(unit, mesh=shard_mesh, reshard_after_forward=reshard, **options)
             fully_shard(model, mesh=shard_mesh, reshard_after_forward=reshard, **options)
@@ -419,7 +448,8 @@ def _state_bytes(optimizer: torch.optim.Optimizer) -> int:
 def trace_parallel_step(build: Callable[[], nn.Module], make_inputs: Callable[[], torch.Tensor],
                         layout: Layout,
                         tp_plan: Mapping[str, TpStyle | ParallelStyle] | None = None,
-                        loss: Callable[[torch.Tensor], torch.Tensor] | None = None
+                        loss: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                        modes: Callable[[], AbstractContextManager[object]] | None = None
                         ) -> ParallelStep:
     """Trace rank 0's training step (forward, backward, AdamW step) of ``build()`` laid out by
     ``layout`` (:func:`parallelize`, :func:`make_optimizer`) on a fake process group of
@@ -429,6 +459,8 @@ def trace_parallel_step(build: Callable[[], nn.Module], make_inputs: Callable[[]
     scalar (default: the mean of its squares).  ``make_inputs`` gives one rank's batch: each
     data-parallel rank runs its own, every tensor-parallel rank the same one; with context
     parallelism, batch-first and cut along its sequence (dimension 1) to the rank's chunks.
+    ``modes`` gives what is entered inside FakeTensorMode before the model is built (a mixture
+    of experts' stated routing, :class:`.routed.RoutedMode`).
     """
     if not isinstance(layout, Layout):
         raise InputError(f"a layout is a tensorledger Layout (resolve_layout(...)), got "
@@ -439,7 +471,7 @@ def trace_parallel_step(build: Callable[[], nn.Module], make_inputs: Callable[[]
     name = layout.describe() or "single-device"
     with fake_process_group(layout.count):
         mesh = build_mesh(layout)
-        with FakeTensorMode():
+        with FakeTensorMode(), (nullcontext() if modes is None else modes()):
             model = parallelize(build(), layout, mesh, tp_plan)
             optimizer = make_optimizer(layout, mesh, model.parameters(),
                                        lambda params: torch.optim.AdamW(params, lr=1e-3))

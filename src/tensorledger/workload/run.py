@@ -306,7 +306,7 @@ def trace_workload(work: Workload, first_step: bool = False,
     return StepTrace(work=work, param_numels=tuple(local(p).numel() for p in step.parameters),
                      trace=trace, param_parts=parts_of(step), tags=tags, first_step=first,
                      first_step_tags=first_tags, measured_peak_bytes=measured,
-                     model_params=sum(p.numel() for p in step.parameters),
+                     model_params=_whole_params(step),
                      trainable_params=None if step.lora is None else
                      sum(p.numel() for p in step.parameters if p.requires_grad),
                      assumptions=tuple(notes) + _adapter_notes(step, trace)
@@ -321,6 +321,15 @@ def trace_workload(work: Workload, first_step: bool = False,
                      params_offloaded_bytes=None if step.params_offloaded is None else
                      (step.params_offloaded.to_device_bytes,
                       step.params_offloaded.to_host_bytes))
+
+
+def _whole_params(step: PreparedStep) -> int:
+    """The whole model's parameters (expert-parallel blocks hold 1/EP of theirs on a rank)."""
+    if step.work.layout.ep == 1:
+        return sum(p.numel() for p in step.parameters)
+    from tensorledger.workload.expert_parallel import whole_params
+
+    return whole_params(step.module)
 
 
 def _adapter_notes(step: PreparedStep, trace: Trace) -> tuple[str, ...]:

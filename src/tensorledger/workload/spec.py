@@ -20,7 +20,7 @@ from tensorledger.errors import InputError, UnknownNameError
 from tensorledger.hardware.target import CPU, OPTIMIZER_KERNELS, Target
 from tensorledger.napkin.recipes import Optimizer, Precision, resolve_optimizer, resolve_precision
 from tensorledger.summary import summary
-from tensorledger.workload.layout import SINGLE, Layout, check_layout
+from tensorledger.workload.layout import SINGLE, Layout, check_experts, check_layout
 from tensorledger.workload.routing import BALANCED, Routing
 from tensorledger.workload.routing import routing as routed_experts
 from tensorledger.workload.source import ModelSource, resolve_source
@@ -401,6 +401,7 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
     if lora is not None and not layout.single:
         check_lora_layout(lora, layout)
     check_layout(layout, config, batch=batch, seq=seq)
+    check_experts(layout, routed_experts(source), source.label)
     if layout.pp > 1:
         if config is None:
             raise InputError(f"--pp cuts a reference model into stages; {source.label!r} is "
