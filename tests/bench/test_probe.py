@@ -2,19 +2,38 @@
 
 from __future__ import annotations
 
+import functools
+import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tensorledger.bench import bench_matmul, probe, profile_toml
+from tensorledger.bench.probe_noise import one_thread
 from tensorledger.hardware import get_hardware, load_hardware_file
 from tests.conftest import NEEDS_NO_CUDA, assert_one_line_error
 
 
 @pytest.fixture(scope="module")
 def small_probe():  # type: ignore[no-untyped-def]
-    return probe("cpu", dtypes=("fp32", "bf16"), sizes=(32, 64), buffer_bytes=2**20,
-                 budget_s=0.01, attention_seqs=(16, 32))
+    # these tests check the probe's arithmetic on real timings, whatever the machine's load:
+    # no figure is set aside for its spread, and one thread leaves no team to stall (the noise
+    # handling has its fake-clock tests: test_probe_settle.py, test_probe_noise.py)
+    with one_thread():
+        return probe("cpu", dtypes=("fp32", "bf16"), sizes=(32, 64), buffer_bytes=2**20,
+                     budget_s=0.01, attention_seqs=(16, 32), max_spread=math.inf)
+
+
+@pytest.fixture
+def any_noise(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The CLI's probe with every figure kept, on one thread (as ``small_probe``)."""
+    import tensorledger.bench
+
+    monkeypatch.setattr(tensorledger.bench, "probe", functools.partial(probe,
+                                                                       max_spread=math.inf))
+    with one_thread():
+        yield
 
 
 def test_probe_points_and_peaks(small_probe) -> None:  # type: ignore[no-untyped-def]
@@ -68,6 +87,7 @@ def test_bench_matmul_arithmetic() -> None:
     assert result.mfu_probed is None
 
 
+@pytest.mark.usefixtures("any_noise")
 def test_cli_probe_then_local(cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("TENSORLEDGER_HOME", str(tmp_path))
     assert_one_line_error(cli("bench", "matmul", "--hardware", "local"), "tensorledger probe")

@@ -57,6 +57,10 @@ def probe_view(result: ProbeResult, path: str) -> View:
                      f"{result.max_spread:.0%} of their median after re-measuring: "
                      f"{', '.join(result.unreliable)}; the profile marks them, and predictions "
                      "made with it say so (probe again on a quiet machine)")
+    if result.set_aside:
+        lines.append(f"set aside: {len(result.set_aside)} figure(s) stayed too noisy after "
+                     "re-measuring, longer, and are left out of the profile (no peak, no curve "
+                     "point): " + "; ".join(map(str, result.set_aside)))
     lines.append(f"profile written to {path}; use it with --hardware local")
     return lines
 
