@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tensorledger.bench import bench_matmul, probe, profile_toml
+from tensorledger.bench.probe import ProbeResult
 from tensorledger.bench.probe_noise import one_thread
 from tensorledger.hardware import get_hardware, load_hardware_file
 from tests.conftest import NEEDS_NO_CUDA, assert_one_line_error
@@ -30,8 +31,10 @@ def any_noise(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The CLI's probe with every figure kept, on one thread (as ``small_probe``)."""
     import tensorledger.bench
 
-    monkeypatch.setattr(tensorledger.bench, "probe", functools.partial(probe,
-                                                                       max_spread=math.inf))
+    def any_spread(*args: Any, **options: Any) -> ProbeResult:
+        return probe(*args, **{**options, "max_spread": math.inf})
+
+    monkeypatch.setattr(tensorledger.bench, "probe", any_spread)
     with one_thread():
         yield
 
@@ -113,6 +116,8 @@ def test_cli_probe_then_local(cli, tmp_path: Path, monkeypatch) -> None:  # type
     pytest.param(["bench", "matmul", "--device", "cuda", "--n", "8"], "no CUDA device",
                  marks=NEEDS_NO_CUDA),
     pytest.param(["probe", "--device", "cuda"], "no CUDA device", marks=NEEDS_NO_CUDA),
+    (["probe", "--max-spread", "0"], "expected a finite number in [0.01, 100]"),
+    (["probe", "--max-spread", "10%"], "'10%' is not a number"),
 ])
 def test_cli_errors(cli, args: list[str], fragment: str) -> None:  # type: ignore[no-untyped-def]
     assert_one_line_error(cli(*args), fragment)

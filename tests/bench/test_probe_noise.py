@@ -76,7 +76,7 @@ def test_a_noisy_clock_marks_or_sets_aside_every_figure(tmp_path: Path) -> None:
 def test_a_noisy_clock_everywhere_leaves_nothing_to_price() -> None:
     from tensorledger.errors import DeviceError
 
-    with pytest.raises(DeviceError, match="every matmul figure of the probe stayed too noisy"):
+    with pytest.raises(DeviceError, match="the probe's matmul figures stayed too noisy to use"):
         probe("cpu", clock=FakeClock([1e-3, 2e-3, 4e-3, 8e-3]), **SMALL)
 
 

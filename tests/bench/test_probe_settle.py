@@ -105,7 +105,9 @@ def test_a_stalled_thread_team_is_caught_and_taken_again(threads: Callable[[int]
 def test_a_team_that_stays_stalled_prices_nothing(threads: Callable[[int], None]) -> None:
     threads(2)
     clock = ScriptedClock(lambda _, count: 16e-3 if count > 1 else 2e-3)
-    with pytest.raises(DeviceError, match="too noisy to use: matmul fp32 16 \\(stalled: "):
+    with pytest.raises(DeviceError, match=r"stayed too noisy to use .*: matmul fp32 16 "
+                       r"\(stalled: 2 threads took 16 ms a call, one thread 2 ms; another "
+                       r"process holds a core; after 3 rounds and 3 more"):
         probe("cpu", clock=clock, progress=clock.progress, **SMALL)
     # taken again twice (the retries), then once longer, as a spread figure is
     assert clock.said.count("matmul fp32 16×16, again (stalled: 2 threads took 16 ms a call, "
@@ -132,7 +134,7 @@ def test_a_figure_that_stays_noisy_is_not_used_as_a_peak(threads: Callable[[int]
     (aside,) = result.set_aside
     assert aside.figure == "matmul fp32 32"
     assert aside.reason.startswith("spread ") and aside.reason.endswith(
-        f"limit 10% after 3 rounds and 3 more, the last {LONGER:g}× longer")
+        f"limit 10%; after 3 rounds and 3 more, the last {LONGER:g}× longer")
     assert float(aside.reason.split()[1].rstrip("%,")) > 10
     # the output says which figure it set aside, and why: terminal, profile and JSON
     text = _text(result)
@@ -164,3 +166,17 @@ def test_a_dtype_whose_every_size_is_noisy_is_left_out(threads: Callable[[int], 
     assert [s.figure for s in result.set_aside] == ["matmul bf16 16", "matmul bf16 32",
                                                     "matmul bf16"]
     assert "no peak" in result.set_aside[-1].reason
+
+
+def test_without_a_steady_fp32_figure_the_probe_refuses(threads: Callable[[int], None]) -> None:
+    # fp32 prices every op outside a matmul: a profile of bf16 alone would price them at bf16's
+    # rate (on a CPU without bf16 units, an emulation), so the probe says so instead
+    threads(1)
+    noisy = itertools.cycle([1e-4, 1e-3, 1e-2])
+    clock = ScriptedClock(lambda line, _: next(noisy) if line.startswith("matmul fp32")
+                          else 2e-3)
+    with pytest.raises(DeviceError, match=r"the probe's fp32 matmul figures stayed too noisy "
+                       r"to use .*: matmul fp32 16 \(spread .*; probe again on a quieter "
+                       r"machine, or allow a wider spread$"):
+        probe("cpu", clock=clock, progress=clock.progress,
+              **{**SMALL, "dtypes": ("fp32", "bf16")})

@@ -194,6 +194,9 @@ def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[s
         "global_batch": ["4M", "512seq", "64 seqs", "1seq", "0seq", "1.5seq", "seq", "0", "-1",
                          "1e400", "nan", "٤M", "", "1M", "7" * 5000, "4294967297seq"],
         "checkpoint": ["none", "full", "selective", "", "FULL"],
+        # probe's noise limit (a fraction of the median): at, inside and past its bounds
+        "max_spread": ["0.1", "0.01", "100", "0.5", "0", "0.009", "101", "-0.1", "nan", "inf",
+                       "1e400", "10%", "", "٣"],
         "attention": ["flash", "eager", "", "sdpa"],
         # serve (issue 39): cache and weight dtypes, chips that lack them, contexts that fit
         # no batch, utilisations and page sizes at and past their bounds

@@ -440,15 +440,18 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
     cold = 0 if dev.type == "cuda" else 2 * _last_level_cache_bytes()
     points, skipped, set_aside = _matmul_sweep(timer, dtypes, sizes, budget_s, max(1, rounds),
                                                cold, slow_call_s, say)
+    # fp32 prices every op outside a matmul (and any matmul of a dtype left out): a profile
+    # without it would price them at whatever dtype stayed, fp16's emulation on a CPU
+    if not points or ("fp32" in dtypes and "fp32" not in skipped
+                      and not any(p.dtype == "fp32" for p in points)):
+        raise DeviceError(f"the probe's {'fp32 ' if points else ''}matmul figures stayed too "
+                          f"noisy to use (spread above {max_spread:.0%} of the median, or a "
+                          "stalled thread team): " + "; ".join(map(str, set_aside))
+                          + "; probe again on a quieter machine, or allow a wider spread")
     for dtype in dict.fromkeys(dtypes):
         if dtype not in skipped and not any(p.dtype == dtype for p in points):
             set_aside.append(SetAside(f"matmul {dtype}", "every size set aside, so no peak "
-                                      "and no curve: its matmuls are priced at another "
-                                      "dtype's"))
-    if not points:
-        raise DeviceError("every matmul figure of the probe stayed too noisy to use: "
-                          + "; ".join(map(str, set_aside)) + "; probe again on a quieter "
-                          "machine")
+                                      "and no curve: its matmuls are priced at fp32's"))
     attention: list[MatmulPoint] = []
     if attention_seqs is None:
         attention_seqs = (128, 256, 512, 1024) if dev.type == "cpu" else (512, 1024, 2048, 4096)

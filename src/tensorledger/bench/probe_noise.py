@@ -125,7 +125,7 @@ def settle_rounds(label: str, rounds: Sequence[Measurement],
             return result, None
         if attempt == last:
             tries = f"{len(rounds)} rounds and {last} more, the last {LONGER:g}× longer"
-            return result, SetAside(label, f"{problem} after {tries}")
+            return result, SetAside(label, f"{problem}; after {tries}")
         say(problem)
         taken = [*kept, again(round_budget_s * (LONGER if attempt == last - 1 else 1.0))]
     raise AssertionError("unreachable")  # pragma: no cover
