@@ -72,6 +72,8 @@ def test_probe_points_and_peaks(small_probe) -> None:  # type: ignore[no-untyped
 def test_profile_round_trips(small_probe, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "local.toml"
     path.write_text(profile_toml(small_probe))
+    # every figure was let in, whatever its spread: the profile says so
+    assert "# probed with --max-spread inf:" in path.read_text()
     chip = load_hardware_file(path)
     assert chip.id == "local"
     assert dict(chip.dense_flop_per_s) == small_probe.dense_flop_per_s

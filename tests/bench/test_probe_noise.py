@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import importlib
 import itertools
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tensorledger.bench import probe, profile_toml
 from tensorledger.bench.harness import measure
+from tensorledger.bench.probe_noise import one_thread
 from tensorledger.hardware import load_hardware_file
 
 probe_module = importlib.import_module("tensorledger.bench.probe")  # the module, not probe()
@@ -21,10 +23,14 @@ SMALL = {"dtypes": ("fp32",), "sizes": (16, 32), "buffer_bytes": 2**16, "budget_
 
 
 @pytest.fixture(autouse=True)
-def small_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+def small_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     # the matmul's cold operands rotate through twice the last-level cache: a 64 KiB one
-    # keeps the real matmuls few (the clock is fake; what they compute does not matter)
+    # keeps the real matmuls few (the clock is fake; what they compute does not matter); one
+    # thread leaves no team to check (these tests are about spread: test_probe_settle.py has
+    # the stalled teams)
     monkeypatch.setattr(probe_module, "_last_level_cache_bytes", lambda: 2**16)
+    with one_thread():
+        yield
 
 
 class FakeClock:

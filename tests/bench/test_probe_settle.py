@@ -180,3 +180,22 @@ def test_without_a_steady_fp32_figure_the_probe_refuses(threads: Callable[[int],
                        r"machine, or allow a wider spread$"):
         probe("cpu", clock=clock, progress=clock.progress,
               **{**SMALL, "dtypes": ("fp32", "bf16")})
+
+
+def test_a_stalled_bandwidth_figure_is_left_out_of_the_curve(
+        threads: Callable[[int], None]) -> None:
+    # the eager-op copies and adds split over the thread team too: stalled (16 ms a call on two
+    # threads, 2 ms on one) through every retry, they leave the bandwidth curve
+    threads(2)
+    clock = ScriptedClock(lambda line, count: 16e-3 if line.startswith("eager-op") and count > 1
+                          else 2e-3)
+    result = probe("cpu", clock=clock, progress=clock.progress,
+                   **{**SMALL, "bandwidth_sweep": True})
+    reason = ("stalled: 2 threads took 16 ms a call, one thread 2 ms; another process holds a "
+              "core; after 4 measurements")
+    assert [(s.figure, s.reason) for s in result.set_aside] == [
+        ("copy eager bandwidth 65536 B", reason), ("triad eager bandwidth 65536 B", reason)]
+    assert "bandwidth" not in result.curves
+    assert not any(p.fresh_output for p in result.bandwidth)
+    # the warm DRAM figures were steady: 2·65536 and 3·65536 bytes in 2 ms
+    assert result.memory_bandwidth_bytes_per_s == pytest.approx(3 * 2**16 / 2e-3)

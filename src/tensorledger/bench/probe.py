@@ -43,8 +43,17 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tensorledger.bench.harness import Measurement, measure, pooled
-from tensorledger.bench.probe_noise import LONGER, SetAside, figure_of, one_thread, settle_rounds
+from tensorledger.bench.harness import HIGH_SPREAD, Measurement, measure, pooled
+from tensorledger.bench.probe_noise import (
+    LONGER,
+    STALL_CHECK_S,
+    SetAside,
+    figure_of,
+    one_thread,
+    settle_rounds,
+    stall_reason,
+    stalled,
+)
 from tensorledger.devices import resolve_device
 from tensorledger.dtypes import resolve_dtype
 from tensorledger.errors import DeviceError
@@ -124,6 +133,20 @@ class _Timer:
     longer: float = LONGER
     # why each figure in ``unreliable`` stayed wide (what a set-aside figure's output says)
     why: dict[str, str] = field(default_factory=dict)
+    team: bool = False  # a CPU thread team, each figure checked against one thread
+
+    def stall(self, fn: Callable[[], Any], label: str, result: Measurement,
+              options: Mapping[str, Any]) -> str:
+        """Why ``result`` is a thread team's that waited for a descheduled thread (the same
+        call on one thread far faster: ``probe_noise.stalled``), or ``""``."""
+        if not self.team or result.median_s >= STALL_CHECK_S:
+            return ""
+        with one_thread():
+            alone = measure(fn, device=self.device, clock=self.clock,
+                            name=f"{label} on one thread",
+                            **{**options, "budget_s": options.get("budget_s", 1.0) / 2})
+        return (stall_reason(result.median_s, alone.median_s)
+                if stalled(result.median_s, alone.median_s) else "")
 
     def once(self, fn: Callable[[], Any], label: str, **options: Any) -> Measurement:
         """One measurement, neither repeated nor judged (a round of a sweep)."""
@@ -137,6 +160,7 @@ class _Timer:
 
     def __call__(self, fn: Callable[[], Any], label: str, **options: Any) -> Measurement:
         best: Measurement | None = None
+        best_stall = ""
         attempts = 1 + self.retries
         taken = 0
         for attempt in range(attempts + 1):
@@ -144,11 +168,18 @@ class _Timer:
                 options = {**options, "budget_s": options.get("budget_s", 1.0) * self.longer}
             result = measure(fn, device=self.device, clock=self.clock, name=label, **options)
             taken += 1
-            if best is None or result.spread < best.spread:
-                best = result
-            if result.spread <= self.max_spread or result.median_s > self.slow_call_s:
+            stall = self.stall(fn, label, result, options)
+            if (best is None or (best_stall and not stall)
+                    or (bool(stall) == bool(best_stall) and result.spread < best.spread)):
+                best, best_stall = result, stall
+            if not stall and (result.spread <= self.max_spread
+                              or result.median_s > self.slow_call_s):
                 break
         assert best is not None
+        if best_stall:  # a team that stayed stalled: what it read is not this machine's
+            self.why[label] = f"{best_stall}; after {taken} measurements"
+            self.unreliable.append(f"{label} (stalled)")
+            return best
         if best.spread > self.max_spread:
             tries = (f"the tightest of {taken}, the last {self.longer:g}× longer"
                      if taken > attempts else f"{taken} measurement(s): too slow a call to "
@@ -429,7 +460,8 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
     samples (a test passes a fake one).
     """
     dev = resolve_device(device, ("cpu", "cuda"))
-    timer = _Timer(dev, clock, max_spread, retries, slow_call_s)
+    timer = _Timer(dev, clock, max_spread, retries, slow_call_s,
+                   team=dev.type == "cpu" and torch.get_num_threads() > 1)
     say = progress or (lambda _: None)
     name, memory = _device_name(dev)
     if sizes is None:
@@ -546,6 +578,10 @@ def profile_toml(result: ProbeResult, chip_id: str = "local", calibration: str =
         ]
         curves.update(collectives.busbw_curves())
         unreliable += collectives.unreliable
+    if result.max_spread > HIGH_SPREAD:
+        lines.append(f"# probed with --max-spread {result.max_spread:g}: figures whose "
+                     f"interquartile range is up to {result.max_spread:.0%} of their median "
+                     "are in this profile, unmarked")
     if result.set_aside:
         lines.append("# set aside (measured, but too noisy to enter this profile):")
         lines += [f"#   {entry}" for entry in result.set_aside]
