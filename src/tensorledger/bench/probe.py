@@ -19,7 +19,7 @@ rounds taken in turn over every size, their samples pooled, so that a spell when
 runs slower falls on every size alike rather than bending the curve at one (one 256² point at
 a third of its neighbours' rate once set a calibration's matmul scale to 0.71 against 1.02).
 A round whose median is wildly off the figure's fastest round is dropped and taken again, and
-on a CPU each small matmul is checked against the same call on one thread (a thread team that
+on a CPU each figure is checked against the same call on one thread (a thread team that
 waits for a thread another process holds reads a floor of milliseconds a call):
 ``bench.probe_noise``.  Any figure whose spread (interquartile range over the median) is wider
 than ``max_spread`` is measured again, up to ``retries`` times (not a figure slower than
