@@ -81,7 +81,7 @@ def stalled(team_s: float, alone_s: float) -> bool:
     """Whether a thread team taking ``team_s`` a call waited for a descheduled thread, against
     ``alone_s`` for the same call on one thread.
 
-    >>> stalled(16e-3, 7.9e-6), stalled(12e-6, 7.9e-6), stalled(0.3, 0.09)
+    >>> stalled(16e-3, 7.9e-6), stalled(12e-6, 7.9e-6), stalled(0.3, 0.15)
     (True, False, False)
     """
     return team_s > STALL_RATIO * alone_s and team_s - alone_s >= STALL_MIN_S
