@@ -14,6 +14,7 @@ import torch
 from rich.console import Console
 
 from tensorledger.bench import probe, profile_toml
+from tensorledger.bench.probe import ProbeResult
 from tensorledger.bench.probe_noise import LONGER
 from tensorledger.errors import DeviceError
 from tensorledger.hardware import load_hardware_file
@@ -58,7 +59,7 @@ def threads() -> Iterator[Callable[[int], None]]:
     torch.set_num_threads(before)
 
 
-def _text(result: probe_module.ProbeResult) -> str:
+def _text(result: ProbeResult) -> str:
     out = Console(width=400)
     with out.capture() as captured:
         for line in probe_view(result, "local.toml"):
