@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from tensorledger.bench import probe, profile_toml
+from tensorledger.errors import TensorLedgerError
 from tensorledger.hardware import Hardware, get_hardware, load_hardware_file
 from tensorledger.hardware.catalog import parse_hardware_toml
 from tensorledger.ledger.calibrate import calibrate, calibration_toml
@@ -53,15 +54,18 @@ def _say(message: str) -> None:
     print(f"  {message}", file=sys.stderr, flush=True)
 
 
-def _profile(path: str | None, folder: Path, keep: str | None, fit: bool) -> Hardware:
+def _profile(path: str | None, folder: Path, keep: str | None, fit: bool,
+             max_spread: float) -> Hardware:
     """``path``'s profile (``local``: the one ``tensorledger probe`` saved), else this machine
-    probed (fp32) and, with ``fit``, calibrated as ``tensorledger probe --calibrate`` does (kept
-    at ``keep``)."""
+    probed (fp32; figures spread more than ``max_spread`` set aside) and, with ``fit``,
+    calibrated as ``tensorledger probe --calibrate`` does (kept at ``keep``)."""
     if path == "local":
         return get_hardware("local")
     if path:
         return load_hardware_file(path)
-    result = probe("cpu", dtypes=("fp32",), progress=_say)
+    result = probe("cpu", dtypes=("fp32",), progress=_say, max_spread=max_spread)
+    for entry in result.set_aside:
+        _say(f"set aside: {entry}")
     text = profile_toml(result)
     if fit:
         fitted = calibrate(parse_hardware_toml(text, "probe", "local"), progress=_say)
@@ -83,10 +87,16 @@ def main() -> None:
     parser.add_argument("--no-calibrate", action="store_true",
                         help="probe only: the calibration's steps take many minutes on a busy "
                         "machine (the per-op cost is then the probe's)")
+    parser.add_argument("--max-spread", type=float, default=0.10,
+                        help="the probe's noise limit (as `tensorledger probe --max-spread`)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
-        chip = _profile(args.profile, folder, args.save_profile, not args.no_calibrate)
+        try:
+            chip = _profile(args.profile, folder, args.save_profile, not args.no_calibrate,
+                            args.max_spread)
+        except TensorLedgerError as error:  # a probe too noisy to use, a profile unreadable
+            sys.exit(f"bench_decode: {error}")
         config = folder / "hf-llama" / "config.json"
         config.parent.mkdir()
         config.write_text(json.dumps(HF_LLAMA))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import pytest
 
@@ -74,3 +75,40 @@ def test_pooled_measurements_by_hand() -> None:
     assert m.warmup == 2 and m.number == 1 and m.name == "step"
     with pytest.raises(InputError):
         pooled([])
+
+
+def _clock(increments: list[float], then: float) -> Callable[[], float]:
+    """A fake clock advancing by each of ``increments`` on successive readings, then by
+    ``then`` on every reading after."""
+    steps = itertools.chain(increments, itertools.repeat(then))
+    now = [0.0]
+
+    def read() -> float:
+        now[0] += next(steps)
+        return now[0]
+
+    return read
+
+
+def test_calls_per_sample_are_set_by_the_fastest_calibration_call() -> None:
+    # the first single call waits 16 ms (a stalled thread), the next two take 0.3 ms (the
+    # start reading of each sample adds 0, its end reading the call's time)
+    waits = [0.0, 16e-3, 0.0, 3e-4, 0.0, 3e-4]
+    one = measure(lambda: None, clock=_clock(waits, 1e-3), warmup=0, budget_s=0,
+                  min_repeats=1)
+    assert one.number == 1  # 16 ms is past min_sample_s (1 ms): one call a sample
+    fastest = measure(lambda: None, clock=_clock(waits, 1e-3), warmup=0, budget_s=0,
+                      min_repeats=1, calibration_calls=3)
+    assert fastest.number == 4  # 0.3 ms doubled until a sample lasts 1 ms: 1.2 ms at 4 calls
+
+
+def test_warmup_runs_until_its_seconds_have_passed() -> None:
+    def calls(warmup_s: float) -> int:
+        made: list[int] = []
+        measure(lambda: made.append(1), clock=_clock([], 2e-3), warmup=0,
+                warmup_s=warmup_s, budget_s=0, min_repeats=1)
+        return len(made)
+
+    # 2 ms a reading: the warm-up starts at 2 ms, so runs until 7 ms; its readings at 4 and 6
+    # ms call once each, the one at 8 ms stops it
+    assert calls(5e-3) - calls(0.0) == 2

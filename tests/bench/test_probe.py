@@ -2,19 +2,41 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tensorledger.bench import bench_matmul, probe, profile_toml
+from tensorledger.bench.probe import ProbeResult
+from tensorledger.bench.probe_noise import one_thread
 from tensorledger.hardware import get_hardware, load_hardware_file
 from tests.conftest import NEEDS_NO_CUDA, assert_one_line_error
 
 
 @pytest.fixture(scope="module")
 def small_probe():  # type: ignore[no-untyped-def]
-    return probe("cpu", dtypes=("fp32", "bf16"), sizes=(32, 64), buffer_bytes=2**20,
-                 budget_s=0.01, attention_seqs=(16, 32))
+    # these tests check the probe's arithmetic on real timings, whatever the machine's load:
+    # no figure is set aside for its spread, and one thread leaves no team to stall (the noise
+    # handling has its fake-clock tests: test_probe_settle.py, test_probe_noise.py)
+    with one_thread():
+        return probe("cpu", dtypes=("fp32", "bf16"), sizes=(32, 64), buffer_bytes=2**20,
+                     budget_s=0.01, attention_seqs=(16, 32), max_spread=math.inf)
+
+
+@pytest.fixture
+def any_noise(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The CLI's probe with every figure kept, on one thread (as ``small_probe``)."""
+    import tensorledger.bench
+
+    def any_spread(*args: Any, **options: Any) -> ProbeResult:
+        return probe(*args, **{**options, "max_spread": math.inf})
+
+    monkeypatch.setattr(tensorledger.bench, "probe", any_spread)
+    with one_thread():
+        yield
 
 
 def test_probe_points_and_peaks(small_probe) -> None:  # type: ignore[no-untyped-def]
@@ -50,6 +72,8 @@ def test_probe_points_and_peaks(small_probe) -> None:  # type: ignore[no-untyped
 def test_profile_round_trips(small_probe, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "local.toml"
     path.write_text(profile_toml(small_probe))
+    # every figure was let in, whatever its spread: the profile says so
+    assert "# probed with --max-spread inf:" in path.read_text()
     chip = load_hardware_file(path)
     assert chip.id == "local"
     assert dict(chip.dense_flop_per_s) == small_probe.dense_flop_per_s
@@ -68,6 +92,7 @@ def test_bench_matmul_arithmetic() -> None:
     assert result.mfu_probed is None
 
 
+@pytest.mark.usefixtures("any_noise")
 def test_cli_probe_then_local(cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("TENSORLEDGER_HOME", str(tmp_path))
     assert_one_line_error(cli("bench", "matmul", "--hardware", "local"), "tensorledger probe")
@@ -93,6 +118,8 @@ def test_cli_probe_then_local(cli, tmp_path: Path, monkeypatch) -> None:  # type
     pytest.param(["bench", "matmul", "--device", "cuda", "--n", "8"], "no CUDA device",
                  marks=NEEDS_NO_CUDA),
     pytest.param(["probe", "--device", "cuda"], "no CUDA device", marks=NEEDS_NO_CUDA),
+    (["probe", "--max-spread", "0"], "expected a finite number in [0.01, 100]"),
+    (["probe", "--max-spread", "10%"], "'10%' is not a number"),
 ])
 def test_cli_errors(cli, args: list[str], fragment: str) -> None:  # type: ignore[no-untyped-def]
     assert_one_line_error(cli(*args), fragment)

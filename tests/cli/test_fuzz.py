@@ -198,6 +198,9 @@ def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[s
                          "1e400", "nan", "٤M", "", "1M", "7" * 5000, "4294967297seq"],
         "checkpoint": ["none", "full", "selective", "", "FULL"],
         "attention": ["flash", "eager", "", "sdpa", "math", "efficient", "auto"],
+        # probe's noise limit (a fraction of the median): at, inside and past its bounds
+        "max_spread": ["0.1", "0.01", "100", "0.5", "0", "0.009", "101", "-0.1", "nan", "inf",
+                       "1e400", "10%", "", "٣"],
         # serve (issue 39): cache and weight dtypes, chips that lack them, contexts that fit
         # no batch, utilisations and page sizes at and past their bounds
         "kv_dtype": ["bf16", "fp16", "fp8", "e5m2", "int8", "fp4", "bool", "e8m0", "fp64", "",

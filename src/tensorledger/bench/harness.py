@@ -97,21 +97,31 @@ def pooled(parts: Sequence[Measurement]) -> Measurement:
 def measure(fn: Callable[[], Any], *, device: str | torch.device = "cpu", name: str = "",
             warmup: int = 3, min_repeats: int = 5, max_repeats: int = 200,
             budget_s: float = 1.0, min_sample_s: float = 1e-3,
-            clock: Callable[[], float] = time.perf_counter) -> Measurement:
+            clock: Callable[[], float] = time.perf_counter, warmup_s: float = 0.0,
+            calibration_calls: int = 1) -> Measurement:
     """Time ``fn()`` on ``device``; never prints.
 
-    Runs ``warmup`` calls, calibrates ``number`` calls per sample so a sample lasts at least
-    ``min_sample_s``, then takes samples until ``budget_s`` has passed and at least
-    ``min_repeats`` were taken, or ``max_repeats`` were.
+    Runs ``warmup`` calls (and more until ``warmup_s`` has passed on ``clock``), calibrates
+    ``number`` calls per sample so a sample lasts at least ``min_sample_s``, then takes samples
+    until ``budget_s`` has passed and at least ``min_repeats`` were taken, or ``max_repeats``
+    were.  ``number`` is set by the fastest of ``calibration_calls`` single calls: one call
+    that waited (for a thread descheduled by another process, say) would otherwise leave every
+    sample a single call, each exposed to the same wait.
     """
-    if warmup < 0 or min_repeats < 1 or max_repeats < min_repeats or budget_s < 0:
-        raise InputError("measure needs warmup >= 0, 1 <= min_repeats <= max_repeats and "
-                         "budget_s >= 0")
+    if (warmup < 0 or min_repeats < 1 or max_repeats < min_repeats or budget_s < 0
+            or warmup_s < 0 or calibration_calls < 1):
+        raise InputError("measure needs warmup >= 0, warmup_s >= 0, calibration_calls >= 1, "
+                         "1 <= min_repeats <= max_repeats and budget_s >= 0")
     dev = torch.device(device)
     use_events = dev.type == "cuda" and clock is time.perf_counter
     for _ in range(warmup):
         fn()
     synchronize(dev)
+    if warmup_s > 0:
+        warm_until = clock() + warmup_s
+        while clock() < warm_until:
+            fn()
+            synchronize(dev)
 
     def sample(number: int) -> float:
         if use_events:
@@ -132,10 +142,11 @@ def measure(fn: Callable[[], Any], *, device: str | torch.device = "cpu", name: 
         return clock() - start
 
     number = 1
-    first = sample(1)
+    first = min(sample(1) for _ in range(calibration_calls))
     while first * number < min_sample_s and number < 1_000_000:
         number *= 10 if first * number < min_sample_s / 10 else 2
-    samples: list[float] = [] if number > 1 else [first]
+    # the fastest of several calls is no fair sample of them
+    samples: list[float] = [] if number > 1 or calibration_calls > 1 else [first]
     started = clock()
     while len(samples) < max_repeats:
         if len(samples) >= min_repeats and clock() - started >= budget_s:

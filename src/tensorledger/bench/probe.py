@@ -18,11 +18,17 @@ Noise: every figure is timed as repeated samples.  The matmul sweep is timed in 
 rounds taken in turn over every size, their samples pooled, so that a spell when the machine
 runs slower falls on every size alike rather than bending the curve at one (one 256² point at
 a third of its neighbours' rate once set a calibration's matmul scale to 0.71 against 1.02).
-Any other figure whose spread (interquartile range over the median) is wider than
-``max_spread`` is measured again, up to ``retries`` times (not a figure slower than
-``slow_call_s`` per call), and the tightest attempt kept.  A
-figure that stays wide is named in the profile's ``unreliable`` list, and every prediction made
-against the profile says so.
+A round whose median is wildly off the figure's fastest round is dropped and taken again, and
+on a CPU each figure is checked against the same call on one thread (a thread team that
+waits for a thread another process holds reads a floor of milliseconds a call):
+``bench.probe_noise``.  Any figure whose spread (interquartile range over the median) is wider
+than ``max_spread`` is measured again, up to ``retries`` times (not a figure slower than
+``slow_call_s`` per call), then once ``probe_noise.LONGER`` times as long, and the tightest
+attempt kept.  A figure that stays wide (or stalled) is *set aside*: a matmul, attention or
+eager-bandwidth point is left out of the profile (never a peak, never a point of a curve) and
+named in ``ProbeResult.set_aside`` with its reason; a figure the profile cannot do without (the
+per-op overhead; the DRAM bandwidth when both its kernels stay wide) is kept, named in the
+profile's ``unreliable`` list, and every prediction made against the profile says so.
 """
 
 from __future__ import annotations
@@ -37,16 +43,27 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tensorledger.bench.harness import Measurement, measure, pooled
+from tensorledger.bench.harness import HIGH_SPREAD, Measurement, measure, pooled
+from tensorledger.bench.probe_noise import (
+    LONGER,
+    STALL_CHECK_S,
+    SetAside,
+    figure_of,
+    one_thread,
+    settle_rounds,
+    stall_reason,
+    stalled,
+)
 from tensorledger.devices import resolve_device
 from tensorledger.dtypes import resolve_dtype
+from tensorledger.errors import DeviceError
 from tensorledger.summary import show_bytes, show_time, summary
 
 if TYPE_CHECKING:
     from tensorledger.bench.collectives import CollectiveProbe
 
-__all__ = ["BandwidthPoint", "MatmulPoint", "ProbeResult", "matmul_curve", "matmul_round",
-           "matmul_sizes", "probe", "profile_toml"]
+__all__ = ["BandwidthPoint", "MatmulPoint", "ProbeResult", "SetAside", "matmul_curve",
+           "matmul_round", "matmul_sizes", "probe", "profile_toml"]
 
 Progress = Callable[[str], None]
 
@@ -89,19 +106,23 @@ class ProbeResult:
     # figures whose samples stayed too spread after the retries, with their spread
     unreliable: tuple[str, ...] = field(default=())
     max_spread: float = 0.0  # the spread allowed
+    # figures measured but left out of the profile (no peak, no curve point), with the reason
+    set_aside: tuple[SetAside, ...] = field(default=())
 
     def __repr__(self) -> str:
         return summary("ProbeResult", self.name, f"{len(self.matmul)} matmul / "
                        f"{len(self.attention)} attention / {len(self.bandwidth)} bandwidth points",
                        f"{show_bytes(self.memory_bandwidth_bytes_per_s)}/s",
                        f"overhead {show_time(self.op_overhead_s)}",
-                       f"{len(self.unreliable)} unreliable" if self.unreliable else "")
+                       f"{len(self.unreliable)} unreliable" if self.unreliable else "",
+                       f"{len(self.set_aside)} set aside" if self.set_aside else "")
 
 
 @dataclass
 class _Timer:
     """``measure`` with the probe's clock, re-measuring a figure whose samples spread wider
-    than ``max_spread`` and recording the figures that stay wide."""
+    than ``max_spread`` (``retries`` times, then once ``longer`` times its budget) and
+    recording the figures that stay wide."""
 
     device: torch.device
     clock: Callable[[], float]
@@ -109,6 +130,23 @@ class _Timer:
     retries: int
     slow_call_s: float = 1.0  # a figure this slow per call is not measured again
     unreliable: list[str] = field(default_factory=list)
+    longer: float = LONGER
+    # why each figure in ``unreliable`` stayed wide (what a set-aside figure's output says)
+    why: dict[str, str] = field(default_factory=dict)
+    team: bool = False  # a CPU thread team, each figure checked against one thread
+
+    def stall(self, fn: Callable[[], Any], label: str, result: Measurement,
+              options: Mapping[str, Any]) -> str:
+        """Why ``result`` is a thread team's that waited for a descheduled thread (the same
+        call on one thread far faster: ``probe_noise.stalled``), or ``""``."""
+        if not self.team or result.median_s >= STALL_CHECK_S:
+            return ""
+        with one_thread():
+            alone = measure(fn, device=self.device, clock=self.clock,
+                            name=f"{label} on one thread",
+                            **{**options, "budget_s": options.get("budget_s", 1.0) / 2})
+        return (stall_reason(result.median_s, alone.median_s)
+                if stalled(result.median_s, alone.median_s) else "")
 
     def once(self, fn: Callable[[], Any], label: str, **options: Any) -> Measurement:
         """One measurement, neither repeated nor judged (a round of a sweep)."""
@@ -122,14 +160,36 @@ class _Timer:
 
     def __call__(self, fn: Callable[[], Any], label: str, **options: Any) -> Measurement:
         best: Measurement | None = None
-        for _ in range(1 + self.retries):
+        best_stall = ""
+        attempts = 1 + self.retries
+        taken = 0
+        for attempt in range(attempts + 1):
+            if attempt == attempts:  # still wide after the retries: once more, longer
+                options = {**options, "budget_s": options.get("budget_s", 1.0) * self.longer}
             result = measure(fn, device=self.device, clock=self.clock, name=label, **options)
-            if best is None or result.spread < best.spread:
-                best = result
-            if result.spread <= self.max_spread or result.median_s > self.slow_call_s:
+            taken += 1
+            stall = self.stall(fn, label, result, options)
+            if (best is None or (best_stall and not stall)
+                    or (bool(stall) == bool(best_stall) and result.spread < best.spread)):
+                best, best_stall = result, stall
+            if not stall and (result.spread <= self.max_spread
+                              or result.median_s > self.slow_call_s):
                 break
         assert best is not None
+        if best_stall:  # a team that stayed stalled: what it read is not this machine's
+            self.why[label] = f"{best_stall}; after {taken} measurements"
+            self.unreliable.append(f"{label} (stalled)")
+            return best
+        if best.spread > self.max_spread:
+            tries = (f"the tightest of {taken}, the last {self.longer:g}× longer"
+                     if taken > attempts else f"{taken} measurement(s): too slow a call to "
+                     "take again" if taken < attempts else f"the tightest of {taken}")
+            self.why[label] = f"spread {best.spread:.0%}, limit {self.max_spread:.0%}; {tries}"
         return self.judge(best, label)
+
+    def kept(self, label: str) -> bool:
+        """Whether figure ``label`` is steady enough to enter the profile."""
+        return label not in self.why
 
 
 def _device_name(device: torch.device) -> tuple[str, int]:
@@ -157,20 +217,37 @@ def _last_level_cache_bytes() -> int:
     return max(sizes, default=32 * 2**20)
 
 
-def _matmul_round(timer: _Timer, dtype: str, n: int, budget_s: float,
-                  cold_bytes: int = 0) -> Measurement:
-    """One round of an n×n×n matmul; the left operand rotates through ``cold_bytes`` of
-    copies, so it comes from memory as an activation does in a training step, not from a warm
-    cache."""
-    device = timer.device
+def _matmul_call(device: torch.device, dtype: str, n: int,
+                 cold_bytes: int = 0) -> Callable[[], Any]:
+    """An n×n×n matmul whose left operand rotates through ``cold_bytes`` of copies, so it
+    comes from memory as an activation does in a training step, not from a warm cache."""
     torch_dtype = getattr(torch, resolve_dtype(dtype).torch_name or "float32")
     operand_bytes = n * n * torch.empty((), dtype=torch_dtype).element_size()
     lefts = [torch.randn(n, n, device=device).to(torch_dtype)
              for _ in range(max(1, -(-cold_bytes // operand_bytes)))]
     b = torch.randn(n, n, device=device).to(torch_dtype)
     turn = itertools.cycle(lefts)
-    return timer.once(lambda: next(turn) @ b, f"matmul {dtype} {n}", budget_s=budget_s,
-                      min_repeats=3, warmup=2)
+    return lambda: next(turn) @ b
+
+
+def _matmul_round(timer: _Timer, dtype: str, n: int, budget_s: float,
+                  cold_bytes: int = 0, warmup_s: float = 0.0) -> Measurement:
+    """One round of an n×n×n matmul (:func:`_matmul_call`); ``warmup_s``: seconds of calls
+    before the first sample (a figure's first round: the thread team awake, the operands'
+    pages touched).  The calls per sample are set by the fastest of three single calls, so a
+    call that waited sets no sample's size."""
+    return timer.once(_matmul_call(timer.device, dtype, n, cold_bytes), f"matmul {dtype} {n}",
+                      budget_s=budget_s, min_repeats=3, warmup=2, warmup_s=warmup_s,
+                      calibration_calls=3)
+
+
+def _one_thread_round(timer: _Timer, dtype: str, n: int, budget_s: float,
+                      cold_bytes: int) -> Measurement:
+    """The same matmul on one thread: what a thread team's time is checked against."""
+    with one_thread():
+        return timer.once(_matmul_call(timer.device, dtype, n, cold_bytes),
+                          f"matmul {dtype} {n} on one thread", budget_s=budget_s,
+                          min_repeats=3, warmup=1, calibration_calls=3)
 
 
 def matmul_round(n: int, budget_s: float, *, device: str = "cpu",
@@ -204,19 +281,24 @@ def matmul_curve(rounds: Mapping[int, Sequence[Measurement]]
 
 def _matmul_sweep(timer: _Timer, dtypes: Sequence[str], sizes: Sequence[int],
                   budget_s: float, rounds: int, cold_bytes: int, slow_call_s: float,
-                  say: Callable[[str], None]) -> tuple[list[MatmulPoint], list[str]]:
+                  say: Callable[[str], None]
+                  ) -> tuple[list[MatmulPoint], list[str], list[SetAside]]:
     """Every dtype's matmuls over ``sizes``, in ``rounds`` rounds taken in turn over all of
     them (``budget_s / rounds`` each), their samples pooled: a spell when the machine runs
     slower falls on every size alike rather than bending the curve at one.  A dtype the
     device has no kernel for is skipped; sizes beyond one slower than ``slow_call_s`` a call
-    are left out, as they would only take longer."""
+    are left out, as they would only take longer.  Each size's rounds are then settled
+    (``probe_noise.settle_rounds``): wild rounds taken again, a stalled thread team or a wide
+    spread measured again and longer, and a size that stays so set aside."""
     parts: dict[tuple[str, int], list[Measurement]] = {}
     skipped: list[str] = []
+    round_s = budget_s / rounds
     for dtype in dtypes:  # the first round, which decides what the others take
         for n in sorted(sizes):
             say(f"matmul {dtype} {n}×{n}")
             try:
-                result = _matmul_round(timer, dtype, n, budget_s / rounds, cold_bytes)
+                result = _matmul_round(timer, dtype, n, round_s, cold_bytes,
+                                       warmup_s=round_s / 10)
             except RuntimeError:  # the device has no kernel for this dtype
                 skipped.append(dtype)
                 break
@@ -229,14 +311,44 @@ def _matmul_sweep(timer: _Timer, dtypes: Sequence[str], sizes: Sequence[int],
     for index in range(1, rounds):
         for dtype, n in again:
             say(f"matmul {dtype} {n}×{n}, round {index + 1} of {rounds}")
-            parts[dtype, n].append(_matmul_round(timer, dtype, n, budget_s / rounds,
-                                                 cold_bytes))
-    points = []
+            parts[dtype, n].append(_matmul_round(timer, dtype, n, round_s, cold_bytes))
+    # a thread team can stall only where there is one: a CPU's, of more than one thread
+    team = timer.device.type == "cpu" and torch.get_num_threads() > 1
+    points: list[MatmulPoint] = []
+    set_aside: list[SetAside] = []
     for (dtype, n), found in parts.items():
-        result = timer.judge(pooled(found), f"matmul {dtype} {n}")
+        label = f"matmul {dtype} {n}"
+        if found[0].median_s > slow_call_s:  # measured once: judged, not taken again
+            result, out = pooled(found), None
+            if result.spread > timer.max_spread:
+                out = SetAside(label, f"spread {result.spread:.0%}, limit "
+                               f"{timer.max_spread:.0%}; too slow a call to take again")
+        else:
+            result, out = _settle_matmul(timer, dtype, n, found, round_s, cold_bytes, team, say)
+        if out is not None:
+            set_aside.append(out)
+            continue
         flops = 2 * n**3
         points.append(MatmulPoint(dtype, n, flops, result.median_s, flops / result.median_s))
-    return points, skipped
+    return points, skipped, set_aside
+
+
+def _settle_matmul(timer: _Timer, dtype: str, n: int, rounds: Sequence[Measurement],
+                   round_s: float, cold_bytes: int, team: bool, say: Callable[[str], None]
+                   ) -> tuple[Measurement, SetAside | None]:
+    """``probe_noise.settle_rounds`` for one size's rounds; ``team``: check the thread team
+    against one thread."""
+
+    def again(budget_s: float) -> Measurement:
+        return _matmul_round(timer, dtype, n, budget_s, cold_bytes)
+
+    def alone() -> Measurement:
+        return _one_thread_round(timer, dtype, n, round_s / 2, cold_bytes)
+
+    return settle_rounds(f"matmul {dtype} {n}", rounds, again, round_s,
+                         max_spread=timer.max_spread, retries=timer.retries,
+                         alone=alone if team else None,
+                         say=lambda why: say(f"matmul {dtype} {n}×{n}, again ({why})"))
 
 
 def _attention_point(timer: _Timer, seq: int, budget_s: float) -> MatmulPoint:
@@ -282,6 +394,12 @@ def _step_overhead(timer: _Timer, budget_s: float) -> float:
     return timer(step, "per-op overhead", budget_s=budget_s).median_s / ops
 
 
+def _bandwidth_label(point: BandwidthPoint) -> str:
+    """How the probe names a bandwidth figure: ``"copy eager bandwidth 65536 B"``."""
+    eager = "eager " if point.fresh_output else ""
+    return f"{point.kernel} {eager}bandwidth {point.buffer_bytes} B"
+
+
 def _bandwidth_points(timer: _Timer, buffer_bytes: int, budget_s: float, *,
                       fresh: bool, cold_bytes: int = 0) -> tuple[BandwidthPoint, ...]:
     """Copy and triad over ``buffer_bytes``.
@@ -294,7 +412,7 @@ def _bandwidth_points(timer: _Timer, buffer_bytes: int, budget_s: float, *,
     device = timer.device
     elements = max(buffer_bytes // 4, 1)
     size = elements * 4
-    label = f"{'eager ' if fresh else ''}bandwidth {size} B"
+    label = f"{'eager ' if fresh else ''}bandwidth {size} B"  # as _bandwidth_label names it
     if fresh:
         pairs = [(torch.rand(elements, device=device), torch.rand(elements, device=device))
                  for _ in range(max(1, -(-cold_bytes // (2 * size))))]
@@ -342,7 +460,8 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
     samples (a test passes a fake one).
     """
     dev = resolve_device(device, ("cpu", "cuda"))
-    timer = _Timer(dev, clock, max_spread, retries, slow_call_s)
+    timer = _Timer(dev, clock, max_spread, retries, slow_call_s,
+                   team=dev.type == "cpu" and torch.get_num_threads() > 1)
     say = progress or (lambda _: None)
     name, memory = _device_name(dev)
     if sizes is None:
@@ -351,16 +470,30 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
     # inputs rotate through twice the last-level cache, as a step's activations do; a GPU's
     # cache is small beside its tensors, so there the same buffers serve
     cold = 0 if dev.type == "cuda" else 2 * _last_level_cache_bytes()
-    points, skipped = _matmul_sweep(timer, dtypes, sizes, budget_s, max(1, rounds), cold,
-                                    slow_call_s, say)
+    points, skipped, set_aside = _matmul_sweep(timer, dtypes, sizes, budget_s, max(1, rounds),
+                                               cold, slow_call_s, say)
+    # fp32 prices every op outside a matmul (and any matmul of a dtype left out): a profile
+    # without it would price them at whatever dtype stayed, fp16's emulation on a CPU
+    if not points or ("fp32" in dtypes and "fp32" not in skipped
+                      and not any(p.dtype == "fp32" for p in points)):
+        raise DeviceError(f"the probe's {'fp32 ' if points else ''}matmul figures stayed too "
+                          f"noisy to use (spread above {max_spread:.0%} of the median, or a "
+                          "stalled thread team): " + "; ".join(map(str, set_aside))
+                          + "; probe again on a quieter machine, or allow a wider spread")
+    for dtype in dict.fromkeys(dtypes):
+        if dtype not in skipped and not any(p.dtype == dtype for p in points):
+            set_aside.append(SetAside(f"matmul {dtype}", "every size set aside, so no peak "
+                                      "and no curve: its matmuls are priced at fp32's"))
     attention: list[MatmulPoint] = []
     if attention_seqs is None:
         attention_seqs = (128, 256, 512, 1024) if dev.type == "cpu" else (512, 1024, 2048, 4096)
     if attention_seqs:
         for seq in sorted(attention_seqs):
             say(f"attention fp32, sequence {seq}")
-            attention.append(_attention_point(timer, seq, budget_s))
-            if attention[-1].median_s > slow_call_s:
+            point = _attention_point(timer, seq, budget_s)
+            if timer.kept(f"attention fp32 {seq}"):
+                attention.append(point)
+            if point.median_s > slow_call_s:
                 break
     if buffer_bytes is None:
         buffer_bytes = 2**30 if dev.type == "cuda" else max(4 * _last_level_cache_bytes(),
@@ -379,6 +512,17 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
     bare = timer(lambda: torch.add(tiny, tiny), "one bare op", budget_s=budget_s / 2,
                  min_sample_s=1e-4).median_s
     overhead = _step_overhead(timer, budget_s / 2)
+    # a wide attention or eager-bandwidth point is left out of its curve; of the DRAM
+    # bandwidth's two kernels the steady one is kept, or both where both stay wide (the
+    # profile cannot do without one), marked unreliable as the overheads are
+    warm = [p for p in bandwidth if timer.kept(_bandwidth_label(p))] or list(bandwidth)
+    kept_warm = {_bandwidth_label(p) for p in warm}
+    set_aside += [SetAside(label, timer.why[label]) for label in (
+        *(f"attention fp32 {seq}" for seq in sorted(attention_seqs)),
+        *map(_bandwidth_label, (*bandwidth, *eager))) if label in timer.why
+        and label not in kept_warm]
+    eager = [p for p in eager if timer.kept(_bandwidth_label(p))]
+    left_out = {s.figure for s in set_aside}
     peaks: dict[str, float] = {}
     for point in points:
         peaks[point.dtype] = max(peaks.get(point.dtype, 0.0), point.flop_per_s)
@@ -390,11 +534,14 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
         curves["bandwidth"] = _curve([(p.bytes_moved, p.bytes_per_s) for p in eager])
     return ProbeResult(device=str(dev), name=name, memory_bytes=memory,
                        dense_flop_per_s={resolve_dtype(k).compute: v for k, v in peaks.items()},
-                       memory_bandwidth_bytes_per_s=max(p.bytes_per_s for p in bandwidth),
+                       memory_bandwidth_bytes_per_s=max(p.bytes_per_s for p in warm),
                        op_overhead_s=overhead, bare_op_overhead_s=bare, matmul=tuple(points),
                        attention=tuple(attention),
-                       bandwidth=(*bandwidth, *eager), skipped=tuple(skipped), curves=curves,
-                       unreliable=tuple(timer.unreliable), max_spread=max_spread)
+                       bandwidth=(*warm, *eager), skipped=tuple(skipped),
+                       curves=curves,
+                       unreliable=tuple(u for u in timer.unreliable
+                                        if figure_of(u) not in left_out),
+                       max_spread=max_spread, set_aside=tuple(set_aside))
 
 
 def profile_toml(result: ProbeResult, chip_id: str = "local", calibration: str = "",
@@ -431,6 +578,13 @@ def profile_toml(result: ProbeResult, chip_id: str = "local", calibration: str =
         ]
         curves.update(collectives.busbw_curves())
         unreliable += collectives.unreliable
+    if result.max_spread > HIGH_SPREAD:
+        lines.append(f"# probed with --max-spread {result.max_spread:g}: figures whose "
+                     f"interquartile range is up to {result.max_spread:.0%} of their median "
+                     "are in this profile, unmarked")
+    if result.set_aside:
+        lines.append("# set aside (measured, but too noisy to enter this profile):")
+        lines += [f"#   {entry}" for entry in result.set_aside]
     if unreliable:
         spread = max(result.max_spread, collectives.max_spread if collectives else 0.0)
         lines.append("# these figures' repeated measurements stayed more spread than "

@@ -20,6 +20,7 @@ __all__ = ["register"]
 MAX_MATMUL_N = 2**20  # tensorledger.bench.matmul.MAX_MATMUL_N
 MAX_BUDGET_S = 600.0  # tensorledger.bench.matmul.MAX_BUDGET_S
 MAX_RANKS = 64  # tensorledger.bench.collectives.MAX_RANKS
+MAX_SPREAD = 100.0  # the widest --max-spread: an interquartile range 100 times the median
 
 JsonOpt = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu or cuda (cuda:0, ...).")]
@@ -46,6 +47,12 @@ def probe_command(
         "--ranks", parser=integer_parser(2, MAX_RANKS),
         help=f"Ranks for --collectives, 2 to {MAX_RANKS} (on cuda at most the devices "
         "present); default 2.")] = None,
+    max_spread: Annotated[float, typer.Option(
+        "--max-spread", parser=real_parser(0.01, MAX_SPREAD),
+        help="The widest spread (interquartile range over the median, as a fraction: 0.1 is "
+        f"10%) a figure may keep after its re-measurements, 0.01 to {MAX_SPREAD:g}; a figure "
+        "wider is left out of the profile (a DRAM bandwidth or per-op cost it cannot do "
+        "without is kept and marked unreliable). A busy machine may need more.")] = 0.10,
     as_json: JsonOpt = False,
 ) -> None:
     """Measure this device's matmul FLOP/s per dtype, memory bandwidth and per-op overhead
@@ -82,6 +89,7 @@ def probe_command(
             progress=lambda step: status.print(f"probing collectives: {step} ...", style="dim"))
     result = probe(device, sizes=(64, 128, 256, 512) if quick else None,
                    attention_seqs=(64, 128) if quick else None, budget_s=0.1 if quick else 0.5,
+                   max_spread=max_spread,
                    progress=lambda step: status.print(f"probing {step} ...", style="dim"))
     target = output or local_profile_path()
     text = profile_toml(result, collectives=measured)

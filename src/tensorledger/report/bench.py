@@ -6,7 +6,7 @@ from rich.console import RenderableType
 from rich.table import Table
 
 from tensorledger.bench.collectives import CollectiveProbe
-from tensorledger.bench.harness import Measurement
+from tensorledger.bench.harness import HIGH_SPREAD, Measurement
 from tensorledger.bench.matmul import MatmulBenchmark
 from tensorledger.bench.probe import ProbeResult
 from tensorledger.units import (
@@ -57,6 +57,13 @@ def probe_view(result: ProbeResult, path: str) -> View:
                      f"{result.max_spread:.0%} of their median after re-measuring: "
                      f"{', '.join(result.unreliable)}; the profile marks them, and predictions "
                      "made with it say so (probe again on a quiet machine)")
+    if result.max_spread > HIGH_SPREAD:
+        lines.append(f"noise limit: figures with a spread up to {result.max_spread:.0%} of their "
+                     "median are in the profile, unmarked (--max-spread)")
+    if result.set_aside:
+        lines.append(f"set aside: {len(result.set_aside)} figure(s) stayed too noisy after "
+                     "re-measuring, longer, and are left out of the profile (no peak, no curve "
+                     "point): " + "; ".join(map(str, result.set_aside)))
     lines.append(f"profile written to {path}; use it with --hardware local")
     return lines
 
