@@ -44,6 +44,7 @@ from tensorledger.summary import show_bytes, show_time, summary
 
 if TYPE_CHECKING:
     from tensorledger.bench.collectives import CollectiveProbe
+    from tensorledger.bench.probe_kernels import KernelPlan, KernelProbe
 
 __all__ = ["BandwidthPoint", "MatmulPoint", "ProbeResult", "matmul_curve", "matmul_round",
            "matmul_sizes", "probe", "profile_toml"]
@@ -89,6 +90,8 @@ class ProbeResult:
     # figures whose samples stayed too spread after the retries, with their spread
     unreliable: tuple[str, ...] = field(default=())
     max_spread: float = 0.0  # the spread allowed
+    # attention by dtype and direction, bf16 elementwise ops, casts (bench.probe_kernels)
+    kernels: KernelProbe | None = None
 
     def __repr__(self) -> str:
         return summary("ProbeResult", self.name, f"{len(self.matmul)} matmul / "
@@ -329,7 +332,8 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
           budget_s: float = 0.5, slow_call_s: float = 1.0, bandwidth_sweep: bool = True,
           attention_seqs: Sequence[int] | None = None,
           progress: Progress | None = None, max_spread: float = 0.10, retries: int = 2,
-          rounds: int = 3, clock: Callable[[], float] = time.perf_counter) -> ProbeResult:
+          rounds: int = 3, clock: Callable[[], float] = time.perf_counter,
+          kernels: KernelPlan | None = None) -> ProbeResult:
     """Measure the ceilings of ``device``.  ``progress`` is told each step as it starts.
 
     A dtype's sweep stops early once one call takes longer than ``slow_call_s`` (fp16 on a
@@ -339,7 +343,8 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
     ``attention_seqs`` are the sequence lengths at which causal attention (forward and
     backward) is measured (``()`` for none; by default a sweep that suits the device).
     ``max_spread``, ``retries`` and ``rounds``: see the module docstring; ``clock`` times the
-    samples (a test passes a fake one).
+    samples (a test passes a fake one).  ``kernels``: what a recipe runs beyond the matmul
+    (``bench.probe_kernels.KernelPlan``; by default ``default_plan``).
     """
     dev = resolve_device(device, ("cpu", "cuda"))
     timer = _Timer(dev, clock, max_spread, retries, slow_call_s)
@@ -374,6 +379,11 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
                 say(f"eager-op bandwidth, {size / 2**10:.0f} KiB buffers, new outputs")
                 eager.extend(_bandwidth_points(timer, size, budget_s / 2, fresh=True,
                                                cold_bytes=cold))
+    from tensorledger.bench.probe_kernels import default_plan, probe_kernels
+
+    plan = kernels or default_plan(dev.type, dtypes, attention_seqs)
+    measured = probe_kernels(timer, plan, budget_s=budget_s / 4, cold_bytes=cold,
+                             max_elements=buffer_bytes // 4, slow_call_s=slow_call_s, say=say)
     say("per-op overhead")
     tiny = torch.ones(1, device=dev)
     bare = timer(lambda: torch.add(tiny, tiny), "one bare op", budget_s=budget_s / 2,
@@ -388,13 +398,15 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
         curves["attention.fp32"] = _curve([(p.flops, p.flop_per_s) for p in attention])
     if eager:
         curves["bandwidth"] = _curve([(p.bytes_moved, p.bytes_per_s) for p in eager])
+    curves.update(measured.curves)
     return ProbeResult(device=str(dev), name=name, memory_bytes=memory,
                        dense_flop_per_s={resolve_dtype(k).compute: v for k, v in peaks.items()},
                        memory_bandwidth_bytes_per_s=max(p.bytes_per_s for p in bandwidth),
                        op_overhead_s=overhead, bare_op_overhead_s=bare, matmul=tuple(points),
                        attention=tuple(attention),
-                       bandwidth=(*bandwidth, *eager), skipped=tuple(skipped), curves=curves,
-                       unreliable=tuple(timer.unreliable), max_spread=max_spread)
+                       bandwidth=(*bandwidth, *eager), skipped=(*skipped, *measured.skipped),
+                       curves=curves, unreliable=tuple(timer.unreliable),
+                       max_spread=max_spread, kernels=measured)
 
 
 def profile_toml(result: ProbeResult, chip_id: str = "local", calibration: str = "",
