@@ -10,6 +10,9 @@ every step (a spell when the machine runs slower then falls on every model alike
 whose rounds disagree is named unreliable), and fits them: an op's cost of entering by the
 step's footprint, each cost class's kernel scale and costs, the time between ops by phase
 group (:mod:`tensorledger.ledger.calibration_fit`, whose names this module re-exports).
+Every model's steps run in each precision recipe (``CALIBRATION_RECIPES``: fp32, mixed-bf16,
+bf16), and an op in bf16 or fp16 is a cost class of its own (``matmul-bf16``, ...), so each
+dtype's kernels are fitted on the steps that run them.
 
 The result is a :class:`~tensorledger.hardware.Calibration` that ``profile_toml`` writes into
 the profile; ``roofline --hardware local`` then predicts with it.
