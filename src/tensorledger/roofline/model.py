@@ -20,6 +20,11 @@ views, which launch none, cost nothing (their dispatch overlaps queued kernels).
 Causal attention: a fused kernel skips the masked half, so on a catalog chip both figures
 price the causal-halved count, at the attention fraction FlashAttention's papers report on that
 count.  A probed attention curve was measured against the full count and is used with it.
+
+Kernels by dtype on a probed profile (:mod:`tensorledger.roofline.kernel_rates`): an attention
+op reads the curve of its dtype, direction (forward or backward) and nearest head width; a cast
+(autocast's ``_to_copy``) its cast's bandwidth curve; an op whose every floating tensor is bf16
+the bf16 bandwidth curve.  A profile without them prices those ops as before.
 """
 
 from __future__ import annotations
