@@ -111,7 +111,7 @@ def _across_runs(what: str, target: float, allowed: float, by_label: dict[str, l
                    if wide is None or wide > allowed else "")
         shown = f"{', '.join(f'{v * 1e3:.2f}' for v in values):>24} ms  " if show_ms else ""
         spread = "a run ≤ 0" if wide is None else f"{wide:.1%}"
-        print(f"  {label:<42}{shown}{spread:>7}  {verdict}")
+        print(f"  {label:<56}{shown}{spread:>7}  {verdict}")
     return spreads
 
 
