@@ -1,10 +1,12 @@
 """Predicted against measured training steps on this CPU: the calibrated local profile.
 
 Probes this machine into a temporary profile — or reads ``--profile FILE`` — then, ``--runs``
-times, predicts and measures a whole fp32 AdamW training step of five workloads the calibration
-never ran: the tiny preset at two sizes, a GPT-2-shaped reference model at two sizes, and a
-user's factory (examples/own_model.py).  Targets: the whole step within 10%, every category
-above 5% of the measured step within 25%.  The runs go round the workloads in turn; each
+times, predicts and measures a whole AdamW training step of five workloads the calibration
+never ran, each in every precision recipe of ``--recipes`` (fp32, mixed-bf16 and bf16 by
+default; the calibration fits the same recipes' steps), reported side by side: the tiny
+preset at two sizes, a GPT-2-shaped reference model at two sizes, and a user's factory
+(examples/own_model.py).  Targets: the whole step within 10%, every category above 5% of the
+measured step within 25%, in every recipe.  The runs go round the workloads in turn; each
 workload's measured steps across its runs are set beside the spread the target allows one
 prediction (the slowest at most 11/9 of the fastest), so a machine whose speed wanders says so;
 a step the calibration ran (``CALIBRATION_MODELS[0]``), timed in the same rounds, shows how far
@@ -109,24 +111,58 @@ def _across_runs(what: str, target: float, allowed: float, by_label: dict[str, l
                    if wide is None or wide > allowed else "")
         shown = f"{', '.join(f'{v * 1e3:.2f}' for v in values):>24} ms  " if show_ms else ""
         spread = "a run ≤ 0" if wide is None else f"{wide:.1%}"
-        print(f"  {label:<42}{shown}{spread:>7}  {verdict}")
+        print(f"  {label:<56}{shown}{spread:>7}  {verdict}")
     return spreads
+
+
+RECIPES = ("fp32", "mixed-bf16", "bf16")
+
+
+def _labelled(label: str, recipe: str) -> str:
+    return f"{label} [{recipe}]"
+
+
+def _side_by_side(rows: list[dict[str, object]], recipes: tuple[str, ...]
+                  ) -> dict[str, dict[str, float]]:
+    """Print each workload's step error in each recipe side by side (the median over the
+    runs, and the runs that passed), and return each recipe's median |error| and pass rate."""
+    print("\nstep error by recipe, the median over the runs (runs passed / runs):")
+    print(f"  {'workload':<42}" + "".join(f"{r:>20}" for r in recipes))
+    for label, *_ in WORKLOADS:
+        cells = []
+        for recipe in recipes:
+            mine = [r for r in rows if r["workload"] == _labelled(label, recipe)]
+            errors = [float(r["error"]) for r in mine]  # type: ignore[arg-type]
+            passed = sum(bool(r["pass"]) for r in mine)
+            cells.append(f"{statistics.median(errors):+.1%} ({passed}/{len(mine)})"
+                         if mine else "-")
+        print(f"  {label:<42}" + "".join(f"{c:>20}" for c in cells))
+    summary: dict[str, dict[str, float]] = {}
+    for recipe in recipes:
+        mine = [r for r in rows if r["recipe"] == recipe]
+        if mine:
+            summary[recipe] = {
+                "median_abs_step_error": statistics.median(
+                    abs(float(r["error"])) for r in mine),  # type: ignore[arg-type]
+                "pass_rate": sum(bool(r["pass"]) for r in mine) / len(mine)}
+    return summary
 
 
 def _say(step: str) -> None:
     print(f"  {step}", file=sys.stderr, flush=True)
 
 
-def _profile(path: str | None, once: bool) -> Hardware:
+def _profile(path: str | None, once: bool, recipes: tuple[str, ...]) -> Hardware:
     """The chip the runs predict on: ``path``'s profile, else this machine probed, and with
     ``once`` calibrated right after (as ``tensorledger probe`` does); else uncalibrated: each
     run then fits its own calibration in its rounds."""
     if path:
         return load_hardware_file(path)
-    result = probe("cpu", dtypes=("fp32",), progress=_say)  # the workloads run in fp32
+    result = probe("cpu", progress=_say)  # every dtype the recipes run
     text = profile_toml(result)
     if once:
-        fitted = calibrate(parse_hardware_toml(text, "probe", "local"), progress=_say)
+        fitted = calibrate(parse_hardware_toml(text, "probe", "local"), progress=_say,
+                           recipes=recipes)
         text = profile_toml(result, calibration=calibration_toml(fitted))
     with tempfile.TemporaryDirectory() as folder:
         target = Path(folder) / "local.toml"
@@ -147,39 +183,48 @@ def main() -> None:
                         "call by call: the time between ops is each round's whole step less "
                         "their median, so one slow profiled step moves it less")
     parser.add_argument("--profile", help="a calibrated profile to use instead of probing")
+    parser.add_argument("--recipes", default=",".join(RECIPES),
+                        help="precision recipes each workload runs in, comma-separated "
+                        f"(default {','.join(RECIPES)})")
     parser.add_argument("--calibrate-once", action="store_true",
                         help="calibrate once after the probe, as `tensorledger probe` does, "
                         "rather than in each run's rounds")
     args = parser.parse_args()
-    chip = _profile(args.profile, args.calibrate_once)
+    recipes = tuple(r.strip() for r in args.recipes.split(",") if r.strip())
+    if not recipes:
+        parser.error("--recipes names one recipe at least, such as fp32,mixed-bf16")
+    chip = _profile(args.profile, args.calibrate_once, recipes)
     # without a calibrated profile, each run fits its calibration on the calibration models'
     # steps timed in the same rounds as the workloads: a spell when the machine runs slower
     # falls on both alike
     in_rounds = chip.calibration is None
     rows: list[dict[str, object]] = []
     errors: list[float] = []
-    measured_by: dict[str, list[float]] = {label: [] for label, *_ in WORKLOADS}
-    between_by: dict[str, list[float]] = {label: [] for label, *_ in WORKLOADS}
+    # the runs follow one another, minutes apart; within a run the rounds go round the
+    # workloads, each in every recipe, in turn
+    works = [(_labelled(label, recipe), recipe,
+              resolve_workload(source, batch=batch, seq=seq, precision=recipe, device="cpu"))
+             for label, source, batch, seq in WORKLOADS for recipe in recipes]
+    recipe_of = {label: recipe for label, recipe, _ in works}
+    measured_by: dict[str, list[float]] = {label: [] for label, *_ in works}
+    between_by: dict[str, list[float]] = {label: [] for label, *_ in works}
     how = ("in each run, on the calibration models timed in the same rounds" if in_rounds else
            "once, before the runs")
-    print(f"{torch.get_num_threads()} threads; fp32 train steps (AdamW); chip {chip.id}, "
+    print(f"{torch.get_num_threads()} threads; train steps (AdamW) in {', '.join(recipes)}; "
+          f"chip {chip.id}, "
           f"calibrated {how}; {len(chip.unreliable)} figures of the probe unreliable")
-    print(f"{'workload':<42}{'run':>4}{'predicted':>12}{'measured':>12}{'error':>9}  "
+    print(f"{'workload':<56}{'run':>4}{'predicted':>12}{'measured':>12}{'error':>9}  "
           "categories above 5% (error)")
-    # the runs follow one another, minutes apart; within a run the rounds go round the
-    # workloads in turn
-    works = [(label, resolve_workload(source, batch=batch, seq=seq, precision="fp32",
-                                      device="cpu")) for label, source, batch, seq in WORKLOADS]
     _, source, batch, seq = REFERENCE
     reference = resolve_workload(source, batch=batch, seq=seq, precision="fp32", device="cpu")
     drift: list[float] = []
     for run_index in range(args.runs):
         timings = [(label, StepTiming(work, chip, profiled=args.profiled))
-                   for label, work in works]
+                   for label, _, work in works]
         steady = StepTiming(reference, chip, profiled=args.profiled)
         # the calibration times the probe's matmul sweep in the same rounds, and fits on it
-        session = (CalibrationRounds(chip, progress=_say, profiled=args.profiled, sweep=True)
-                   if in_rounds else None)
+        session = (CalibrationRounds(chip, progress=_say, profiled=args.profiled, sweep=True,
+                                     recipes=recipes) if in_rounds else None)
         for round_index in range(args.rounds):
             print(f"  run {run_index}, round {round_index + 1} of {args.rounds}",
                   file=sys.stderr, flush=True)
@@ -212,7 +257,8 @@ def main() -> None:
             errors.append(abs(c.error))
             measured_by[label].append(c.measured_step_s)
             between_by[label].append(c.residual_s)
-            rows.append({"workload": label, "run": run_index, "error": c.error,
+            rows.append({"workload": label, "recipe": recipe_of[label], "run": run_index,
+                         "error": c.error,
                          "predicted_step_s": c.predicted_step_s,
                          "measured_step_s": c.measured_step_s, "categories": big,
                          "prediction_inside_measured_interval": inside,
@@ -221,17 +267,19 @@ def main() -> None:
             shown = ", ".join(
                 f"{k} {v:+.0%}{'*' if inside[k] and abs(v) > CATEGORY_TARGET else ''}"
                 for k, v in big.items())
-            print(f"{label:<42}{run_index:>4}{c.predicted_step_s * 1e3:>10.1f}ms"
+            print(f"{label:<56}{run_index:>4}{c.predicted_step_s * 1e3:>10.1f}ms"
                   f"{c.measured_step_s * 1e3:>10.1f}ms{c.error:>+9.1%}  {shown}", flush=True)
     print(f"(* a miss whose prediction lies inside the measured median's "
           f"{MEDIAN_COVERAGE:.0%} interval)")
     print(f"\n{REFERENCE[0]}, {REFERENCE[2]} × {REFERENCE[3]}, timed in the same rounds: error "
           + ", ".join(f"{e:+.1%}" for e in drift) + " by run (a step the calibration fitted: "
           "mostly how far the machine's speed moved since it)")
+    by_recipe = _side_by_side(rows, recipes)
     noise = _across_runs("measured step", STEP_TARGET, ALLOWED_SPREAD, measured_by, False)
     between_noise = _across_runs("time between ops measured", CATEGORY_TARGET,
                                  ALLOWED_CATEGORY_SPREAD, between_by, True)
     print(json.dumps({"benchmark": "roofline_cpu_calibrated", "runs": rows,
+                      "recipes": list(recipes), "by_recipe": by_recipe,
                       "median_abs_step_error": statistics.median(errors),
                       "max_abs_step_error": max(errors),
                       "measured_spread_across_runs": noise,

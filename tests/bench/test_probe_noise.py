@@ -68,8 +68,15 @@ def test_a_noisy_clock_marks_or_sets_aside_every_figure(tmp_path: Path) -> None:
 
     result = probe("cpu", clock=clock, progress=progress, **SMALL)
     # a point of a curve is left out; figures the profile cannot do without are marked
-    assert [s.figure for s in result.set_aside] == ["attention fp32 16"]
+    figures = [s.figure for s in result.set_aside]
+    assert figures[0] == "attention fp32 16"
     assert result.attention == () and "attention.fp32" not in result.curves
+    # and every figure of the recipes' kernels (attention by dtype, bf16 streams, casts):
+    # measured, set aside, in no curve
+    assert result.kernels is not None and figures[1:] == list(result.kernels.set_aside)
+    assert result.kernels.attention == () and result.kernels.streams == ()
+    assert not any(name.startswith(("attention.", "cast.", "bandwidth."))
+                   for name in result.curves)
     labels = [u.split(" (spread")[0] for u in result.unreliable]
     assert labels == ["copy bandwidth 65536 B", "triad bandwidth 65536 B", "one bare op",
                       "per-op overhead"]

@@ -346,6 +346,7 @@ def test_calibrate_times_every_step_in_rounds(monkeypatch: pytest.MonkeyPatch) -
                               bias=False)
     models = ((small, 2, 8), (dataclasses.replace(small, name="cal-b", d_model=32), 2, 8))
     monkeypatch.setattr(calibration, "CALIBRATION_MODELS", models)
+    monkeypatch.setattr(calibration, "CALIBRATION_RECIPES", ("fp32",))  # the others: below
     monkeypatch.setattr(calibration, "ROUND_SPREAD", -1.0)  # every step named, to read them
     said: list[str] = []
     chip = Hardware(id="local", name="cpu", memory_bytes=8e9, memory_bandwidth_bytes_per_s=1e10,
@@ -439,6 +440,7 @@ def test_a_calibration_whose_rounds_differ_is_measured_again(
                               norm="rmsnorm", positions="rope", tied_embeddings=False,
                               bias=False)
     monkeypatch.setattr(calibration, "CALIBRATION_MODELS", ((small, 2, 8),))
+    monkeypatch.setattr(calibration, "CALIBRATION_RECIPES", ("fp32",))
     real = calibration._time_round
     # a fake clock: each step's two rounds take 1 and 3 ms (a spread of (3 − 1) / 2 = 100%),
     # then ``second``: 1 and 3 ms again (the same median, 2 ms: reproduced), or 3 and 5 ms

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tensorledger.bench.harness import HIGH_SPREAD, Measurement, measure, pooled
+from tensorledger.bench.harness import Measurement, measure, pooled
 from tensorledger.bench.probe_noise import (
     LONGER,
     STALL_CHECK_S,
@@ -54,13 +54,14 @@ from tensorledger.bench.probe_noise import (
     stall_reason,
     stalled,
 )
+from tensorledger.bench.probe_profile import profile_toml  # re-exported: the probe's file
 from tensorledger.devices import resolve_device
 from tensorledger.dtypes import resolve_dtype
 from tensorledger.errors import DeviceError
 from tensorledger.summary import show_bytes, show_time, summary
 
 if TYPE_CHECKING:
-    from tensorledger.bench.collectives import CollectiveProbe
+    from tensorledger.bench.probe_kernels import KernelPlan, KernelProbe
 
 __all__ = ["BandwidthPoint", "MatmulPoint", "ProbeResult", "SetAside", "matmul_curve",
            "matmul_round", "matmul_sizes", "probe", "profile_toml"]
@@ -108,6 +109,8 @@ class ProbeResult:
     max_spread: float = 0.0  # the spread allowed
     # figures measured but left out of the profile (no peak, no curve point), with the reason
     set_aside: tuple[SetAside, ...] = field(default=())
+    # attention by dtype and direction, bf16 elementwise ops, casts (bench.probe_kernels)
+    kernels: KernelProbe | None = None
 
     def __repr__(self) -> str:
         return summary("ProbeResult", self.name, f"{len(self.matmul)} matmul / "
@@ -447,7 +450,8 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
           budget_s: float = 0.5, slow_call_s: float = 1.0, bandwidth_sweep: bool = True,
           attention_seqs: Sequence[int] | None = None,
           progress: Progress | None = None, max_spread: float = 0.10, retries: int = 2,
-          rounds: int = 3, clock: Callable[[], float] = time.perf_counter) -> ProbeResult:
+          rounds: int = 3, clock: Callable[[], float] = time.perf_counter,
+          kernels: KernelPlan | None = None) -> ProbeResult:
     """Measure the ceilings of ``device``.  ``progress`` is told each step as it starts.
 
     A dtype's sweep stops early once one call takes longer than ``slow_call_s`` (fp16 on a
@@ -457,7 +461,8 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
     ``attention_seqs`` are the sequence lengths at which causal attention (forward and
     backward) is measured (``()`` for none; by default a sweep that suits the device).
     ``max_spread``, ``retries`` and ``rounds``: see the module docstring; ``clock`` times the
-    samples (a test passes a fake one).
+    samples (a test passes a fake one).  ``kernels``: what a recipe runs beyond the matmul
+    (``bench.probe_kernels.KernelPlan``; by default ``default_plan``).
     """
     dev = resolve_device(device, ("cpu", "cuda"))
     timer = _Timer(dev, clock, max_spread, retries, slow_call_s,
@@ -507,6 +512,11 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
                 say(f"eager-op bandwidth, {size / 2**10:.0f} KiB buffers, new outputs")
                 eager.extend(_bandwidth_points(timer, size, budget_s / 2, fresh=True,
                                                cold_bytes=cold))
+    from tensorledger.bench.probe_kernels import default_plan, probe_kernels
+
+    plan = kernels or default_plan(dev.type, dtypes, attention_seqs)
+    measured = probe_kernels(timer, plan, budget_s=budget_s / 4, cold_bytes=cold,
+                             max_elements=buffer_bytes // 4, slow_call_s=slow_call_s, say=say)
     say("per-op overhead")
     tiny = torch.ones(1, device=dev)
     bare = timer(lambda: torch.add(tiny, tiny), "one bare op", budget_s=budget_s / 2,
@@ -519,7 +529,8 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
     kept_warm = {_bandwidth_label(p) for p in warm}
     set_aside += [SetAside(label, timer.why[label]) for label in (
         *(f"attention fp32 {seq}" for seq in sorted(attention_seqs)),
-        *map(_bandwidth_label, (*bandwidth, *eager))) if label in timer.why
+        *map(_bandwidth_label, (*bandwidth, *eager)), *measured.set_aside)
+        if label in timer.why
         and label not in kept_warm]
     eager = [p for p in eager if timer.kept(_bandwidth_label(p))]
     left_out = {s.figure for s in set_aside}
@@ -532,70 +543,14 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
         curves["attention.fp32"] = _curve([(p.flops, p.flop_per_s) for p in attention])
     if eager:
         curves["bandwidth"] = _curve([(p.bytes_moved, p.bytes_per_s) for p in eager])
+    curves.update(measured.curves)
     return ProbeResult(device=str(dev), name=name, memory_bytes=memory,
                        dense_flop_per_s={resolve_dtype(k).compute: v for k, v in peaks.items()},
                        memory_bandwidth_bytes_per_s=max(p.bytes_per_s for p in warm),
                        op_overhead_s=overhead, bare_op_overhead_s=bare, matmul=tuple(points),
                        attention=tuple(attention),
-                       bandwidth=(*warm, *eager), skipped=tuple(skipped),
+                       bandwidth=(*warm, *eager), skipped=(*skipped, *measured.skipped),
                        curves=curves,
                        unreliable=tuple(u for u in timer.unreliable
                                         if figure_of(u) not in left_out),
-                       max_spread=max_spread, set_aside=tuple(set_aside))
-
-
-def profile_toml(result: ProbeResult, chip_id: str = "local", calibration: str = "",
-                 collectives: CollectiveProbe | None = None) -> str:
-    """The probe as a hardware file in the catalog's format (``load_hardware_file`` reads it);
-    ``calibration``: a ``[calibration]`` table to append (``ledger.calibrate``);
-    ``collectives``: the measured collectives, written as this machine's node (its ranks as
-    ``devices_per_node``, the fitted link as ``intra_node_bandwidth`` and
-    ``intra_node_latency``, so ``collective_time`` prices collectives as measured) and each
-    kind's bus bandwidth by size as a ``busbw.<kind>`` curve."""
-    lines = [
-        f"# measured by `tensorledger probe` on {result.device}",
-        f'id = "{chip_id}"',
-        f'name = "{result.name} (probed)"',
-        f'memory = "{result.memory_bytes}B"',
-        f'memory_bandwidth = "{result.memory_bandwidth_bytes_per_s!r}B/s"',
-        f'op_overhead = "{result.op_overhead_s * 1e9!r}ns"',
-        f'source = "measured by tensorledger probe on {result.device}: best median of a matmul '
-        'sweep; bandwidth from copy and triad"',
-    ]
-    curves = dict(result.curves)
-    unreliable = list(result.unreliable)
-    if collectives is not None:
-        fit = collectives.fit
-        lines += [
-            f"devices_per_node = {collectives.ranks}",
-            f'node_kind = "this machine: {collectives.ranks} ranks over {collectives.backend} '
-            f'on {collectives.device} (measured)"',
-            f'intra_node_bandwidth = "{fit.bandwidth_bytes_per_s!r}B/s"',
-            f'intra_node_latency = "{fit.latency_s * 1e9!r}ns"',
-            f'topology_source = "fitted by tensorledger probe --collectives: t = alpha * ring '
-            f'steps + bytes sent / B over {fit.points} timed all-reduce, all-gather and '
-            f'reduce-scatter points (rms error {fit.rms_relative_error:.1%})"',
-        ]
-        curves.update(collectives.busbw_curves())
-        unreliable += collectives.unreliable
-    if result.max_spread > HIGH_SPREAD:
-        lines.append(f"# probed with --max-spread {result.max_spread:g}: figures whose "
-                     f"interquartile range is up to {result.max_spread:.0%} of their median "
-                     "are in this profile, unmarked")
-    if result.set_aside:
-        lines.append("# set aside (measured, but too noisy to enter this profile):")
-        lines += [f"#   {entry}" for entry in result.set_aside]
-    if unreliable:
-        spread = max(result.max_spread, collectives.max_spread if collectives else 0.0)
-        lines.append("# these figures' repeated measurements stayed more spread than "
-                     f"{spread:.0%} of their median: probe again on a quiet machine")
-        lines.append("unreliable = [" + ", ".join(f'"{u}"' for u in unreliable) + "]")
-    lines.append("[dense]")
-    lines += [f'{key} = "{value!r}FLOP/s"' for key, value in result.dense_flop_per_s.items()]
-    if curves:
-        lines.append("[curves]  # [size, rate]: FLOPs and FLOP/s, or bytes moved and bytes/s; "
-                     "busbw: S and bus bytes/s")
-        for name, points in curves.items():
-            pairs = ", ".join(f"[{size!r}, {rate!r}]" for size, rate in points)
-            lines.append(f'"{name}" = [{pairs}]')
-    return "\n".join(lines) + "\n" + calibration
+                       max_spread=max_spread, set_aside=tuple(set_aside), kernels=measured)

@@ -34,9 +34,9 @@ def probe_command(
     quick: Annotated[bool, typer.Option("--quick", help="Small sweep, short budget.")] = False,
     calibrate: Annotated[bool, typer.Option(
         "--calibrate", help="On a CPU, also fit the profile on whole eager steps of seven "
-        "calibration models (kernels in a step, time between ops: about four minutes more, "
-        "eight where the machine's speed wanders and the steps are measured again); not "
-        "with --quick."
+        "calibration models in each precision recipe, fp32, mixed-bf16 and bf16 (kernels in "
+        "a step by dtype, time between ops: about twelve minutes more, twice that where the "
+        "machine's speed wanders and the steps are measured again); not with --quick."
     )] = False,
     collectives: Annotated[bool, typer.Option(
         "--collectives", help="Also time all-reduce, all-gather and reduce-scatter on --ranks "
@@ -58,6 +58,7 @@ def probe_command(
     """Measure this device's matmul FLOP/s per dtype, memory bandwidth and per-op overhead
     (and with --collectives its collectives)."""
     from tensorledger.bench import probe, profile_toml
+    from tensorledger.bench.probe_kernels import KernelPlan
     from tensorledger.report.bench import collectives_view, probe_view
 
     # refuse where the profile goes before the minutes of probing
@@ -89,7 +90,7 @@ def probe_command(
             progress=lambda step: status.print(f"probing collectives: {step} ...", style="dim"))
     result = probe(device, sizes=(64, 128, 256, 512) if quick else None,
                    attention_seqs=(64, 128) if quick else None, budget_s=0.1 if quick else 0.5,
-                   max_spread=max_spread,
+                   max_spread=max_spread, kernels=KernelPlan.quick() if quick else None,
                    progress=lambda step: status.print(f"probing {step} ...", style="dim"))
     target = output or local_profile_path()
     text = profile_toml(result, collectives=measured)

@@ -177,7 +177,8 @@ class Hardware:
     notes: str = ""
     op_overhead_s: float = 0.0  # fixed cost per op (launch, dispatch); measured by the probe
     # Measured rates by problem size, from the probe: "matmul.fp32" → ((flops, flop_per_s),
-    # ...), "attention.fp32" likewise, "bandwidth" → ((bytes, bytes_per_s), ...).  Small
+    # ...), "attention.fp32" likewise, "bandwidth" → ((bytes, bytes_per_s), ...); the
+    # kernels a recipe runs beyond them by dtype in ``hardware.kernels``' names.  Small
     # problems reach less than the peak (and small buffers more than DRAM bandwidth, from
     # cache); catalog chips have none and use their peaks throughout.
     curves: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)

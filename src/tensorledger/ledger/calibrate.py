@@ -10,6 +10,9 @@ every step (a spell when the machine runs slower then falls on every model alike
 whose rounds disagree is named unreliable), and fits them: an op's cost of entering by the
 step's footprint, each cost class's kernel scale and costs, the time between ops by phase
 group (:mod:`tensorledger.ledger.calibration_fit`, whose names this module re-exports).
+Every model's steps run in each precision recipe (``CALIBRATION_RECIPES``: fp32, mixed-bf16,
+bf16), and an op in bf16 or fp16 is a cost class of its own (``matmul-bf16``, ...), so each
+dtype's kernels are fitted on the steps that run them.
 
 The result is a :class:`~tensorledger.hardware.Calibration` that ``profile_toml`` writes into
 the profile; ``roofline --hardware local`` then predicts with it.
@@ -37,6 +40,7 @@ from tensorledger.ledger.calibration_fit import (
     nonnegative_least_squares,
 )
 from tensorledger.napkin.transformer import TransformerConfig
+from tensorledger.roofline.kernel_rates import op_precision
 from tensorledger.roofline.model import cost_class, pieces
 
 if TYPE_CHECKING:
@@ -46,7 +50,8 @@ if TYPE_CHECKING:
     from tensorledger.trace import OpRecord
     from tensorledger.workload.step import PreparedStep
 
-__all__ = ["CALIBRATION_BUDGET_S", "CALIBRATION_MODELS", "CALIBRATION_ROUNDS", "REFERENCE_VIEW",
+__all__ = ["CALIBRATION_BUDGET_S", "CALIBRATION_MODELS", "CALIBRATION_RECIPES",
+           "CALIBRATION_ROUNDS", "REFERENCE_VIEW",
            "ROUND_SPREAD", "SCALE_RANGE", "CalibrationRounds", "Run", "StepSample", "calibrate",
            "calibration_toml", "fit", "nonnegative_least_squares", "round_spread"]
 
@@ -94,6 +99,11 @@ ROUND_SPREAD = 0.10
 #: 20.9, 22.1 and 19.5 ms; the same samples pooled in pairs (ten rounds in 6 s) at 19.3 to
 #: 21.2 ms, half the spread.
 CALIBRATION_ROUNDS, CALIBRATION_BUDGET_S = 10, 6.0
+#: The precision recipes whose steps a calibration runs: each op in bf16 or fp16 is a cost
+#: class of its own (``roofline.model.cost_class``), so each recipe's kernels are fitted on
+#: its own steps (an fp32 calibration priced the tiny preset's mixed-bf16 step at a quarter
+#: of its measured time: issue 43).
+CALIBRATION_RECIPES = ("fp32", "mixed-bf16", "bf16")
 
 
 @dataclass
@@ -111,14 +121,14 @@ class _Timed:
 
 
 def _build(config: TransformerConfig, batch: int, seq: int, step: str,
-           hardware: Hardware) -> _Timed:
+           hardware: Hardware, precision: str = "fp32") -> _Timed:
     from tensorledger.roofline import predict
     from tensorledger.workload import ModelSource, prepare, record_step
     from tensorledger.workload.spec import resolve_workload
 
     source = ModelSource(label=config.name, kind="preset", builder="reference",
                          name=config.name, config=config)
-    work = resolve_workload(source, batch=batch, seq=seq, step=step, precision="fp32",
+    work = resolve_workload(source, batch=batch, seq=seq, step=step, precision=precision,
                             device="cpu")
     prepared = prepare(work, "cpu")
     prepared.run()
@@ -141,10 +151,12 @@ def _run(timed: _Timed) -> Run:
     each class's calls from the profiler, the median over the rounds."""
     from tensorledger.roofline.compare import compare
 
-    # the prediction with each op's class as its category: compare() then measures classes
+    # the prediction with each op's class (by its dtype too) as its category: compare() then
+    # measures classes
     prediction = dataclasses.replace(timed.prediction, ops=tuple(
-        dataclasses.replace(op, category=cost_class(op.op, op.category, op.phase))
-        for op in timed.prediction.ops))
+        dataclasses.replace(op, category=cost_class(op.op, op.category, op.phase,
+                                                    op_precision(record)))
+        for op, record in zip(timed.prediction.ops, timed.records, strict=True)))
     step_s = statistics.median(timed.samples_s)
     spans = [run.span_s for run in timed.profiles]
     result = compare(prediction, timed.profiles, step_s, 1.0, timed.round_medians_s, spans)
@@ -187,7 +199,8 @@ def round_spread(medians: Sequence[float]) -> float:
 
 def calibrate(hardware: Hardware, *, budget_s: float = CALIBRATION_BUDGET_S,
               rounds: int = CALIBRATION_ROUNDS,
-              progress: Callable[[str], None] | None = None) -> Calibration:
+              progress: Callable[[str], None] | None = None,
+              recipes: Sequence[str] | None = None) -> Calibration:
     """Fit ``hardware``'s (a probed profile's) calibration on this CPU; see the module.
 
     Each calibration step is timed in ``rounds`` rounds of ``budget_s / rounds`` seconds (and
@@ -196,12 +209,13 @@ def calibrate(hardware: Hardware, *, budget_s: float = CALIBRATION_BUDGET_S,
     by more than ``ROUND_SPREAD`` of its median, every step is measured again in as many
     rounds more (the fit pools both sets, more of the machine's spells), and a step whose two
     sets' medians still differ by more than ``ROUND_SPREAD`` is named in the calibration's
-    ``unreliable``: its figure did not reproduce.
+    ``unreliable``: its figure did not reproduce.  ``recipes``: the precision recipes whose
+    steps are run (by default ``CALIBRATION_RECIPES``).
     """
     if rounds < 1 or not budget_s > 0:
         raise InputError(f"calibrate needs rounds >= 1 and a budget above 0, got {rounds} "
                          f"and {budget_s:g} s")
-    session = CalibrationRounds(hardware, progress=progress)
+    session = CalibrationRounds(hardware, progress=progress, recipes=recipes)
     say = progress or (lambda _: None)
 
     def take(first: int, last: int) -> None:
@@ -243,11 +257,14 @@ class CalibrationRounds:
     the matmul curve is then measured in the same spells as the steps it is fitted on, not
     minutes before them.  Four probes of one 2-core VM, each before half an hour of rounds,
     put its 512² fp32 matmul at 121, 99, 111 and 76 GFLOP/s; a calibration fitted on a curve
-    bent that way moves every matmul a workload has at that size."""
+    bent that way moves every matmul a workload has at that size.
+
+    ``recipes``: the precision recipes whose steps are built (by default
+    ``CALIBRATION_RECIPES``): each model's forward-backward and train step in each."""
 
     def __init__(self, hardware: Hardware, *,
                  progress: Callable[[str], None] | None = None, profiled: int = 1,
-                 sweep: bool = False) -> None:
+                 sweep: bool = False, recipes: Sequence[str] | None = None) -> None:
         from tensorledger.bench.probe import matmul_sizes
 
         if profiled < 1:
@@ -259,12 +276,18 @@ class CalibrationRounds:
         self._sweep: dict[int, list[Measurement]] = {
             n: [] for n in matmul_sizes(self.hardware.curves.get("matmul.fp32", ()))
         } if sweep else {}
+        self.recipes = tuple(CALIBRATION_RECIPES if recipes is None else recipes)
+        if not self.recipes:
+            raise InputError("a calibration runs the steps of one precision recipe at least")
         self.steps: list[tuple[str, _Timed]] = []
-        for config, batch, seq in CALIBRATION_MODELS:
-            for step in ("forward-backward", "train"):
-                self._say(f"calibration: building {config.name}, {step} step")
-                self.steps.append((f"{config.name} {step} step",
-                                   _build(config, batch, seq, step, self.hardware)))
+        for recipe in self.recipes:
+            for config, batch, seq in CALIBRATION_MODELS:
+                for step in ("forward-backward", "train"):
+                    # fp32's steps keep the names they had before the other recipes came
+                    name = f"{config.name} {'' if recipe == 'fp32' else recipe + ' '}{step}"
+                    self._say(f"calibration: building {name} step")
+                    self.steps.append((f"{name} step", _build(config, batch, seq, step,
+                                                              self.hardware, recipe)))
         self.taken = 0
 
     def round(self, budget_s: float, label: str = "") -> None:
@@ -299,7 +322,8 @@ class CalibrationRounds:
         return fit([StepSample(*runs[i:i + 2]) for i in range(0, len(runs), 2)],
                    source="fitted by tensorledger probe on " + ", ".join(
                        f"{c.name} (batch {b} × seq {s})" for c, b, s in CALIBRATION_MODELS) +
-                   f": forward-backward and train steps in fp32, {self.taken} rounds each"
+                   f": forward-backward and train steps in {', '.join(self.recipes)}, "
+                   f"{self.taken} rounds each"
                    f"{f' ({self.profiled} steps profiled a round)' if self.profiled > 1 else ''}; "
                    "class scales and costs from the profiler's own time of each call, the time "
                    "between ops from the harness's whole-step times and the profiled steps' "

@@ -39,6 +39,14 @@ def probe_view(result: ProbeResult, path: str) -> View:
     for point in result.attention:
         table.add_row("attention fp32 fwd+bwd", f"seq {point.n}", format_duration(point.median_s),
                       format_flop_rate(point.flop_per_s))
+    kernels = result.kernels
+    for a in kernels.attention if kernels is not None else ():
+        table.add_row(f"attention {a.dtype} {a.direction}", f"seq {a.seq}, d {a.head_dim}",
+                      format_duration(a.median_s), format_flop_rate(a.flop_per_s))
+    for st in kernels.streams if kernels is not None else ():
+        table.add_row(f"{st.kernel} {st.dtype} (new output)",
+                      f"{st.elements} elements", format_duration(st.median_s),
+                      format_bandwidth(st.bytes_per_s))
     for bw in result.bandwidth:
         table.add_row(f"{bw.kernel}{' (new output)' if bw.fresh_output else ' (warm)'}",
                       format_bytes(bw.buffer_bytes, "auto-binary"),

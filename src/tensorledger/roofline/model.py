@@ -20,6 +20,11 @@ views, which launch none, cost nothing (their dispatch overlaps queued kernels).
 Causal attention: a fused kernel skips the masked half, so on a catalog chip both figures
 price the causal-halved count, at the attention fraction FlashAttention's papers report on that
 count.  A probed attention curve was measured against the full count and is used with it.
+
+Kernels by dtype on a probed profile (:mod:`tensorledger.roofline.kernel_rates`): an attention
+op reads the curve of its dtype, direction (forward or backward) and nearest head width; a cast
+(autocast's ``_to_copy``) its cast's bandwidth curve; an op whose every floating tensor is bf16
+the bf16 bandwidth curve.  A profile without them prices those ops as before.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from tensorledger.costs import packet
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
 from tensorledger.roofline.collectives import CollectiveKind, collective_time
+from tensorledger.roofline.kernel_rates import attention_rate, op_precision, stream_rate
 from tensorledger.summary import show_bytes, show_count, show_flops, show_time, summary
 
 __all__ = [
@@ -220,28 +226,35 @@ def predict_op(index: int, op: OpLike, hardware: Hardware,
     moved = op.bytes_read + op.bytes_written
     work = ideal_work = op.flops  # the FLOPs each figure prices
     rate = peak
+    in_place = updates_in_place(op.category, op.phase)
     if op.category == "attention":
         ideal_work = op.flops_causal_halved  # a fused kernel skips the masked half
         curve = f"attention.{key}"
-        if curve not in hardware.curves:  # a probed curve was measured on the full count
-            work = ideal_work
+        probed = attention_rate(op, hardware, key)  # its direction and head width's curve
+        if probed is None and curve not in hardware.curves:
+            work = ideal_work  # a probed curve was measured on the full count
         efficiency = hardware.efficiency
-        if curve in hardware.curves or efficiency is None or efficiency.attention is None:
+        if probed is not None:
+            rate = probed
+        elif curve in hardware.curves or efficiency is None or efficiency.attention is None:
             rate = hardware.expected_flop_rate(curve, key, work)
         else:
             rate = peak * efficiency.attention
     elif op.category in TENSOR_CORE_CATEGORIES:
         rate = hardware.expected_flop_rate(f"{op.category}.{key}", key, work)
     compute = work / rate
-    memory = moved / hardware.expected_bandwidth(
-        moved, in_place=updates_in_place(op.category, op.phase))
+    streamed = (None if in_place or op.category in TENSOR_CORE_CATEGORIES
+                else stream_rate(op, hardware, moved))  # a cast's, a bf16 op's own curve
+    memory = moved / (streamed or hardware.expected_bandwidth(moved, in_place=in_place))
     overhead = hardware.expected_op_overhead_s
     between = 0.0
     if op.category == "view" and hardware.expected_basis == "efficiencies":
         overhead = 0.0  # no kernel to launch; its dispatch overlaps the GPU's queued work
     calibration = hardware.calibration
     if calibration is not None:  # a probed machine's fit of whole steps (Calibration)
-        kind = cost_class(op.op, op.category, op.phase)
+        kind = cost_class(op.op, op.category, op.phase, op_precision(op))
+        if kind not in calibration.scale:  # fitted on fp32 steps alone: the fp32 class
+            kind = cost_class(op.op, op.category, op.phase)
         if kind not in calibration.scale:  # a profile fitted before the class was split off
             kind = cost_class(op.op, op.category)
         factor = calibration.factor(kind, op.category)
@@ -441,7 +454,7 @@ def updates_in_place(category: str, phase: str) -> bool:
     return category == "elementwise" and phase == "optimizer"
 
 
-def cost_class(op: str, category: str, phase: str = "") -> str:
+def cost_class(op: str, category: str, phase: str = "", precision: str = "") -> str:
     """The class a calibration prices an op by: its category, with fused norms, dividing
     and costly elementwise ops apart, and the optimizer's elementwise ops (given ``phase``)
     in a class of their own: an optimizer runs the same few ops on each parameter in turn,
@@ -459,7 +472,18 @@ def cost_class(op: str, category: str, phase: str = "") -> str:
     'normalization-fused'
     >>> cost_class("aten.mul.Tensor", "normalization")  # a part of an RMSNorm written out
     'normalization'
+
+    ``precision``: an op in a low-precision dtype (``kernel_rates.op_precision``: bf16,
+    fp16) is a class of its own, so that a calibration on every recipe's steps fits each
+    dtype's kernels apart (a view is a view whatever its dtype):
+
+    >>> cost_class("aten.mm.default", "matmul", "forward", "bf16")
+    'matmul-bf16'
+    >>> cost_class("aten.t.default", "view", "forward", "bf16")
+    'view'
     """
+    if precision and category != "view":
+        return f"{cost_class(op, category, phase)}-{precision}"
     if updates_in_place(category, phase):
         return "elementwise-optimizer"
     name = packet(op)

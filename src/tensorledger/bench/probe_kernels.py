@@ -1,0 +1,280 @@
+"""The probe's kernels beyond the matmul and the fp32 stream: what a precision recipe's step
+runs and the matmul curve does not tell.
+
+- fused causal attention (``scaled_dot_product_attention``), its forward and its backward
+  timed apart, in each dtype, over sequence lengths and head widths: the FLOPs of each are
+  the trace's own (attention counted in full, the backward 2.5× the forward), so the rate is
+  on the scale the roofline divides an op's traced FLOPs by;
+- elementwise ops in bf16: copy and triad writing new tensors from inputs that rotate through
+  memory, as the fp32 eager sweep (``probe._bandwidth_points``) but in bf16;
+- autocast's casts, fp32 → bf16 (weights before their matmuls) and bf16 → fp32 (gradients
+  after), a new tensor each time.
+
+Each figure is timed with the probe's timer (its repeats and its judgement of spread).  The
+curves' names are :mod:`tensorledger.hardware.kernels`'.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import torch
+
+from tensorledger.dtypes import resolve_dtype
+from tensorledger.hardware.kernels import attention_curve, cast_curve, stream_curve
+
+if TYPE_CHECKING:
+    from tensorledger.bench.probe import _Timer
+
+__all__ = ["AttentionPoint", "KernelPlan", "KernelProbe", "StreamPoint", "default_plan",
+           "probe_kernels"]
+
+#: The low-precision dtypes whose elementwise ops and casts from and to fp32 are timed.
+_LOW = ("bf16",)
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """What :func:`probe_kernels` times.  ``buffers``: elements of the tensors the
+    elementwise ops and casts write."""
+
+    attention_dtypes: tuple[str, ...] = ("fp32", "bf16", "fp16")
+    seqs: tuple[int, ...] = (64, 128, 256, 512)
+    head_dims: tuple[int, ...] = (16, 32, 64, 128)
+    batch: int = 2
+    heads: int = 4
+    stream_dtypes: tuple[str, ...] = ("bf16",)
+    casts: tuple[tuple[str, str], ...] = (("fp32", "bf16"), ("bf16", "fp32"))
+    buffers: tuple[int, ...] = (2**14, 2**16, 2**18, 2**20, 2**22)
+
+    @classmethod
+    def quick(cls) -> KernelPlan:
+        """A plan of a few seconds (``probe --quick``)."""
+        return cls(seqs=(64, 128), head_dims=(16, 64), buffers=(2**14, 2**18, 2**21))
+
+    @classmethod
+    def none(cls) -> KernelPlan:
+        """Nothing timed."""
+        return cls(attention_dtypes=(), seqs=(), head_dims=(), stream_dtypes=(), casts=(),
+                   buffers=())
+
+
+def default_plan(device_type: str, dtypes: Sequence[str],
+                 seqs: Sequence[int] | None = None) -> KernelPlan:
+    """The plan for a probe of ``dtypes`` (attention in each; bf16 elementwise ops and casts
+    where bf16 is among them) on ``device_type``; ``seqs``: the attention sequence lengths
+    (by default a sweep that suits the device).
+
+    >>> default_plan("cpu", ("fp32",)).casts
+    ()
+    >>> default_plan("cpu", ("fp32", "bf16"), (16,)).seqs
+    (16,)
+    """
+    names = tuple(resolve_dtype(d).compute for d in dtypes)
+    low = tuple(d for d in _LOW if d in names)
+    plan = KernelPlan(attention_dtypes=names, stream_dtypes=low,
+                      casts=tuple(pair for d in low for pair in (("fp32", d), (d, "fp32"))))
+    if device_type == "cuda":
+        plan = replace(plan, seqs=(512, 1024, 2048, 4096), head_dims=(64, 128), batch=4,
+                       heads=16, buffers=(2**20, 2**22, 2**24, 2**26, 2**28))
+    return plan if seqs is None else replace(plan, seqs=tuple(seqs))
+
+
+@dataclass(frozen=True)
+class AttentionPoint:
+    dtype: str
+    direction: str  # "forward" or "backward"
+    seq: int
+    head_dim: int
+    flops: int  # of this direction's op, by the trace's rules (in full, not causal-halved)
+    median_s: float
+    flop_per_s: float
+
+
+@dataclass(frozen=True)
+class StreamPoint:
+    kernel: str  # "copy", "triad" or "cast"
+    dtype: str  # "bf16"; a cast's "fp32-bf16"
+    elements: int
+    bytes_moved: int
+    median_s: float
+    bytes_per_s: float
+
+
+@dataclass(frozen=True)
+class KernelProbe:
+    attention: tuple[AttentionPoint, ...]
+    streams: tuple[StreamPoint, ...]
+    skipped: tuple[str, ...]  # what the device has no kernel for
+    set_aside: tuple[str, ...] = ()  # figures still noisy after their retries: in no curve
+
+    @property
+    def curves(self) -> dict[str, tuple[tuple[float, float], ...]]:
+        """The profile's curves of these points (:mod:`tensorledger.hardware.kernels`),
+        sorted by size, the best rate where two points share a size."""
+        found: dict[str, dict[float, float]] = {}
+
+        def add(name: str, size: float, rate: float) -> None:
+            points = found.setdefault(name, {})
+            points[size] = max(points.get(size, 0.0), rate)
+
+        for a in self.attention:
+            add(attention_curve(a.dtype, a.direction, a.head_dim), float(a.flops), a.flop_per_s)
+        for s in self.streams:
+            name = (cast_curve(*s.dtype.split("-")) if s.kernel == "cast"
+                    else stream_curve(s.dtype))
+            add(name, float(s.bytes_moved), s.bytes_per_s)
+        return {name: tuple(sorted(points.items())) for name, points in found.items()}
+
+
+def _torch_dtype(name: str) -> torch.dtype:
+    return getattr(torch, resolve_dtype(name).torch_name or "float32")  # type: ignore[no-any-return]
+
+
+def _attention_flops(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     grad: torch.Tensor) -> dict[str, int]:
+    """The traced FLOPs of the attention ops of one forward and backward, by phase."""
+    from torch.nn.functional import scaled_dot_product_attention
+
+    from tensorledger.trace import trace
+
+    def step() -> None:
+        out = scaled_dot_product_attention(q, k, v, is_causal=True)
+        out.backward(grad)  # type: ignore[no-untyped-call]
+
+    flops = {"forward": 0, "backward": 0}
+    for record in trace(step).records:
+        if record.category == "attention":
+            flops["backward" if "backward" in record.op else "forward"] += record.flops
+    for tensor in (q, k, v):
+        tensor.grad = None
+    return flops
+
+
+def _attention_label(dtype: str, seq: int, head_dim: int) -> str:
+    return f"attention {dtype} {seq} d{head_dim}"
+
+
+def _stream_label(dtype: str, size_bytes: int) -> str:
+    return f"eager {dtype} bandwidth {size_bytes} B"
+
+
+def _cast_label(source: str, target: str, read_bytes: int) -> str:
+    return f"cast {source}-{target} {read_bytes} B"
+
+
+def _point_label(point: AttentionPoint | StreamPoint) -> str:
+    """The timer's label of the figure ``point`` came from."""
+    if isinstance(point, AttentionPoint):
+        return f"{_attention_label(point.dtype, point.seq, point.head_dim)} {point.direction}"
+    if point.kernel == "cast":
+        source, target = point.dtype.split("-")
+        read = point.elements * torch.empty((), dtype=_torch_dtype(source)).element_size()
+        return _cast_label(source, target, read)
+    size = point.elements * torch.empty((), dtype=_torch_dtype(point.dtype)).element_size()
+    return f"{point.kernel} {_stream_label(point.dtype, size)}"
+
+
+def _attention_points(timer: _Timer, plan: KernelPlan, dtype: str, seq: int, head_dim: int,
+                      budget_s: float) -> tuple[AttentionPoint, AttentionPoint]:
+    """Causal attention at (batch, heads, seq, head_dim) in ``dtype``: the forward (its
+    inputs requiring grad, so it keeps what the backward needs, as in a training step) and
+    the backward alone (the graph of one forward, kept and run again)."""
+    from torch.nn.functional import scaled_dot_product_attention
+
+    device = timer.device
+    kind = _torch_dtype(dtype)
+    shape = (plan.batch, plan.heads, seq, head_dim)
+    q, k, v = (torch.randn(*shape, device=device).to(kind).requires_grad_() for _ in range(3))
+    grad = torch.randn(*shape, device=device).to(kind)
+    flops = _attention_flops(q, k, v, grad)
+    label = _attention_label(dtype, seq, head_dim)
+    forward = timer(lambda: scaled_dot_product_attention(q, k, v, is_causal=True),
+                    f"{label} forward", budget_s=budget_s, min_repeats=3, warmup=1)
+    out = scaled_dot_product_attention(q, k, v, is_causal=True)
+    backward = timer(lambda: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True),
+                     f"{label} backward", budget_s=budget_s, min_repeats=3, warmup=1)
+    return (AttentionPoint(dtype, "forward", seq, head_dim, flops["forward"], forward.median_s,
+                           flops["forward"] / forward.median_s),
+            AttentionPoint(dtype, "backward", seq, head_dim, flops["backward"],
+                           backward.median_s, flops["backward"] / backward.median_s))
+
+
+def _stream_points(timer: _Timer, dtype: str, elements: int, cold_bytes: int,
+                   budget_s: float) -> tuple[StreamPoint, StreamPoint]:
+    """Copy (a clone: 2 × size bytes) and triad (b + 3·c: 3 × size) on ``dtype`` tensors of
+    ``elements``, each writing a new tensor from inputs that rotate through ``cold_bytes``."""
+    device = timer.device
+    kind = _torch_dtype(dtype)
+    size = elements * torch.empty((), dtype=kind).element_size()
+    pairs = [(torch.rand(elements, device=device).to(kind),
+              torch.rand(elements, device=device).to(kind))
+             for _ in range(max(1, -(-cold_bytes // (2 * size))))]
+    turn = itertools.cycle(pairs)
+    label = _stream_label(dtype, size)
+    copy = timer(lambda: next(turn)[0].clone(), f"copy {label}", budget_s=budget_s,
+                 min_repeats=3)
+    triad = timer(lambda: torch.add(*next(turn), alpha=3.0), f"triad {label}",
+                  budget_s=budget_s, min_repeats=3)
+    return (StreamPoint("copy", dtype, elements, 2 * size, copy.median_s,
+                        2 * size / copy.median_s),
+            StreamPoint("triad", dtype, elements, 3 * size, triad.median_s,
+                        3 * size / triad.median_s))
+
+
+def _cast_point(timer: _Timer, source: str, target: str, elements: int, cold_bytes: int,
+                budget_s: float) -> StreamPoint:
+    """``x.to(target)`` of ``elements`` in ``source``: reads them in one dtype, writes a new
+    tensor in the other."""
+    device = timer.device
+    kind, into = _torch_dtype(source), _torch_dtype(target)
+    read = elements * torch.empty((), dtype=kind).element_size()
+    moved = read + elements * torch.empty((), dtype=into).element_size()
+    inputs = [torch.rand(elements, device=device).to(kind)
+              for _ in range(max(1, -(-cold_bytes // read)))]
+    turn = itertools.cycle(inputs)
+    result = timer(lambda: next(turn).to(into), _cast_label(source, target, read),
+                   budget_s=budget_s, min_repeats=3)
+    return StreamPoint("cast", f"{source}-{target}", elements, moved, result.median_s,
+                       moved / result.median_s)
+
+
+def probe_kernels(timer: _Timer, plan: KernelPlan, *, budget_s: float, cold_bytes: int,
+                  max_elements: int, slow_call_s: float,
+                  say: Callable[[str], None]) -> KernelProbe:
+    """Time ``plan``'s kernels, ``budget_s`` each.  A dtype the device has no attention
+    kernel for is skipped; a head width's sequence sweep stops after a call slower than
+    ``slow_call_s``.  Buffers above ``max_elements`` are left out."""
+    attention: list[AttentionPoint] = []
+    skipped: list[str] = []
+    for dtype in plan.attention_dtypes:
+        try:
+            for head_dim in sorted(plan.head_dims):
+                for seq in sorted(plan.seqs):
+                    say(f"attention {dtype}, sequence {seq}, head width {head_dim}")
+                    pair = _attention_points(timer, plan, dtype, seq, head_dim, budget_s)
+                    attention.extend(pair)
+                    if max(p.median_s for p in pair) > slow_call_s:
+                        break
+        except RuntimeError:  # no kernel for this dtype on this device
+            skipped.append(f"attention {dtype}")
+    streams: list[StreamPoint] = []
+    buffers: Sequence[int] = sorted(n for n in plan.buffers if n <= max_elements)
+    for dtype in plan.stream_dtypes:
+        for elements in buffers:
+            say(f"eager-op bandwidth in {dtype}, {elements} elements, new outputs")
+            streams.extend(_stream_points(timer, dtype, elements, cold_bytes, budget_s))
+    for source, target in plan.casts:
+        for elements in buffers:
+            say(f"cast {source} → {target}, {elements} elements")
+            streams.append(_cast_point(timer, source, target, elements, cold_bytes, budget_s))
+    # a figure the timer set aside (still noisy after its retries) enters no curve
+    points: list[AttentionPoint | StreamPoint] = [*attention, *streams]
+    labels = [_point_label(p) for p in points]
+    return KernelProbe(tuple(p for p in attention if timer.kept(_point_label(p))),
+                       tuple(p for p in streams if timer.kept(_point_label(p))),
+                       tuple(skipped),
+                       set_aside=tuple(label for label in labels if not timer.kept(label)))

@@ -1,0 +1,66 @@
+"""The probed curves of the kernels a precision recipe runs beyond the matmul, by name, and
+how a rate is read from them.  ``tensorledger probe`` writes them
+(:mod:`tensorledger.bench.probe_kernels`); the roofline reads them
+(:mod:`tensorledger.roofline.model`).  Nothing here imports torch.
+
+- ``attention.<dtype>.<direction>.d<head width>``: a fused causal attention kernel (torch's
+  ``scaled_dot_product_attention``), its forward or its backward alone, as (the op's FLOPs
+  counted by the trace's rules, in full, FLOP/s) by sequence length.  A CPU's attention
+  kernel runs at a rate that depends on its dtype, direction and head width far more than a
+  matmul of the same FLOPs does: pricing bf16 attention from the bf16 matmul curve put the
+  tiny preset's attention at 837 µs against 18.8 ms measured (issue 43).
+- ``bandwidth.<dtype>``: elementwise ops on tensors of ``dtype`` (copy and triad writing new
+  tensors, as the fp32 ``bandwidth`` curve), (bytes moved, bytes/s).
+- ``cast.<from>-<to>``: a conversion, autocast's casts of weights and gradients, (bytes
+  moved: read in one dtype, written in the other, bytes/s).
+
+>>> attention_curve("bf16", "backward", 64), stream_curve("bf16"), cast_curve("fp32", "bf16")
+('attention.bf16.backward.d64', 'bandwidth.bf16', 'cast.fp32-bf16')
+>>> curves = {"attention.bf16.forward.d16": ((1e6, 1e9),), "attention.bf16.forward.d64":
+...           ((1e6, 4e9),)}
+>>> nearest_attention_curve(curves, "bf16", "forward", 24)  # 24 lies nearer 16 in logs
+'attention.bf16.forward.d16'
+>>> nearest_attention_curve(curves, "bf16", "backward", 24) is None
+True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+__all__ = ["DIRECTIONS", "attention_curve", "cast_curve", "nearest_attention_curve",
+           "stream_curve"]
+
+#: The directions of an attention kernel the probe times apart.
+DIRECTIONS = ("forward", "backward")
+
+
+def attention_curve(key: str, direction: str, head_dim: int) -> str:
+    """The name of the curve of attention in ``key`` (``bf16``), ``direction``, head width."""
+    return f"attention.{key}.{direction}.d{head_dim}"
+
+
+def stream_curve(key: str) -> str:
+    """The name of the curve of elementwise ops on ``key`` tensors."""
+    return f"bandwidth.{key}"
+
+
+def cast_curve(source: str, target: str) -> str:
+    """The name of the curve of casts from ``source`` to ``target``."""
+    return f"cast.{source}-{target}"
+
+
+def nearest_attention_curve(curves: Mapping[str, object], key: str, direction: str,
+                            head_dim: int) -> str | None:
+    """The probed attention curve of ``key`` and ``direction`` whose head width lies nearest
+    ``head_dim`` (in logs: 24 is nearer 16 than 64); None where none was probed."""
+    prefix = f"attention.{key}.{direction}.d"
+    widths = [int(name[len(prefix):]) for name in curves
+              if name.startswith(prefix) and name[len(prefix):].isdigit()
+              and int(name[len(prefix):]) > 0]
+    if not widths:
+        return None
+    wanted = max(head_dim, 1)
+    best = min(widths, key=lambda w: (abs(math.log(w / wanted)), w))
+    return attention_curve(key, direction, best)

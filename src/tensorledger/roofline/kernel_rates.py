@@ -1,0 +1,82 @@
+"""The rates a probed profile measured for an op's own kernel and dtype, beyond the matmul
+curve and the fp32 stream (:mod:`tensorledger.hardware.kernels` names the curves): a fused
+attention kernel by its dtype, direction and head width; an elementwise op on bf16 tensors;
+a cast.  Each returns None where the profile has no such curve, and the roofline then prices
+the op as before (catalog chips have none).
+
+>>> from types import SimpleNamespace as Rec
+>>> op_precision(Rec(input_dtypes=("bf16", "bf16"), output_dtypes=("bf16",)))
+'bf16'
+>>> op_precision(Rec(input_dtypes=("fp32", "int64"), output_dtypes=("fp32",)))
+''
+>>> cast_of(Rec(op="aten._to_copy.default", category="copy", input_dtypes=("fp32",),
+...             output_dtypes=("bf16",)))
+('fp32', 'bf16')
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tensorledger.costs import packet
+from tensorledger.hardware import Hardware
+from tensorledger.hardware.chip import interpolate
+from tensorledger.hardware.kernels import cast_curve, nearest_attention_curve, stream_curve
+
+__all__ = ["LOW_PRECISIONS", "attention_rate", "cast_of", "op_precision", "stream_rate"]
+
+#: The floating dtypes an op is priced and calibrated apart in (fp32 is the default).
+LOW_PRECISIONS = ("bf16", "fp16")
+_FLOATING = ("fp64", "fp32", "bf16", "fp16")
+
+
+def op_precision(op: Any) -> str:
+    """The low-precision dtype an op works in (``LOW_PRECISIONS``: the first found among its
+    inputs and outputs), else ``""``."""
+    dtypes = (*getattr(op, "input_dtypes", ()), *getattr(op, "output_dtypes", ()))
+    return next((d for d in dtypes if d in LOW_PRECISIONS), "")
+
+
+def cast_of(op: Any) -> tuple[str, str] | None:
+    """(from, to) where ``op`` converts one floating dtype into another (autocast's
+    ``_to_copy``, a ``copy_`` across dtypes), else None."""
+    if op.category != "copy" or packet(op.op) not in ("aten._to_copy", "aten.copy_",
+                                                      "aten.copy"):
+        return None
+    inputs = [d for d in op.input_dtypes if d in _FLOATING]
+    outputs = [d for d in op.output_dtypes if d in _FLOATING]
+    if not inputs or not outputs or inputs[-1] == outputs[0]:
+        return None
+    return inputs[-1], outputs[0]
+
+
+def attention_rate(op: Any, hardware: Hardware, key: str) -> float | None:
+    """FLOP/s of an attention op in ``key`` from the probed curve of its direction and the
+    head width nearest its own, at its FLOPs (counted in full, as the probe counted them);
+    None where the profile has no such curve."""
+    direction = "backward" if "backward" in op.op else "forward"
+    shapes = getattr(op, "input_shapes", ())
+    head_dim = shapes[0][-1] if shapes and shapes[0] else 0
+    name = nearest_attention_curve(hardware.curves, key, direction, head_dim)
+    if name is None or op.flops <= 0:
+        return None
+    return interpolate(hardware.curves[name], op.flops)
+
+
+def stream_rate(op: Any, hardware: Hardware, moved: float) -> float | None:
+    """Bytes/s of a vector op (not a matrix op, not a view) from the curve of its dtype: a
+    cast's (``cast.<from>-<to>``), or a low-precision op's (``bandwidth.<dtype>``, its every
+    floating input and output in that dtype); None where the profile has no such curve or
+    the op mixes dtypes (an fp32 residual plus a bf16 branch streams as fp32)."""
+    if moved <= 0:
+        return None
+    cast = cast_of(op)
+    if cast is not None:
+        name = cast_curve(*cast)
+    else:
+        floating = {d for d in (*op.input_dtypes, *op.output_dtypes) if d in _FLOATING}
+        if len(floating) != 1 or not floating <= set(LOW_PRECISIONS):
+            return None
+        name = stream_curve(floating.pop())
+    points = hardware.curves.get(name)
+    return interpolate(points, moved) if points else None

@@ -1,0 +1,127 @@
+"""The probe's kernels beyond the matmul: attention by dtype, direction and head width, bf16
+elementwise ops and casts, as curves of the profile.  A fake clock times every sample, so
+the rates are known by hand and nothing depends on how busy the machine is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tensorledger.bench import probe, profile_toml
+from tensorledger.bench.probe import _Timer
+from tensorledger.bench.probe_kernels import KernelPlan, default_plan, probe_kernels
+from tensorledger.hardware import load_hardware_file
+from tests.bench.test_probe_noise import SMALL, FakeClock
+
+PLAN = KernelPlan(attention_dtypes=("fp32", "bf16"), seqs=(24, 40), head_dims=(8, 16),
+                  batch=3, heads=5, stream_dtypes=("bf16",),
+                  casts=(("fp32", "bf16"), ("bf16", "fp32")), buffers=(1000, 3000, 10**6))
+
+
+#: The clock moves 2 ms a reading: every sample is one call of 2 ms (above the harness's
+#: 1 ms minimum sample, so it times one call a sample).
+MEDIAN_S = 2e-3
+
+
+def _timer() -> _Timer:
+    return _Timer(torch.device("cpu"), FakeClock([MEDIAN_S]), 0.10, 0)
+
+
+def test_kernels_by_hand() -> None:
+    said: list[str] = []
+    found = probe_kernels(_timer(), PLAN, budget_s=0.005, cold_bytes=0, max_elements=5000,
+                          slow_call_s=1.0, say=said.append)
+    assert [(a.dtype, a.head_dim, a.seq, a.direction) for a in found.attention] == [
+        (dtype, d, s, direction) for dtype in ("fp32", "bf16") for d in (8, 16)
+        for s in (24, 40) for direction in ("forward", "backward")]
+    for a in found.attention:
+        # causal attention counted in full: two products of 2·s·s·d per head, B·H heads;
+        # the backward 2.5× (s 40, d 16: 3·5·2·2·40·40·16 = 768,000)
+        forward = 3 * 5 * 2 * (2 * a.seq * a.seq * a.head_dim)
+        assert a.flops == (forward if a.direction == "forward" else 5 * forward // 2)
+        assert a.median_s == pytest.approx(MEDIAN_S)
+        assert a.flop_per_s == pytest.approx(a.flops / MEDIAN_S)
+    # buffers of 10⁶ elements lie above max_elements and are left out
+    assert [(s.kernel, s.dtype, s.elements) for s in found.streams] == [
+        *((kernel, "bf16", n) for n in (1000, 3000) for kernel in ("copy", "triad")),
+        *(("cast", pair, n) for pair in ("fp32-bf16", "bf16-fp32") for n in (1000, 3000))]
+    moved = {(s.kernel, s.dtype, s.elements): s.bytes_moved for s in found.streams}
+    assert moved["copy", "bf16", 3000] == 2 * 2 * 3000  # read and write 2 bytes an element
+    assert moved["triad", "bf16", 3000] == 3 * 2 * 3000
+    assert moved["cast", "fp32-bf16", 1000] == (4 + 2) * 1000  # read 4, write 2
+    curves = found.curves
+    assert sorted(curves) == sorted(
+        [f"attention.{t}.{d}.d{w}" for t in ("fp32", "bf16") for d in ("forward", "backward")
+         for w in (8, 16)] + ["bandwidth.bf16", "cast.fp32-bf16", "cast.bf16-fp32"])
+    # s 24 and 40, d 8: 3·5·2·2·s²·8 FLOPs forward, each over the fake clock's median
+    assert [x for point in curves["attention.bf16.forward.d8"] for x in point] == pytest.approx(
+        [x for f in (3 * 5 * 2 * 2 * s * s * 8 for s in (24, 40)) for x in (f, f / MEDIAN_S)])
+    # copy and triad at once: one point per bytes moved, sizes increasing
+    assert [size for size, _ in curves["bandwidth.bf16"]] == [4000, 6000, 12000, 18000]
+    assert "attention bf16, sequence 40, head width 16" in said
+
+
+def test_a_dtype_without_an_attention_kernel_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tensorledger.bench.probe_kernels as kernels
+
+    real = kernels._attention_points
+
+    def no_fp16(timer, plan, dtype, *rest):  # type: ignore[no-untyped-def]
+        if dtype == "fp16":
+            raise RuntimeError("\"flash_attention\" not implemented for 'Half'")
+        return real(timer, plan, dtype, *rest)
+
+    monkeypatch.setattr(kernels, "_attention_points", no_fp16)
+    plan = KernelPlan(attention_dtypes=("fp16", "fp32"), seqs=(16,), head_dims=(8,),
+                      stream_dtypes=(), casts=(), buffers=())
+    found = probe_kernels(_timer(), plan, budget_s=0.005, cold_bytes=0, max_elements=0,
+                          slow_call_s=1.0, say=lambda _: None)
+    assert found.skipped == ("attention fp16",)
+    assert {a.dtype for a in found.attention} == {"fp32"}
+
+
+def test_the_probe_writes_the_curves_into_the_profile(tmp_path: Path) -> None:
+    plan = KernelPlan(attention_dtypes=("bf16",), seqs=(16,), head_dims=(8,),
+                      stream_dtypes=("bf16",), casts=(("fp32", "bf16"),), buffers=(512,))
+    result = probe("cpu", clock=FakeClock([1e-3]), kernels=plan, **SMALL)
+    assert result.kernels is not None and len(result.kernels.attention) == 2
+    for name in ("attention.bf16.forward.d8", "attention.bf16.backward.d8", "bandwidth.bf16",
+                 "cast.fp32-bf16"):
+        assert result.curves[name] == result.kernels.curves[name]
+    path = tmp_path / "local.toml"
+    path.write_text(profile_toml(result))
+    assert dict(load_hardware_file(path).curves) == result.curves
+    # the plan none: nothing beyond what the probe measured before
+    bare = probe_kernels(_timer(), KernelPlan.none(), budget_s=0.005, cold_bytes=0,
+                         max_elements=10**6, slow_call_s=1.0, say=lambda _: None)
+    assert bare.curves == {} and bare.attention == bare.streams == ()
+
+
+def test_the_default_plan_follows_the_dtypes_probed() -> None:
+    plan = default_plan("cpu", ("fp32", "bfloat16", "fp16"))
+    assert plan.attention_dtypes == ("fp32", "bf16", "fp16")
+    assert plan.stream_dtypes == ("bf16",)
+    assert plan.casts == (("fp32", "bf16"), ("bf16", "fp32"))
+    assert default_plan("cpu", ("fp32",), (32, 64)).seqs == (32, 64)
+    quick = KernelPlan.quick()
+    assert len(quick.seqs) * len(quick.head_dims) < len(plan.seqs) * len(plan.head_dims)
+
+
+def test_a_kernel_figure_set_aside_enters_no_curve() -> None:
+    """A figure the timer sets aside (still noisy after its retries) gives no curve point:
+    the bf16 forward at s 40, d 8 and the bf16 copy of 3,000 elements (6,000 B) are marked so,
+    and only they are missing from what the probe keeps."""
+    timer = _timer()
+    timer.why["attention bf16 40 d8 forward"] = "spread 250% after 2 retries"
+    timer.why["copy eager bf16 bandwidth 6000 B"] = "spread 80% after 2 retries"
+    found = probe_kernels(timer, PLAN, budget_s=0.005, cold_bytes=0, max_elements=5000,
+                          slow_call_s=1.0, say=lambda _: None)
+    kept = {(a.dtype, a.seq, a.head_dim, a.direction) for a in found.attention}
+    assert ("bf16", 40, 8, "forward") not in kept and ("bf16", 40, 8, "backward") in kept
+    assert len(kept) == 2 * 2 * 2 * 2 - 1
+    streams = {(s.kernel, s.dtype, s.elements) for s in found.streams}
+    assert ("copy", "bf16", 3000) not in streams and ("triad", "bf16", 3000) in streams
+    assert len(streams) == 4 + 4 - 1
+    assert found.set_aside == ("attention bf16 40 d8 forward", "copy eager bf16 bandwidth 6000 B")

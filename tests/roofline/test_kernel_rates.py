@@ -1,0 +1,161 @@
+"""A probed profile's own curves for what a recipe runs: attention by dtype, direction and
+head width, bf16 elementwise ops and casts at their bandwidth, and a calibration by dtype.
+Every profile here is synthetic: no clock is read."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import pytest
+
+from tensorledger.hardware import Calibration, Hardware, get_hardware
+from tensorledger.hardware.kernels import nearest_attention_curve
+from tensorledger.roofline import predict_op
+from tensorledger.roofline.kernel_rates import cast_of, op_precision
+from tensorledger.roofline.model import cost_class
+
+SDPA = "aten._scaled_dot_product_flash_attention_for_cpu.default"
+SDPA_BACKWARD = "aten._scaled_dot_product_flash_attention_for_cpu_backward.default"
+
+
+@dataclass(frozen=True)
+class Op:
+    op: str
+    category: str
+    flops: int
+    bytes_read: int
+    bytes_written: int
+    input_dtypes: tuple[str, ...] = ("bf16",)
+    output_dtypes: tuple[str, ...] = ("bf16",)
+    module: str = ""
+    phase: str = "forward"
+    input_shapes: tuple[tuple[int, ...], ...] = ()
+    causal_halved: int | None = None
+
+    @property
+    def flops_causal_halved(self) -> int:
+        return self.flops if self.causal_halved is None else self.causal_halved
+
+
+def _chip(**curves: tuple[tuple[float, float], ...]) -> Hardware:
+    """A probed CPU: fp32 and bf16 peaks, DRAM at 10 GB/s, no per-op cost; ``curves`` by
+    name (a double underscore stands for a dot)."""
+    return Hardware(id="local", name="cpu (probed)", memory_bytes=8e9,
+                    memory_bandwidth_bytes_per_s=1e10,
+                    dense_flop_per_s={"fp32": 1e11, "bf16": 4e11}, origin="probed",
+                    curves={name.replace("__", "."): points for name, points in curves.items()})
+
+
+# (batch 3, heads 5, seq 40, head width 24): 24 lies nearest 16 in logs
+SHAPES = ((3, 5, 40, 24), (3, 5, 40, 24), (3, 5, 40, 24))
+ATTENTION = {"attention__bf16__forward__d16": ((1e6, 1e9), (1e8, 1e10)),
+             "attention__bf16__forward__d64": ((1e6, 5e9), (1e8, 5e10)),
+             "attention__bf16__backward__d16": ((1e6, 2e8), (1e8, 2e9)),
+             "matmul__bf16": ((1e6, 1e11), (1e9, 4e11))}
+
+
+def test_attention_is_priced_from_its_own_curve_by_hand() -> None:
+    chip = _chip(**ATTENTION)
+    forward = Op(SDPA, "attention", 10**7, 1000, 1000, input_shapes=SHAPES,
+                 causal_halved=5 * 10**6)
+    p = predict_op(0, forward, chip)
+    # the d16 forward curve at 10⁷ FLOPs, halfway from 10⁶ to 10⁸ in logs: √(10⁹ · 10¹⁰)
+    # = 3.162e9 FLOP/s, over the full count (the probe measured on it)
+    assert p.compute_time_s == pytest.approx(1e7 / math.sqrt(1e9 * 1e10))  # 3.162 ms
+    # its backward: the d16 backward curve at 2.5·10⁷: 10⁶ → 2·10⁸ at slope ½ in logs:
+    # 2e8 · (25)^½ = 1e9 FLOP/s
+    backward = Op(SDPA_BACKWARD, "attention", 25 * 10**6, 1000, 1000, phase="backward",
+                  input_shapes=SHAPES, causal_halved=125 * 10**5)
+    assert predict_op(1, backward, chip).compute_time_s == pytest.approx(25e6 / 1e9)  # 25 ms
+    # the roofline bound still prices the causal-halved count at the peak: 5·10⁶ / 4·10¹¹
+    assert p.ideal_time_s == pytest.approx(max(5e6 / 4e11, 2000 / 1e10))
+
+
+def test_attention_without_its_curve_falls_back_as_before() -> None:
+    # no attention curve of bf16: the matmul curve at the causal-halved count, as before
+    chip = _chip(matmul__bf16=ATTENTION["matmul__bf16"],
+                 attention__fp32__forward__d16=((1e6, 1e9),))  # another dtype's only
+    op = Op(SDPA, "attention", 2 * 10**7, 1000, 1000, input_shapes=SHAPES,
+            causal_halved=10**7)
+    # 10⁷ on 10⁶ → 10⁹ from 10¹¹ to 4·10¹¹: a third of the way in logs, 10¹¹ · 4^⅓
+    assert predict_op(0, op, chip).compute_time_s == pytest.approx(1e7 / (1e11 * 4 ** (1 / 3)))
+    # an old profile's combined curve ("attention.bf16", forward and backward on the full
+    # count) is still read where no direction's curve is
+    old = _chip(attention__bf16=((1e6, 2e9),))
+    assert predict_op(0, op, old).compute_time_s == pytest.approx(2e7 / 2e9)
+    # a catalog chip: the published attention fraction of the peak, on the halved count
+    h100 = get_hardware("h100")
+    efficiency = h100.efficiency
+    assert efficiency is not None and efficiency.attention is not None
+    assert predict_op(0, op, h100).compute_time_s == pytest.approx(
+        1e7 / (h100.dense_flop_per_s["bf16"] * efficiency.attention))
+
+
+def test_the_nearest_head_width_is_taken_in_logs() -> None:
+    curves = dict.fromkeys(("attention.bf16.forward.d16", "attention.bf16.forward.d64",
+                            "attention.bf16.forward.dx"), ())
+    assert nearest_attention_curve(curves, "bf16", "forward", 31) == "attention.bf16.forward.d16"
+    assert nearest_attention_curve(curves, "bf16", "forward", 33) == "attention.bf16.forward.d64"
+    assert nearest_attention_curve(curves, "fp16", "forward", 33) is None
+
+
+def test_each_category_streams_at_its_dtypes_bandwidth_by_hand() -> None:
+    chip = _chip(bandwidth=((1e3, 4e10), (1e7, 1e10)),
+                 bandwidth__bf16=((1e3, 1e10), (1e7, 1e9)),
+                 **{"cast.fp32-bf16": ((1e3, 2e9), (1e7, 2e8))})
+    # 10⁵ bytes lie halfway from 10³ to 10⁷ in logs
+    bf16 = Op("aten.mul.Tensor", "elementwise", 0, 60_000, 40_000)
+    assert predict_op(0, bf16, chip).memory_time_s == pytest.approx(1e5 / math.sqrt(1e10 * 1e9))
+    fp32 = Op("aten.mul.Tensor", "elementwise", 0, 60_000, 40_000, ("fp32",), ("fp32",))
+    assert predict_op(0, fp32, chip).memory_time_s == pytest.approx(1e5 / 2e10)  # √(4e10·1e10)
+    # autocast's cast of a weight: read in fp32, written in bf16
+    cast = Op("aten._to_copy.default", "copy", 0, 66_666, 33_334, ("fp32",), ("bf16",))
+    assert predict_op(0, cast, chip).memory_time_s == pytest.approx(1e5 / math.sqrt(2e9 * 2e8))
+    # the cast back has no curve: the fp32 stream, as before
+    back = Op("aten._to_copy.default", "copy", 0, 33_334, 66_666, ("bf16",), ("fp32",))
+    assert predict_op(0, back, chip).memory_time_s == pytest.approx(1e5 / 2e10)
+    # an fp32 residual plus a bf16 branch mixes dtypes: the fp32 stream
+    mixed = Op("aten.add.Tensor", "elementwise", 0, 60_000, 40_000, ("fp32", "bf16"),
+               ("fp32",))
+    assert predict_op(0, mixed, chip).memory_time_s == pytest.approx(1e5 / 2e10)
+    # an optimizer's update in place streams at the warm buffers' bandwidth whatever its dtype
+    update = Op("aten.add_.Tensor", "elementwise", 0, 60_000, 40_000, phase="optimizer")
+    assert predict_op(0, update, chip).memory_time_s == pytest.approx(1e5 / 1e10)
+    # a catalog chip has no such curves: bandwidth × the published fraction, as before
+    h100 = get_hardware("h100")
+    assert h100.efficiency is not None
+    assert predict_op(0, bf16, h100).memory_time_s == pytest.approx(
+        1e5 / (h100.memory_bandwidth_bytes_per_s * h100.efficiency.memory_bandwidth))
+
+
+def test_dtypes_and_casts_are_read_from_the_record() -> None:
+    assert op_precision(Op("aten.mm.default", "matmul", 1, 1, 1)) == "bf16"
+    assert op_precision(Op("aten.mm.default", "matmul", 1, 1, 1, ("fp32",), ("fp32",))) == ""
+    assert op_precision(Op("aten.mm.default", "matmul", 1, 1, 1, ("fp16",), ("fp16",))) == "fp16"
+    assert cast_of(Op("aten._to_copy.default", "copy", 0, 2, 4, ("bf16",), ("fp32",))) == (
+        "bf16", "fp32")
+    assert cast_of(Op("aten.clone.default", "copy", 0, 2, 2)) is None  # no change of dtype
+    assert cast_of(Op("aten._to_copy.default", "copy", 0, 2, 2)) is None  # bf16 to bf16
+
+
+def test_a_calibration_prices_each_dtype_by_its_own_class_by_hand() -> None:
+    chip = _chip()
+    both = Calibration(scale={"matmul": 2.0, "matmul-bf16": 3.0}, op_cost_s=0.0,
+                       between_ops_s={}, call_cost_s={"matmul-bf16": 1e-6})
+    fp32_only = Calibration(scale={"matmul": 2.0}, op_cost_s=0.0, between_ops_s={})
+    mm = Op("aten.mm.default", "matmul", 4 * 10**8, 1000, 1000)  # bf16: 1 ms at 4·10¹¹
+    fp32 = Op("aten.mm.default", "matmul", 10**8, 1000, 1000, ("fp32",), ("fp32",))  # 1 ms
+    calibrated = dataclasses.replace(chip, calibration=both)
+    p = predict_op(0, mm, calibrated)
+    assert p.compute_time_s == pytest.approx(3.0 * 1e-3)  # the bf16 class's scale
+    assert p.overhead_s == pytest.approx(1e-6)  # and its cost a call
+    assert predict_op(0, fp32, calibrated).compute_time_s == pytest.approx(2.0 * 1e-3)
+    # fitted on fp32 steps alone: a bf16 op takes the fp32 class's figures, as before
+    old = dataclasses.replace(chip, calibration=fp32_only)
+    assert predict_op(0, mm, old).compute_time_s == pytest.approx(2.0 * 1e-3)
+    assert cost_class("aten.gelu.default", "elementwise", "forward", "bf16") == (
+        "elementwise-costly-bf16")
+    assert cost_class("aten.add_.Tensor", "elementwise", "optimizer", "bf16") == (
+        "elementwise-optimizer-bf16")
