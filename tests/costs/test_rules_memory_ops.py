@@ -20,7 +20,7 @@ VIEWS = ("view", "_unsafe_view", "reshape", "_reshape_alias", "alias", "detach",
          "conj", "_conj", "_neg_view", "resolve_conj", "resolve_neg", "is_same_size",
          "_has_compatible_shallow_copy_type")
 COPIES = ("_to_copy", "clone", "contiguous", "cat", "stack", "index", "index_select",
-          "gather", "repeat", "constant_pad_nd", "slice_backward", "select_backward",
+          "gather", "repeat", "repeat_interleave", "constant_pad_nd", "slice_backward", "select_backward",
           "slice_scatter", "select_scatter", "as_strided_scatter", "masked_select", "flip",
           "roll", "expand_copy", "permute_copy", "view_copy", "_unsafe_index", "index_put",
           "_index_put_impl", "scatter", "masked_scatter", "lift", "_pin_memory", "to")
@@ -137,3 +137,13 @@ def test_rule_aten__embedding_bag_backward() -> None:
     args = (meta(2, 4), meta(6, dtype=torch.long), meta(2, dtype=torch.long))
     assert direct("aten._embedding_bag_backward", args) == 2 * 4
     assert rule("aten._embedding_bag_backward").category == "embedding"
+
+
+def test_repeat_interleave_reads_the_counts_and_writes_the_indices() -> None:
+    """Expert parallelism's dispatch expands counts into expert ids (the Tensor overload; an
+    int count decomposes into views and a clone): counts [2, 2, 2] as int64 read 3 × 8 = 24 B
+    and write the 6 ids, 6 × 8 = 48 B; no arithmetic."""
+    counts = torch.tensor([2, 2, 2], device="meta")
+    found = record_op("aten.repeat_interleave",
+                      lambda: torch.repeat_interleave(counts, output_size=6))
+    assert (found.bytes_read, found.bytes_written, found.flops) == (24, 48, 0)

@@ -33,11 +33,11 @@ from tensorledger.workload import (
     prepare,
     resolve_routing,
     resolve_workload,
-    routed,
     trace_workload,
 )
 from tensorledger.workload.params import active_params, model_params
 from tensorledger.workload.routed import RoutedMode
+from tensorledger.workload.step import routed
 from tensorledger.workload.routing import Routing
 from tensorledger.workload.source import ModelSource
 from tensorledger.workload.spec import Workload

@@ -19,14 +19,11 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from tensorledger.devices import resolve_device
-from tensorledger.errors import ConfigError, InputError, ModelError
-from tensorledger.hardware.target import Target
+from tensorledger.errors import ConfigError, ModelError
 from tensorledger.models.build import build_model
-from tensorledger.trace.kernels import active_target, target_program
-from tensorledger.trace.recorder import recomputation
+from tensorledger.trace.kernels import target_program
 from tensorledger.workload.factory import FactoryFile, load_factory_file, user_code
 from tensorledger.workload.float8 import AppliedFloat8, apply_float8
 from tensorledger.workload.layout import Layout
@@ -34,6 +31,11 @@ from tensorledger.workload.lora import AppliedLora, apply_lora, trainable
 from tensorledger.workload.offload import ActivationOffload
 from tensorledger.workload.param_offload import ParamOffload
 from tensorledger.workload.precision import RecipeOptimizer, param_dtype
+from tensorledger.workload.recompute import (
+    CheckpointedBlock,
+    checkpoint_blocks,
+    checkpoint_hf_layers,
+)
 from tensorledger.workload.spec import Workload
 
 if TYPE_CHECKING:
@@ -42,73 +44,6 @@ if TYPE_CHECKING:
 __all__ = ["CheckpointedBlock", "PreparedStep", "build_module", "check_host_memory",
            "checkpoint_blocks", "laid_out", "lm_loss", "placement", "prepare",
            "routed", "zero1_optimizer"]
-
-
-class CheckpointedBlock(nn.Module):
-    """A block whose insides are recomputed in backward (``torch.utils.checkpoint``,
-    non-reentrant): only its input is kept.
-
-    The recomputation runs inside autograd's backward, where no torch-function mode of the
-    forward is active: the target's program (:func:`target_program`) is entered again inside
-    the recomputed function, so the recomputation dispatches attention as the forward did."""
-
-    def __init__(self, block: nn.Module) -> None:
-        super().__init__()
-        self.block = block
-
-    def _run(self, x: torch.Tensor, target: Target | None) -> torch.Tensor:
-        with recomputation():
-            if target is None:
-                return cast(torch.Tensor, self.block(x))
-            with target_program(target):
-                return cast(torch.Tensor, self.block(x))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return cast(torch.Tensor, checkpoint(self._run, x, active_target(),
-                                             use_reentrant=False))
-
-
-def checkpoint_in_target(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``torch.utils.checkpoint`` (non-reentrant) of ``function`` whose recomputation enters
-    the forward's target program again, as :class:`CheckpointedBlock` does: what transformers'
-    layers call as their checkpointing function under ``--checkpoint``."""
-    target = active_target()
-
-    def run(*inner: Any, **named: Any) -> Any:
-        with recomputation():
-            if target is None:
-                return function(*inner, **named)
-            with target_program(target):
-                return function(*inner, **named)
-
-    return checkpoint(run, *args, use_reentrant=False, **kwargs)
-
-
-def checkpoint_hf_layers(model: nn.Module) -> nn.Module:
-    """transformers' own activation checkpointing of every layer, recomputed in the target's
-    program (:func:`checkpoint_in_target`)."""
-    if not getattr(model, "supports_gradient_checkpointing", False):
-        raise InputError(f"--checkpoint: transformers' {type(model).__name__} does not support "
-                         "activation checkpointing")
-    enable: Callable[[], None] = getattr(model, "activation_checkpointing_enable", None) or \
-        getattr(model, "gradient_checkpointing_enable")  # noqa: B009  # transformers < 5
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        enable()
-    for module in model.modules():
-        if hasattr(module, "_gradient_checkpointing_func"):
-            setattr(module, "_gradient_checkpointing_func", checkpoint_in_target)  # noqa: B010
-    return model
-
-
-def checkpoint_blocks(model: nn.Module) -> nn.Module:
-    """Wrap every entry of ``model.blocks`` in :class:`CheckpointedBlock`, in place."""
-    blocks = getattr(model, "blocks", None)
-    if not isinstance(blocks, nn.ModuleList):
-        raise InputError(f"{type(model).__name__} has no .blocks list to checkpoint")
-    for i, block in enumerate(blocks):
-        blocks[i] = CheckpointedBlock(block)
-    return model
 
 
 def lm_loss(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
