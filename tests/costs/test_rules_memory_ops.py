@@ -20,7 +20,8 @@ VIEWS = ("view", "_unsafe_view", "reshape", "_reshape_alias", "alias", "detach",
          "conj", "_conj", "_neg_view", "resolve_conj", "resolve_neg", "is_same_size",
          "_has_compatible_shallow_copy_type")
 COPIES = ("_to_copy", "clone", "contiguous", "cat", "stack", "index", "index_select",
-          "gather", "repeat", "repeat_interleave", "constant_pad_nd", "slice_backward", "select_backward",
+          "gather", "repeat", "repeat_interleave", "constant_pad_nd", "slice_backward",
+          "select_backward",
           "slice_scatter", "select_scatter", "as_strided_scatter", "masked_select", "flip",
           "roll", "expand_copy", "permute_copy", "view_copy", "_unsafe_index", "index_put",
           "_index_put_impl", "scatter", "masked_scatter", "lift", "_pin_memory", "to")

@@ -37,10 +37,10 @@ from tensorledger.workload import (
 )
 from tensorledger.workload.params import active_params, model_params
 from tensorledger.workload.routed import RoutedMode
-from tensorledger.workload.step import routed
 from tensorledger.workload.routing import Routing
 from tensorledger.workload.source import ModelSource
 from tensorledger.workload.spec import Workload
+from tensorledger.workload.step import routed
 
 B, S = 2, 12
 T = B * S  # 24 tokens
