@@ -9,10 +9,6 @@ with ``within=Layout(cp=2)``).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,21 +24,14 @@ from tests.distributed.cp_pipeline_torchrun import (
     SEQ,
     result_of,
 )
+from tests.distributed.launch import torchrun
 
 SCRIPT = Path(__file__).with_name("cp_pipeline_torchrun.py")
 TINY = get_preset("tiny")
 
 
 def _launch(out: Path) -> list[dict[str, Any]]:
-    root = Path(__file__).resolve().parents[2]
-    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-         str(PP * CP), str(SCRIPT), str(out)], capture_output=True, text=True, timeout=240,
-        env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return [json.loads((out / f"cp-pp.rank{r}.json").read_text()) for r in range(PP * CP)]
+    return torchrun(SCRIPT, out, PP * CP, ["cp-pp"])["cp-pp"]
 
 
 def test_real_cp_pipeline_ranks_match_the_fake_prediction(tmp_path: Path) -> None:

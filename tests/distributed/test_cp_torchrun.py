@@ -10,10 +10,6 @@ does when the target is this CPU.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +20,7 @@ from tensorledger.models import build_model, get_preset
 from tensorledger.workload.layout import Layout
 from tensorledger.workload.parallel import trace_parallel_step
 from tests.distributed.cp_torchrun import CP_LAYOUTS, TOKENS_SHAPE
+from tests.distributed.launch import torchrun
 from tests.distributed.parallel_torchrun import summary
 
 SCRIPT = Path(__file__).with_name("cp_torchrun.py")
@@ -31,16 +28,7 @@ TINY = get_preset("tiny")
 
 
 def _launch(out: Path, ranks: int) -> dict[str, list[dict[str, Any]]]:
-    root = Path(__file__).resolve().parents[2]
-    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-         str(ranks), str(SCRIPT), str(out)], capture_output=True, text=True, timeout=240,
-        env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return {name: [json.loads((out / f"{name}.rank{r}.json").read_text()) for r in range(ranks)]
-            for name in CP_LAYOUTS[ranks]}
+    return torchrun(SCRIPT, out, ranks, CP_LAYOUTS[ranks])
 
 
 @pytest.mark.parametrize("ranks", sorted(CP_LAYOUTS))

@@ -12,10 +12,6 @@ its own.)
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +29,7 @@ from tests.distributed.ep_torchrun import (
     routed,
     summary,
 )
+from tests.distributed.launch import torchrun
 
 pytest.importorskip("transformers")
 
@@ -41,16 +38,7 @@ F32 = 4
 
 
 def _launch(out: Path, ranks: int) -> dict[str, list[dict[str, Any]]]:
-    root = Path(__file__).resolve().parents[2]
-    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-         str(ranks), str(SCRIPT), str(out)], capture_output=True, text=True, timeout=240,
-        env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return {name: [json.loads((out / f"{name}.rank{r}.json").read_text()) for r in range(ranks)]
-            for name in EP_LAYOUTS[ranks]}
+    return torchrun(SCRIPT, out, ranks, EP_LAYOUTS[ranks])
 
 
 def _fake(layout: Layout) -> dict[str, Any]:

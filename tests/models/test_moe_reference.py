@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from tensorledger.models import build_model, parameter_parts
 from tensorledger.models.moe import MoE
@@ -29,8 +28,6 @@ from tensorledger.napkin.transformer import (
     preset_summaries,
 )
 from tensorledger.workload import (
-    placement,
-    prepare,
     resolve_routing,
     resolve_workload,
     trace_workload,
@@ -40,7 +37,7 @@ from tensorledger.workload.routed import RoutedMode
 from tensorledger.workload.routing import Routing
 from tensorledger.workload.source import ModelSource
 from tensorledger.workload.spec import Workload
-from tensorledger.workload.step import routed
+from tests.workload.test_moe_routing import real_cpu_flops  # FlopCounterMode, routed alike
 
 B, S = 2, 12
 T = B * S  # 24 tokens
@@ -82,17 +79,6 @@ def _matmul_by_op(run: Any) -> dict[str, int]:
         if r.category == "matmul":
             ours[r.op.rsplit(".", 1)[0]] += r.flops
     return dict(ours)
-
-
-def _real_flops(work: Workload) -> dict[str, int]:
-    """torch's FlopCounterMode over a real CPU step of ``work``, routed as it states."""
-    real = work.on_device("cpu")
-    torch.manual_seed(0)
-    with placement("cpu") as target, routed(real):
-        step = prepare(real, target)
-        with FlopCounterMode(display=False) as oracle:
-            step.run()
-    return {str(op): n for op, n in oracle.get_flop_counts()["Global"].items()}
 
 
 # ------------------------------------------------------------------------------ parameters
@@ -236,7 +222,7 @@ def test_flops_equal_flopcountermode_on_a_real_step_with_the_same_histogram(
     work = _work(_tiny(experts_impl=impl, capacity_factor=capacity),
                  routing=resolve_routing(str(histogram)))
     fake = trace_workload(work)
-    assert _matmul_by_op(fake) == _real_flops(work)
+    assert _matmul_by_op(fake) == real_cpu_flops(work)
     real = trace_workload(work.on_device("cpu"))
     assert _matmul_by_op(real) == _matmul_by_op(fake)
 

@@ -187,7 +187,7 @@ def test_bad_routing_is_refused_with_what_would_be_right(tmp_path: Path) -> None
 # ------------------------------------------------------------- HF MoE models, fake vs real
 
 
-def _real_cpu_flops(work: Workload) -> dict[str, int]:
+def real_cpu_flops(work: Workload) -> dict[str, int]:
     """FlopCounterMode over a real CPU step of ``work``, routed as it states."""
     real = work.on_device("cpu")
     torch.manual_seed(0)
@@ -211,7 +211,7 @@ def test_balanced_flops_equal_the_closed_form_and_a_real_routed_step(tmp_path: P
     for r in fake.trace.records:
         if r.category == "matmul":
             ours[r.op.rsplit(".", 1)[0]] += r.flops
-    assert dict(ours) == _real_cpu_flops(work)
+    assert dict(ours) == real_cpu_flops(work)
     # the tool's own trace of the real step, every op: the same records, data-dependent
     # ones (nonzero, where, the loop over the experts hit) of the same sizes.  But torch's
     # one_hot, written two ways: with real values it checks their range (aminmax, .item())
