@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 
 import pytest
 
@@ -15,28 +14,10 @@ from tensorledger.hardware.kernels import nearest_attention_curve
 from tensorledger.roofline import predict_op
 from tensorledger.roofline.kernel_rates import cast_of, op_precision
 from tensorledger.roofline.model import cost_class
+from tests.roofline.test_model import Op  # the op record the time model reads
 
 SDPA = "aten._scaled_dot_product_flash_attention_for_cpu.default"
 SDPA_BACKWARD = "aten._scaled_dot_product_flash_attention_for_cpu_backward.default"
-
-
-@dataclass(frozen=True)
-class Op:
-    op: str
-    category: str
-    flops: int
-    bytes_read: int
-    bytes_written: int
-    input_dtypes: tuple[str, ...] = ("bf16",)
-    output_dtypes: tuple[str, ...] = ("bf16",)
-    module: str = ""
-    phase: str = "forward"
-    input_shapes: tuple[tuple[int, ...], ...] = ()
-    causal_halved: int | None = None
-
-    @property
-    def flops_causal_halved(self) -> int:
-        return self.flops if self.causal_halved is None else self.causal_halved
 
 
 def _chip(**curves: tuple[tuple[float, float], ...]) -> Hardware:

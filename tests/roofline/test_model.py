@@ -30,10 +30,12 @@ class Op:
     output_dtypes: tuple[str, ...] = ("bf16",)
     module: str = ""
     phase: str = "forward"
+    input_shapes: tuple[tuple[int, ...], ...] = ()
+    causal_halved: int | None = None  # an attention op's FLOPs with the causal half left out
 
     @property
     def flops_causal_halved(self) -> int:
-        return self.flops
+        return self.flops if self.causal_halved is None else self.causal_halved
 
 
 def test_matmul_runs_at_the_tensor_core_peak() -> None:
