@@ -186,6 +186,11 @@ class LargestModelWithActivations:
     top_k: int = 1
     active_params: float | None = None  # a mixture of experts: what a token runs
 
+    @property
+    def layer_params_per_d2(self) -> int:
+        """A layer's parameters over d²: 4 (attention) + 8 for each expert's MLP."""
+        return _layer_params(self.experts)
+
     def __repr__(self) -> str:  # pragma: no mutate block (presentation: the summary line)
         return summary("LargestModelWithActivations", f"{self.count:,} × {self.hardware}",
                        f"batch {self.batch} × {self.seq_len}",

@@ -51,6 +51,11 @@ class ParameterCount:
         """Part name → its fraction of the total."""
         return {part: n / self.total_params for part, n in self.parts().items()}
 
+    @property
+    def active_share(self) -> float | None:
+        """The active parameters' fraction of the total (None: not a mixture of experts)."""
+        return None if self.active_params is None else self.active_params / self.total_params
+
 
 def _norm_params(config: TransformerConfig) -> int:
     # LayerNorm has a scale and, with bias, a shift; RMSNorm only a scale.

@@ -75,8 +75,7 @@ def account_view(ledger: Ledger) -> View:
                              ledger.roofline.by_category))
     view.append(f"on {ledger.count} device(s), stepping together:")
     view += step_lines(ledger.roofline, (ledger.cluster_tokens_per_s,
-                                         ledger.cluster_bound_tokens_per_s),
-                       recomputed=ledger.cluster is not None and ledger.cluster.recomputed)
+                                         ledger.cluster_bound_tokens_per_s))
     if ledger.cluster is not None:
         view += cluster_lines(ledger.cluster)
     view += serving_lines(ledger.serving, ledger.step)

@@ -93,12 +93,7 @@ def memory_view(ledger: Any) -> View:
                     "bf16 input alone); the measured figure stands alone")
     offload = ledger.offload
     if offload is not None:
-        there, back = offload.to_host_s, offload.to_device_s
-        priced = (f"over the host link ({offload.host_link}, "
-                  f"{format_bytes(offload.host_link_bytes_per_s or 0, 'auto')}/s per direction):"
-                  f" {format_duration(there)} and {format_duration(back)}, unless overlapped "
-                  "with compute" if there is not None and back is not None else
-                  f"not priced ({offload.host_link})")
+        priced = _host_link_priced(offload, offload.to_host_s, offload.to_device_s)
         view.append(f"activations offloaded (torch's save_on_cpu, every saved tensor, weights "
                     f"included): {_b(ledger.host_peak_bytes)} at most in host memory, apart from"
                     f" the device's; {format_bytes(offload.to_host_bytes, 'auto')} to the host in"
@@ -125,15 +120,20 @@ def memory_view(ledger: Any) -> View:
     return view
 
 
+def _host_link_priced(moved: Any, there: float | None, back: float | None) -> str:
+    """The two copies' times over the host link, or why they are not priced."""
+    if there is None or back is None:
+        return f"not priced ({moved.host_link})"
+    return (f"over the host link ({moved.host_link}, "
+            f"{format_bytes(moved.host_link_bytes_per_s or 0, 'auto')}/s per direction): "
+            f"{format_duration(there)} and {format_duration(back)}, unless overlapped with "
+            "compute")
+
+
 def param_offload_line(ledger: Any, shards: Any) -> str:
     """What ``--offload params`` (FSDP2's CPUOffloadPolicy) keeps on the host, moves each step
     and runs on the host's CPU."""
-    there, back = shards.to_device_s, shards.to_host_s
-    priced = (f"over the host link ({shards.host_link}, "
-              f"{format_bytes(shards.host_link_bytes_per_s or 0, 'auto')}/s per direction): "
-              f"{format_duration(there)} and {format_duration(back)}, unless overlapped with "
-              "compute" if there is not None and back is not None else
-              f"not priced ({shards.host_link})")
+    priced = _host_link_priced(shards, shards.to_device_s, shards.to_host_s)
     return (f"parameters offloaded (FSDP2's CPUOffloadPolicy): parameters, gradients and "
             f"optimizer state in host memory (the breakdown's; {_b(ledger.host_peak_bytes)} at "
             f"most there, the optimizer step's "

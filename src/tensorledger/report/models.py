@@ -72,7 +72,7 @@ def _parts_table(count: ParameterCount) -> Table:
     table.add_row("total", f"{count.total_params:,}", "100.0%", style="bold")
     if count.active_params is not None:
         table.add_row("active per token", f"{count.active_params:,}",
-                      f"{count.active_params / count.total_params:.1%}")
+                      f"{count.active_share:.1%}")
     return table
 
 

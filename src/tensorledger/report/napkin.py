@@ -102,7 +102,7 @@ def largest_model_with_activations_view(result: LargestModelWithActivations) -> 
         f"{format_count(result.params_without_activations)} without activations"
         + _fit_active(result.active_params),
         f"note: a model of d_model = {result.aspect}·L ({result.n_layers:.1f} layers of "
-        f"{result.d_model:,.0f}), {4 + 8 * result.experts}·L·d² parameters"
+        f"{result.d_model:,.0f}), {result.layer_params_per_d2}·L·d² parameters"
         + (f" ({result.experts} experts, top-{result.top_k})" if result.experts > 1 else "")
         + ", memory pooled over the devices (ZeRO-3 with the batch split over them); flash "
         "attention",

@@ -64,11 +64,9 @@ def totals_table(title: str, totals: Sequence[TimeTotal] | Sequence[ModuleTime],
 
 
 def prediction_view(prediction: RooflinePrediction,
-                    modules: Sequence[ModuleTime] | None = None,
-                    recomputed: bool = False) -> View:
+                    modules: Sequence[ModuleTime] | None = None) -> View:
     """The tables and the step line; ``modules``: the by-module rows, repeated modules grouped
-    (``module_times``), else the prediction's own; ``recomputed``: the step recomputes its
-    forward, so its utilisation is named HFU."""
+    (``module_times``), else the prediction's own."""
     lines: View = [
         totals_table("Predicted time by category", prediction.by_category),
         totals_table("by phase", prediction.by_phase),
@@ -76,19 +74,19 @@ def prediction_view(prediction: RooflinePrediction,
                      prediction.by_module if modules is None else modules, 8),
         f"{format_sci(prediction.flops)} FLOPs and {format_bytes(prediction.bytes)} moved per "
         f"step on {prediction.hardware}",
-        *step_lines(prediction, recomputed=recomputed),
+        *step_lines(prediction),
     ]
     return lines
 
 
 def step_lines(prediction: RooflinePrediction,
-               tokens_per_s: tuple[float | None, float | None] | None = None, *,
-               recomputed: bool = False) -> list[str]:
+               tokens_per_s: tuple[float | None, float | None] | None = None
+               ) -> list[str]:
     """The step's two figures, each with its MFU and tokens/s: the expected time (and what it
     rests on) and the roofline bound; ``tokens_per_s`` (expected, bound) replaces the
     prediction's own (a cluster's).  MFU counts the model's FLOPs; where the trace holds a
-    recomputed forward (``recomputed``: the step checkpoints) the hardware FLOPs utilisation,
-    every FLOP that ran, is named HFU beside it."""
+    checkpoint's recomputed forward the hardware FLOPs utilisation, every FLOP that ran, is
+    named HFU beside it."""
     expected, bound = tokens_per_s or (prediction.tokens_per_s, prediction.ideal_tokens_per_s)
 
     def rate(value: float | None) -> str:
@@ -97,7 +95,7 @@ def step_lines(prediction: RooflinePrediction,
     peak = f"the dense {prediction.mfu_peak_key} peak"
 
     def utilisation(model: float, hardware: float) -> str:
-        if not (recomputed or prediction.recomputed_flops):
+        if not prediction.recomputed_flops:
             return f"MFU {format_sci(hardware, 3)}"
         return (f"MFU {format_sci(model, 3)}, HFU (the recomputed forward counted) "
                 f"{format_sci(hardware, 3)}")
@@ -300,8 +298,7 @@ def roofline_run_view(run: RooflineRun) -> View:
                   f"{run.seq} ({run.tokens} tokens), {run.precision}, traced on {run.device}; "
                   f"hardware {run.prediction.hardware}",
                   *([run.routing] if run.routing else []),
-                  *prediction_view(run.prediction, run.modules,
-                                   run.cluster is not None and run.cluster.recomputed),
+                  *prediction_view(run.prediction, run.modules),
                   *layout_lines(run), *serving_lines(run.serving, run.step)]
     if run.uncovered:
         view.append("ops with no cost rule (counted as 0 FLOPs, 0 bytes): " + ", ".join(

@@ -264,28 +264,28 @@ def _tied_keeper(model: nn.Module) -> Callable[..., None] | None:
     return retie
 
 
+def _shard_beside(layout: Layout, mesh: DeviceMesh, other: str) -> DeviceMesh:
+    """The data-parallel (sub)mesh with the ``other`` dimension (cp or ep, whose ranks see
+    different tokens) joined to the shard dimension: fsdp and it flattened into one, beside dp
+    under HSDP."""
+    if layout.fsdp == 1:
+        return mesh["dp", other] if layout.strategy == "hsdp" else mesh[other]
+    flat = mesh["fsdp", other]._flatten(f"fsdp_{other}")
+    if layout.strategy != "hsdp":
+        return flat
+    with warnings.catch_warnings():  # torch's own way to HSDP beside it, for now
+        warnings.filterwarnings("ignore", "Slicing a flattened dim", UserWarning)
+        return mesh["dp", f"fsdp_{other}"]
+
+
 def _data_parallel_mesh(layout: Layout, mesh: DeviceMesh) -> DeviceMesh:
     """The (sub)mesh the data-parallel part runs on: dp and fsdp together for HSDP; with
     context parallelism, fsdp and cp flattened into one shard dimension (torchtitan's
     ``dp_shard_cp``): the cp ranks' gradients are of different tokens and are reduced too."""
     if layout.ep > 1:  # the ep ranks run their own batches: data-parallel to the non-experts
-        if layout.fsdp == 1:
-            return mesh["ep"]
-        flat = mesh["fsdp", "ep"]._flatten("fsdp_ep")
-        if layout.strategy != "hsdp":
-            return flat
-        with warnings.catch_warnings():  # torch's own way to HSDP beside it, for now
-            warnings.filterwarnings("ignore", "Slicing a flattened dim", UserWarning)
-            return mesh["dp", "fsdp_ep"]
+        return _shard_beside(layout, mesh, "ep")
     if layout.cp > 1:
-        if layout.fsdp == 1:
-            return mesh["dp", "cp"] if layout.strategy == "hsdp" else mesh["cp"]
-        flat = mesh["fsdp", "cp"]._flatten("fsdp_cp")
-        if layout.strategy != "hsdp":
-            return flat
-        with warnings.catch_warnings():  # torch's own way to HSDP beside it, for now
-            warnings.filterwarnings("ignore", "Slicing a flattened dim", UserWarning)
-            return mesh["dp", "fsdp_cp"]
+        return _shard_beside(layout, mesh, "cp")
     if layout.strategy == "hsdp":
         return mesh["dp", "fsdp"]
     return mesh["fsdp" if layout.fsdp > 1 else "dp"]
