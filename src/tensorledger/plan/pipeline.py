@@ -155,16 +155,29 @@ def stage_splits(layers: int, stages: int) -> tuple[tuple[int, ...], ...]:
         return ()
     splits = [balanced_cut(layers, stages)]
     for first, last in ((1, 1), (0, 1)):
-        rest = layers + first + last
-        if stages < 2 or rest % stages:
-            continue
-        even = rest // stages
-        cut = [even] * stages
-        cut[0] -= first
-        cut[-1] -= last
-        if min(cut) >= 1:
-            splits.append(tuple(cut))
+        cut = shorter_ends_cut(layers, stages, first, last)
+        if cut is not None and min(cut) >= 1:
+            splits.append(cut)
     return tuple(dict.fromkeys(splits))
+
+
+def shorter_ends_cut(layers: int, stages: int, first: int, last: int
+                     ) -> tuple[int, ...] | None:
+    """``layers`` blocks over ``stages`` stages, the first ``first`` and the last ``last``
+    blocks shorter than the others, the rest even (torchtitan's ``*_stage_less_layers``);
+    None where they do not divide (or one stage).  A stage may come out empty: the caller
+    says what that means.
+
+    >>> shorter_ends_cut(10, 4, 1, 1), shorter_ends_cut(9, 4, 1, 1)
+    ((2, 3, 3, 2), None)
+    """
+    rest = layers + first + last
+    if stages < 2 or rest % stages:
+        return None
+    cut = [rest // stages] * stages
+    cut[0] -= first
+    cut[-1] -= last
+    return tuple(cut)
 
 
 def balanced_cut(layers: int, stages: int) -> tuple[int, ...]:

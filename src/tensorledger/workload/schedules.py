@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from tensorledger.errors import InputError
+from tensorledger.plan.pipeline import shorter_ends_cut
 
 __all__ = ["Schedule", "StageLayers", "check_schedule", "resolve_schedule"]
 
@@ -179,15 +180,12 @@ class StageLayers:
         if self.given:
             counts = self._expanded(stages)
         else:
-            rest = layers + self.first_less + self.last_less
-            if stages == 1 or rest % stages:
+            cut = shorter_ends_cut(layers, stages, self.first_less, self.last_less)
+            if cut is None:
                 raise InputError(f"{layers} layers do not split into {stages} stages with the "
                                  f"first {self.first_less} and the last {self.last_less} "
                                  f"shorter; give the counts (--stage-layers 7,8,...,8,7)")
-            even = rest // stages
-            counts = [even] * stages
-            counts[0] -= self.first_less
-            counts[-1] -= self.last_less
+            counts = list(cut)
             if min(counts) < 1:
                 raise InputError(f"--stage-layers leaves a stage with no block: "
                                  f"{_listed(counts)}")
