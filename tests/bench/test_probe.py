@@ -53,6 +53,7 @@ def test_probe_points_and_peaks(small_probe) -> None:  # type: ignore[no-untyped
     assert not copy.fresh_output and all(p.fresh_output for p in eager)
     assert small_probe.memory_bandwidth_bytes_per_s == max(copy.bytes_per_s, triad.bytes_per_s)
     assert small_probe.op_overhead_s > 0 and small_probe.bare_op_overhead_s > 0
+    assert small_probe.inference_op_overhead_s > 0
     # the eager sweep: 64 KiB, 256 KiB and the 1 MiB main buffer, copy and triad each
     assert [p.buffer_bytes for p in eager] == [2**16, 2**16, 2**18, 2**18, 2**20, 2**20]
     curve = small_probe.curves["bandwidth"]
@@ -79,6 +80,8 @@ def test_profile_round_trips(small_probe, tmp_path: Path) -> None:  # type: igno
     assert dict(chip.dense_flop_per_s) == small_probe.dense_flop_per_s
     assert chip.memory_bandwidth_bytes_per_s == small_probe.memory_bandwidth_bytes_per_s
     assert chip.op_overhead_s == pytest.approx(small_probe.op_overhead_s, rel=1e-12)
+    assert chip.inference_op_overhead_s == pytest.approx(small_probe.inference_op_overhead_s,
+                                                         rel=1e-12)
     assert chip.memory_bytes == small_probe.memory_bytes
     assert dict(chip.curves) == small_probe.curves
 

@@ -79,7 +79,7 @@ def test_a_noisy_clock_marks_or_sets_aside_every_figure(tmp_path: Path) -> None:
                    for name in result.curves)
     labels = [u.split(" (spread")[0] for u in result.unreliable]
     assert labels == ["copy bandwidth 65536 B", "triad bandwidth 65536 B", "one bare op",
-                      "per-op overhead"]
+                      "per-op overhead", "per-op overhead, inference"]
     assert all(float(u.rsplit("spread ", 1)[1].rstrip("%)")) > 10 for u in result.unreliable)
     path = tmp_path / "local.toml"
     path.write_text(profile_toml(result))

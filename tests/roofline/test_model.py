@@ -71,6 +71,35 @@ def test_views_are_free_and_overhead_is_added() -> None:
     assert predict_op(0, view, slow).bound == "overhead"
 
 
+def test_a_forward_only_step_takes_the_probed_per_op_cost_of_inference() -> None:
+    # a probed profile: 2.5 µs an op of a training step, 2 µs an op of a forward under no_grad
+    probed = dataclasses.replace(H100, op_overhead_s=2.5e-6, inference_op_overhead_s=2e-6)
+    view = Op("aten.view.default", "view", 0, 0, 0)
+    decode = predict([view] * 10, probed)
+    assert decode.time_s == pytest.approx(10 * 2e-6)  # 10 views of a decode step
+    train = predict([view] * 9 + [dataclasses.replace(view, phase="backward")], probed)
+    assert train.time_s == pytest.approx(10 * 2.5e-6)  # one backward op: a training step
+    # a profile without the inference figure prices both at the training step's
+    assert predict([view] * 10, dataclasses.replace(probed, inference_op_overhead_s=0.0)
+                   ).time_s == pytest.approx(10 * 2.5e-6)
+
+
+def test_a_cast_beyond_the_probed_sizes_slows_as_the_bandwidth_curve_does() -> None:
+    # casts probed up to 16 MB at 8 GB/s; the fp32 copy curve falls from 40 GB/s at 16 MB to
+    # 10 GB/s at 240 MB: a 240 MB cast (GPT-2's 154 MB table read, 77 MB written, about)
+    # streams at 8 · 10 / 40 = 2 GB/s, not at the 16 MB rate
+    probed = dataclasses.replace(H100, curves={
+        "bandwidth": ((16e6, 40e9), (240e6, 10e9)),
+        "cast.fp32-bf16": ((1e6, 4e9), (16e6, 8e9))})
+    cast = Op("aten._to_copy.default", "copy", 0, 160_000_000, 80_000_000,
+              input_dtypes=("fp32",), output_dtypes=("bf16",))
+    assert predict_op(0, cast, probed).memory_time_s == pytest.approx(240e6 / 2e9)
+    within = dataclasses.replace(cast, bytes_read=8_000_000, bytes_written=4_000_000)
+    # 12 MB, inside the probed sizes: the cast curve alone, log-log between 1 and 16 MB
+    rate = math.exp(math.log(4e9) + math.log(12) / math.log(16) * math.log(2))
+    assert predict_op(0, within, probed).memory_time_s == pytest.approx(12e6 / rate)
+
+
 def test_step_totals_and_mfu() -> None:
     ops = [Op("aten.mm.default", "matmul", 2 * 512**3, 3 * 512 * 512 * 2, 0, module="a"),
            Op("aten.relu.default", "elementwise", 512 * 512, 2 * 512 * 512, 2 * 512 * 512,

@@ -8,9 +8,11 @@
   new tensor and reads inputs last touched long before (rotating through twice the
   last-level cache).  That sweep is the bandwidth curve the roofline uses (for every op but
   an optimizer's elementwise updates in place: ``roofline.model.updates_in_place``);
-- per-op overhead: the time per aten op of a training step on tiny tensors (a stack of 4×4
-  linear layers and ReLUs, forward and backward), where the kernels cost nothing and what is
-  left is dispatch, autograd and module calls; beside it the bare cost of one op.
+- per-op overhead: the time per aten op of a training step on tiny tensors (the reference
+  Transformer at width 8, forward and backward: ``OVERHEAD_MODEL``), where the kernels cost
+  nothing and what is left is dispatch, autograd, module calls and einops; apart, per op of
+  its forward under no_grad (what prefill and decode run); beside them the bare cost of one
+  op.
 
 The profile is TOML in the catalog's own format, so ``load_hardware_file`` reads it back.
 
@@ -37,7 +39,7 @@ import itertools
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +60,7 @@ from tensorledger.bench.probe_profile import profile_toml  # re-exported: the pr
 from tensorledger.devices import resolve_device
 from tensorledger.dtypes import resolve_dtype
 from tensorledger.errors import DeviceError
+from tensorledger.napkin.transformer import get_preset
 from tensorledger.summary import show_bytes, show_time, summary
 
 if TYPE_CHECKING:
@@ -99,6 +102,9 @@ class ProbeResult:
     memory_bandwidth_bytes_per_s: float
     op_overhead_s: float  # per op of a training step: dispatch, autograd, module calls
     bare_op_overhead_s: float  # one op on a one-element tensor, no autograd
+    # per op of a forward under no_grad (prefill, decode): module calls and dispatch; 0: not
+    # measured (a result made before this figure was)
+    inference_op_overhead_s: float = 0.0
     matmul: tuple[MatmulPoint, ...] = field(default=())
     attention: tuple[MatmulPoint, ...] = field(default=())  # n is the sequence length
     bandwidth: tuple[BandwidthPoint, ...] = field(default=())
@@ -377,24 +383,40 @@ def _attention_point(timer: _Timer, seq: int, budget_s: float) -> MatmulPoint:
     return MatmulPoint("fp32", seq, flops, result.median_s, flops / result.median_s)
 
 
-def _step_overhead(timer: _Timer, budget_s: float) -> float:
-    """Seconds per traced op of a forward+backward step whose kernels cost next to nothing."""
+#: The model the per-op overhead is timed on: the reference Transformer (einops, RoPE,
+#: RMSNorm, SwiGLU, GQA) at widths where no kernel costs anything, so its time per op is
+#: what a real model's code adds to each op: the module calls, einops' rearranges and
+#: dispatch.  A stack of small Linear and ReLU layers (this probe's first design) ran at 1.5
+#: µs an op on a 2-core EPYC where this model's forward and backward ran at 2.5 µs.
+OVERHEAD_MODEL = replace(get_preset("tiny"), name="probe-overhead", vocab_size=16,
+                         context_length=8, d_model=8, n_layers=2, n_heads=2, n_kv_heads=1,
+                         head_dim=4, d_ff=16)
+
+
+def _step_overhead(timer: _Timer, budget_s: float) -> tuple[float, float]:
+    """Seconds per traced op of a tiny Transformer's forward and backward (a training step),
+    and of its forward under ``no_grad`` (prefill and decode: no autograd graph recorded),
+    whose kernels cost next to nothing (:data:`OVERHEAD_MODEL`)."""
+    from tensorledger.models import build_model
     from tensorledger.trace import trace
 
-    device = timer.device
-    layers: list[torch.nn.Module] = []
-    for _ in range(8):
-        layers += [torch.nn.Linear(4, 4, device=device), torch.nn.ReLU()]
-    model = torch.nn.Sequential(*layers)
-    x = torch.randn(2, 4, device=device)
+    model = build_model(OVERHEAD_MODEL, timer.device)
+    tokens = torch.zeros(1, 4, dtype=torch.long, device=timer.device)
 
     def step() -> None:
-        model(x).sum().backward()
+        model(tokens).sum().backward()
         for parameter in model.parameters():
             parameter.grad = None
 
-    ops = len(trace(step).records)
-    return timer(step, "per-op overhead", budget_s=budget_s).median_s / ops
+    def forward() -> None:
+        with torch.no_grad():
+            model(tokens)
+
+    per_op = []
+    for name, run in (("per-op overhead", step), ("per-op overhead, inference", forward)):
+        ops = len(trace(run).records)
+        per_op.append(timer(run, name, budget_s=budget_s / 2).median_s / ops)
+    return per_op[0], per_op[1]
 
 
 def _bandwidth_label(point: BandwidthPoint) -> str:
@@ -521,7 +543,7 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
     tiny = torch.ones(1, device=dev)
     bare = timer(lambda: torch.add(tiny, tiny), "one bare op", budget_s=budget_s / 2,
                  min_sample_s=1e-4).median_s
-    overhead = _step_overhead(timer, budget_s / 2)
+    overhead, inference = _step_overhead(timer, budget_s / 2)
     # a wide attention or eager-bandwidth point is left out of its curve; of the DRAM
     # bandwidth's two kernels the steady one is kept, or both where both stay wide (the
     # profile cannot do without one), marked unreliable as the overheads are
@@ -547,7 +569,8 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
     return ProbeResult(device=str(dev), name=name, memory_bytes=memory,
                        dense_flop_per_s={resolve_dtype(k).compute: v for k, v in peaks.items()},
                        memory_bandwidth_bytes_per_s=max(p.bytes_per_s for p in warm),
-                       op_overhead_s=overhead, bare_op_overhead_s=bare, matmul=tuple(points),
+                       op_overhead_s=overhead, bare_op_overhead_s=bare,
+                       inference_op_overhead_s=inference, matmul=tuple(points),
                        attention=tuple(attention),
                        bandwidth=(*warm, *eager), skipped=(*skipped, *measured.skipped),
                        curves=curves,

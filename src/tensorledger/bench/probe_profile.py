@@ -29,6 +29,8 @@ def profile_toml(result: ProbeResult, chip_id: str = "local", calibration: str =
         f'memory = "{result.memory_bytes}B"',
         f'memory_bandwidth = "{result.memory_bandwidth_bytes_per_s!r}B/s"',
         f'op_overhead = "{result.op_overhead_s * 1e9!r}ns"',
+        *([f'inference_op_overhead = "{result.inference_op_overhead_s * 1e9!r}ns"']
+          if result.inference_op_overhead_s > 0 else []),
         f'source = "measured by tensorledger probe on {result.device}: best median of a matmul '
         'sweep; bandwidth from copy and triad"',
     ]

@@ -61,8 +61,8 @@ MAX_OP_OVERHEAD_S = 3600.0
 
 _REQUIRED = ("name", "memory", "memory_bandwidth", "dense")
 _OPTIONAL = ("vendor", "aliases", "interconnect", "interconnect_kind", "source", "sparse",
-             "sources", "notes", "op_overhead", "curves", "expected", "unreliable",
-             "calibration", "compute_capability", "host_link", "host_link_kind")
+             "sources", "notes", "op_overhead", "inference_op_overhead", "curves", "expected",
+             "unreliable", "calibration", "compute_capability", "host_link", "host_link_kind")
 _EXPECTED_KEYS = ("matmul", "attention", "memory_bandwidth", "op_overhead", "source", "sources")
 #: The node topology of a chip (each optional; a collective needs the ones its group uses):
 #: bandwidths are per device and per direction, latencies per hop of a ring.
@@ -277,6 +277,9 @@ def _chip(chip: str, raw: Any, where: str, origin: str) -> Hardware:
         op_overhead_s=0.0 if "op_overhead" not in raw else _number(
             chip, "op_overhead", raw["op_overhead"], parse_duration, where, low=1e-12,
             high=MAX_OP_OVERHEAD_S, example='"5us"'),
+        inference_op_overhead_s=0.0 if "inference_op_overhead" not in raw else _number(
+            chip, "inference_op_overhead", raw["inference_op_overhead"], parse_duration, where,
+            low=1e-12, high=MAX_OP_OVERHEAD_S, example='"5us"'),
         curves=_curves(chip, raw.get("curves", {}), where),
         efficiency=None if "expected" not in raw else _efficiency(chip, raw["expected"], where),
         unreliable=_unreliable(chip, raw.get("unreliable", []), where) + (

@@ -176,6 +176,9 @@ class Hardware:
     origin: str = "catalog"
     notes: str = ""
     op_overhead_s: float = 0.0  # fixed cost per op (launch, dispatch); measured by the probe
+    # the same, per op of a forward under no_grad (prefill, decode), where no autograd graph
+    # is recorded; measured by the probe; 0: ``op_overhead_s`` throughout
+    inference_op_overhead_s: float = 0.0
     # Measured rates by problem size, from the probe: "matmul.fp32" → ((flops, flop_per_s),
     # ...), "attention.fp32" likewise, "bandwidth" → ((bytes, bytes_per_s), ...); the
     # kernels a recipe runs beyond them by dtype in ``hardware.kernels``' names.  Small
@@ -247,6 +250,20 @@ class Hardware:
         if self.op_overhead_s > 0 or self.efficiency is None:
             return self.op_overhead_s
         return self.efficiency.op_overhead_s
+
+    def op_overhead_for(self, *, inference: bool) -> float:
+        """:attr:`expected_op_overhead_s`, or of an ``inference`` step (a forward under
+        no_grad) the probed :attr:`inference_op_overhead_s` where there is one.
+
+        >>> chip = Hardware(id="x", name="x", memory_bytes=1, memory_bandwidth_bytes_per_s=1.0,
+        ...                 dense_flop_per_s={"fp32": 1.0}, op_overhead_s=2.5e-6,
+        ...                 inference_op_overhead_s=2e-6)
+        >>> chip.op_overhead_for(inference=True), chip.op_overhead_for(inference=False)
+        (2e-06, 2.5e-06)
+        """
+        if inference and self.inference_op_overhead_s > 0:
+            return self.inference_op_overhead_s
+        return self.expected_op_overhead_s
 
     def __repr__(self) -> str:
         return summary("Hardware", repr(self.id), self.name, show_bytes(self.memory_bytes),

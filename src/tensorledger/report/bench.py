@@ -51,8 +51,11 @@ def probe_view(result: ProbeResult, path: str) -> View:
         table.add_row(f"{bw.kernel}{' (new output)' if bw.fresh_output else ' (warm)'}",
                       format_bytes(bw.buffer_bytes, "auto-binary"),
                       format_duration(bw.median_s), format_bandwidth(bw.bytes_per_s))
-    table.add_row("per-op overhead in a step", "4×4 layers", format_duration(result.op_overhead_s),
-                  "")
+    table.add_row("per-op overhead in a training step", "Transformer d 8, 2 layers",
+                  format_duration(result.op_overhead_s), "")
+    if result.inference_op_overhead_s > 0:
+        table.add_row("per-op overhead in a forward under no_grad", "Transformer d 8, 2 layers",
+                      format_duration(result.inference_op_overhead_s), "")
     table.add_row("one bare op", "1 element", format_duration(result.bare_op_overhead_s), "")
     lines: View = [table]
     peaks = ", ".join(f"{k} {format_flop_rate(v)}" for k, v in result.dense_flop_per_s.items())

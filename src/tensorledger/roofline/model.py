@@ -213,11 +213,14 @@ def _predict_collective(index: int, op: OpLike, collective: Any, hardware: Hardw
 
 def predict_op(index: int, op: OpLike, hardware: Hardware,
                footprint: float | None = None,
-               group_footprint: float | None = None) -> OpPrediction:
+               group_footprint: float | None = None, *, inference: bool = False
+               ) -> OpPrediction:
     """One op's prediction; ``footprint``: the mean bytes an op of its step moves, which a
     calibrated profile prices the cost of entering an op by; ``group_footprint``: the mean
     bytes an op of its phase group moves (``Calibration.group``), which it prices the time
-    between ops by (``footprint`` where not given)."""
+    between ops by (``footprint`` where not given); ``inference``: the op is of a forward
+    under no_grad, whose per-op cost a probed profile measures apart
+    (``Hardware.op_overhead_for``)."""
     collective = getattr(op, "collective", None)
     if collective is not None and collective.kind in _LINK_KINDS:
         return _predict_collective(index, op, collective, hardware)
@@ -246,7 +249,7 @@ def predict_op(index: int, op: OpLike, hardware: Hardware,
     streamed = (None if in_place or op.category in TENSOR_CORE_CATEGORIES
                 else stream_rate(op, hardware, moved))  # a cast's, a bf16 op's own curve
     memory = moved / (streamed or hardware.expected_bandwidth(moved, in_place=in_place))
-    overhead = hardware.expected_op_overhead_s
+    overhead = hardware.op_overhead_for(inference=inference)
     between = 0.0
     if op.category == "view" and hardware.expected_basis == "efficiencies":
         overhead = 0.0  # no kernel to launch; its dispatch overlaps the GPU's queued work
@@ -374,8 +377,11 @@ def _totals(ops: Sequence[OpPrediction], key: Callable[[OpPrediction], str]
 def predict(records: Iterable[OpLike], hardware: Hardware, *, tokens: int | None = None,
             mfu_dtype: str | None = None) -> RooflinePrediction:
     """Predicted time of every op and of the step; MFU against ``mfu_dtype``'s peak (by
-    default the matrix peak most of the step's matmul FLOPs ran at)."""
+    default the matrix peak most of the step's matmul FLOPs ran at).  A step of forward ops
+    alone is an inference step (the workload runs it under no_grad), its ops priced at the
+    profile's per-op cost of inference."""
     records = tuple(records)
+    inference = all(r.phase == "forward" for r in records)
     footprint: float | None = None
     by_phase: dict[str, float | None] = {}  # a phase → the footprint of its group's ops
     if hardware.calibration is not None:
@@ -386,7 +392,8 @@ def predict(records: Iterable[OpLike], hardware: Hardware, *, tokens: int | None
             moved[group(r.phase)].append(r.bytes_read + r.bytes_written)
         by_group = {name: step_footprint(found) for name, found in moved.items()}
         by_phase = {phase: by_group[group(phase)] for phase in {r.phase for r in records}}
-    ops = tuple(predict_op(i, r, hardware, footprint, by_phase.get(r.phase))
+    ops = tuple(predict_op(i, r, hardware, footprint, by_phase.get(r.phase),
+                           inference=inference)
                 for i, r in enumerate(records))
     time_s = sum(o.time_s for o in ops)
     flops = sum(o.flops for o in ops)
