@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -66,55 +65,6 @@ def summary(trace: Any) -> dict[str, Any]:
     }
 
 
-#: Ops at which the main thread has waited for a collective (FSDP2's ``work.wait()`` shows
-#: no op; its copy-out follows it)
-_COMPLETIONS = frozenset({"_c10d_functional.wait_tensor.default",
-                          "fsdp.split_with_sizes_copy.default"})
-_SETTLE_OPS = 4
-_SETTLE_S = 0.01
-
-
-def _gloo_recorder() -> Any:
-    """A recorder for real gloo ranks: gloo's reduce-scatter reduces a copy of its input that
-    it makes inside the collective's kernel, where no dispatch mode sees it, and when it
-    completes cuts its own chunk out of it (``split`` + ``copy_``, which the mode does see).
-    Met first there, that copy would be booked as alive before the step (live from its first
-    op: 126,240 bytes over the five FSDP groups of ``--ep 2 --fsdp 2``); it is booked as made
-    by the reduce-scatter instead.  NCCL reduces in place: the fake rank predicts no copy.
-
-    Gloo's worker thread holds a collective's tensors until it lets go of the finished work,
-    a moment after the main thread's wait returns; when it is the last holder, the storage is
-    freed then, some ops after the main thread let go (rank 0's peak 7,488 or 12,672 bytes
-    over the fake rank's in two launches of six, without what follows).  The main thread
-    sleeps ``_SETTLE_S`` after each of the ``_SETTLE_OPS`` ops that follow a collective or a
-    wait, so that the worker has let go before the next op is recorded, as the fake rank's
-    group, which holds nothing, does."""
-    from dataclasses import replace
-
-    from tensorledger.trace import Recorder
-
-    class GlooRecorder(Recorder):
-        op = ""
-
-        def _record(self, info: Any, *args: Any) -> None:
-            self.op = info.name
-            super()._record(info, *args)
-            if any(r.collective is not None or r.op in _COMPLETIONS
-                   for r in self.records[-_SETTLE_OPS:]):
-                time.sleep(_SETTLE_S)
-
-        def _storage_id(self, storage: Any, created: Any) -> tuple[int, bool]:
-            number, new = super()._storage_id(storage, created)
-            last = self.records[-1] if self.records else None
-            if (new and created is None and self.op == "aten.split.Tensor"
-                    and last is not None and last.op == "c10d._reduce_scatter_base_.default"):
-                made = self._preexisting.pop()
-                self.records[-1] = replace(last, storages_created=(*last.storages_created, made))
-            return number, new
-
-    return GlooRecorder()
-
-
 def _record(name: str, layout: Any, tokens: torch.Tensor, out_dir: Path, rank: int) -> None:
     from tensorledger.trace.storage import local_tensor
     from tensorledger.workload.parallel import _state_bytes as state_bytes
@@ -125,6 +75,7 @@ def _record(name: str, layout: Any, tokens: torch.Tensor, out_dir: Path, rank: i
         make_optimizer,
         parallelize,
     )
+    from tests.distributed.gloo_recorder import gloo_recorder
 
     mesh = build_mesh(layout)
     torch.manual_seed(0)
@@ -142,7 +93,7 @@ def _record(name: str, layout: Any, tokens: torch.Tensor, out_dir: Path, rank: i
 
         if layout.strategy != "ddp":  # DDP's first step is the one traced (as on fake)
             step()
-        with _gloo_recorder() as recorder, fsdp_storage_events(recorder):
+        with gloo_recorder() as recorder, fsdp_storage_events(recorder):
             step()
     params = [local_tensor(p) for p in dict.fromkeys(model.parameters())]
     result = summary(recorder.trace)
