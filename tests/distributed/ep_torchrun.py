@@ -66,15 +66,16 @@ def summary(trace: Any) -> dict[str, Any]:
 
 
 def _record(name: str, layout: Any, tokens: torch.Tensor, out_dir: Path, rank: int) -> None:
-    from tensorledger.trace import Recorder
     from tensorledger.trace.storage import local_tensor
     from tensorledger.workload.parallel import _state_bytes as state_bytes
     from tensorledger.workload.parallel import (
         build_mesh,
+        fsdp_storage_events,
         grad_bytes,
         make_optimizer,
         parallelize,
     )
+    from tests.distributed.gloo_recorder import gloo_recorder
 
     mesh = build_mesh(layout)
     torch.manual_seed(0)
@@ -92,7 +93,7 @@ def _record(name: str, layout: Any, tokens: torch.Tensor, out_dir: Path, rank: i
 
         if layout.strategy != "ddp":  # DDP's first step is the one traced (as on fake)
             step()
-        with Recorder() as recorder:
+        with gloo_recorder() as recorder, fsdp_storage_events(recorder):
             step()
     params = [local_tensor(p) for p in dict.fromkeys(model.parameters())]
     result = summary(recorder.trace)

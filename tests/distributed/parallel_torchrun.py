@@ -61,8 +61,13 @@ def summary(records: Any, params: list[torch.Tensor], uncovered: Mapping[str, in
 
 
 def _run(name: str, model: nn.Module, inputs: torch.Tensor, warm_up: bool, out_dir: Path,
-         rank: int, optimizer: torch.optim.Optimizer | None = None) -> None:
+         rank: int, optimizer: torch.optim.Optimizer | None = None, fsdp: bool = False) -> None:
+    """Record ``model``'s step; under FSDP2 (``fsdp``) with its storage resizes told to the
+    recorder and gloo's own buffers booked as the fake rank books them (``gloo_recorder``),
+    and its live-memory peak written too."""
+    from tensorledger.memory import build_timeline
     from tensorledger.trace import Recorder
+    from tensorledger.workload.parallel import fsdp_storage_events
 
     optimizer = optimizer or torch.optim.AdamW(model.parameters(), lr=1e-3)
 
@@ -78,9 +83,12 @@ def _run(name: str, model: nn.Module, inputs: torch.Tensor, warm_up: bool, out_d
 
     if warm_up:
         step()
-    with Recorder() as recorder:
+    recorder = importlib.import_module("gloo_recorder").gloo_recorder() if fsdp else Recorder()
+    with recorder, fsdp_storage_events(recorder):
         step()
     result = summary(recorder.trace.records, list(model.parameters()), recorder.trace.uncovered)
+    if fsdp:
+        result["peak_bytes"] = build_timeline(recorder.trace, {}).peak_bytes
     result["grad_bytes"] = grads[0]
     inner = getattr(optimizer, "optim", optimizer)  # ZeRO-1's own partition
     result["optimizer_state_bytes"] = sum(
@@ -119,7 +127,7 @@ def _torch_apis(out_dir: Path, rank: int, world: int, tokens: torch.Tensor) -> N
     for unit in shard_units(fsdp):
         fully_shard(unit, mesh=mesh)
     fully_shard(fsdp, mesh=mesh)
-    _run("fsdp", fsdp, tokens, True, out_dir, rank)
+    _run("fsdp", fsdp, tokens, True, out_dir, rank, fsdp=True)
 
     _run("ddp", DistributedDataParallel(build_model(config, "cpu")), tokens, False, out_dir,
          rank)
@@ -151,7 +159,7 @@ def main(out_dir: Path) -> None:
         optimizer = make_optimizer(layout, mesh, model.parameters(),
                                    lambda params: torch.optim.AdamW(params, lr=1e-3))
         _run(name, model, tokens, layout.strategy not in ("ddp", "zero1"), out_dir, rank,
-             optimizer)
+             optimizer, fsdp=layout.strategy in ("fsdp", "hsdp"))
     if world == 2:  # the pipelines too, in the same launch (one start-up, not two)
         importlib.import_module("pipeline_torchrun").run_pipelines(out_dir, rank, world)
     dist.destroy_process_group()

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import torch
 
+from tensorledger.memory import build_timeline
 from tensorledger.models import build_model, get_preset
 from tensorledger.workload.layout import Layout
 from tensorledger.workload.parallel import ParallelStep, TpStyle, trace_parallel_step
@@ -46,6 +47,8 @@ def _predicted(step: ParallelStep) -> dict[str, Any]:
     result = summary(step.trace.records, [], step.trace.uncovered)
     result["params_per_rank"] = step.params_per_rank
     result["param_bytes_per_rank"] = step.param_bytes_per_rank
+    if step.layout.strategy in ("fsdp", "hsdp"):  # FSDP2's resizes told on both sides
+        result["peak_bytes"] = build_timeline(step.trace, {}).peak_bytes
     return result
 
 

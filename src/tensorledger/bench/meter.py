@@ -34,6 +34,12 @@ How it works:
   model is called with (``input_ids=`` or the first integer tensor argument), summed over the
   micro-batches, so no arithmetic is needed; pass ``tokens=`` to override (padding included
   or not: your choice).
+- **Mixtures of experts**: the recorded step runs on the real batch, so its experts' FLOPs
+  are those of the routing it ran; that routing, measured (the token-slots each expert of each
+  MoE layer received, and the busiest over the mean), is in the summary and its JSON line
+  (:mod:`tensorledger.bench.meter_routing`).  Later steps of the same shapes reuse the count:
+  a dropless MoE's FLOPs do not depend on its routing (every token-slot passes through one
+  expert's matrices, however they are shared out), only its time does.
 - **MFU** = FLOPs / (step time × dense peak of the dtype the matrix work ran in), see
   :mod:`tensorledger.bench.meter_peak`.  Every FLOP the trace counts is in the numerator
   (matmuls, attention, elementwise, norms, optimizer), attention under ``attention=`` (``full``
@@ -90,6 +96,7 @@ from tensorledger.bench.meter_records import (
     flat_record,
     peak_memory,
 )
+from tensorledger.bench.meter_routing import RoutingProbe, measured_routing
 from tensorledger.display import view
 from tensorledger.errors import ConfigError, InputError, TensorLedgerError
 from tensorledger.hardware import Hardware
@@ -194,6 +201,7 @@ class Meter:
         self._record_next = True
         self._open: _StepContext | None = None
         self._recorder: Recorder | None = None
+        self._probe: RoutingProbe | None = None
         self._keys: list[Hashable] = []
         self._tokens_seen = 0
         self._tokens_unknown = False
@@ -278,6 +286,9 @@ class Meter:
         self._tokens_unknown = False
         self._start = self._timer.mark()
         if self._record_next and len(self._recordings) < self.max_recordings:
+            # the probe below the recorder: it sees each op the recorder lets through
+            self._probe = RoutingProbe()
+            self._probe.__enter__()  # type: ignore[no-untyped-call]
             self._recorder = Recorder()
             self._recorder.__enter__()
         self._open = context
@@ -285,9 +296,12 @@ class Meter:
     def _end(self, context: _StepContext, failed: bool) -> None:
         end = self._timer.mark()
         recorder, self._recorder = self._recorder, None
+        probe, self._probe = self._probe, None
         self._open = None
         if recorder is not None:
             recorder.__exit__(None, None, None)
+        if probe is not None:
+            probe.__exit__(None, None, None)  # type: ignore[no-untyped-call]
         if failed:  # the step raised: not counted (nor as outside time); the error goes on
             self._previous_end = end
             return
@@ -303,7 +317,9 @@ class Meter:
         count: StepCount | None
         if recorder is not None:
             tf32 = self.device.type == "cuda" and bool(torch.backends.cuda.matmul.allow_tf32)
-            count = count_step(recorder.trace, tokens, tf32)
+            count = count_step(recorder.trace, tokens, tf32,
+                               () if probe is None else measured_routing(recorder.trace,
+                                                                         probe.calls))
             self._expected[id(count)] = self._price(recorder, tokens)
             self._counts[key] = count
             self._recordings.append(count)
@@ -539,7 +555,8 @@ class Meter:
             expected_mfu=(math.fsum(self._ideal[i] for i in priced) / expected_time
                           if priced and expected_time > 0 else None),
             expected_name=None if latest_priced is None else latest_priced.name,
-            expected_rests_on=None if latest_priced is None else latest_priced.rests_on)
+            expected_rests_on=None if latest_priced is None else latest_priced.rests_on,
+            routing=() if latest is None else latest.routing)
 
     # ---- the end -------------------------------------------------------------------------
     def close(self) -> MeterSummary:

@@ -32,6 +32,7 @@ from tensorledger.units import format_flop_rate
 if TYPE_CHECKING:
     import torch
 
+    from tensorledger.bench.meter_routing import LayerRouting
     from tensorledger.trace.records import Trace
 
 __all__ = ["MATRIX_CATEGORIES", "Peak", "StepCount", "chip_for_device_name", "count_step",
@@ -117,6 +118,8 @@ class StepCount:
     ops: int
     uncovered: Mapping[str, int]  # op → calls with no cost rule (their FLOPs are not counted)
     phase_flops: Mapping[str, int] = field(default_factory=dict)  # forward, backward, ...
+    # each MoE layer's routing as measured in the step (bench.meter_routing); () for none
+    routing: tuple[LayerRouting, ...] = ()
 
     def flops_for(self, convention: str) -> int:
         """FLOPs under ``full`` or ``causal-halved``."""
@@ -136,10 +139,12 @@ def _matrix_key(dtypes: tuple[str, ...], tf32: bool) -> str | None:
     return None
 
 
-def count_step(trace: Trace, tokens: int, tf32: bool = False) -> StepCount:
+def count_step(trace: Trace, tokens: int, tf32: bool = False,
+               routing: tuple[LayerRouting, ...] = ()) -> StepCount:
     """Sum a recorded step: FLOPs, and matrix FLOPs by the dtype they ran in.
 
-    ``tf32``: fp32 matmuls ran on tensor cores in TF32 (CUDA with ``allow_tf32``).
+    ``tf32``: fp32 matmuls ran on tensor cores in TF32 (CUDA with ``allow_tf32``);
+    ``routing``: the MoE routing measured in the step, kept beside its count.
     """
     matrix: dict[str, int] = {}
     phases: dict[str, int] = {}
@@ -152,7 +157,7 @@ def count_step(trace: Trace, tokens: int, tf32: bool = False) -> StepCount:
     ordered = dict(sorted(matrix.items(), key=lambda item: -item[1]))
     return StepCount(flops=trace.flops, flops_causal_halved=trace.flops_causal_halved,
                      matrix_flops=ordered, tokens=tokens, ops=len(trace.records),
-                     uncovered=dict(trace.uncovered), phase_flops=phases)
+                     uncovered=dict(trace.uncovered), phase_flops=phases, routing=routing)
 
 
 @dataclass(frozen=True)

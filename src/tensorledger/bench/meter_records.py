@@ -21,6 +21,7 @@ import torch
 
 from tensorledger.bench.harness import Measurement, synchronize
 from tensorledger.bench.meter_peak import Peak, StepCount
+from tensorledger.bench.meter_routing import LayerRouting
 from tensorledger.summary import show_time
 from tensorledger.summary import summary as one_line
 
@@ -116,6 +117,8 @@ class MeterSummary:
     expected_mfu: float | None = None  # Σ (FLOPs / peak) / Σ expected step time
     expected_name: str | None = None
     expected_rests_on: str | None = None  # what the expected time rests on, in words
+    # each MoE layer's routing measured in the latest recorded step (bench.meter_routing)
+    routing: tuple[LayerRouting, ...] = ()
 
     @property
     def measured_over_expected(self) -> float | None:

@@ -84,7 +84,9 @@ def summary_text(summary: MeterSummary) -> str:
     if summary.flops_per_step is not None:
         per_token = ("" if summary.flops_per_token is None
                      else f", {format_sci(summary.flops_per_token)} per token")
-        lines.append(f"  FLOPs per step {format_sci(summary.flops_per_step)}{per_token}")
+        routed = "; MoE routing as measured, below" if summary.routing else ""
+        lines.append(f"  FLOPs per step {format_sci(summary.flops_per_step)}{per_token}{routed}")
+    lines.extend(_routing_lines(summary))
     if summary.uncounted_steps:
         lines.append(f"  {summary.uncounted_steps} steps had shapes never recorded: timed, "
                      "not in MFU")
@@ -96,3 +98,29 @@ def summary_text(summary: MeterSummary) -> str:
         lines.append(f"  cluster of {summary.world_size} ranks: {rate} tok/s, MFU "
                      f"{_mfu(summary.cluster_mfu)}")
     return "\n".join(lines)
+
+
+#: MoE layers listed one by one; past them, how many more and their worst imbalance.
+_ROUTING_LAYERS = 4
+_ROUTING_EXPERTS = 8
+
+
+def _routing_lines(summary: MeterSummary) -> list[str]:
+    """The recorded step's measured MoE routing, and why one recording serves every step."""
+    if not summary.routing:
+        return []
+    lines = ["  MoE routing measured on the recorded step (token-slots per expert); its FLOPs "
+             "serve every step of the same shapes: a dropless MoE's FLOPs do not depend on "
+             "routing"]
+    for layer in summary.routing[:_ROUTING_LAYERS]:
+        counts = layer.tokens_per_expert
+        shown = ", ".join(format(c, ",") for c in counts[:_ROUTING_EXPERTS])
+        if len(counts) > _ROUTING_EXPERTS:
+            shown += f", … ({len(counts)} experts)"
+        lines.append(f"    {layer.module}: {shown} (busiest / mean "
+                     f"{layer.max_over_mean:.2f})")
+    rest = summary.routing[_ROUTING_LAYERS:]
+    if rest:
+        worst = max(layer.max_over_mean for layer in rest)
+        lines.append(f"    … {len(rest)} more MoE layers, busiest / mean up to {worst:.2f}")
+    return lines

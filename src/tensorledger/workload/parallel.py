@@ -507,7 +507,7 @@ def trace_parallel_step(build: Callable[[], nn.Module], make_inputs: Callable[[]
                             to_scalar(model(inputs)).backward()  # type: ignore[no-untyped-call]
                         optimizer.zero_grad(set_to_none=True)
                     recorder = Recorder()
-                    with recorder:
+                    with recorder, fsdp_storage_events(recorder):
                         step()
             except TensorLedgerError:
                 raise
