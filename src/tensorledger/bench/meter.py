@@ -34,12 +34,8 @@ How it works:
   model is called with (``input_ids=`` or the first integer tensor argument), summed over the
   micro-batches, so no arithmetic is needed; pass ``tokens=`` to override (padding included
   or not: your choice).
-- **Mixtures of experts**: the recorded step runs on the real batch, so its experts' FLOPs
-  are those of the routing it ran; that routing, measured (the token-slots each expert of each
-  MoE layer received, and the busiest over the mean), is in the summary and its JSON line
-  (:mod:`tensorledger.bench.meter_routing`).  Later steps of the same shapes reuse the count:
-  a dropless MoE's FLOPs do not depend on its routing (every token-slot passes through one
-  expert's matrices, however they are shared out), only its time does.
+- **Mixtures of experts**: the recorded step's experts' FLOPs are those of the routing the
+  real batch took, reported beside them (:mod:`tensorledger.bench.meter_routing`).
 - **MFU** = FLOPs / (step time × dense peak of the dtype the matrix work ran in), see
   :mod:`tensorledger.bench.meter_peak`.  Every FLOP the trace counts is in the numerator
   (matmuls, attention, elementwise, norms, optimizer), attention under ``attention=`` (``full``
