@@ -358,7 +358,7 @@ def build_pipeline_rank(config: TransformerConfig, pp: int, rank: int, chunks: i
         if not within.single:
             plan = stage_tp_plan(modules[index], within.sp) if tp > 1 else None
             module = parallelize(module, within, cast("DeviceMesh", mesh), plan,
-                                 between=_checkpoint_stage if checkpoint else None)
+                                 between=_checkpoint_stage if checkpoint else None, stage=True)
         elif checkpoint:
             module = _checkpoint_stage(module)
         inputs, outputs = _examples(config, micro, local_seq, index == 0, index == count - 1,
