@@ -773,7 +773,8 @@ IMPOSSIBLE_EP = [
     ["--ep", "8"],  # more ranks than experts
     ["--ep", "0"],
     ["--ep", "-2"],
-    ["--ep", "2", "--tp", "2"],
+    ["--ep", "2", "--tp", "2"],  # a config.json's experts have no plan beside --tp
+    ["--ep", "2", "--tp", "2", "--sp"],
     ["--ep", "2", "--dp", "2"],
     ["--ep", "2", "--fsdp", "2", "--zero", "1"],
     ["--ep", "2", "--pp", "2", "--microbatches", "2"],  # no --fsdp for the stages' others
@@ -784,6 +785,8 @@ IMPOSSIBLE_EP_STAGES = [
     ["--ep", "4", "--pp", "2", "--fsdp", "2", "--microbatches", "2"],  # 4 does not divide 6
     ["--ep", "2", "--pp", "2", "--microbatches", "2"],
     ["--ep", "2", "--pp", "2", "--dp", "2", "--microbatches", "2"],
+    ["--ep", "2", "--tp", "2", "--sp"],
+    ["--ep", "2", "--tp", "2", "--fsdp", "2", "--zero", "1"],
 ]
 
 

@@ -48,6 +48,10 @@ received slots more than on one device).
 that differ in their ep coordinate alone, in the same pipeline stage (its own stage's experts:
 each stage's MoE layers are laid out over its ep ranks, and the stage's all-to-alls stay
 within them), the same data-parallel replica and shard, and the same tensor-parallel rank.
+Beside ``tp`` the experts are not split further (torchtitan's ETP = 1): the tp ranks of one ep
+rank hold the same experts whole and each routes the whole sequence the block's replicated
+input holds, so each ep group moves what it would without ``tp`` (the attention and the
+shared experts are split over ``tp``: :func:`~.tensor_parallel.reference_tp_plan`).
 
 **On the fake process group** nothing moves: the counts a rank would receive are those of the
 stated routing (:mod:`.routing`), by which every rank routes its tokens alike; so rank r

@@ -319,7 +319,7 @@ def parallelize(model: nn.Module, layout: Layout, mesh: DeviceMesh,
     """
     strategy = layout.strategy
     if layout.tp > 1:
-        apply_tensor_parallel(model, mesh["tp"], tp_plan, layout.sp)
+        apply_tensor_parallel(model, mesh["tp"], tp_plan, layout.sp, experts=layout.ep > 1)
     elif tp_plan:
         raise InputError("a tensor-parallel plan was given but the layout has no --tp; give "
                          "--tp N (N > 1) or drop the plan")

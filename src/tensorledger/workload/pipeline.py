@@ -287,7 +287,7 @@ def _saved_peak(trace: Trace, saved: set[int]) -> int:
     return peak
 
 
-def stage_tp_plan(stage: StageModule, sp: bool) -> dict[str, Any]:
+def stage_tp_plan(stage: StageModule, sp: bool, experts: bool = False) -> dict[str, Any]:
     """The reference model's tensor-parallel plan (:func:`~tensorledger.workload.parallel.
     default_tp_plan`) for the parts one stage holds, under their names in the stage."""
     from tensorledger.workload.parallel import reference_tp_plan
@@ -298,7 +298,7 @@ def stage_tp_plan(stage: StageModule, sp: bool) -> dict[str, Any]:
     blocks = [(f"blocks.{key}", getattr(block, "block", block))
               for key, block in stage.blocks.items()]
     return reference_tp_plan(blocks, embedding=stage.token_embedding is not None,
-                             head=stage.head is not None, sp=sp)
+                             head=stage.head is not None, sp=sp, experts=experts)
 
 
 def _checkpoint_stage(stage: nn.Module) -> nn.Module:
@@ -356,7 +356,8 @@ def build_pipeline_rank(config: TransformerConfig, pp: int, rank: int, chunks: i
         module: nn.Module = modules[index]
         modules[index].autocast = autocast
         if not within.single:
-            plan = stage_tp_plan(modules[index], within.sp) if tp > 1 else None
+            plan = (stage_tp_plan(modules[index], within.sp, within.ep > 1) if tp > 1
+                    else None)
             module = parallelize(module, within, cast("DeviceMesh", mesh), plan,
                                  between=_checkpoint_stage if checkpoint else None, stage=True)
         elif checkpoint:
