@@ -160,8 +160,10 @@ class ExpertShard:
         rank."""
         from torch.distributed import _functional_collectives as funcol
 
+        from tensorledger.workload.routed import known_values
+
         try:
-            counts = [int(c) for c in counts_tensor.tolist()]
+            counts = [int(c) for c in known_values(counts_tensor) or counts_tensor.tolist()]
         except Exception as error:  # a fake tensor the routing does not answer
             raise TraceError(f"the token counts of {self.name}'s experts have no values "
                              f"({type(error).__name__}); expert parallelism on fake tensors "
