@@ -166,7 +166,7 @@ def known_values(tensor: torch.Tensor) -> list[Any] | None:
 
     for mode in _get_current_dispatch_mode_stack():
         if isinstance(mode, RoutedMode):
-            real = mode.shadows.get(tensor)
+            real = mode.shadows.get(tensor)  # type: ignore[no-untyped-call]
             if real is not None:
                 return cast(list[Any], real.tolist())
     return None
