@@ -676,6 +676,10 @@ REFERENCE_MOE_CASES = [
     ["memory", "--model", "tiny-moe", "--batch", "4", "--seq", "4", "--pp", "2",
      "--microbatches", "2"],
     ["trace", "--model", "tiny-moe", "--step", "decode", "--context", "4"],
+    # expert parallelism of the reference experts, beside tensor and pipeline parallelism
+    ["trace", "--model", "tiny-moe", "--batch", "2", "--seq", "4", "--ep", "2", "--tp", "2"],
+    ["memory", "--model", "tiny-moe", "--batch", "4", "--seq", "4", "--ep", "3", "--pp", "2",
+     "--fsdp", "2", "--microbatches", "2", "--routing", "skew=1"],
     ["fit", "--experts", "8", "--top-k", "9"],
     ["fit", "--experts", "8", "--top-k", "2", "--batch", "1", "--seq", "4096"],
     ["zero", "--model", "tiny-moe", "--active-params", "1K"],
