@@ -186,6 +186,8 @@ class Layout:
         if self.ep > 1:
             over = (f"; FSDP of the experts over fsdp = {self.fsdp} ranks" if self.fsdp > 1
                     else "")
+            if self.tp > 1:
+                over += "; experts whole on each tp rank"
             parts.append(f"EP × {self.ep} (experts sharded, tokens by all-to-all{over})")
         if self.tp > 1:
             parts.append(f"TP{' + SP' if self.sp else ''} × {self.tp}")
