@@ -18,7 +18,10 @@ tensor and sequence parallelism, as :func:`~tensorledger.workload.parallel.paral
 whole model out; :func:`stage_tp_plan` is the reference plan of the parts a stage holds).  The
 fake group then has ``pp × within.count`` ranks on a mesh with ``pp`` outermost, the stages talk
 over its ``pp`` group, and torch's ``PipelineStage`` drives FSDP as it does on real ranks: the
-gradient sync off until the step's last backward, then one reduce-scatter.  Under context
+gradient sync off until the step's last backward, then one reduce-scatter.  Under expert
+parallelism (``within.ep``) each stage's MoE layers shard their experts over the stage's ep
+ranks and move their token-slots by all-to-all within them, once per micro-batch
+(:mod:`~tensorledger.workload.expert_parallel`); a stage of dense layers alone holds none.  Under context
 parallelism (``within.cp``) the whole batch's token ids are cut to the rank's chunks of the
 sequence before the schedule splits them, and every stage's attention runs as torch's ring
 over the ``cp`` ranks (:mod:`~tensorledger.workload.context_parallel`).  The workload's
