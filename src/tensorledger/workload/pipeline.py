@@ -21,10 +21,10 @@ over its ``pp`` group, and torch's ``PipelineStage`` drives FSDP as it does on r
 gradient sync off until the step's last backward, then one reduce-scatter.  Under expert
 parallelism (``within.ep``) each stage's MoE layers shard their experts over the stage's ep
 ranks and move their token-slots by all-to-all within them, once per micro-batch
-(:mod:`~tensorledger.workload.expert_parallel`); a stage of dense layers alone holds none.  Under context
-parallelism (``within.cp``) the whole batch's token ids are cut to the rank's chunks of the
-sequence before the schedule splits them, and every stage's attention runs as torch's ring
-over the ``cp`` ranks (:mod:`~tensorledger.workload.context_parallel`).  The workload's
+(:mod:`~tensorledger.workload.expert_parallel`); a stage of dense layers alone holds none.
+Under context parallelism (``within.cp``) the whole batch's token ids are cut to the rank's
+chunks of the sequence before the schedule splits them, and every stage's attention runs as
+torch's ring over the ``cp`` ranks (:mod:`~tensorledger.workload.context_parallel`).  The workload's
 recipe (bf16 autocast over each stage's forward and the loss for ``mixed-bf16``; bf16
 parameters with fp32 masters for ``bf16-master``), optimizer and block checkpointing apply.
 
