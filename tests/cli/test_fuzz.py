@@ -676,6 +676,10 @@ REFERENCE_MOE_CASES = [
     ["memory", "--model", "tiny-moe", "--batch", "4", "--seq", "4", "--pp", "2",
      "--microbatches", "2"],
     ["trace", "--model", "tiny-moe", "--step", "decode", "--context", "4"],
+    # expert parallelism of the reference experts, beside tensor and pipeline parallelism
+    ["trace", "--model", "tiny-moe", "--batch", "2", "--seq", "4", "--ep", "2", "--tp", "2"],
+    ["memory", "--model", "tiny-moe", "--batch", "4", "--seq", "4", "--ep", "3", "--pp", "2",
+     "--fsdp", "2", "--microbatches", "2", "--routing", "skew=1"],
     ["fit", "--experts", "8", "--top-k", "9"],
     ["fit", "--experts", "8", "--top-k", "2", "--batch", "1", "--seq", "4096"],
     ["zero", "--model", "tiny-moe", "--active-params", "1K"],
@@ -773,10 +777,31 @@ IMPOSSIBLE_EP = [
     ["--ep", "8"],  # more ranks than experts
     ["--ep", "0"],
     ["--ep", "-2"],
-    ["--ep", "2", "--tp", "2"],
+    ["--ep", "2", "--tp", "2"],  # a config.json's experts have no plan beside --tp
+    ["--ep", "2", "--tp", "2", "--sp"],
     ["--ep", "2", "--dp", "2"],
     ["--ep", "2", "--fsdp", "2", "--zero", "1"],
+    ["--ep", "2", "--pp", "2", "--microbatches", "2"],  # no --fsdp for the stages' others
 ]
+
+#: --ep on the reference tiny-moe (6 experts) beside pipeline stages: one line naming --ep.
+IMPOSSIBLE_EP_STAGES = [
+    ["--ep", "4", "--pp", "2", "--fsdp", "2", "--microbatches", "2"],  # 4 does not divide 6
+    ["--ep", "2", "--pp", "2", "--microbatches", "2"],
+    ["--ep", "2", "--pp", "2", "--dp", "2", "--microbatches", "2"],
+    ["--ep", "2", "--tp", "2", "--sp"],
+    ["--ep", "2", "--tp", "2", "--fsdp", "2", "--zero", "1"],
+]
+
+
+@pytest.mark.parametrize("extra", IMPOSSIBLE_EP_STAGES, ids=" ".join)
+def test_impossible_expert_parallel_stages(extra: list[str], hostile_files: dict[str, str],
+                                           isolated: None) -> None:
+    with _place(hostile_files) as place:
+        outcome = run_case(["trace", "--model", "tiny-moe", "--batch", "2", "--seq", "4",
+                            *extra], place)
+    assert outcome.code == 2 and len(outcome.stderr.strip().splitlines()) == 1, outcome
+    assert "--ep" in outcome.stderr, outcome
 
 
 @pytest.mark.parametrize("extra", IMPOSSIBLE_EP, ids=" ".join)

@@ -178,8 +178,8 @@ def test_ep_needs_experts_it_divides(tmp_path: Path) -> None:
                          layout=resolve_layout(ep=3))
     with pytest.raises(InputError, match="--ep 2 shards routed experts; 'tiny' has none"):
         resolve_workload("tiny", layout=resolve_layout(ep=2))
-    with pytest.raises(InputError, match="--ep 2 beside --tp 2 is not laid out yet"):
-        resolve_layout(ep=2, tp=2)
+    with pytest.raises(InputError, match="--ep 2 beside --dp 2 is not laid out yet"):
+        resolve_layout(ep=2, dp=2)
     assert resolve_layout(ep=2, fsdp=4).mesh_dims == (("fsdp", 4), ("ep", 2))
     assert resolve_layout(ep=2, fsdp=4).dim_strides == {1: "ep", 2: "fsdp"}
 

@@ -186,6 +186,8 @@ class Layout:
         if self.ep > 1:
             over = (f"; FSDP of the experts over fsdp = {self.fsdp} ranks" if self.fsdp > 1
                     else "")
+            if self.tp > 1:
+                over += "; experts whole on each tp rank"
             parts.append(f"EP × {self.ep} (experts sharded, tokens by all-to-all{over})")
         if self.tp > 1:
             parts.append(f"TP{' + SP' if self.sp else ''} × {self.tp}")
@@ -279,19 +281,31 @@ def resolve_layout(*, dp: int = 1, fsdp: int = 1, zero: int | None = None, tp: i
 
 
 def _check_expert_parallel(layout: Layout, zero: int | None) -> None:
-    """Refuse, in one line, a dimension beside ``--ep`` that is not laid out with it yet."""
+    """Refuse, in one line, a dimension beside ``--ep`` that is not laid out with it yet.
+
+    Each pipeline stage lays its own experts out over its ep ranks (``ep`` inside ``pp``);
+    the stages' other parameters are sharded by FSDP2 over fsdp·ep, as without stages (DDP,
+    which ``--ep`` alone runs them under, is not traced within a pipeline's stages).  Beside
+    ``--tp`` the experts are whole on each tp rank (ETP = 1), which runs them on the whole
+    sequence its tp peers hold too: sequence parallelism would hand each its own shard.
+    """
     if layout.ep == 1:
         return
     # --dp beside --fsdp is HSDP, over fsdp·ep ranks (the experts over fsdp), replicated
     dp = layout.dp if layout.fsdp == 1 else 1
-    beside = [f"--{name} {size}" for name, size in (("dp", dp), ("cp", layout.cp),
-                                                    ("tp", layout.tp), ("pp", layout.pp))
-              if size > 1]
+    beside = [f"--{name} {size}" for name, size in (("dp", dp), ("cp", layout.cp)) if size > 1]
     if zero == 1:
         beside.append("--zero 1")
+    if layout.sp:
+        beside.append("--sp")
     if beside:
         raise InputError(f"--ep {layout.ep} beside {', '.join(beside)} is not laid out yet; "
-                         "--ep runs alone or beside --fsdp (ZeRO 2 or 3, with --dp: HSDP)")
+                         "--ep runs alone or beside --fsdp (ZeRO 2 or 3, with --dp: HSDP), "
+                         "--tp and --pp")
+    if layout.pp > 1 and layout.fsdp == 1:
+        raise InputError(f"--ep {layout.ep} beside --pp {layout.pp} shards each stage's "
+                         "other parameters over fsdp·ep with FSDP2 (DDP is not traced within "
+                         "pipeline stages); give --fsdp N (N > 1) too")
 
 
 def check_experts(layout: Layout, experts: tuple[int, int] | None, model: str) -> None:

@@ -294,7 +294,7 @@ def _data_parallel_mesh(layout: Layout, mesh: DeviceMesh) -> DeviceMesh:
 def parallelize(model: nn.Module, layout: Layout, mesh: DeviceMesh,
                 tp_plan: Mapping[str, TpStyle | ParallelStyle] | None = None,
                 between: Callable[[nn.Module], nn.Module] | None = None,
-                offload_params: bool = False) -> nn.Module:
+                offload_params: bool = False, stage: bool = False) -> nn.Module:
     """Lay ``model`` out by ``layout`` on ``mesh`` (from :func:`build_mesh`) and return the
     module to run (the same one, or DDP around it).
 
@@ -308,7 +308,8 @@ def parallelize(model: nn.Module, layout: Layout, mesh: DeviceMesh,
     so FSDP's units are the checkpointed blocks.  ``offload_params`` gives every
     ``fully_shard`` FSDP2's ``CPUOffloadPolicy`` (:mod:`.param_offload`: the shards, their
     gradients and the optimizer state on the host).  It may run under FakeTensorMode (as
-    :func:`trace_parallel_step` runs it) or on real tensors.
+    :func:`trace_parallel_step` runs it) or on real tensors.  ``stage``: ``model`` is one
+    pipeline stage, whose layers may hold no routed experts under ``--ep`` (its others do).
 
     >>> from tensorledger.workload.layout import Layout
     >>> with fake_process_group(2):
@@ -318,7 +319,7 @@ def parallelize(model: nn.Module, layout: Layout, mesh: DeviceMesh,
     """
     strategy = layout.strategy
     if layout.tp > 1:
-        apply_tensor_parallel(model, mesh["tp"], tp_plan, layout.sp)
+        apply_tensor_parallel(model, mesh["tp"], tp_plan, layout.sp, experts=layout.ep > 1)
     elif tp_plan:
         raise InputError("a tensor-parallel plan was given but the layout has no --tp; give "
                          "--tp N (N > 1) or drop the plan")
@@ -326,7 +327,7 @@ def parallelize(model: nn.Module, layout: Layout, mesh: DeviceMesh,
     if layout.ep > 1:
         from tensorledger.workload.expert_parallel import apply_expert_parallel, expert_modules
 
-        apply_expert_parallel(model, mesh["ep"])
+        apply_expert_parallel(model, mesh["ep"], required=not stage)
         experts = [module for _, module in expert_modules(model)]
     if between is not None:
         model = between(model)

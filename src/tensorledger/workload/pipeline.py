@@ -18,10 +18,13 @@ tensor and sequence parallelism, as :func:`~tensorledger.workload.parallel.paral
 whole model out; :func:`stage_tp_plan` is the reference plan of the parts a stage holds).  The
 fake group then has ``pp × within.count`` ranks on a mesh with ``pp`` outermost, the stages talk
 over its ``pp`` group, and torch's ``PipelineStage`` drives FSDP as it does on real ranks: the
-gradient sync off until the step's last backward, then one reduce-scatter.  Under context
-parallelism (``within.cp``) the whole batch's token ids are cut to the rank's chunks of the
-sequence before the schedule splits them, and every stage's attention runs as torch's ring
-over the ``cp`` ranks (:mod:`~tensorledger.workload.context_parallel`).  The workload's
+gradient sync off until the step's last backward, then one reduce-scatter.  Under expert
+parallelism (``within.ep``) each stage's MoE layers shard their experts over the stage's ep
+ranks and move their token-slots by all-to-all within them, once per micro-batch
+(:mod:`~tensorledger.workload.expert_parallel`); a stage of dense layers alone holds none.
+Under context parallelism (``within.cp``) the whole batch's token ids are cut to the rank's
+chunks of the sequence before the schedule splits them, and every stage's attention runs as
+torch's ring over the ``cp`` ranks (:mod:`~tensorledger.workload.context_parallel`).  The workload's
 recipe (bf16 autocast over each stage's forward and the loss for ``mixed-bf16``; bf16
 parameters with fp32 masters for ``bf16-master``), optimizer and block checkpointing apply.
 
@@ -287,7 +290,7 @@ def _saved_peak(trace: Trace, saved: set[int]) -> int:
     return peak
 
 
-def stage_tp_plan(stage: StageModule, sp: bool) -> dict[str, Any]:
+def stage_tp_plan(stage: StageModule, sp: bool, experts: bool = False) -> dict[str, Any]:
     """The reference model's tensor-parallel plan (:func:`~tensorledger.workload.parallel.
     default_tp_plan`) for the parts one stage holds, under their names in the stage."""
     from tensorledger.workload.parallel import reference_tp_plan
@@ -298,7 +301,7 @@ def stage_tp_plan(stage: StageModule, sp: bool) -> dict[str, Any]:
     blocks = [(f"blocks.{key}", getattr(block, "block", block))
               for key, block in stage.blocks.items()]
     return reference_tp_plan(blocks, embedding=stage.token_embedding is not None,
-                             head=stage.head is not None, sp=sp)
+                             head=stage.head is not None, sp=sp, experts=experts)
 
 
 def _checkpoint_stage(stage: nn.Module) -> nn.Module:
@@ -356,9 +359,10 @@ def build_pipeline_rank(config: TransformerConfig, pp: int, rank: int, chunks: i
         module: nn.Module = modules[index]
         modules[index].autocast = autocast
         if not within.single:
-            plan = stage_tp_plan(modules[index], within.sp) if tp > 1 else None
+            plan = (stage_tp_plan(modules[index], within.sp, within.ep > 1) if tp > 1
+                    else None)
             module = parallelize(module, within, cast("DeviceMesh", mesh), plan,
-                                 between=_checkpoint_stage if checkpoint else None)
+                                 between=_checkpoint_stage if checkpoint else None, stage=True)
         elif checkpoint:
             module = _checkpoint_stage(module)
         inputs, outputs = _examples(config, micro, local_seq, index == 0, index == count - 1,

@@ -21,7 +21,7 @@ never meets the same token twice.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
@@ -31,7 +31,7 @@ from torch.utils.weak import WeakTensorKeyDictionary
 from tensorledger.errors import TraceError
 from tensorledger.workload.routing import BALANCED, Routing
 
-__all__ = ["RoutedMode", "assignment"]
+__all__ = ["RoutedMode", "assignment", "known_values"]
 
 aten = torch.ops.aten
 
@@ -148,6 +148,28 @@ class RoutedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             if isinstance(value, torch.Tensor):
                 written.append(value)
         return written
+
+
+def known_values(tensor: torch.Tensor) -> list[Any] | None:
+    """The values of ``tensor`` as its shadow holds them, read at once, if a routed mode is
+    on and shadows it; else None.  (``.tolist()`` of a fake tensor reads it element by element,
+    each a dispatch through every mode: a quarter of a second for 256 experts' counts.)
+
+    >>> from torch._subclasses.fake_tensor import FakeTensorMode
+    >>> with FakeTensorMode(), RoutedMode(4, 2):
+    ...     counts = torch.bincount(torch.topk(torch.zeros(6, 4), 2).indices.flatten(),
+    ...                             minlength=4)
+    ...     known_values(counts), known_values(torch.zeros(2))
+    ([3, 3, 3, 3], None)
+    """
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    for mode in _get_current_dispatch_mode_stack():
+        if isinstance(mode, RoutedMode):
+            real = mode.shadows.get(tensor)  # type: ignore[no-untyped-call]
+            if real is not None:
+                return cast(list[Any], real.tolist())
+    return None
 
 
 def _without_values(t: torch.Tensor) -> bool:

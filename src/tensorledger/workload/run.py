@@ -418,7 +418,8 @@ def trace_pipeline_rank(work: Workload, stage: int = 0,
     return StepTrace(work=work, param_numels=piped.param_numels, trace=piped.trace,
                      tags=piped.tags, model_params=parameter_count(config).total_params,
                      pipeline=piped.timeline,
-                     assumptions=(RING_NOTE,) if layout.cp > 1 else ())
+                     assumptions=((work.routing_note,) if work.routing_note else ())
+                     + ((RING_NOTE,) if layout.cp > 1 else ()))
 
 
 def trace_model(model: str, **options: object) -> StepTrace:

@@ -402,6 +402,10 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
         check_lora_layout(lora, layout)
     check_layout(layout, config, batch=batch, seq=seq)
     check_experts(layout, routed_experts(source), source.label)
+    if layout.ep > 1 and layout.tp > 1 and source.builder != "reference":
+        raise InputError(f"--ep {layout.ep} beside --tp {layout.tp} is planned for the reference "
+                         "mixture-of-experts models (tiny-moe, mixtral-8x7b, qwen3-30b-a3b); "
+                         f"{source.label!r} is not one: drop --tp or --ep")
     if layout.pp > 1:
         if config is None:
             raise InputError(f"--pp cuts a reference model into stages; {source.label!r} is "

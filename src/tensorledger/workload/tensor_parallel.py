@@ -101,7 +101,8 @@ def _hugging_face_plan(model: nn.Module) -> dict[str, ParallelStyle]:
     return styles
 
 
-def default_tp_plan(model: nn.Module, sp: bool = False) -> dict[str, ParallelStyle]:
+def default_tp_plan(model: nn.Module, sp: bool = False,
+                    experts: bool = False) -> dict[str, ParallelStyle]:
     """A Megatron plan (module path → torch ``ParallelStyle``) for ``model``.
 
     The reference :class:`~tensorledger.models.transformer.TransformerLM`: per block, the
@@ -116,6 +117,9 @@ def default_tp_plan(model: nn.Module, sp: bool = False) -> dict[str, ParallelSty
     blocks is split on the sequence (``Shard(1)``): the norms run on their sequence shard, each
     half all-gathers its input and reduce-scatters its output (where it would all-reduce), the
     embedding reduce-scatters and the head gathers the final norm's shards.
+
+    A reference mixture of experts is planned beside expert parallelism alone (``experts``:
+    see :func:`reference_tp_plan`).
 
     A Hugging Face model brings its own plan (``model._tp_plan`` or its config's
     ``base_model_tp_plan``); ``sp`` does not apply to it.  Any other model needs a plan passed
@@ -136,14 +140,23 @@ def default_tp_plan(model: nn.Module, sp: bool = False) -> dict[str, ParallelSty
                          f"{model.config.name}'s learned position embedding is added; use rope "
                          "positions or no --sp")
     return reference_tp_plan([(f"blocks.{i}", block) for i, block in enumerate(model.blocks)],
-                             embedding=True, head=True, sp=sp)
+                             embedding=True, head=True, sp=sp, experts=experts)
 
 
 def reference_tp_plan(blocks: Iterable[tuple[str, nn.Module]], *, embedding: bool, head: bool,
-                      sp: bool) -> dict[str, ParallelStyle]:
+                      sp: bool, experts: bool = False) -> dict[str, ParallelStyle]:
     """:func:`default_tp_plan` of the reference model's parts: its ``blocks`` (path, block),
     and the embedding, the head and the final norm where the module holds them (a pipeline
-    stage holds some blocks, the first stage the embedding, the last the head and norm)."""
+    stage holds some blocks, the first stage the embedding, the last the head and norm).
+
+    A mixture of experts in place of a block's MLP is planned beside expert parallelism
+    (``experts``; torchtitan's ETP = 1): its router and routed experts are not split over
+    ``tp`` — every tp rank holds its ep rank's experts whole and runs them on the block's
+    whole (replicated) input, the same tokens as its tp peers —, and its shared experts are
+    split as the dense MLP is (up and gate column-, down row-parallel, the input taken as one
+    replicated DTensor so its gradient is reduced once).  Without sequence parallelism only:
+    its sequence shards would send each tp rank's own tokens to the experts.
+    """
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
@@ -165,21 +178,35 @@ def reference_tp_plan(blocks: Iterable[tuple[str, nn.Module]], *, embedding: boo
     from tensorledger.models.moe import MoE
 
     for block, module in blocks:
-        if isinstance(getattr(module, "mlp", None), MoE) or \
-                isinstance(getattr(module, "attention", None), LatentAttention):
+        mlp = getattr(module, "mlp", None)
+        mixture = isinstance(mlp, MoE)
+        if isinstance(getattr(module, "attention", None), LatentAttention) or (
+                mixture and not experts):
             raise InputError("tensor parallelism has no plan for the reference mixture of "
-                             "experts or latent attention yet (routed experts shard by expert "
-                             "parallelism); drop --tp")
+                             "experts without --ep, nor for latent attention, yet (routed "
+                             "experts shard by expert parallelism: give --ep N beside --tp); "
+                             "drop --tp")
+        if mixture and sp:
+            raise InputError("--sp beside --ep: the experts take the whole sequence each tp "
+                             "rank holds, not its shard; drop --sp")
         half_input = PrepareModuleInput(input_layouts=(stream,),
                                         desired_input_layouts=(Replicate(),))
         plan[f"{block}.attention"] = half_input
-        plan[f"{block}.mlp"] = half_input
         for name in ("query", "key", "value"):
             plan[f"{block}.attention.{name}"] = ColwiseParallel()
         plan[f"{block}.attention.output"] = RowwiseParallel(output_layouts=stream)
-        for name in ("up", "gate") if hasattr(module.mlp, "gate") else ("up",):
-            plan[f"{block}.mlp.{name}"] = ColwiseParallel()
-        plan[f"{block}.mlp.down"] = RowwiseParallel(output_layouts=stream)
+        if isinstance(mlp, MoE):
+            if mlp.shared is not None:
+                plan[f"{block}.mlp.shared"] = PrepareModuleInput(
+                    input_layouts=(Replicate(),), desired_input_layouts=(Replicate(),))
+                plan[f"{block}.mlp.shared.gate"] = ColwiseParallel()
+                plan[f"{block}.mlp.shared.up"] = ColwiseParallel()
+                plan[f"{block}.mlp.shared.down"] = RowwiseParallel()
+        else:
+            plan[f"{block}.mlp"] = half_input
+            for name in ("up", "gate") if hasattr(module.mlp, "gate") else ("up",):
+                plan[f"{block}.mlp.{name}"] = ColwiseParallel()
+            plan[f"{block}.mlp.down"] = RowwiseParallel(output_layouts=stream)
         if sp:
             plan[f"{block}.attention_norm"] = SequenceParallel()
             plan[f"{block}.mlp_norm"] = SequenceParallel()
@@ -213,12 +240,13 @@ def _tied(model: nn.Module) -> list[list[tuple[nn.Module, str]]]:
 
 def apply_tensor_parallel(model: nn.Module, mesh: DeviceMesh,
                           tp_plan: Mapping[str, TpStyle | ParallelStyle] | None,
-                          sp: bool) -> None:
-    """Lay ``tp_plan`` (else :func:`default_tp_plan`) on ``model`` over ``mesh`` (its ``tp``
-    dimension), in place; parameters tied before (tied embeddings) are tied again."""
+                          sp: bool, experts: bool = False) -> None:
+    """Lay ``tp_plan`` (else :func:`default_tp_plan`, ``experts`` beside expert parallelism)
+    on ``model`` over ``mesh`` (its ``tp`` dimension), in place; parameters tied before (tied
+    embeddings) are tied again."""
     from torch.distributed.tensor.parallel import parallelize_module
 
-    styles = default_tp_plan(model, sp) if tp_plan is None else _styles(model, tp_plan)
+    styles = default_tp_plan(model, sp, experts) if tp_plan is None else _styles(model, tp_plan)
     tied = _tied(model)
     parallelize_module(model, mesh, styles)
     # each style registers a new parameter: tie them again, if they were sharded alike
