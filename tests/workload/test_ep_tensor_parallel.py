@@ -114,3 +114,22 @@ def test_refusals(tmp_path: Path) -> None:
         "num_experts_per_tok": 2, "max_position_embeddings": 64}))
     with pytest.raises(InputError, match="--ep 2 beside --tp 2 is planned for the reference"):
         resolve_workload(str(config), batch=2, seq=4, layout=resolve_layout(ep=2, tp=2))
+
+
+def test_a_mesh_built_under_the_fake_and_routed_modes_holds_real_ranks() -> None:
+    """The mesh's rank table stays a real tensor inside FakeTensorMode and the routed mode: a
+    fake one gave rank 0's tp coordinate as whatever its memory held (140,202,865,532,240 once,
+    a failure that came and went with what the tests before had freed)."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    from tensorledger.workload.parallel import build_mesh, fake_process_group
+    from tensorledger.workload.routed import RoutedMode
+
+    layout = resolve_layout(ep=2, tp=2)
+    with fake_process_group(layout.count):
+        with FakeTensorMode(), RoutedMode(E, K):
+            mesh = build_mesh(layout)
+            coordinate = mesh.get_coordinate()
+        # rank 0 of a 2 (ep) × 2 (tp) mesh: coordinate (0, 0)
+        assert not isinstance(mesh.mesh, FakeTensor) and mesh.mesh.tolist() == [[0, 1], [2, 3]]
+        assert tuple(coordinate or ()) == (0, 0)

@@ -164,10 +164,14 @@ def build_mesh(layout: Layout, device_type: str = "cpu") -> DeviceMesh:
         raise InputError(f"the layout {layout.describe() or 'single device'} needs "
                          f"{layout.count} ranks; the process group has {dist.get_world_size()}")
     from torch.distributed.device_mesh import init_device_mesh
+    from torch.utils._python_dispatch import _disable_current_modes
 
     dims = layout.mesh_dims or (("dp", 1),)
-    return init_device_mesh(device_type, tuple(size for _, size in dims),
-                            mesh_dim_names=tuple(name for name, _ in dims))
+    # the mesh's rank table is a real tensor even where a fake mode (and the routed mode) is
+    # on: a fake one makes each rank's coordinate a read of no memory, whatever it held
+    with _disable_current_modes():
+        return init_device_mesh(device_type, tuple(size for _, size in dims),
+                                mesh_dim_names=tuple(name for name, _ in dims))
 
 
 def shard_units(model: nn.Module) -> list[nn.Module]:
