@@ -229,11 +229,11 @@ def lora_activation_memory(config: TransformerConfig, lora: LoraShape, batch: in
       input itself (a norm's output, once for the linears reading it, n·d·4; the attention's
       output and the MLP's product are saved anyway); ``B`` saves the low-rank intermediate,
       n·r in fp32 (bf16 under autocast);
-    - the first block's attention norm saves nothing, nor do its frozen query, key and value
-      weight casts, nor (in 16 bits, where q and k get their own casts) RoPE's tables of an
-      unadapted query or key: nothing before the adapters needs a gradient.  That is counted
-      when the query, key or value is adapted; adapters on the output or the MLP alone leave
-      the first block's attention counted in full (an overcount of one block's).
+    - the first block's input comes from the frozen embedding and needs no gradient: an op
+      there saves only what the gradient of a later input needs (:func:`_block_bytes` with
+      ``stream_grad`` off): with the query or value adapted, its attention norm, its frozen
+      q, k, v weight casts and their adapters' ``A`` casts, and in 16 bits RoPE's tables of
+      an unadapted query or key go; with only the MLP adapted, its attention too.
 
     Under tensor parallelism the adapters are split as their linears are (the column-parallel
     ones' ``B`` by rows, the row-parallel ones' ``A`` by columns): a row-parallel linear's
@@ -253,61 +253,109 @@ def lora_activation_memory(config: TransformerConfig, lora: LoraShape, batch: in
                              sequence_parallel=sequence_parallel, autocast=autocast)
     a, n, d, t = dtype_bytes, batch * seq_len, config.d_model, tp
     mine = n // (tp if sequence_parallel else 1)
-    swiglu = config.mlp == "swiglu"
-    shapes = _linears(config)
-    adapted = [name for name in lora.targets if name != "head"]
-    if config.norm == "rmsnorm":
-        norm = 4 * mine * d + 4 * mine
-    else:
-        norm = mine * d * (4 if autocast else a) + 8 * mine
-    attention = full.attention_bytes_per_layer - (3 * n * d * a if autocast else 0)
-    mlp = (3 if swiglu else 1) * n * (config.d_ff // t) * a
-    norms = 2 * norm
-    shared = a == 4 and not autocast  # the adapters read the input itself
-    if shared:
-        read = {_INPUTS[name] for name in adapted}
-        norms += n * d * a * (("attention in" in read) + ("mlp in" in read))
-        mlp += n * (config.d_ff // t) * a if "mlp mid" in read else 0
-
-    def own(name: str) -> int:
-        """An adapted linear's own saved tensors: its cast input, B's input, the casts of A
-        and B under autocast."""
-        d_in, d_out = shapes[name]
-        local_in = d_in // t if name in _ROW_PARALLEL else d_in
-        low = n * lora.rank * (2 if autocast else ADAPTER_BYTES)
-        if autocast:
-            return n * local_in * 2 + low + 2 * lora.rank * (d_in + d_out) // t
-        return (0 if shared else n * local_in * ADAPTER_BYTES) + low
-
-    adapters = sum(own(name) for name in adapted)
-    copies = 0
-    if autocast:  # the base's weight casts: every matrix's, on this rank
-        copies = a * (2 * d * config.q_dim + 2 * d * config.kv_dim
-                      + (3 if swiglu else 2) * d * config.d_ff) // t
+    shape = _Shape(config, lora, n, seq_len, a, t, mine, autocast)
+    norms, attention, mlp, adapters, copies = _block_bytes(shape, stream_grad=True)
     per_layer = norms + attention + mlp + adapters + copies
     kept = full.per_layer_bytes if checkpointed else per_layer
-    first = 0
-    if not checkpointed and {"query", "key", "value"} & set(adapted):
-        first = norm  # the attention norm (its output stays, if the adapters read it)
-        if autocast:
-            first += a * (d * config.q_dim + 2 * d * config.kv_dim) // t
-        if config.positions == "rope":
-            tables = 2 * seq_len * config.head_dim * a  # cos and sin
-            rotated = ("query" in adapted) + ("key" in adapted)
-            first += tables * (2 - rotated) if a == 2 else (tables if rotated == 0 else 0)
-    head_reads = "head" in lora.targets
-    final_norm = norm
-    loss = full.loss_bytes - (n * d * a if autocast else 0)
-    if head_reads:
-        final_norm += n * d * a if shared else 0
-        final_norm += own("head")
+    first_block = _block_bytes(shape, stream_grad=False)
+    first = 0 if checkpointed else per_layer - sum(first_block)
+    final_norm = shape.norm
+    loss = full.loss_bytes - (n * d * a if autocast else 0)  # the frozen head: no input cast
+    if "head" in lora.targets:
+        final_norm += (n * d * a if shape.shared else 0) + shape.adapter("head", True)
     layers = config.n_layers * kept - first
     total = layers + full.embeddings_bytes + final_norm + loss
     closed = dataclasses.replace(
         full, norms_bytes_per_layer=norms, attention_bytes_per_layer=attention,
         mlp_bytes_per_layer=mlp + adapters, per_layer_bytes=kept, layers_bytes=layers,
         final_norm_bytes=final_norm, loss_bytes=loss, total_bytes=total,
-        weight_copies_bytes=(0 if checkpointed else config.n_layers * copies)
+        weight_copies_bytes=(0 if checkpointed else (config.n_layers - 1) * copies
+                             + first_block[4])
         + (a * config.vocab_size * d // t if autocast else 0))
     return LoraActivations(activations=closed, adapters_bytes_per_layer=adapters,
                            first_layer_less_bytes=first)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What a block's saved bytes depend on (see :func:`lora_activation_memory`)."""
+
+    config: TransformerConfig
+    lora: LoraShape
+    n: int  # tokens
+    seq_len: int
+    a: int  # bytes of an activation (the parameter dtype; 2 under autocast)
+    t: int  # tensor-parallel ranks
+    mine: int  # the tokens a norm runs on (1/t of them with sequence parallelism)
+    autocast: bool
+
+    @property
+    def shared(self) -> bool:
+        """fp32 without autocast: an adapter's A reads its input itself (no cast)."""
+        return self.a == ADAPTER_BYTES and not self.autocast
+
+    @property
+    def norm(self) -> int:
+        """A norm with a frozen scale: RMSNorm's fp32 input and rsqrt, LayerNorm's input and
+        statistics."""
+        d, mine = self.config.d_model, self.mine
+        if self.config.norm == "rmsnorm":
+            return 4 * mine * d + 4 * mine
+        return mine * d * (4 if self.autocast else self.a) + 8 * mine
+
+    def adapter(self, name: str, input_grad: bool) -> int:
+        """An adapted linear's own saved tensors: its cast input (none when ``shared``), B's
+        input (the r-value intermediate), and under autocast the casts of B and, when its
+        input needs a gradient, of A."""
+        d_in, d_out = _linears(self.config)[name]
+        r, t = self.lora.rank, self.t
+        local_in = d_in // t if name in _ROW_PARALLEL else d_in
+        low = self.n * r * (2 if self.autocast else ADAPTER_BYTES)
+        if self.autocast:
+            return (self.n * local_in * 2 + low + 2 * r * d_out // t
+                    + (2 * r * d_in // t if input_grad else 0))
+        return (0 if self.shared else self.n * local_in * ADAPTER_BYTES) + low
+
+
+def _block_bytes(shape: _Shape, stream_grad: bool) -> tuple[int, int, int, int, int]:
+    """(norms, attention, MLP, adapters, autocast's weight casts) a block saves; with
+    ``stream_grad`` off, of a block whose input needs no gradient (the first), where an op
+    saves a tensor only for an input or adapter that needs one."""
+    config, lora, n, a, t = shape.config, shape.lora, shape.n, shape.a, shape.t
+    d, f, q, kv = config.d_model, config.d_ff // t, config.q_dim, config.kv_dim
+    adapted = {name for name in lora.targets if name != "head"}
+    swiglu = config.mlp == "swiglu"
+    # which outputs need a gradient: a projection's when its input or its adapter does
+    grad = {name: stream_grad or name in adapted for name in ("query", "key", "value")}
+    core = any(grad.values())  # the attention's inputs, and so its output
+    after_attention = stream_grad or core or "output" in adapted
+    gate = after_attention or "gate" in adapted
+    up = after_attention or "up" in adapted
+    middle = (gate or up) if swiglu else up  # the down projection's input
+    needs = {"attention in": stream_grad, "attention out": core, "mlp in": after_attention,
+             "mlp mid": middle}
+    read = {_INPUTS[name] for name in adapted}
+    norms = shape.norm * (stream_grad + after_attention)
+    if shape.shared:  # a norm's output, saved once for the adapters that read it
+        norms += n * d * a * (("attention in" in read) + ("mlp in" in read))
+    attention = 0
+    if core:  # q, k, v and the output (SDPA's), one fp32 log-sum-exp a head and row
+        attention = ((n * (q + 2 * kv) * a + n * q * a) // t
+                     + 4 * (n // shape.seq_len) * (config.n_heads // t) * shape.seq_len)
+    elif shape.shared and "output" in adapted:  # the output, for its adapter alone
+        attention = n * q * a // t
+    if config.positions == "rope":
+        tables = 2 * shape.seq_len * config.head_dim * a  # cos and sin
+        rotated = grad["query"] + grad["key"]
+        attention += tables * rotated if a == 2 else (tables if rotated else 0)
+    if swiglu:  # SiLU's input, its output and the up projection's output
+        mlp = n * f * a * (gate + up + gate)
+    else:  # GELU's input
+        mlp = n * f * a * up
+    mlp += n * f * a if shape.shared and "mlp mid" in read else 0
+    adapters = sum(shape.adapter(name, needs[_INPUTS[name]]) for name in adapted)
+    copies = 0
+    if shape.autocast:  # a frozen linear's weight cast, when its input needs a gradient
+        copies = a * (stream_grad * d * (q + 2 * kv) // t + core * q * d // t
+                      + after_attention * (2 if swiglu else 1) * d * f + middle * f * d)
+    return norms, attention, mlp, adapters, copies
