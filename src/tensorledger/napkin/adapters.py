@@ -59,12 +59,13 @@ def frozen_bytes(tensors: Sequence[tuple[int, int, bool]]) -> int:
 def adapter_recipe(precision: Precision, optimizer: Optimizer, numels: Sequence[int],
                    itemsize: int) -> RecipeBytes | None:
     """The adapters' parameters, gradients and optimizer state under ``precision``, for
-    adapters of ``itemsize`` bytes an element (peft keeps them in fp32 over a bf16 base: fp32
-    gradients and states then, with no master copy); None where the recipe's master copy or
-    fp32 shadow of an fp32 adapter has no closed form here."""
+    adapters of ``itemsize`` bytes an element (peft keeps them in fp32 over a 16-bit base:
+    fp32 gradients and states then, with no master copy, under ``bf16``, ``bf16-master`` and
+    ``bf16-fp32-states`` alike, as traced steps hold); None where an adapter's width is
+    neither the recipe's nor fp32 over a 16-bit base."""
     if itemsize == precision.param_bytes:
         return recipe_bytes(precision, optimizer, numels)
-    if itemsize == 4 and precision.name == "bf16":
+    if itemsize == 4 and precision.param_bytes == 2:
         return recipe_bytes("fp32", optimizer, numels)
     return None
 
@@ -348,10 +349,8 @@ def _block_bytes(shape: _Shape, stream_grad: bool) -> tuple[int, int, int, int, 
         tables = 2 * shape.seq_len * config.head_dim * a  # cos and sin
         rotated = grad["query"] + grad["key"]
         attention += tables * rotated if a == 2 else (tables if rotated else 0)
-    if swiglu:  # SiLU's input, its output and the up projection's output
-        mlp = n * f * a * (gate + up + gate)
-    else:  # GELU's input
-        mlp = n * f * a * up
+    # SwiGLU: SiLU's input, its output and the up projection's output; GELU: its input
+    mlp = n * f * a * ((gate + up + gate) if swiglu else up)
     mlp += n * f * a if shape.shared and "mlp mid" in read else 0
     adapters = sum(shape.adapter(name, needs[_INPUTS[name]]) for name in adapted)
     copies = 0
