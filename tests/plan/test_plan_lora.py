@@ -206,10 +206,11 @@ def test_plan_cli_says_the_step_is_a_lora_fine_tune(cli) -> None:  # type: ignor
             "2", "--lora", "16", "--lora-targets", "value,query", "--qlora"]
     shown = cli(*argv)
     assert shown.code == 0, shown.stderr
-    assert "QLoRA r=16 on query, value" in " ".join(shown.stdout.split())
+    assert "QLoRA fine-tune, r=16 on query, value, base in 4-bit NF4" in " ".join(
+        shown.stdout.split())
     data = cli(*argv, "--json").json()
     assert data["lora"] == {"rank": 16, "targets": ["query", "value"], "nf4": True}
-    assert data["step"].startswith("QLoRA r=16 on query, value")
+    assert data["step"] == "QLoRA fine-tune, r=16 on query, value, base in 4-bit NF4"
     full = cli(*argv[:-5], "--json").json()
     assert full["lora"] is None and full["step"] == "full fine-tune"
     # the QLoRA rank holds its whole NF4 base (about 5.8 GB) and less than half the state of

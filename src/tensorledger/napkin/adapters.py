@@ -108,6 +108,13 @@ class LoraShape:
         base = " over a 4-bit NF4 base" if self.nf4 else ""
         return f"{kind} r={self.rank} on {', '.join(self.targets)}{base}"
 
+    def fine_tune(self) -> str:
+        """What a step of these adapters trains, in words: ``LoRA fine-tune, r=8 on query,
+        value`` (QLoRA: its base named too)."""
+        base = ", base in 4-bit NF4" if self.nf4 else ""
+        return (f"{'QLoRA' if self.nf4 else 'LoRA'} fine-tune, r={self.rank} on "
+                f"{', '.join(self.targets)}{base}")
+
 
 def _linears(config: TransformerConfig) -> dict[str, tuple[int, int]]:
     """(d_in, d_out) of each linear a block holds, and the head's, by name."""

@@ -157,7 +157,7 @@ class LayoutPlan:
     reserve: str = ""  # what the device keeps beside the budget, when none was given
     fixed: FixedDims | None = None  # the dimensions the caller fixed; the search filled the rest
     lora: LoraShape | None = None  # the step is a LoRA (QLoRA) fine-tune of these adapters
-    # what one step trains, in words: "full fine-tune", "LoRA r=8 on query, value fine-tune"
+    # what one step trains, in words: "full fine-tune", "LoRA fine-tune, r=8 on query, value"
     step: str = "full fine-tune"
 
     @property
@@ -488,7 +488,7 @@ def plan_layouts(config: TransformerConfig | ModelProfile, hardware: Hardware, c
                       assumptions=(*_assumptions(config), _pipelines(setup),
                                    *_fine_tune(lora)),
                       lora=lora,
-                      step="full fine-tune" if lora is None else f"{lora.describe()} fine-tune")
+                      step="full fine-tune" if lora is None else lora.fine_tune())
 
 
 def _fine_tune(lora: LoraShape | None) -> tuple[str, ...]:

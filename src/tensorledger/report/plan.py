@@ -29,7 +29,7 @@ def _gb(value: float) -> str:
 
 def _fine_tune(plan: LayoutPlan) -> str:
     """The title's word on what a step trains: nothing for a full fine-tune."""
-    return "" if plan.lora is None else f"; a {plan.lora.describe()} fine-tune"
+    return "" if plan.lora is None else f"; {plan.step}"
 
 
 def layout_plan_view(plan: LayoutPlan) -> View:
