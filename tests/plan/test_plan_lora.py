@@ -229,3 +229,39 @@ def test_plan_lora_of_a_profiled_source_is_refused_before_any_trace(  # type: ig
     config.write_text(json.dumps(CHECKED["llama"]))
     assert_one_line_error(cli("plan", "-m", str(config), "-g", "8seq", "-n", "2", "-s", "16",
                               "--lora", "8"), "priced on a preset's closed form")
+
+
+@pytest.mark.parametrize(("precision", "choice"), [
+    ("fp32", LayoutChoice(dp=2, tp=1, pp=1)),
+    ("mixed-bf16", LayoutChoice(dp=2, tp=1, pp=1, zero=3, shard=2)),
+    ("fp32", LayoutChoice(dp=2, tp=1, pp=1, zero=2, shard=2, micro_batch=2,
+                          checkpoint="full")),
+    ("mixed-bf16", LayoutChoice(dp=4, tp=1, pp=1, zero=3, shard=2)),
+])
+def test_traced_lora_ranks_hold_and_send_what_the_closed_form_says(
+        precision: str, choice: LayoutChoice) -> None:
+    # plan --verify with --lora: peft's adapters on a rank laid out by FSDP2 or DDP over a fake
+    # group, against the planner's rank, as tests/plan/test_verify.py holds a full fine-tune
+    from tensorledger.ledger.plan import verify_choice
+
+    setup = dataclasses.replace(_setup(precision, count=choice.count), global_batch_seqs=8)
+    v = verify_choice(setup, choice, "tiny")
+    # the collectives: the frozen base and the adapters gathered, the adapters' gradients
+    # alone reduced, to the byte
+    assert v.traced_sent_bytes == v.closed_sent_bytes
+    assert v.traced_activation_bytes == v.closed_activation_bytes
+    assert v.closed_state_bytes == pytest.approx(v.traced_state_bytes, rel=0.03)
+    assert v.closed_total_bytes == pytest.approx(v.traced_peak_bytes, rel=0.15)
+
+
+def test_layouts_a_lora_trace_cannot_lay_out_say_why() -> None:
+    from tensorledger.ledger.plan import traceable_layout
+
+    lora = lora_shape(TINY, 8)
+    assert "not TP" in str(traceable_layout(LayoutChoice(dp=1, tp=2, pp=1), lora))
+    assert "ZeRO-1" in str(traceable_layout(LayoutChoice(dp=2, tp=1, pp=1, zero=1, shard=2),
+                                            lora))
+    qlora = lora_shape(NF4_READY, 8, nf4=True)
+    assert "one device" in str(traceable_layout(LayoutChoice(dp=2, tp=1, pp=1), qlora))
+    assert not isinstance(traceable_layout(LayoutChoice(dp=2, tp=1, pp=1, zero=3, shard=2),
+                                           lora), str)

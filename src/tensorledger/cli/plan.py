@@ -247,7 +247,8 @@ def plan_command(
     rest; all of them fixed, one layout is evaluated.
     With --lora R (and --lora-targets, --qlora, as account takes them) the step is a LoRA
     (QLoRA) fine-tune of a preset: the base frozen in its stored dtype (or 4-bit NF4), the
-    adapters alone trained, no frozen weight's gradient computed or reduced."""
+    adapters alone trained, no frozen weight's gradient computed or reduced; --verify traces
+    its layouts under FSDP or DDP with peft's adapters."""
     if plot is not None:
         check_figure_path(plot)  # refuse a bad path before the work, not after
     fixed = fixed_dims(dp=dp, fsdp=fsdp, zero=zero, tp=tp, sp=sp, pp=pp,
@@ -256,7 +257,7 @@ def plan_command(
     cut = None if stage_layers is None else StageLayers.parse(stage_layers)
     if cut is not None and pp is None:
         raise InputError("--stage-layers cuts a pipeline: give --pp with it")
-    adapters = _adapters(model, lora, lora_targets, qlora, verify)
+    adapters = _adapters(model, lora, lora_targets, qlora)
     config, chip, seqs, note = _model_for(model, hardware, attention, seq, global_batch,
                                           precision, optimizer, as_json)
     train_tokens = None
@@ -268,23 +269,24 @@ def plan_command(
     if cut is not None:
         fixed = dataclasses.replace(fixed, stage_layers=_stage_counts(cut, config, fixed))
     pricer = _pricer(fixed, max_pp)
+    shape = _shape(config, adapters)
     result = plan_layouts(config, chip, count, seq_len=seq, global_batch_seqs=seqs,
                           precision=precision, optimizer=optimizer, budget_bytes=budget_bytes,
                           efficiency=efficiency, attention=attention.strip().lower(),
                           tokens=train_tokens, top=top, max_pp=max_pp, fixed=fixed,
                           schedules=pricer,
-                          lora=_shape(config, adapters))
+                          lora=shape)
     if note is not None:
         result = dataclasses.replace(result, notes=(note,))
     if verify:
         with progress(False, as_json) as say:
             result = _verified(result, config, model, chip, count, seq, seqs, precision,
                                optimizer, budget_bytes, efficiency, attention.strip().lower(),
-                               verify, say, pricer)
+                               verify, say, pricer, shape)
     emit_with_plot("plan", result, as_json, layout_plan_view(result), plot, write_plan_plot)
 
 
-def _adapters(model: str, rank: int | None, targets: str | None, qlora: bool, verify: int
+def _adapters(model: str, rank: int | None, targets: str | None, qlora: bool
               ) -> tuple[int, tuple[str, ...], bool] | None:
     """``--lora``, ``--lora-targets`` and ``--qlora`` checked as ``account`` checks them
     (:func:`tensorledger.workload.spec.resolve_lora`), for a preset (the adapters' closed
@@ -297,8 +299,6 @@ def _adapters(model: str, rank: int | None, targets: str | None, qlora: bool, ve
         raise InputError(f"--lora is priced on a preset's closed form (llama-3-8b, ...); "
                          f"{source.name} would be planned from a traced profile, which has no "
                          "adapters yet")
-    if verify:
-        raise InputError("--verify traces full fine-tunes only yet; drop --verify or --lora")
     return lora.rank, lora.targets, lora.nf4
 
 
@@ -389,20 +389,21 @@ def _verified(result: LayoutPlan, config: TransformerConfig | ModelProfile, mode
               chip: Hardware, count: int, seq: int, seqs: int, precision: str, optimizer: str,
               budget_bytes: float | None, efficiency: float | None, attention: str,
               wanted: int, say: Callable[[str], None],
-              pricer: SchedulePricer | None = None) -> LayoutPlan:
+              pricer: SchedulePricer | None = None, lora: LoraShape | None = None
+              ) -> LayoutPlan:
     """Trace the fastest ``wanted`` layouts the tracer lays out; note the ones it cannot."""
     from tensorledger.ledger.plan import traceable_layout, verify_choice  # imports torch
 
     setup = plan_setup(config, chip, count, seq_len=seq, global_batch_seqs=seqs,
                        precision=precision, optimizer=optimizer, budget_bytes=budget_bytes,
                        efficiency=efficiency, attention=attention, max_pp=result.max_pp,
-                       schedules=pricer)
+                       schedules=pricer, lora=lora)
     verified: list[Verified] = []
     skipped: list[str] = []
     for row in result.ranked:
         if len(verified) == wanted:
             break
-        reason = traceable_layout(row.choice)
+        reason = traceable_layout(row.choice, lora)
         if isinstance(reason, str):
             skipped.append(f"{row.layout}: {reason}")
             continue
