@@ -265,3 +265,27 @@ def test_layouts_a_lora_trace_cannot_lay_out_say_why() -> None:
     assert "one device" in str(traceable_layout(LayoutChoice(dp=2, tp=1, pp=1), qlora))
     assert not isinstance(traceable_layout(LayoutChoice(dp=2, tp=1, pp=1, zero=3, shard=2),
                                            lora), str)
+
+
+def test_nf4_dequantisation_flops_against_a_traced_qlora_step() -> None:
+    # a third-party count: torchao's own dequantisation, traced through the cost registry on
+    # gpt2 (every block matrix a whole number of NF4 blocks: 768·768 = 36 · 16,384)
+    pytest.importorskip("torchao")
+    from tensorledger.trace.aggregate import class_total
+    from tensorledger.workload import resolve_workload, trace_workload
+    from tensorledger.workload.qlora import DEQUANTIZE_CLASS
+    from tensorledger.workload.spec import resolve_lora
+
+    gpt2 = get_preset("gpt2")
+    counts = adapter_counts(gpt2, lora_shape(gpt2, 8, nf4=True), 2)
+    # 12 blocks of q, k, v, out (768·768 each) and up, down (768·3,072 each)
+    assert 12 * counts.layer_quantized == 12 * (4 * 589_824 + 2 * 2_359_296) == 84_934_656
+    work = resolve_workload("gpt2", batch=1, seq=8, precision="bf16", optimizer="adamw",
+                            device="fake", lora=resolve_lora(8, None, True), step="train")
+    total = class_total(trace_workload(work).trace, DEQUANTIZE_CLASS)
+    assert total is not None
+    per_use = 84_934_656 * (2 + 2 / 64)
+    assert total.forward_flops == per_use
+    # backward dequantises again but for the first block's q, k, v, whose input needs no
+    # gradient (the planner counts them: an overcount of 3 of 72 weights' one use)
+    assert total.backward_flops == per_use - 3 * 589_824 * (2 + 2 / 64)

@@ -108,7 +108,9 @@ MFU = model FLOPs (without recomputation) / (step · count · ideal peak).
 - FLOPs: no frozen weight's gradient: 6·N − 2·N = 4·N a token for the base (attention as a
   full fine-tune's), 6·n for the n adapter parameters (2·n in a recomputed forward); QLoRA
   adds torchao's dequantisation of each NF4 weight at each use (forward, backward, a
-  recomputed forward), (2 + 2/64) FLOPs an element per micro-batch, in HFU but not MFU.
+  recomputed forward), (2 + 2/64) FLOPs an element per micro-batch, in HFU but not MFU
+  (torchao's ops as the trace counts them; the first block's q, k, v, whose input needs no
+  gradient, are not dequantised in backward: counted all the same).
 - weight traffic: the frozen bytes read twice, the adapters as a full fine-tune's, and under
   QLoRA the dequantised weight written and read in the stored dtype at each use.
 - data-parallel communication: the adapters' fp32 gradients reduced; FSDP still gathers the
