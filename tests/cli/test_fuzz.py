@@ -451,6 +451,7 @@ PLAN_REFUSALS = [
     (["--lora", "8", "--lora-targets", "q_proj"], "peft's q_proj is the reference model's"),
     (["--lora", "8", "--lora-targets", "q proj"], "--lora-targets takes module names"),
     (["--lora", "8", "--cp", "2"], "not priced with --lora"),
+    (["--lora", "8", "--precision", "fp8-rowwise"], "use one of them"),
 ]
 
 

@@ -189,6 +189,10 @@ class PlanSetup:
                              "attention is the kernel it ran; drop --attention")
         if self.efficiency is not None and not 0.0 < self.efficiency <= 1.0:
             raise InputError(f"efficiency must be in (0, 1], got {self.efficiency!r}")
+        if self.lora is not None and self.precision.float8:  # as account refuses it
+            raise InputError(f"--lora trains adapters beside frozen weights; --precision "
+                             f"{self.precision.name} converts the linears they adapt: use one "
+                             "of them")
         if self.lora is not None and isinstance(self.config, ModelProfile):
             raise InputError(f"--lora is priced on a preset's closed form; {self.config.name} "
                              "is planned from its traced profile, which has no adapters yet: "
