@@ -397,7 +397,8 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice, floor: bool = False) -> 
         params = (load.layers * layer_rank + (embedding_params if load.first else 0)
                   + (head_params if load.last else 0))
         if model.adapters is not None:
-            trained, frozen, states, grads, gathered = _lora_stage(setup, choice, load, zero)
+            trained, frozen, states, grads, gathered = model.lora_stage(setup, choice, load,
+                                                                        zero)
             adapted[load.rank] = (trained, frozen)
             params += trained
         else:
@@ -452,33 +453,6 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice, floor: bool = False) -> 
                       forward_peak_bytes=forward, backward_peak_bytes=backward,
                       temporary_bytes=temporary, layers=load.layers, rank=load.rank,
                       adapter_params=trained, frozen_bytes=frozen)
-
-
-def _lora_stage(setup: PlanSetup, choice: LayoutChoice, load: RankLoad, zero: int
-                ) -> tuple[int, float, float, float, float]:
-    """A LoRA rank's (adapters, frozen bytes before sharding, state, its gradients, FSDP's
-    gathered bytes): the frozen base in its stored dtype (NF4 under QLoRA) sharded with the
-    parameters (ZeRO-3, and FSDP2's ZeRO-2), the fp32 adapters' recipe by
-    :func:`tensorledger.napkin.zero_bytes`, both split over ``tp`` as their linears are."""
-    model = _model(setup)
-    counts = model.adapters
-    assert counts is not None
-    tp, width = choice.tp, setup.precision.param_bytes
-    layer_frozen = counts.layer_frozen_bytes(width) / tp + model.layer_norms * width
-    trained = -(-(load.layers * counts.layer_params
-                  + (counts.head_params if load.last else 0)) // tp)
-    frozen = (load.layers * layer_frozen
-              + (-(-model.embeddings // tp) * width if load.first else 0.0)
-              + ((-(-model.head // tp) + model.final_norm) * width if load.last else 0.0))
-    shard = choice.shard_ranks
-    states, grads = model.adapter_states(setup, trained, shard, zero) if trained else (0.0,
-                                                                                      0.0)
-    states += frozen / shard if zero >= 3 else frozen
-    whole = frozen + trained * ADAPTER_BYTES
-    two_layers = 2.0 * (layer_frozen + counts.layer_params / tp * ADAPTER_BYTES)
-    gathered = (whole if choice.zero == 2 else min(two_layers, whole)
-                if choice.zero == 3 else 0.0) if shard > 1 else 0.0
-    return trained, frozen, states, grads, gathered
 
 
 def _forward_temporaries(setup: PlanSetup, choice: LayoutChoice, closed: ActivationMemory,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, cast
 
 from tensorledger.napkin.activations import ActivationMemory, activation_memory
 from tensorledger.napkin.adapters import (
+    ADAPTER_BYTES,
     NF4_DEQUANTIZE_FLOPS_PER_ELEMENT,
     AdapterCounts,
     adapter_counts,
@@ -25,7 +26,8 @@ from tensorledger.plan.profile import ModelProfile, profile_activations
 from tensorledger.roofline.collectives import CollectiveKind
 
 if TYPE_CHECKING:
-    from tensorledger.plan.estimate import PlanSetup
+    from tensorledger.plan.estimate import LayoutChoice, PlanSetup
+    from tensorledger.plan.stages import RankLoad
 
 __all__ = ["SearchModel", "search_model"]
 
@@ -123,6 +125,31 @@ class SearchModel:
             held = (float(z.total_bytes), float(z.grads_bytes))
             self.states[key] = held
         return held
+
+    def lora_stage(self, setup: PlanSetup, choice: LayoutChoice, load: RankLoad, zero: int
+                   ) -> tuple[int, float, float, float, float]:
+        """A LoRA rank's (adapters, frozen bytes before sharding, state, its gradients,
+        FSDP's gathered bytes): the frozen base in its stored dtype (NF4 under QLoRA) sharded
+        with the parameters (``zero`` 3: ZeRO-3, and FSDP2's ZeRO-2), the fp32 adapters'
+        recipe by :func:`zero_bytes`, both split over ``tp`` as their linears are."""
+        counts = self.adapters
+        assert counts is not None
+        tp, width = choice.tp, setup.precision.param_bytes
+        layer_frozen = counts.layer_frozen_bytes(width) / tp + self.layer_norms * width
+        trained = -(-(load.layers * counts.layer_params
+                      + (counts.head_params if load.last else 0)) // tp)
+        frozen = (load.layers * layer_frozen
+                  + (-(-self.embeddings // tp) * width if load.first else 0.0)
+                  + ((-(-self.head // tp) + self.final_norm) * width if load.last else 0.0))
+        shard = choice.shard_ranks
+        states, grads = (self.adapter_states(setup, trained, shard, zero) if trained
+                         else (0.0, 0.0))
+        states += frozen / shard if zero >= 3 else frozen
+        whole = frozen + trained * ADAPTER_BYTES
+        two_layers = 2.0 * (layer_frozen + counts.layer_params / tp * ADAPTER_BYTES)
+        gathered = (whole if choice.zero == 2 else min(two_layers, whole)
+                    if choice.zero == 3 else 0.0) if shard > 1 else 0.0
+        return trained, frozen, states, grads, gathered
 
     def activations(self, setup: PlanSetup, micro_batch: int, tp: int, sp: bool,
                     checkpointed: bool, cp: int = 1) -> tuple[ActivationMemory, float]:
