@@ -445,6 +445,13 @@ PLAN_REFUSALS = [
     (["--schedule", "zbv", "--chunks", "4"], "zbv runs exactly 2 stages per rank"),
     (["--dp", "2", "--pp", "2", "--microbatches", "1", "--schedule", "1f1b"],
      "1f1b needs a micro-batch per stage"),
+    # LoRA / QLoRA (issue 40): account's checks, and what the planner does not price yet
+    (["--lora", "0"], "--lora must be between 1 and 65,536"),
+    (["--qlora"], "give the adapters' rank with --lora R too"),
+    (["--lora", "8", "--lora-targets", "q_proj"], "peft's q_proj is the reference model's"),
+    (["--lora", "8", "--lora-targets", "q proj"], "--lora-targets takes module names"),
+    (["--lora", "8", "--cp", "2"], "not priced with --lora"),
+    (["--lora", "8", "--precision", "fp8-rowwise"], "use one of them"),
 ]
 
 

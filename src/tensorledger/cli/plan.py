@@ -21,8 +21,10 @@ from tensorledger.cli.common import (
     progress,
     real_parser,
 )
+from tensorledger.cli.workload import LoraRank, LoraTargets, Qlora
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware, get_hardware
+from tensorledger.napkin.adapters import LoraShape, lora_shape
 from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
 from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.plan import (
@@ -42,6 +44,7 @@ from tensorledger.report.plots import check_figure_path
 from tensorledger.units import parse_bytes, parse_count
 from tensorledger.workload.schedules import StageLayers, resolve_schedule
 from tensorledger.workload.source import resolve_source
+from tensorledger.workload.spec import resolve_lora
 
 __all__ = ["fixed_dims", "global_batch_seqs", "register"]
 
@@ -229,6 +232,9 @@ def plan_command(
     checkpoint: Annotated[str | None, typer.Option("--checkpoint", help=(
         "Fix activation checkpointing: none, selective (with --attention eager) or full."),
         rich_help_panel=_FIXED)] = None,
+    lora: LoraRank = None,  # account's own options (cli.workload): one spelling, one help
+    lora_targets: LoraTargets = None,
+    qlora: Qlora = False,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Search every layout (DP, ZeRO, CP, TP/SP, PP with every torch schedule and stage cut,
@@ -238,7 +244,11 @@ def plan_command(
     priced from torch's own action lists (imports torch: a second or two).
     Any of --dp, --fsdp, --zero, --cp, --tp, --sp, --pp, --microbatches, --schedule,
     --chunks, --stage-layers, --checkpoint fixes that dimension and the search fills the
-    rest; all of them fixed, one layout is evaluated."""
+    rest; all of them fixed, one layout is evaluated.
+    With --lora R (and --lora-targets, --qlora, as account takes them) the step is a LoRA
+    (QLoRA) fine-tune of a preset: the base frozen in its stored dtype (or 4-bit NF4), the
+    adapters alone trained, no frozen weight's gradient computed or reduced; --verify traces
+    its layouts under FSDP or DDP with peft's adapters."""
     if plot is not None:
         check_figure_path(plot)  # refuse a bad path before the work, not after
     fixed = fixed_dims(dp=dp, fsdp=fsdp, zero=zero, tp=tp, sp=sp, pp=pp,
@@ -247,6 +257,7 @@ def plan_command(
     cut = None if stage_layers is None else StageLayers.parse(stage_layers)
     if cut is not None and pp is None:
         raise InputError("--stage-layers cuts a pipeline: give --pp with it")
+    adapters = _adapters(model, lora, lora_targets, qlora)
     config, chip, seqs, note = _model_for(model, hardware, attention, seq, global_batch,
                                           precision, optimizer, as_json)
     train_tokens = None
@@ -258,19 +269,46 @@ def plan_command(
     if cut is not None:
         fixed = dataclasses.replace(fixed, stage_layers=_stage_counts(cut, config, fixed))
     pricer = _pricer(fixed, max_pp)
+    shape = _shape(config, adapters)
     result = plan_layouts(config, chip, count, seq_len=seq, global_batch_seqs=seqs,
                           precision=precision, optimizer=optimizer, budget_bytes=budget_bytes,
                           efficiency=efficiency, attention=attention.strip().lower(),
                           tokens=train_tokens, top=top, max_pp=max_pp, fixed=fixed,
-                          schedules=pricer)
+                          schedules=pricer,
+                          lora=shape)
     if note is not None:
         result = dataclasses.replace(result, notes=(note,))
     if verify:
         with progress(False, as_json) as say:
             result = _verified(result, config, model, chip, count, seq, seqs, precision,
                                optimizer, budget_bytes, efficiency, attention.strip().lower(),
-                               verify, say, pricer)
+                               verify, say, pricer, shape)
     emit_with_plot("plan", result, as_json, layout_plan_view(result), plot, write_plan_plot)
+
+
+def _adapters(model: str, rank: int | None, targets: str | None, qlora: bool
+              ) -> tuple[int, tuple[str, ...], bool] | None:
+    """``--lora``, ``--lora-targets`` and ``--qlora`` checked as ``account`` checks them
+    (:func:`tensorledger.workload.spec.resolve_lora`), for a preset (the adapters' closed
+    form is the reference model's): (rank, targets, NF4), or None without ``--lora``."""
+    lora = resolve_lora(rank, targets, qlora)
+    if lora is None:
+        return None
+    source = resolve_source(model)
+    if source.config is None or source.kind != "preset":
+        raise InputError(f"--lora is priced on a preset's closed form (llama-3-8b, ...); "
+                         f"{source.name} would be planned from a traced profile, which has no "
+                         "adapters yet")
+    return lora.rank, lora.targets, lora.nf4
+
+
+def _shape(config: TransformerConfig | ModelProfile,
+           adapters: tuple[int, tuple[str, ...], bool] | None) -> LoraShape | None:
+    """The adapters on the preset's reference model (a profile never gets here)."""
+    if adapters is None:
+        return None
+    assert isinstance(config, TransformerConfig)
+    return lora_shape(config, *adapters)
 
 
 def fixed_dims(*, dp: int | None = None, fsdp: int | None = None, zero: int | None = None,
@@ -351,20 +389,21 @@ def _verified(result: LayoutPlan, config: TransformerConfig | ModelProfile, mode
               chip: Hardware, count: int, seq: int, seqs: int, precision: str, optimizer: str,
               budget_bytes: float | None, efficiency: float | None, attention: str,
               wanted: int, say: Callable[[str], None],
-              pricer: SchedulePricer | None = None) -> LayoutPlan:
+              pricer: SchedulePricer | None = None, lora: LoraShape | None = None
+              ) -> LayoutPlan:
     """Trace the fastest ``wanted`` layouts the tracer lays out; note the ones it cannot."""
     from tensorledger.ledger.plan import traceable_layout, verify_choice  # imports torch
 
     setup = plan_setup(config, chip, count, seq_len=seq, global_batch_seqs=seqs,
                        precision=precision, optimizer=optimizer, budget_bytes=budget_bytes,
                        efficiency=efficiency, attention=attention, max_pp=result.max_pp,
-                       schedules=pricer)
+                       schedules=pricer, lora=lora)
     verified: list[Verified] = []
     skipped: list[str] = []
     for row in result.ranked:
         if len(verified) == wanted:
             break
-        reason = traceable_layout(row.choice)
+        reason = traceable_layout(row.choice, lora)
         if isinstance(reason, str):
             skipped.append(f"{row.layout}: {reason}")
             continue

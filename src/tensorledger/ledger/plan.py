@@ -18,6 +18,9 @@ What is compared, for that step with its optimizer step:
   layer is recomputed, is not like for like);
 - **peak**: the traced step's peak against the closed form's total;
 - **sent**: the bytes the rank's collectives send, against :func:`tensorledger.plan.sent_bytes`.
+
+A LoRA plan's layouts are traced with the same adapters (peft's, on the reference model)
+where the workload lays them out: one device, FSDP2 or DDP.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import dataclasses
 from collections.abc import Callable
 
 from tensorledger.errors import InputError
+from tensorledger.napkin.adapters import LoraShape
 from tensorledger.plan.estimate import (
     LayoutChoice,
     PlanSetup,
@@ -39,6 +43,7 @@ from tensorledger.workload import resolve_workload, trace_workload
 from tensorledger.workload.layout import Layout, resolve_layout
 from tensorledger.workload.run import trace_pipeline_rank
 from tensorledger.workload.schedules import StageLayers
+from tensorledger.workload.spec import Lora
 
 __all__ = ["traceable_layout", "traced_microbatches", "verify_choice"]
 
@@ -58,8 +63,16 @@ def traced_microbatches(choice: LayoutChoice) -> int:
     return min(choice.accumulation, choice.pp + 1)
 
 
-def traceable_layout(choice: LayoutChoice) -> Layout | str:
-    """The workload layout that runs ``choice``, or why the tracer cannot lay it out yet."""
+def traceable_layout(choice: LayoutChoice, lora: LoraShape | None = None) -> Layout | str:
+    """The workload layout that runs ``choice``, or why the tracer cannot lay it out yet
+    (with ``lora``'s adapters: FSDP or DDP alone, as the workload lays peft's out)."""
+    if lora is not None:
+        if choice.tp > 1 or choice.pp > 1 or choice.cp > 1:
+            return "LoRA adapters are traced under FSDP or DDP alone, not TP, PP or CP yet"
+        if lora.nf4 and choice.count > 1:
+            return "a QLoRA base is traced on one device only"
+        if choice.zero == 1:
+            return "LoRA under ZeRO-1 is not traced yet"
     if choice.pp > 1:
         if choice.schedule == "1f1b" and choice.accumulation < choice.pp:
             return "torch's 1F1B runs at least as many micro-batches as stages"
@@ -97,9 +110,12 @@ def verify_choice(setup: PlanSetup, choice: LayoutChoice, model: str,
                   progress: Callable[[str], None] | None = None) -> Verified:
     """Trace one micro-batch step of ``choice`` on fake ranks and set it beside the closed
     form (of the same choice with one micro-batch per step)."""
-    layout = traceable_layout(choice)
+    layout = traceable_layout(choice, setup.lora)
     if isinstance(layout, str):
         raise InputError(f"{choice.describe()}: {layout}")
+    lora = None if setup.lora is None else Lora(
+        rank=setup.lora.rank, alpha=setup.lora.rank, targets=setup.lora.targets,
+        nf4=setup.lora.nf4)
     from tensorledger.ledger.memory import memory_of
 
     micro = traced_microbatches(choice)
@@ -108,7 +124,7 @@ def verify_choice(setup: PlanSetup, choice: LayoutChoice, model: str,
     work = resolve_workload(model, batch=choice.micro_batch * micro, seq=setup.seq_len,
                             precision=setup.precision.name, optimizer=setup.optimizer.name,
                             checkpoint=choice.checkpoint == "full", device="fake",
-                            layout=layout)
+                            layout=layout, lora=lora)
     if progress is not None:
         progress(f"tracing {work.model} as {layout.describe()}")
     # under a pipeline, a rank of the stage the closed form finds the busiest

@@ -89,6 +89,36 @@ the most saved blocks: :mod:`tensorledger.plan.stages`):
 step = compute · imbalance · (1 + bubble) + tensor-parallel comm + ring exchange + exposed
 data-parallel comm;
 MFU = model FLOPs (without recomputation) / (step · count · ideal peak).
+
+**A LoRA (QLoRA) fine-tune** (``PlanSetup.lora``, a preset's reference model; what
+:mod:`tensorledger.napkin.adapters` derives):
+
+- state: the frozen base in its stored dtype (the recipe's parameter bytes; under QLoRA each
+  block matrix of whole NF4 blocks in torchao's NF4, 0.5 byte an element plus its block
+  scales, the embedding, norms and head as stored), sharded as the parameters are (ZeRO-3 and
+  FSDP2's ZeRO-2); the adapters in fp32 (peft's, over a 16-bit base too) with fp32 gradients
+  and optimizer state by :func:`zero_bytes`, sharded by stage like a full fine-tune's.  Under
+  TP both are split 1/t, as the linears they sit on (assumed: a column-parallel linear's B
+  split by rows, a row-parallel one's A by columns; the r-value all-reduce after a
+  row-parallel A is not priced).  FSDP gathers the base as stored (NF4 under QLoRA) and the
+  adapters; DDP's buckets and a pipeline's unsharded gradients are the adapters' alone.
+- activations: :func:`tensorledger.napkin.adapters.lora_activation_memory` (no frozen
+  weight saves its input; each adapter its input and its r-value intermediate); the first
+  block saves less (its input needs no gradient), counted with the first stage.
+- FLOPs: no frozen weight's gradient: 6·N − 2·N = 4·N a token for the base (attention as a
+  full fine-tune's), 6·n for the n adapter parameters (2·n in a recomputed forward); QLoRA
+  adds torchao's dequantisation of each NF4 weight at each use (forward, backward, a
+  recomputed forward), (2 + 2/64) FLOPs an element per micro-batch, in HFU but not MFU
+  (torchao's ops as the trace counts them; the first block's q, k, v, whose input needs no
+  gradient, are not dequantised in backward: counted all the same).
+- weight traffic: the frozen bytes read twice, the adapters as a full fine-tune's, and under
+  QLoRA the dequantised weight written and read in the stored dtype at each use.
+- data-parallel communication: the adapters' fp32 gradients reduced; FSDP still gathers the
+  frozen base (as stored) and the adapters.  No context parallelism is searched.
+
+Traced LoRA ranks under DDP, FSDP2's ZeRO-2 and 3 and HSDP (``plan --verify``, peft's
+adapters on fake ranks) agree with this to the byte in the bytes sent and the saved
+activations, and within AdamW's step counters in the state (tests/plan/test_plan_lora.py).
 """
 
 from __future__ import annotations
@@ -99,6 +129,11 @@ from dataclasses import dataclass, field
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
 from tensorledger.napkin.activations import ActivationMemory
+from tensorledger.napkin.adapters import (
+    ADAPTER_BYTES,
+    NF4_DEQUANTIZE_FLOPS_PER_ELEMENT,
+    LoraShape,
+)
 from tensorledger.napkin.recipes import Optimizer, Precision
 from tensorledger.napkin.transformer import (
     TransformerConfig,
@@ -142,6 +177,8 @@ class PlanSetup:
     # prices the pipeline schedules: GPipe and 1F1B in closed form, unless the caller gives
     # one that replays torch's action lists (tensorledger.ledger.schedules)
     schedules: SchedulePricer = field(default_factory=SchedulePricer, compare=False)
+    # a LoRA (QLoRA) fine-tune: adapters trained beside a frozen base (see the module's doc)
+    lora: LoraShape | None = None
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTIONS:
@@ -152,6 +189,14 @@ class PlanSetup:
                              "attention is the kernel it ran; drop --attention")
         if self.efficiency is not None and not 0.0 < self.efficiency <= 1.0:
             raise InputError(f"efficiency must be in (0, 1], got {self.efficiency!r}")
+        if self.lora is not None and self.precision.float8:  # as account refuses it
+            raise InputError(f"--lora trains adapters beside frozen weights; --precision "
+                             f"{self.precision.name} converts the linears they adapt: use one "
+                             "of them")
+        if self.lora is not None and isinstance(self.config, ModelProfile):
+            raise InputError(f"--lora is priced on a preset's closed form; {self.config.name} "
+                             "is planned from its traced profile, which has no adapters yet: "
+                             "plan a preset, or drop --lora")
         # counts and FLOPs of the model, and the priced collectives, worked out once per search
         object.__setattr__(self, "_model", SearchModel(self))
 
@@ -239,6 +284,10 @@ class RankMemory:
     temporary_bytes: float = 0.0  # of the forward point: logits in flight, autocast's casts
     layers: int = 0  # blocks the rank holds
     rank: int = 0  # its pipeline rank
+    # a LoRA fine-tune: the adapters' parameters and the frozen base's bytes on the rank
+    # (before ZeRO sharding; stage_params counts both)
+    adapter_params: int = 0
+    frozen_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -261,6 +310,7 @@ class StepTime:
     efficiency: float = 1.0  # the share of the peak the matmuls were taken to reach
     hfu: float = 0.0  # the FLOPs that ran (recomputation included) / (step · count · peak)
     cp_comm_s: float = 0.0  # the context-parallel ring's exchanges, exposed
+    dequantize_flops: float = 0.0  # QLoRA: torchao's NF4 dequantisation, every rank's (in hfu)
 
 
 @dataclass(frozen=True)
@@ -328,6 +378,9 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice, floor: bool = False) -> 
     closed, logits = model.activations(setup, choice.micro_batch, tp, choice.sp,
                                        choice.checkpoint == "full", cp)
     embedding = float(closed.embeddings_bytes)  # the token ids (and positions), first stage
+    # a LoRA step's first block saves less: its input needs no gradient (napkin.adapters)
+    embedding -= model.first_layer_less.get(
+        (choice.micro_batch, tp, choice.sp, choice.checkpoint == "full", cp), 0.0)
     shard = choice.shard_ranks
     sharded = shard > 1
     # FSDP2's ZeRO-2 keeps every tensor's shard at rest (ZeRO-3's states) and holds the whole
@@ -338,13 +391,21 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice, floor: bool = False) -> 
     # backward: the gradients add up unsharded, reduce-scattered once at the end
     piped_fsdp = pp > 1 and sharded and choice.zero >= 2
 
+    adapted: dict[int, tuple[int, float]] = {}  # per pipeline rank: adapters, frozen bytes
+
     def stage(load: RankLoad) -> tuple[int, tuple[float, float, float, float, float]]:
         params = (load.layers * layer_rank + (embedding_params if load.first else 0)
                   + (head_params if load.last else 0))
-        states, grads = model.states_bytes(setup, params, shard, zero)
-        whole = float(params * setup.precision.param_bytes)
-        gathered = (whole if choice.zero == 2 else min(two_layers, whole)
-                    if choice.zero == 3 else 0.0) if sharded else 0.0
+        if model.adapters is not None:
+            trained, frozen, states, grads, gathered = model.lora_stage(setup, choice, load,
+                                                                        zero)
+            adapted[load.rank] = (trained, frozen)
+            params += trained
+        else:
+            states, grads = model.states_bytes(setup, params, shard, zero)
+            whole = float(params * setup.precision.param_bytes)
+            gathered = (whole if choice.zero == 2 else min(two_layers, whole)
+                        if choice.zero == 3 else 0.0) if sharded else 0.0
         activations = (load.held_layers * kept + embedding * load.first_in_flight
                        + transient)
         loss = logits if load.last else 0.0
@@ -359,13 +420,15 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice, floor: bool = False) -> 
     # DDP (and ZeRO-1 under it) reduces the gradients through buckets of its own, as big as
     # the gradients (gradient_as_bucket_view is off by default); FSDP under a pipeline holds
     # them unsharded, and its sharded ones only once the step's activations are gone
-    buckets = (float(params * setup.precision.grad_bytes)
-               if (choice.zero <= 1 and choice.dp > 1) or piped_fsdp else 0.0)
+    trained, frozen = adapted.get(load.rank, (0, 0.0))
+    grad_bytes = (float(trained * ADAPTER_BYTES) if model.adapters is not None
+                  else float(params * setup.precision.grad_bytes))
+    buckets = grad_bytes if (choice.zero <= 1 and choice.dp > 1) or piped_fsdp else 0.0
     # a tensor-parallel rank's share of the embedding's gradient is a view of the gradient of
     # the whole vocabulary (DTensor works it out replicated), which lives as long as it does.
     # Without a pipeline it appears at the end of backward, once the activations are gone;
     # under one the first stage's later forwards run beside it
-    if tp > 1 and pp > 1 and load.first:
+    if tp > 1 and pp > 1 and load.first and model.adapters is None:  # a frozen one has none
         whole = float((model.embeddings - -(-model.embeddings // tp))
                       * setup.precision.grad_bytes)
         if piped_fsdp:
@@ -388,7 +451,8 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice, floor: bool = False) -> 
                       gathered_bytes=gathered, buffers_bytes=buckets,
                       activations_bytes=activations, logits_bytes=loss, total_bytes=total,
                       forward_peak_bytes=forward, backward_peak_bytes=backward,
-                      temporary_bytes=temporary, layers=load.layers, rank=load.rank)
+                      temporary_bytes=temporary, layers=load.layers, rank=load.rank,
+                      adapter_params=trained, frozen_bytes=frozen)
 
 
 def _forward_temporaries(setup: PlanSetup, choice: LayoutChoice, closed: ActivationMemory,
@@ -410,7 +474,8 @@ def _forward_temporaries(setup: PlanSetup, choice: LayoutChoice, closed: Activat
         if closed.autocast:
             logits += n * config.vocab_size * 4.0  # upcast for the log-softmax
     cache = 0.0
-    if closed.autocast and choice.checkpoint == "full":
+    # autocast caches the casts of weights that need a gradient alone: none of a frozen base
+    if closed.autocast and choice.checkpoint == "full" and _model(setup).adapters is None:
         cache = float(layers * (-(-_model(setup).layer_matrices // choice.tp)) * c)
     return logits + cache
 
@@ -439,10 +504,17 @@ def _collective_s(setup: PlanSetup, kind: CollectiveKind, size_bytes: float, ran
     return time_s
 
 
-def _dp_comm_s(setup: PlanSetup, choice: LayoutChoice, stage_params: int, passes: int) -> float:
-    """Data-parallel communication of one rank per step (see the module's docstring)."""
+def _dp_comm_s(setup: PlanSetup, choice: LayoutChoice, memory: RankMemory, passes: int
+               ) -> float:
+    """Data-parallel communication of one rank per step (see the module's docstring); of a
+    LoRA step, the adapters' gradients and the frozen base's gathers."""
     p = setup.precision
-    grads, weights = p.grad_bytes * stage_params, p.param_bytes * stage_params
+    if _model(setup).adapters is not None:
+        grads = float(memory.adapter_params * ADAPTER_BYTES)
+        weights = memory.frozen_bytes + grads
+    else:
+        grads = p.grad_bytes * memory.stage_params
+        weights = p.param_bytes * memory.stage_params
     m, tp = choice.accumulation, choice.tp
     if choice.zero == 0:
         return _collective_s(setup, CollectiveKind.ALL_REDUCE, grads, choice.dp, tp)
@@ -476,9 +548,22 @@ def step_time(setup: PlanSetup, choice: LayoutChoice, memory: RankMemory) -> Ste
         recompute = 0.0
     peak = setup.hardware.peak_flop_per_s(setup.dtype)
     m = choice.accumulation
-    flops_micro = (model_flops + recompute) / (setup.count * m)
     p = setup.precision
     bytes_micro = memory.stage_params * 2 * (p.param_bytes + p.grad_bytes)
+    dequantize = 0.0
+    counts = model.adapters
+    if counts is not None:
+        # the frozen base read in forward and backward, the fp32 adapters and their
+        # gradients as a full fine-tune's; QLoRA dequantises each NF4 weight at each use
+        # (forward, backward, and a recomputed forward), writing and reading it in the
+        # stored dtype
+        uses = 3 if choice.checkpoint == "full" else 2
+        quantized = memory.layers * counts.layer_quantized / choice.tp
+        bytes_micro = (2 * memory.frozen_bytes
+                       + memory.adapter_params * 2 * (ADAPTER_BYTES + ADAPTER_BYTES)
+                       + uses * 2 * p.param_bytes * quantized)
+        dequantize = (uses * quantized * NF4_DEQUANTIZE_FLOPS_PER_ELEMENT * m * setup.count)
+    flops_micro = (model_flops + recompute + dequantize) / (setup.count * m)
     intensity = flops_micro / bytes_micro
     efficiency = matmul_efficiency(setup, choice)
     micro_s = max(flops_micro / (peak * efficiency),
@@ -505,7 +590,7 @@ def step_time(setup: PlanSetup, choice: LayoutChoice, memory: RankMemory) -> Ste
         tp_comm = layers * per_layer * m * one
     # FSDP2 recomputes a checkpointed unit inside its backward, on the parameters that
     # backward gathered: two gathers per micro-batch either way
-    dp_comm = _dp_comm_s(setup, choice, memory.stage_params, 2)
+    dp_comm = _dp_comm_s(setup, choice, memory, 2)
     dp_exposed = max(0.0, dp_comm - compute_s) + dp_comm / layers
     cp_comm = layers * m * _ring_layer_s(setup, choice) if choice.cp > 1 else 0.0
     step_s = compute_s * imbalance * (1 + bubble) + tp_comm + cp_comm + dp_exposed
@@ -517,8 +602,8 @@ def step_time(setup: PlanSetup, choice: LayoutChoice, memory: RankMemory) -> Ste
                     dp_comm_s=dp_comm, dp_exposed_s=dp_exposed, step_s=step_s,
                     tokens_per_s=tokens / step_s,
                     mfu=model_flops / (step_s * setup.count * peak), efficiency=efficiency,
-                    hfu=(model_flops + recompute) / (step_s * setup.count * peak),
-                    cp_comm_s=cp_comm)
+                    hfu=(model_flops + recompute + dequantize) / (step_s * setup.count * peak),
+                    cp_comm_s=cp_comm, dequantize_flops=dequantize)
 
 
 def _ring_layer_s(setup: PlanSetup, choice: LayoutChoice) -> float:

@@ -196,6 +196,9 @@ class FixedDims:
             raise InputError(f"CP {cp} cuts each sequence into {2 * cp} chunks (load-balanced "
                              f"for the causal mask); --seq {setup.seq_len:,} does not divide "
                              f"by {2 * cp}")
+        if setup.lora is not None:
+            raise InputError(f"CP {cp}: context parallelism is not priced with --lora "
+                             "adapters yet; drop --cp or --lora")
         if isinstance(setup.config, ModelProfile):
             raise InputError(f"CP {cp}: context parallelism is priced from the reference "
                              f"models' closed form; {setup.config.name} is planned from its "

@@ -51,6 +51,7 @@ from typing import TypeVar
 
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
+from tensorledger.napkin.adapters import LoraShape
 from tensorledger.napkin.headroom import device_headroom
 from tensorledger.napkin.parallel import tp_indivisible
 from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
@@ -155,6 +156,9 @@ class LayoutPlan:
     frontier: tuple[LayoutEstimate, ...] = ()
     reserve: str = ""  # what the device keeps beside the budget, when none was given
     fixed: FixedDims | None = None  # the dimensions the caller fixed; the search filled the rest
+    lora: LoraShape | None = None  # the step is a LoRA (QLoRA) fine-tune of these adapters
+    # what one step trains, in words: "full fine-tune", "LoRA fine-tune, r=8 on query, value"
+    step: str = "full fine-tune"
 
     @property
     def best(self) -> LayoutEstimate:
@@ -273,7 +277,7 @@ def _cps(setup: PlanSetup, ranks: int, fixed: FixedDims) -> tuple[int, ...]:
     leaving a rank at least ``MIN_CP_TOKENS`` tokens."""
     if fixed.cp is not None:
         return (fixed.cp,) if ranks % fixed.cp == 0 else ()
-    if isinstance(setup.config, ModelProfile) or setup.attention != "flash":
+    if isinstance(setup.config, ModelProfile) or setup.attention != "flash" or setup.lora:
         return (1,)
     s = setup.seq_len
     return tuple(c for c in divisors(ranks)
@@ -334,11 +338,13 @@ def plan_setup(config: TransformerConfig | ModelProfile, hardware: Hardware, cou
                global_batch_seqs: int, precision: str = "bf16-master", optimizer: str = "adamw",
                budget_bytes: float | None = None, efficiency: float | None = None,
                attention: str = "flash", max_pp: int | None = None,
-               schedules: SchedulePricer | None = None) -> PlanSetup:
+               schedules: SchedulePricer | None = None,
+               lora: LoraShape | None = None) -> PlanSetup:
     """What a search of ``count`` devices shares, its options checked (one line each): the
     one :func:`plan_layouts` searches, and that a traced check of its layouts prices.
     ``schedules`` prices the pipeline schedules (default: GPipe and 1F1B in closed form;
-    :class:`tensorledger.ledger.schedules.ActionListPricer` replays torch's for all)."""
+    :class:`tensorledger.ledger.schedules.ActionListPricer` replays torch's for all);
+    ``lora`` prices a LoRA (QLoRA) fine-tune of a preset instead of a full one."""
     _check("count", count, LARGEST_COUNT)
     _check("seq_len", seq_len, config.context_length)
     if isinstance(config, ModelProfile) and (config.seq_len, config.precision) != (
@@ -357,7 +363,8 @@ def plan_setup(config: TransformerConfig | ModelProfile, hardware: Hardware, cou
                      precision=resolve_precision(precision),
                      optimizer=resolve_optimizer(optimizer), budget_bytes=budget,
                      efficiency=efficiency, attention=attention, max_pp=max_pp,
-                     schedules=SchedulePricer() if schedules is None else schedules)
+                     schedules=SchedulePricer() if schedules is None else schedules,
+                     lora=lora)
 
 
 def plan_layouts(config: TransformerConfig | ModelProfile, hardware: Hardware, count: int, *,
@@ -368,7 +375,8 @@ def plan_layouts(config: TransformerConfig | ModelProfile, hardware: Hardware, c
                  tokens: float | None = None,
                  top: int = 10, max_pp: int | None = None,
                  fixed: FixedDims | None = None,
-                 schedules: SchedulePricer | None = None) -> LayoutPlan:
+                 schedules: SchedulePricer | None = None,
+                 lora: LoraShape | None = None) -> LayoutPlan:
     """Search every layout of ``count`` devices; raise :class:`NoLayoutError` when none fits.
 
     ``global_batch_seqs`` sequences of ``seq_len`` tokens make one optimizer step;
@@ -376,7 +384,9 @@ def plan_layouts(config: TransformerConfig | ModelProfile, hardware: Hardware, c
     keeps, ``napkin.headroom``: the CUDA context, NCCL's buffers, fragmentation); ``tokens`` adds
     days of training to each ranked layout; ``max_pp`` leaves out layouts of more pipeline
     stages (1: no pipeline); ``fixed`` keeps the search to layouts with those dimensions (all
-    of them fixed: one layout evaluated), refusing in one line dimensions no layout can have.
+    of them fixed: one layout evaluated), refusing in one line dimensions no layout can have;
+    ``lora`` plans a LoRA or QLoRA fine-tune (adapters trained on a frozen base; no context
+    parallelism searched).
     """
     _check("top", top, 10_000)
     if tokens is not None and not tokens > 0:
@@ -384,7 +394,7 @@ def plan_layouts(config: TransformerConfig | ModelProfile, hardware: Hardware, c
     setup = plan_setup(config, hardware, count, seq_len=seq_len,
                        global_batch_seqs=global_batch_seqs, precision=precision,
                        optimizer=optimizer, budget_bytes=budget_bytes, efficiency=efficiency,
-                       attention=attention, max_pp=max_pp, schedules=schedules)
+                       attention=attention, max_pp=max_pp, schedules=schedules, lora=lora)
     fix = fixed if fixed is not None and fixed.given else FixedDims()
     fix.check(setup)
     budget = setup.budget_bytes
@@ -475,7 +485,22 @@ def plan_layouts(config: TransformerConfig | ModelProfile, hardware: Hardware, c
                       reserve="" if budget_bytes is not None else
                       device_headroom(count).describe(),
                       fixed=fix if fix.given else None,
-                      assumptions=(*_assumptions(config), _pipelines(setup)))
+                      assumptions=(*_assumptions(config), _pipelines(setup),
+                                   *_fine_tune(lora)),
+                      lora=lora,
+                      step="full fine-tune" if lora is None else lora.fine_tune())
+
+
+def _fine_tune(lora: LoraShape | None) -> tuple[str, ...]:
+    """The assumption a LoRA plan rests on, in one line."""
+    if lora is None:
+        return ()
+    base = ("its linears (but the head) in 4-bit NF4 with block scales, dequantised at each "
+            "use" if lora.nf4 else "in its stored dtype")
+    return (f"{lora.describe()}: the base frozen, {base}; fp32 adapters alone get gradients "
+            "and optimizer state (reduced over data parallelism), split over TP as their "
+            "linears; no frozen weight's gradient (base 4·N FLOPs a token, adapters 6·n); "
+            "no context parallelism searched",)
 
 
 def pareto_frontier(points: Sequence[tuple[float, float, T]]) -> list[T]:

@@ -7,8 +7,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, cast
 
 from tensorledger.napkin.activations import ActivationMemory, activation_memory
+from tensorledger.napkin.adapters import (
+    ADAPTER_BYTES,
+    NF4_DEQUANTIZE_FLOPS_PER_ELEMENT,
+    AdapterCounts,
+    adapter_counts,
+    lora_activation_memory,
+)
 from tensorledger.napkin.context import ContextParallelRank, context_parallel_rank
 from tensorledger.napkin.parallel import zero_bytes
+from tensorledger.napkin.recipes import resolve_precision
 from tensorledger.napkin.transformer import (
     forward_flops_per_token,
     parameter_count,
@@ -18,9 +26,13 @@ from tensorledger.plan.profile import ModelProfile, profile_activations
 from tensorledger.roofline.collectives import CollectiveKind
 
 if TYPE_CHECKING:
-    from tensorledger.plan.estimate import PlanSetup
+    from tensorledger.plan.estimate import LayoutChoice, PlanSetup
+    from tensorledger.plan.stages import RankLoad
 
 __all__ = ["SearchModel", "search_model"]
+
+#: The adapters' recipe: fp32 parameters, gradients and optimizer state.
+ADAPTER_PRECISION = resolve_precision("fp32")
 
 
 class SearchModel:
@@ -33,6 +45,11 @@ class SearchModel:
         # pipeline figures and rank loads of a (schedule, p, m, v, stage cut), worked out once
         self.pipelines: dict[tuple[object, ...], object] = {}
         self.collectives: dict[tuple[CollectiveKind, float, int, int], float] = {}
+        # a LoRA fine-tune: the adapters' counts, what the first block saves less per
+        # micro-batch (by the activations' key), torchao's NF4 dequantisation FLOPs of a use
+        self.adapters: AdapterCounts | None = None
+        self.first_layer_less: dict[tuple[int, int, bool, bool, int], float] = {}
+        self.dequantize_flops_per_use = 0.0
         config = setup.config
         self.embedding_whole = 0
         if isinstance(config, ModelProfile):
@@ -53,6 +70,23 @@ class SearchModel:
                                             + forward.attention_values_flops)
         # the head's training FLOPs a token (tied or not, its matmul runs): 3 × 2·d·V
         self.head_flops_per_token: float = 6.0 * config.d_model * config.vocab_size
+        if setup.lora is not None:
+            self._adapted(setup, flops.matmul_params)
+
+    def _adapted(self, setup: PlanSetup, matmul_params: int) -> None:
+        """A LoRA fine-tune (see :mod:`tensorledger.plan.estimate`): no frozen weight's
+        gradient (2·N a token fewer: 4·N for the base), the adapters' 6·n; the forward adds
+        their 2·n."""
+        assert setup.lora is not None and not isinstance(setup.config, ModelProfile)
+        counts = adapter_counts(setup.config, setup.lora, round(setup.precision.param_bytes))
+        self.adapters = counts
+        d, v = setup.config.d_model, setup.config.vocab_size
+        self.flops_per_token += 6.0 * counts.params - 2.0 * matmul_params
+        self.forward_per_token += 2.0 * counts.params
+        self.head_flops_per_token = 4.0 * d * v + 6.0 * counts.head_params
+        # torchao dequantises every NF4 weight at each use: per micro-batch, not per token
+        self.dequantize_flops_per_use = float(setup.config.n_layers * counts.layer_quantized
+                                         * NF4_DEQUANTIZE_FLOPS_PER_ELEMENT)
 
     def _profiled(self, profile: ModelProfile) -> None:
         """Counts and FLOPs from a measured profile: the parts tensor parallelism splits
@@ -80,6 +114,43 @@ class SearchModel:
             self.states[key] = held
         return held
 
+    def adapter_states(self, setup: PlanSetup, params: int, shard: int, zero: int
+                       ) -> tuple[float, float]:
+        """The fp32 adapters' :func:`zero_bytes` total and gradients (peft keeps adapters
+        in fp32 over a 16-bit base: fp32 gradients and optimizer state, no master copy)."""
+        key = (-params, shard, zero)  # apart from the base recipe's (positive) keys
+        held = self.states.get(key)
+        if held is None:
+            z = zero_bytes(params, shard, zero, ADAPTER_PRECISION, setup.optimizer)
+            held = (float(z.total_bytes), float(z.grads_bytes))
+            self.states[key] = held
+        return held
+
+    def lora_stage(self, setup: PlanSetup, choice: LayoutChoice, load: RankLoad, zero: int
+                   ) -> tuple[int, float, float, float, float]:
+        """A LoRA rank's (adapters, frozen bytes before sharding, state, its gradients,
+        FSDP's gathered bytes): the frozen base in its stored dtype (NF4 under QLoRA) sharded
+        with the parameters (``zero`` 3: ZeRO-3, and FSDP2's ZeRO-2), the fp32 adapters'
+        recipe by :func:`zero_bytes`, both split over ``tp`` as their linears are."""
+        counts = self.adapters
+        assert counts is not None
+        tp, width = choice.tp, setup.precision.param_bytes
+        layer_frozen = counts.layer_frozen_bytes(width) / tp + self.layer_norms * width
+        trained = -(-(load.layers * counts.layer_params
+                      + (counts.head_params if load.last else 0)) // tp)
+        frozen = (load.layers * layer_frozen
+                  + (-(-self.embeddings // tp) * width if load.first else 0.0)
+                  + ((-(-self.head // tp) + self.final_norm) * width if load.last else 0.0))
+        shard = choice.shard_ranks
+        states, grads = (self.adapter_states(setup, trained, shard, zero) if trained
+                         else (0.0, 0.0))
+        states += frozen / shard if zero >= 3 else frozen
+        whole = frozen + trained * ADAPTER_BYTES
+        two_layers = 2.0 * (layer_frozen + counts.layer_params / tp * ADAPTER_BYTES)
+        gathered = (whole if choice.zero == 2 else min(two_layers, whole)
+                    if choice.zero == 3 else 0.0) if shard > 1 else 0.0
+        return trained, frozen, states, grads, gathered
+
     def activations(self, setup: PlanSetup, micro_batch: int, tp: int, sp: bool,
                     checkpointed: bool, cp: int = 1) -> tuple[ActivationMemory, float]:
         """The closed form at one micro-batch and split, and the loss end's bytes (final
@@ -98,7 +169,14 @@ class SearchModel:
             p = setup.precision
             autocast = p.autocast
             width = 4 if p.param_bytes == 4 and not autocast else 2
-            if isinstance(setup.config, ModelProfile):
+            if setup.lora is not None:  # a profile is refused with adapters (plan_setup)
+                assert not isinstance(setup.config, ModelProfile)
+                lora = lora_activation_memory(setup.config, setup.lora, micro_batch,
+                                              setup.seq_len, width, checkpointed, tp=tp,
+                                              sequence_parallel=sp, autocast=autocast)
+                closed = lora.activations
+                self.first_layer_less[key] = float(lora.first_layer_less_bytes)
+            elif isinstance(setup.config, ModelProfile):
                 closed = profile_activations(setup.config, micro_batch, setup.seq_len, tp, sp,
                                              checkpointed, width, autocast)
             else:

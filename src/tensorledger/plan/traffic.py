@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tensorledger.napkin.adapters import ADAPTER_BYTES
 from tensorledger.plan.estimate import LayoutChoice, PlanSetup, rank_memory
 from tensorledger.plan.model import search_model as _model
 from tensorledger.plan.profile import ModelProfile
@@ -125,6 +126,12 @@ def sent_bytes(setup: PlanSetup, choice: LayoutChoice) -> SentBytes:
     root = ((-(-model.embeddings // tp) if first else 0)
             + (-(-model.head // tp) + model.final_norm if last else 0))
     grads, weights = p.grad_bytes * params, p.param_bytes * params
+    root_bytes = p.param_bytes * root  # the root unit's (its parameters gathered once)
+    if model.adapters is not None:  # a LoRA step: the adapters' fp32 gradients alone
+        grads = float(ADAPTER_BYTES * memory.adapter_params)
+        weights = memory.frozen_bytes + grads
+        if last:  # the head's adapter, in the root unit
+            root_bytes += ADAPTER_BYTES * -(-model.adapters.head_params // tp)
     s, r = choice.shard_ranks, choice.replicas
 
     def ring(n: int) -> float:
@@ -137,10 +144,9 @@ def sent_bytes(setup: PlanSetup, choice: LayoutChoice) -> SentBytes:
     elif choice.zero == 2:
         dp = ring(s) * (weights + grads)
     elif pp == 1:
-        dp = ring(s) * (2 * weights - p.param_bytes * root + grads)
+        dp = ring(s) * (2 * weights - root_bytes + grads)
     else:  # torch's 1F1B: the units but the root gathered m + 1 times, reduced once
-        dp = ring(s) * ((m + 1) * (weights - p.param_bytes * root) + p.param_bytes * root
-                        + grads)
+        dp = ring(s) * ((m + 1) * (weights - root_bytes) + root_bytes + grads)
     if choice.zero >= 2:
         dp += 2 * ring(r) * grads / s
     closed, _ = model.activations(setup, choice.micro_batch, 1, False, False)

@@ -27,12 +27,18 @@ def _gb(value: float) -> str:
     return f"{value / 1e9:.1f}"
 
 
+def _fine_tune(plan: LayoutPlan) -> str:
+    """The title's word on what a step trains: nothing for a full fine-tune."""
+    return "" if plan.lora is None else f"; {plan.step}"
+
+
 def layout_plan_view(plan: LayoutPlan) -> View:
     """The ranked table, then the counts, a few rejections and the assumptions."""
     table = Table(title=f"{plan.model} on {plan.count:,} × {plan.hardware}: global batch "
                   f"{plan.global_batch_seqs:,} × {plan.seq_len:,} = "
                   f"{format_count(plan.global_batch_tokens)} tokens, {plan.precision} + "
-                  f"{plan.optimizer}", title_justify="left", header_style="bold")
+                  f"{plan.optimizer}{_fine_tune(plan)}", title_justify="left",
+                  header_style="bold")
     columns = ["#", "layout", "micro × accum", "checkpoint", "memory/rank GB", "step",
                "tokens/s", "MFU"]
     if plan.tokens is not None:
