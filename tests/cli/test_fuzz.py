@@ -445,6 +445,8 @@ PLAN_REFUSALS = [
     (["--schedule", "zbv", "--chunks", "4"], "zbv runs exactly 2 stages per rank"),
     (["--dp", "2", "--pp", "2", "--microbatches", "1", "--schedule", "1f1b"],
      "1f1b needs a micro-batch per stage"),
+    (["--ep", "2"], "tiny has none: drop --ep"),  # a dense model has no experts to shard
+    (["--ep", "0"], "--ep"),
 ]
 
 

@@ -78,6 +78,12 @@ def traceable_layout(choice: LayoutChoice) -> Layout | str:
     if choice.checkpoint == "selective":
         return "a workload checkpoints whole blocks; selective checkpointing is traced by " \
             "'tensorledger checkpoint'"
+    if choice.ep > 1:  # the trace's dp · fsdp · ep is the planner's dp, fsdp · ep its shard
+        if choice.zero == 0:
+            return (resolve_layout(ep=choice.ep, tp=choice.tp) if choice.dp == choice.ep
+                    else "DDP beside EP is traced over the ep ranks alone")
+        return resolve_layout(dp=choice.replicas, fsdp=choice.shard // choice.ep,
+                              zero=choice.zero, ep=choice.ep, tp=choice.tp)
     if choice.cp > 1:  # FSDP over the ZeRO group and the context-parallel ranks
         return resolve_layout(dp=choice.replicas, fsdp=choice.shard, zero=choice.zero,
                               tp=choice.tp, sp=choice.sp, cp=choice.cp)

@@ -103,6 +103,15 @@ from tensorledger.napkin.recipes import Optimizer, Precision
 from tensorledger.napkin.transformer import (
     TransformerConfig,
 )
+from tensorledger.plan.experts import (
+    alltoall_buffer_bytes,
+    alltoall_calls,
+    counts_buffer_bytes,
+    counts_calls,
+    expert_choice,
+    moe_layers,
+    routed_params,
+)
 from tensorledger.plan.model import SearchModel
 from tensorledger.plan.model import search_model as _model
 from tensorledger.plan.pipeline import SCHEDULES, SchedulePricer, describe_stages
@@ -180,6 +189,9 @@ class LayoutChoice:
     cp: int = 1
     # blocks of each of the pp · chunks stages; () is the even cut (stage_counts)
     stage_layers: tuple[int, ...] = ()
+    # expert-parallel ranks, taken from the dp ones: each holds E/ep of the routed experts
+    # (tensorledger.plan.experts)
+    ep: int = 1
 
     @property
     def count(self) -> int:
@@ -208,6 +220,8 @@ class LayoutChoice:
         if self.zero:
             data += f" (ZeRO-{self.zero} × {self.shard}{'·CP' if self.cp > 1 else ''})"
         parts = [data]
+        if self.ep > 1:
+            parts.append(f"EP {self.ep}")
         if self.cp > 1:
             parts.append(f"CP {self.cp}")
         if self.tp > 1:
@@ -239,6 +253,7 @@ class RankMemory:
     temporary_bytes: float = 0.0  # of the forward point: logits in flight, autocast's casts
     layers: int = 0  # blocks the rank holds
     rank: int = 0  # its pipeline rank
+    expert_params: int = 0  # of stage_params, the routed experts' (E/ep a layer, whole on tp)
 
 
 @dataclass(frozen=True)
@@ -261,6 +276,7 @@ class StepTime:
     efficiency: float = 1.0  # the share of the peak the matmuls were taken to reach
     hfu: float = 0.0  # the FLOPs that ran (recomputation included) / (step · count · peak)
     cp_comm_s: float = 0.0  # the context-parallel ring's exchanges, exposed
+    ep_comm_s: float = 0.0  # the expert-parallel all-to-alls, exposed
 
 
 @dataclass(frozen=True)
@@ -321,6 +337,12 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice, floor: bool = False) -> 
     tp, pp, cp = choice.tp, choice.pp, choice.cp
     loads, _, _, _ = pipeline_ranks(setup, choice, floor)
     layer_rank = -(-model.layer_matrices // tp) + model.layer_norms
+    layer_experts = 0
+    if choice.ep > 1:  # the routed experts whole on each tp rank, E/ep of them
+        routed = routed_params(setup.config)
+        layer_experts = routed // choice.ep
+        layer_rank = -(-(model.layer_matrices - routed) // tp) + model.layer_norms \
+            + layer_experts
     embedding_params = -(-model.embeddings // tp) + model.embedding_whole
     head_params = -(-model.head // tp) + model.final_norm
     kept, transient = layer_activation_bytes(setup, choice.micro_batch, tp, choice.sp,
@@ -341,7 +363,11 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice, floor: bool = False) -> 
     def stage(load: RankLoad) -> tuple[int, tuple[float, float, float, float, float]]:
         params = (load.layers * layer_rank + (embedding_params if load.first else 0)
                   + (head_params if load.last else 0))
-        states, grads = model.states_bytes(setup, params, shard, zero)
+        experts = load.layers * layer_experts
+        states, grads = model.states_bytes(setup, params - experts, shard, zero)
+        if experts:  # sharded over the ZeRO group / ep (FSDP over fsdp), replicated at ZeRO-0
+            more = model.states_bytes(setup, experts, expert_choice(choice).shard_ranks, zero)
+            states, grads = states + more[0], grads + more[1]
         whole = float(params * setup.precision.param_bytes)
         gathered = (whole if choice.zero == 2 else min(two_layers, whole)
                     if choice.zero == 3 else 0.0) if sharded else 0.0
@@ -361,6 +387,9 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice, floor: bool = False) -> 
     # them unsharded, and its sharded ones only once the step's activations are gone
     buckets = (float(params * setup.precision.grad_bytes)
                if (choice.zero <= 1 and choice.dp > 1) or piped_fsdp else 0.0)
+    if choice.ep > 1 and choice.dp == choice.ep and not piped_fsdp:
+        # DDP leaves the experts out of its buckets when no other rank holds them
+        buckets -= float(load.layers * layer_experts * setup.precision.grad_bytes)
     # a tensor-parallel rank's share of the embedding's gradient is a view of the gradient of
     # the whole vocabulary (DTensor works it out replicated), which lives as long as it does.
     # Without a pipeline it appears at the end of backward, once the activations are gone;
@@ -388,7 +417,8 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice, floor: bool = False) -> 
                       gathered_bytes=gathered, buffers_bytes=buckets,
                       activations_bytes=activations, logits_bytes=loss, total_bytes=total,
                       forward_peak_bytes=forward, backward_peak_bytes=backward,
-                      temporary_bytes=temporary, layers=load.layers, rank=load.rank)
+                      temporary_bytes=temporary, layers=load.layers, rank=load.rank,
+                      expert_params=load.layers * layer_experts)
 
 
 def _forward_temporaries(setup: PlanSetup, choice: LayoutChoice, closed: ActivationMemory,
@@ -505,10 +535,14 @@ def step_time(setup: PlanSetup, choice: LayoutChoice, memory: RankMemory) -> Ste
         tp_comm = layers * per_layer * m * one
     # FSDP2 recomputes a checkpointed unit inside its backward, on the parameters that
     # backward gathered: two gathers per micro-batch either way
-    dp_comm = _dp_comm_s(setup, choice, memory.stage_params, 2)
+    dp_comm = _dp_comm_s(setup, choice, memory.stage_params - memory.expert_params, 2)
+    ep_comm = 0.0
+    if choice.ep > 1:  # the experts' gradients over dp / ep ranks, and the all-to-alls
+        dp_comm += _dp_comm_s(setup, expert_choice(choice), memory.expert_params, 2)
+        ep_comm = _ep_comm_s(setup, choice, layers)
     dp_exposed = max(0.0, dp_comm - compute_s) + dp_comm / layers
     cp_comm = layers * m * _ring_layer_s(setup, choice) if choice.cp > 1 else 0.0
-    step_s = compute_s * imbalance * (1 + bubble) + tp_comm + cp_comm + dp_exposed
+    step_s = compute_s * imbalance * (1 + bubble) + tp_comm + cp_comm + ep_comm + dp_exposed
     return StepTime(model_flops=model_flops, recompute_flops=recompute,
                     intensity_flop_per_byte=intensity,
                     memory_bound=intensity < peak * efficiency
@@ -518,7 +552,24 @@ def step_time(setup: PlanSetup, choice: LayoutChoice, memory: RankMemory) -> Ste
                     tokens_per_s=tokens / step_s,
                     mfu=model_flops / (step_s * setup.count * peak), efficiency=efficiency,
                     hfu=(model_flops + recompute) / (step_s * setup.count * peak),
-                    cp_comm_s=cp_comm)
+                    cp_comm_s=cp_comm, ep_comm_s=ep_comm)
+
+
+def _ep_comm_s(setup: PlanSetup, choice: LayoutChoice, layers: int) -> float:
+    """Seconds of the all-to-alls of the slowest rank's ``layers`` blocks (its MoE ones: the
+    model's leading dense blocks left out without a pipeline) a step, exposed: each MoE layer
+    and micro-batch :func:`tensorledger.plan.experts.alltoall_calls` of them, over the ep group
+    (its ranks tp apart)."""
+    closed, _ = _model(setup).activations(setup, choice.micro_batch, 1, False, False)
+    stream = 4 if closed.autocast else closed.dtype_bytes
+    one = sum(_collective_s(setup, CollectiveKind.ALL_TO_ALL,
+                            alltoall_buffer_bytes(setup, choice, width), choice.ep, choice.tp)
+              for width in (stream, closed.dtype_bytes))  # a dispatch and a combine
+    counts = _collective_s(setup, CollectiveKind.ALL_TO_ALL, counts_buffer_bytes(setup),
+                           choice.ep, choice.tp)
+    blocks = moe_layers(setup.config, layers, choice.pp == 1)
+    return blocks * choice.accumulation * (alltoall_calls(choice) * one
+                                           + counts_calls(choice) * counts)
 
 
 def _ring_layer_s(setup: PlanSetup, choice: LayoutChoice) -> float:

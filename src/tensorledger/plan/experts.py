@@ -1,0 +1,166 @@
+"""Expert parallelism in the planner: which ``ep`` a layout may take, what a rank holds of the
+routed experts, and the all-to-alls that carry the token-slots to them.
+
+The convention is the traced :class:`~tensorledger.workload.layout.Layout`'s (mesh ``pp, dp,
+fsdp, cp, ep, tp``; each ep rank runs its own batch): the ``ep`` ranks are taken from the
+planner's ``dp`` data-parallel ranks (torchtitan borrows them the same way), so
+count = dp · cp · tp · pp still holds, with ep dividing dp.  The trace's dp · fsdp · ep is the
+planner's ``dp``, its fsdp · ep the planner's ``shard`` (ZeRO-2/3).
+
+- A rank holds E/ep of every layer's routed experts, whole on each tensor-parallel rank
+  (torchtitan's ETP = 1: each tp rank routes the whole sequence); the rest of the layer
+  (attention, router, shared experts, norms) is split over tp as without experts.
+- The non-expert parameters are sharded over the ZeRO group (``shard`` ranks) as before; the
+  experts over ``shard / ep`` (FSDP2 over fsdp), their gradients reduced over the dp / ep
+  ranks holding the same experts (all-reduced by DDP at ZeRO-0; reduce-scattered over
+  shard / ep and all-reduced over the dp / shard replicas under FSDP).
+- Routing is balanced: every rank sends and receives T · k token-slots a MoE layer and
+  micro-batch (T = b · s its tokens), so its FLOPs are the average rank's and each all-to-all
+  moves T · k · d · bytes · (ep − 1)/ep a rank (the stream's width for the dispatch, the
+  compute dtype's for the combine): the dispatch and the combine in forward, their
+  gradients in backward, and the forward's two again when full checkpointing recomputes the
+  layer; exposed (the layer waits for its slots).  Before each dispatch one more all-to-all
+  sends the slots' counts, E int64s.
+- Searched only for a model with routed experts, at ep dividing both E and dp, without context
+  or sequence parallelism (the trace refuses ``--ep`` beside ``--cp`` and ``--sp``), and not
+  at ZeRO-1.
+
+>>> from tensorledger.napkin.transformer import get_preset
+>>> routed_params(get_preset("mixtral-8x7b"))       # 8 · 3 · 4096 · 14336
+1409286144
+>>> routed_params(get_preset("llama-3-8b"))
+0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from tensorledger.errors import InputError
+from tensorledger.napkin.transformer import TransformerConfig
+from tensorledger.plan.profile import ModelProfile
+
+if TYPE_CHECKING:
+    from tensorledger.plan.estimate import LayoutChoice, PlanSetup
+
+__all__ = ["ASSUMPTION", "alltoall_buffer_bytes", "alltoall_calls", "check_ep",
+           "counts_buffer_bytes", "counts_calls",
+           "expert_choice", "expert_count", "expert_degrees", "moe_layers", "routed_params",
+           "with_experts"]
+
+ASSUMPTION = (
+    "expert parallelism: the ep ranks are taken from the data-parallel ones (ep divides dp and "
+    "the routed experts E), each holding E/ep of every layer's experts, whole on each tp rank "
+    "(ETP 1); the experts sharded over the ZeRO group / ep and their gradients reduced over "
+    "dp / ep ranks; routing balanced: each MoE layer's dispatch and combine all-to-all send "
+    "T·k·d·bytes·(ep−1)/ep a rank and micro-batch in forward, again in backward (and in "
+    "recomputation), exposed, on the links the ep group (ranks tp apart) crosses")
+
+
+def expert_count(config: TransformerConfig | ModelProfile) -> int:
+    """The routed experts E of a layer; 0 without (a dense model, a measured profile)."""
+    if isinstance(config, ModelProfile) or config.moe is None:
+        return 0
+    return config.moe.n_experts
+
+
+def routed_params(config: TransformerConfig | ModelProfile) -> int:
+    """Parameters of one layer's E routed SwiGLU experts (3 · d · d_expert each); 0 without."""
+    if isinstance(config, ModelProfile) or config.moe is None:
+        return 0
+    return config.moe.n_experts * 3 * config.d_model * config.moe.d_expert
+
+
+def moe_layers(config: TransformerConfig | ModelProfile, layers: int, first: bool) -> int:
+    """The MoE blocks of ``layers`` a rank holds: all, but the model's leading dense ones on the
+    rank holding the first stage."""
+    if isinstance(config, ModelProfile) or config.moe is None:
+        return 0
+    return max(0, layers - (config.moe.first_dense_layers if first else 0))
+
+
+def alltoall_buffer_bytes(setup: PlanSetup, choice: LayoutChoice, width: int) -> float:
+    """One all-to-all's buffer on a rank: the T · k token-slots of one micro-batch, d values of
+    ``width`` bytes each: the stream's for the dispatch and its gradient (the slots are the
+    norm's output, fp32 under autocast), the compute dtype's for the combine and its gradient
+    (the experts' output)."""
+    config = setup.config
+    assert isinstance(config, TransformerConfig) and config.moe is not None
+    tokens = choice.micro_batch * setup.seq_len // choice.cp
+    return float(tokens * config.moe.top_k * config.d_model * width)
+
+
+def counts_buffer_bytes(setup: PlanSetup) -> float:
+    """The all-to-all that precedes each dispatch: the slots bound for each of the E experts,
+    one int64 each (the splits of the token all-to-alls)."""
+    return float(8 * expert_count(setup.config))
+
+
+def counts_calls(choice: LayoutChoice) -> int:
+    """Count all-to-alls of one MoE layer and micro-batch: the forward's, again when the layer
+    is recomputed (backward sends none: the splits are known)."""
+    return 1 + (1 if choice.checkpoint == "full" else 0)
+
+
+def alltoall_calls(choice: LayoutChoice) -> int:
+    """Dispatches (and as many combines) of one MoE layer and micro-batch: the forward's and
+    its gradient in backward, and the forward's again when the layer is recomputed."""
+    return 2 + (1 if choice.checkpoint == "full" else 0)
+
+
+def expert_choice(choice: LayoutChoice) -> LayoutChoice:
+    """The layout the experts' gradients are reduced over, in the terms of the data-parallel
+    pricer: dp / ep ranks, a ZeRO group of shard / ep, ranks tp · ep apart (given as ``tp``:
+    the pricer reads it as the group's stride alone)."""
+    ep = choice.ep
+    shard = choice.shard // ep if choice.zero >= 2 else 1
+    return dataclasses.replace(choice, dp=choice.dp // ep, shard=shard, tp=choice.tp * ep,
+                               ep=1)
+
+
+def expert_degrees(setup: PlanSetup, dp: int, cp: int, sp: bool, zero: int, shard: int,
+                   fixed_ep: int | None) -> tuple[int, ...]:
+    """The ep a layout of these degrees may take: 1, and for a model with routed experts each
+    divisor above 1 of both E and dp, with cp 1, no SP, ZeRO 0, 2 or 3 (2 and 3: dividing the
+    shard group too); the fixed one alone when given."""
+    experts = expert_count(setup.config)
+    searched: tuple[int, ...] = (1,)
+    if experts and cp == 1 and not sp and zero != 1:
+        group = math.gcd(experts, dp if zero == 0 else shard)
+        searched += tuple(e for e in range(2, group + 1) if group % e == 0)
+    return searched if fixed_ep is None else tuple(e for e in searched if e == fixed_ep)
+
+
+def with_experts(setup: PlanSetup, shardings: Iterable[tuple[int, int]], dp: int, cp: int,
+                 sp: bool, fixed_ep: int | None) -> Iterator[tuple[int, int, int]]:
+    """(zero, shard, ep) of each sharding the search takes, with each ep it may have."""
+    for zero, shard in shardings:
+        for ep in expert_degrees(setup, dp, cp, sp, zero, shard, fixed_ep):
+            yield zero, shard, ep
+
+
+def check_ep(setup: PlanSetup, ep: int | None, cp: int | None, sp: bool | None,
+             zero: int | None) -> None:
+    """Refuse, in one line, a fixed ep no layout of ``setup`` can have."""
+    if ep is None or ep == 1:
+        return
+    config = setup.config
+    experts = expert_count(config)
+    if not experts:
+        raise InputError(f"EP {ep} shards routed experts; {config.name} has none: drop --ep")
+    if experts % ep:
+        raise InputError(f"EP {ep} does not divide {config.name}'s {experts} routed experts; "
+                         f"use an --ep that divides {experts}")
+    if setup.count % ep:
+        raise InputError(f"EP {ep} does not divide the {setup.count:,} devices")
+    if cp is not None and cp > 1:
+        raise InputError(f"EP {ep} beside CP {cp} is not laid out (the trace refuses it): "
+                         "drop one")
+    if sp:
+        raise InputError(f"EP {ep} beside SP: the experts are whole on each tp rank, which "
+                         "routes the whole sequence; use --no-sp")
+    if zero == 1:
+        raise InputError(f"EP {ep} beside ZeRO-1 is not laid out; use ZeRO 0, 2 or 3")

@@ -1,0 +1,148 @@
+"""Expert parallelism in the planner (issue 38 item 5): a rank's share of the routed experts
+and the token all-to-alls by hand, and both against a traced rank of the same layout."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tensorledger.errors import InputError
+from tensorledger.hardware import get_hardware
+from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
+from tensorledger.napkin.transformer import TransformerConfig, get_preset
+from tensorledger.plan import FixedDims, LayoutChoice, PlanSetup, plan_layouts, rank_memory
+from tensorledger.plan.estimate import estimate
+from tensorledger.plan.traffic import sent_bytes
+
+H100 = get_hardware("h100")
+
+
+def _setup(config: TransformerConfig, count: int, seq: int, batch: int,
+           precision: str = "fp32") -> PlanSetup:
+    return PlanSetup(config, H100, count, seq, batch, resolve_precision(precision),
+                     resolve_optimizer("adamw"), 80e9)
+
+
+# Mixtral-8x7B by part (its config.json): d 4096, 32 layers, 32 query and 8 key/value heads of
+# 128, 8 experts of 14,336, vocabulary 32,000, untied head.
+#   a layer outside its experts: Q and O 2·4096·4096 + K and V 2·4096·1024 = 41,943,040,
+#   the router 4096·8 = 32,768, two norms 2·4096: 41,984,000; × 32 = 1,343,488,000
+#   embedding and head 2·32,000·4096 = 262,144,000, the final norm 4096
+NON_EXPERT = 1_343_488_000 + 262_144_000 + 4096  # 1,605,636,096
+EXPERTS = 32 * 8 * 3 * 4096 * 14336  # 45,097,156,608: every layer's routed experts
+
+
+def test_mixtral_rank_memory_with_ep_by_hand() -> None:
+    setup = _setup(get_preset("mixtral-8x7b"), 64, 4096, 64)
+    assert NON_EXPERT == 1_605_636_096
+    # FSDP over 64 ranks with EP 8: the other parameters over all 64, a rank's 1/8 of the
+    # experts over the 64 / 8 = 8 ranks holding the same ones; fp32 + AdamW 16 B a parameter
+    fsdp = rank_memory(setup, LayoutChoice(dp=64, tp=1, pp=1, zero=3, shard=64, ep=8))
+    assert fsdp.expert_params == EXPERTS // 8 == 5_637_144_576
+    assert fsdp.stage_params == NON_EXPERT + EXPERTS // 8 == 7_242_780_672
+    assert fsdp.states_bytes == 16 * (NON_EXPERT // 64 + EXPERTS // 8 // 8) == 11_675_698_176
+    # DDP over the 8 ep ranks alone: everything held whole but 7/8 of the experts; DDP's
+    # buckets hold the other parameters' gradients only (no other rank holds these experts)
+    ddp = rank_memory(setup, LayoutChoice(dp=8, tp=1, pp=1, ep=8))
+    assert ddp.states_bytes == 16 * 7_242_780_672 == 115_884_490_752
+    assert ddp.buffers_bytes == 4 * NON_EXPERT == 6_422_544_384
+    # beside TP 2 the experts are whole on each tp rank (ETP 1): a layer's rank holds its
+    # 41,943,040 / 2 attention matrices and 32,768 / 2 router, both norms, and 1/8 experts
+    tp = rank_memory(setup, LayoutChoice(dp=32, tp=2, pp=1, zero=3, shard=32, ep=8))
+    layer = 41_943_040 // 2 + 32_768 // 2 + 8192
+    assert tp.stage_params == 32 * layer + 262_144_000 // 2 + 4096 + EXPERTS // 8
+    # the experts over 32 / 8 = 4 ranks, the rest over 32
+    rest = 32 * layer + 262_144_000 // 2 + 4096
+    assert tp.states_bytes == 16 * (rest // 32 + EXPERTS // 8 // 4)
+
+
+def test_mixtral_alltoall_bytes_by_hand() -> None:
+    setup = _setup(get_preset("mixtral-8x7b"), 8, 4096, 8, precision="bf16")
+    choice = LayoutChoice(dp=8, tp=1, pp=1, ep=8)
+    sent = sent_bytes(setup, choice)
+    # a call: T·k slots of d bf16 values, 4096·2·4096·2 = 67,108,864 B, 7/8 of it sent:
+    # 58,720,256 B; 4 a layer (dispatch and combine, their gradients) × 32 layers; and before
+    # each dispatch the 8 int64 counts, 7/8 · 64 B
+    assert sent.expert_parallel_bytes == 32 * (4 * 58_720_256 + 56) == 7_516_194_560
+    # full recomputation runs the forward's three again: dispatch, combine and the counts
+    full = sent_bytes(setup, dataclasses.replace(choice, checkpoint="full"))
+    assert full.expert_parallel_bytes == 32 * (6 * 58_720_256 + 2 * 56)
+    # under autocast the dispatched slots are the fp32 stream's (the norm's output), 7/8 ·
+    # 4096·2·4096·4 = 117,440,512 B, the combined ones the experts' bf16 output
+    mixed = _setup(get_preset("mixtral-8x7b"), 8, 4096, 8, precision="mixed-bf16")
+    assert sent_bytes(mixed, choice).expert_parallel_bytes == 32 * (
+        2 * 117_440_512 + 2 * 58_720_256 + 56)
+    # two micro-batches of one sequence: twice
+    two = sent_bytes(setup, dataclasses.replace(choice, accumulation=2))
+    assert two.expert_parallel_bytes == 2 * sent.expert_parallel_bytes
+    # priced, exposed, on the step
+    time = estimate(setup, choice).time
+    assert time.ep_comm_s > 0
+    assert time.step_s > time.ep_comm_s
+
+
+def _moe8() -> TransformerConfig:
+    """tiny-moe with 8 experts: every tensor's first dimension divides by the 4 ranks of
+    FSDP · EP (and its 4 local experts by FSDP 2), so a rank's shards are the average one
+    (tiny-moe's 6 would leave rank 0 two of 3 local experts, FSDP2 cutting dim 0 by ceil)."""
+    base = get_preset("tiny-moe")
+    assert base.moe is not None
+    return dataclasses.replace(base, moe=dataclasses.replace(base.moe, n_experts=8))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "mixed-bf16"])
+def test_ep_against_the_traced_rank(precision: str) -> None:
+    from tensorledger.ledger.memory import memory_of
+    from tensorledger.ledger.plan import traceable_layout
+    from tensorledger.trace.aggregate import communication
+    from tensorledger.workload import resolve_workload, trace_workload
+    from tensorledger.workload.source import resolve_source
+
+    config = _moe8()
+    setup = _setup(config, 4, 16, 4, precision)
+    choice = LayoutChoice(dp=4, tp=1, pp=1, zero=3, shard=4, ep=2)  # --ep 2 --fsdp 2
+    layout = traceable_layout(choice)
+    assert not isinstance(layout, str) and (layout.ep, layout.fsdp) == (2, 2)
+    source = dataclasses.replace(resolve_source("tiny-moe"), config=config)
+    work = resolve_workload(source, batch=1, seq=16, precision=precision, optimizer="adamw",
+                            device="fake", layout=layout)
+    run = trace_workload(work)
+    ledger = memory_of(run)
+    memory = rank_memory(setup, choice)
+    p = setup.precision
+    held = memory.stage_params - memory.expert_params
+    params = held // 4 + memory.expert_params // 2
+    assert ledger.params_bytes == p.param_bytes * params
+    assert ledger.grads_bytes == p.grad_bytes * params
+    # AdamW's two moments, and a 4-byte step counter for each of the rank's 29 tensors
+    assert ledger.optimizer_state_bytes == 8 * params + 4 * 29
+    assert memory.states_bytes == ledger.params_bytes + ledger.grads_bytes + 8 * params
+    traced = sum(c.bytes_sent for c in communication(run.trace) if c.kind == "all-to-all")
+    assert sent_bytes(setup, choice).expert_parallel_bytes == traced
+
+
+def _eps(config: TransformerConfig, count: int, **fixed: int) -> set[int]:
+    setup_args = {"seq_len": 16, "global_batch_seqs": 2 * count, "precision": "fp32"}
+    plan = plan_layouts(config, H100, count, top=10_000, fixed=FixedDims(**fixed),
+                        **setup_args)  # type: ignore[arg-type]
+    return {e.choice.ep for e in plan.ranked} | {r.choice.ep for r in plan.rejected}
+
+
+def test_ep_is_offered_only_for_experts_it_divides() -> None:
+    # tiny-moe's 6 experts on 12 ranks: ep 2, 3 and 6 divide both E and a dp; 4 and 12 not
+    assert _eps(get_preset("tiny-moe"), 12) == {1, 2, 3, 6}
+    # a dense model: never
+    assert _eps(get_preset("tiny"), 8) == {1}
+    with pytest.raises(InputError, match="has none: drop --ep"):
+        _eps(get_preset("tiny"), 8, ep=2)
+    with pytest.raises(InputError, match="does not divide tiny-moe's 6 routed experts"):
+        _eps(get_preset("tiny-moe"), 8, ep=4)
+
+
+def test_fixed_ep_and_the_label() -> None:
+    plan = plan_layouts(get_preset("tiny-moe"), H100, 4, seq_len=16, global_batch_seqs=8,
+                        precision="fp32", fixed=FixedDims(ep=2, zero=3, shard=4))
+    assert {e.choice.ep for e in plan.ranked} == {2}
+    assert "EP 2" in plan.best.layout
+    assert any("routing balanced" in a for a in plan.assumptions)
