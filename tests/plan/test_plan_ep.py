@@ -122,6 +122,28 @@ def test_ep_against_the_traced_rank(precision: str) -> None:
     assert sent_bytes(setup, choice).expert_parallel_bytes == traced
 
 
+@pytest.mark.parametrize("precision", ["fp32", "mixed-bf16"])
+def test_moe_activations_against_the_traced_rank(precision: str) -> None:
+    # the planner once priced a MoE layer's MLP as one dense MLP of d_ff (tiny-moe in fp32:
+    # 164,932 B, tiny's, against the traced 208,932): top-k slots, the router, the shared
+    # experts and the grouped experts' casts now counted
+    from tensorledger.ledger.plan import verify_choice
+
+    setup = _setup(get_preset("tiny-moe"), 1, 16, 1, precision)
+    closed = {}
+    for checkpoint in ("none", "full"):
+        v = verify_choice(setup, LayoutChoice(dp=1, tp=1, pp=1, checkpoint=checkpoint),
+                          "tiny-moe")
+        assert v.closed_activation_bytes == v.traced_activation_bytes, checkpoint
+        closed[checkpoint] = v.closed_activation_bytes
+    # by hand, fp32, 16 tokens, 32 slots (k 2), d 64, experts of 32, a shared one of 48:
+    # router 16·6·4 + 32·8 + 32·4 + 16·4 = 832; the slots' order 2·32·8 + 6·4 = 536; routed
+    # 32·64·4 + 4·32·32·4 + 32·4 + 2·32·64·4 = 41,088; shared 4·16·48·4 = 12,288; the balance
+    # loss's 6·4: 54,768 a layer, 22,000 above tiny's dense MLP 4·16·128·4 = 32,768
+    if precision == "fp32":
+        assert closed["none"] == 164_932 + 2 * 22_000  # 2 layers
+
+
 def _eps(config: TransformerConfig, count: int, **fixed: int) -> set[int]:
     setup_args = {"seq_len": 16, "global_batch_seqs": 2 * count, "precision": "fp32"}
     plan = plan_layouts(config, H100, count, top=10_000, fixed=FixedDims(**fixed),

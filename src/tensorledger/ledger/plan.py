@@ -82,6 +82,8 @@ def traceable_layout(choice: LayoutChoice) -> Layout | str:
         if choice.zero == 0:
             return (resolve_layout(ep=choice.ep, tp=choice.tp) if choice.dp == choice.ep
                     else "DDP beside EP is traced over the ep ranks alone")
+        if choice.shard == choice.ep:
+            return "FSDP over the ep ranks alone (the experts unsharded) is not traced"
         return resolve_layout(dp=choice.replicas, fsdp=choice.shard // choice.ep,
                               zero=choice.zero, ep=choice.ep, tp=choice.tp)
     if choice.cp > 1:  # FSDP over the ZeRO group and the context-parallel ranks

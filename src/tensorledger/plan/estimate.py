@@ -295,7 +295,7 @@ class LayoutEstimate:
 
 
 def layer_activation_bytes(setup: PlanSetup, micro_batch: int, tp: int, sp: bool,
-                           checkpoint: str, cp: int = 1) -> tuple[float, float]:
+                           checkpoint: str, cp: int = 1, ep: int = 1) -> tuple[float, float]:
     """(kept per layer, transient) activation bytes of one micro-batch on one rank.
 
     ``none``: :func:`activation_memory`'s layer (+ 5·a·s²·b/t with eager attention);
@@ -313,7 +313,7 @@ def layer_activation_bytes(setup: PlanSetup, micro_batch: int, tp: int, sp: bool
     (96768.0, 0.0)
     """
     model = _model(setup)
-    plain, _ = model.activations(setup, micro_batch, tp, sp, False, cp)
+    plain, _ = model.activations(setup, micro_batch, tp, sp, False, cp, ep)
     s, a = setup.seq_len, setup.config.n_heads
     scores = 5.0 * a * s * s * micro_batch / tp if setup.attention == "eager" else 0.0
     copy = 0.0
@@ -325,7 +325,7 @@ def layer_activation_bytes(setup: PlanSetup, micro_batch: int, tp: int, sp: bool
         return full_layer, 0.0
     if checkpoint == "selective":
         return full_layer - scores, 0.0
-    kept, _ = model.activations(setup, micro_batch, tp, sp, True, cp)
+    kept, _ = model.activations(setup, micro_batch, tp, sp, True, cp, ep)
     return float(kept.per_layer_bytes), full_layer
 
 
@@ -346,9 +346,9 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice, floor: bool = False) -> 
     embedding_params = -(-model.embeddings // tp) + model.embedding_whole
     head_params = -(-model.head // tp) + model.final_norm
     kept, transient = layer_activation_bytes(setup, choice.micro_batch, tp, choice.sp,
-                                             choice.checkpoint, cp)
+                                             choice.checkpoint, cp, choice.ep)
     closed, logits = model.activations(setup, choice.micro_batch, tp, choice.sp,
-                                       choice.checkpoint == "full", cp)
+                                       choice.checkpoint == "full", cp, choice.ep)
     embedding = float(closed.embeddings_bytes)  # the token ids (and positions), first stage
     shard = choice.shard_ranks
     sharded = shard > 1

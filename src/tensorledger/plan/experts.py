@@ -48,7 +48,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ASSUMPTION", "alltoall_buffer_bytes", "alltoall_calls", "check_ep",
            "counts_buffer_bytes", "counts_calls",
-           "expert_choice", "expert_count", "expert_degrees", "moe_layers", "routed_params",
+           "expert_choice", "expert_count", "expert_degrees", "moe_layer_saved_bytes",
+           "moe_layers", "routed_params",
            "with_experts"]
 
 ASSUMPTION = (
@@ -164,3 +165,51 @@ def check_ep(setup: PlanSetup, ep: int | None, cp: int | None, sp: bool | None,
                          "routes the whole sequence; use --no-sp")
     if zero == 1:
         raise InputError(f"EP {ep} beside ZeRO-1 is not laid out; use ZeRO 0, 2 or 3")
+
+
+def moe_layer_saved_bytes(config: TransformerConfig, tokens: int, width: int, autocast: bool,
+                          tp: int = 1, ep: int = 1) -> tuple[int, int]:
+    """(saved bytes of one MoE layer's MLP part, of them the weight casts) for ``tokens``
+    tokens on a rank, the reference model's (:class:`tensorledger.models.moe.MoE`, dropless,
+    the grouped experts), what torch saves for backward past the norm before it; ``width``
+    the compute dtype's bytes.  T tokens, K = T·k slots, d, f the expert's width, h the shared
+    experts' (S · d_shared), a the width:
+
+    - router: the fp32 scores T·E·4, the top-k indices T·k·8 and weights T·k·4 (and their
+      sum T·4 when renormalised);
+    - the slots' order and token (2 · K·8) and the experts' offsets (E · 4, int32);
+    - routed experts: the gathered slots K·d·a, the gate's and up's outputs, the SiLU's and
+      the product K·f·a each, the slots' weights K·a, the experts' output and its weighted
+      copy 2 · K·d·a;
+    - shared experts: 4 · T·h·a, as a dense SwiGLU's;
+    - the balance loss's per-expert load, E · 4;
+    - under autocast: the router's and the shared experts' gate and up inputs cast, T·d·2
+      each, and every matrix's bf16 copy (the grouped experts' cast whole: E/ep of them).
+
+    Tensor parallelism splits the shared experts, and the routed ones too without EP; with
+    EP (ETP 1) a rank's routed experts are whole and route the whole sequence.  Checked
+    against traced tiny-moe ranks in fp32 and under autocast (tests/plan/test_plan_ep.py).
+
+    >>> from tensorledger.napkin.transformer import get_preset
+    >>> moe_layer_saved_bytes(get_preset("tiny-moe"), 16, 4, False)  # 16 tokens, fp32
+    (54768, 0)
+    """
+    moe = config.moe
+    assert moe is not None
+    d, f, e, k = config.d_model, moe.d_expert, moe.n_experts, moe.top_k
+    shared = moe.n_shared * moe.d_shared
+    routed_split = tp if ep == 1 else 1
+    slots = tokens * k
+    router = (tokens * e * 4 + slots * 8 + slots * 4
+              + (tokens * 4 if moe.norm_topk and k > 1 else 0))
+    order = 2 * slots * 8 + e * 4
+    routed = (slots * d * width + 4 * slots * f * width + slots * width
+              + 2 * slots * d * width) // routed_split
+    hidden = 4 * tokens * shared * width // tp
+    balance = e * 4 if moe.aux_loss_coef else 0
+    copies = 0
+    casts = 0
+    if autocast:
+        casts = tokens * d * 2 * (1 + (2 if shared else 0))
+        copies = 2 * (d * e + 3 * (e // ep) * d * f // routed_split + 3 * d * shared // tp)
+    return router + order + routed + hidden + balance + casts + copies, copies
