@@ -122,6 +122,33 @@ def test_ep_against_the_traced_rank(precision: str) -> None:
     assert sent_bytes(setup, choice).expert_parallel_bytes == traced
 
 
+def test_tiny_moe_ep2_fsdp2_against_the_traced_rank() -> None:
+    # tiny-moe itself, --ep 2 --fsdp 2: FSDP2 cuts each rank's 3 stacked experts over 2 ranks
+    # by ceil, rank 0 holding 2 of them, which the closed form follows (padded_experts); the
+    # router's 6 rows over the 4 ranks of fsdp · ep it does not (rank 0: 2 rows, 128 values,
+    # against the average 96): 2 layers × 32 values of 16 B (fp32 + AdamW) apart
+    from tensorledger.ledger.memory import memory_of
+    from tensorledger.ledger.plan import traceable_layout
+    from tensorledger.trace.aggregate import communication
+    from tensorledger.workload import resolve_workload, trace_workload
+
+    setup = _setup(get_preset("tiny-moe"), 4, 16, 4)
+    choice = LayoutChoice(dp=4, tp=1, pp=1, zero=3, shard=4, ep=2)
+    layout = traceable_layout(choice)
+    assert not isinstance(layout, str)
+    run = trace_workload(resolve_workload("tiny-moe", batch=1, seq=16, precision="fp32",
+                                          optimizer="adamw", device="fake", layout=layout))
+    ledger = memory_of(run)
+    memory = rank_memory(setup, choice)
+    # the rest 60,480 / 4 = 15,120; the experts 2 layers × 2 of 6,144 = 24,576
+    assert memory.states_bytes == 16 * (15_120 + 24_576) == 635_136
+    assert ledger.params_bytes == 4 * (15_120 + 24_576 + 2 * 32)
+    # the token all-to-alls as traced, the 6 int64 counts of each layer's dispatch with them:
+    # 2 layers × ½ · (4 · 16·2·64·4 + 6·8) = 32,816 B
+    traced = sum(c.bytes_sent for c in communication(run.trace) if c.kind == "all-to-all")
+    assert sent_bytes(setup, choice).expert_parallel_bytes == traced == 32_816
+
+
 @pytest.mark.parametrize("precision", ["fp32", "mixed-bf16"])
 def test_moe_activations_against_the_traced_rank(precision: str) -> None:
     # the planner once priced a MoE layer's MLP as one dense MLP of d_ff (tiny-moe in fp32:

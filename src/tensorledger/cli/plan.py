@@ -212,7 +212,8 @@ def plan_command(
                                            help=(
         "Fix the expert-parallel ranks of a mixture of experts (taken from the data-parallel "
         "ones: --ep divides DP and the routed experts; each rank holds E/ep of them, whole on "
-        "each TP rank). Searched at every such divisor; 1: none."),
+        "each TP rank). Beside it --fsdp N is trace's: the other parameters sharded over "
+        "N·ep ranks, the experts over N. Searched at every such divisor; 1: none."),
         rich_help_panel=_FIXED)] = None,
     microbatches: Annotated[int | None, typer.Option("--microbatches", parser=integer_parser(
         1, LARGEST_BATCH_SEQS), help=(
@@ -287,7 +288,7 @@ def fixed_dims(*, dp: int | None = None, fsdp: int | None = None, zero: int | No
     """``plan``'s layout options in the planner's terms: ``--fsdp N`` is the shard group, at
     ZeRO-3 unless ``--zero`` says otherwise (``--fsdp 1``: none, ZeRO-0); ``--microbatches``
     the accumulation; ``--schedule`` one of torch's (``interleaved-4``: interleaved 1F1B with
-    4 chunks).
+    4 chunks); beside ``--ep`` the trace's ``--fsdp``: the shard group is fsdp · ep ranks.
 
     >>> fixed_dims(tp=8, pp=16).describe()
     'TP 8, PP 16'
@@ -295,6 +296,8 @@ def fixed_dims(*, dp: int | None = None, fsdp: int | None = None, zero: int | No
     'ZeRO-3, shard 64, interleaved-1f1b × 4, checkpoint full'
     >>> fixed_dims(cp=16, schedule="ZBV").describe()
     'CP 16, zbv × 2'
+    >>> fixed_dims(ep=2, fsdp=2).describe()
+    'EP 2, ZeRO-3, shard 4'
     """
     if fsdp is not None and zero is None:
         zero = 3 if fsdp > 1 else 0
@@ -325,6 +328,8 @@ def fixed_dims(*, dp: int | None = None, fsdp: int | None = None, zero: int | No
         if checkpoint not in CHECKPOINTS:
             raise InputError(f"unknown --checkpoint {checkpoint!r}; known: "
                              f"{', '.join(CHECKPOINTS)}")
+    if ep is not None and fsdp is not None and fsdp > 1:
+        fsdp *= ep  # the trace's fsdp · ep: the ranks sharding the other parameters
     return FixedDims(dp=dp, tp=tp, pp=pp, zero=zero, shard=fsdp, sp=sp,
                      accumulation=microbatches, schedule=schedule, chunks=chunks,
                      checkpoint=checkpoint, cp=cp, ep=ep)

@@ -110,6 +110,7 @@ from tensorledger.plan.experts import (
     counts_calls,
     expert_choice,
     moe_layers,
+    padded_experts,
     routed_params,
 )
 from tensorledger.plan.model import SearchModel
@@ -366,7 +367,9 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice, floor: bool = False) -> 
         experts = load.layers * layer_experts
         states, grads = model.states_bytes(setup, params - experts, shard, zero)
         if experts:  # sharded over the ZeRO group / ep (FSDP over fsdp), replicated at ZeRO-0
-            more = model.states_bytes(setup, experts, expert_choice(choice).shard_ranks, zero)
+            group = expert_choice(choice).shard_ranks
+            more = model.states_bytes(setup, padded_experts(experts, group, choice.ep,
+                                                            setup.config), group, zero)
             states, grads = states + more[0], grads + more[1]
         whole = float(params * setup.precision.param_bytes)
         gathered = (whole if choice.zero == 2 else min(two_layers, whole)
@@ -538,7 +541,9 @@ def step_time(setup: PlanSetup, choice: LayoutChoice, memory: RankMemory) -> Ste
     dp_comm = _dp_comm_s(setup, choice, memory.stage_params - memory.expert_params, 2)
     ep_comm = 0.0
     if choice.ep > 1:  # the experts' gradients over dp / ep ranks, and the all-to-alls
-        dp_comm += _dp_comm_s(setup, expert_choice(choice), memory.expert_params, 2)
+        group = expert_choice(choice)
+        dp_comm += _dp_comm_s(setup, group, padded_experts(
+            memory.expert_params, group.shard_ranks, choice.ep, setup.config), 2)
         ep_comm = _ep_comm_s(setup, choice, layers)
     dp_exposed = max(0.0, dp_comm - compute_s) + dp_comm / layers
     cp_comm = layers * m * _ring_layer_s(setup, choice) if choice.cp > 1 else 0.0

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 __all__ = ["ASSUMPTION", "alltoall_buffer_bytes", "alltoall_calls", "check_ep",
            "counts_buffer_bytes", "counts_calls",
            "expert_choice", "expert_count", "expert_degrees", "moe_layer_saved_bytes",
-           "moe_layers", "routed_params",
+           "moe_layers", "padded_experts", "routed_params",
            "with_experts"]
 
 ASSUMPTION = (
@@ -165,6 +165,24 @@ def check_ep(setup: PlanSetup, ep: int | None, cp: int | None, sp: bool | None,
                          "routes the whole sequence; use --no-sp")
     if zero == 1:
         raise InputError(f"EP {ep} beside ZeRO-1 is not laid out; use ZeRO 0, 2 or 3")
+
+
+def padded_experts(params: int, group: int, ep: int,
+                   config: TransformerConfig | ModelProfile) -> int:
+    """A rank's ``params`` of routed experts as FSDP2 shards them over ``group`` ranks: each
+    stacked (E/ep, d, f) tensor cut on its first dimension, padded to a multiple of the group,
+    so the first rank holds ⌈(E/ep) / group⌉ experts (tiny-moe's 3 over 2: two).  Fewer local
+    experts than the group are cut on their second dimension instead, evenly, as torchtitan
+    places them (FSDP2's default first dimension would leave them all on one rank).
+
+    >>> from tensorledger.napkin.transformer import get_preset
+    >>> padded_experts(3 * 6144, 2, 2, get_preset("tiny-moe")) // 2   # 2 of 3 experts
+    12288
+    """
+    local = expert_count(config) // ep
+    if group <= 1 or local < group or local % group == 0:
+        return params
+    return params // local * group * -(-local // group)
 
 
 def moe_layer_saved_bytes(config: TransformerConfig, tokens: int, width: int, autocast: bool,

@@ -24,6 +24,7 @@ from tensorledger.plan.experts import (
     counts_calls,
     expert_choice,
     moe_layers,
+    padded_experts,
 )
 from tensorledger.plan.model import search_model as _model
 from tensorledger.plan.profile import ModelProfile
@@ -168,7 +169,9 @@ def sent_bytes(setup: PlanSetup, choice: LayoutChoice) -> SentBytes:
     experts = memory.expert_params
     dp = data_parallel(choice, params - experts, root)
     if experts:
-        dp += data_parallel(expert_choice(choice), experts, 0)
+        group = expert_choice(choice)
+        dp += data_parallel(group, padded_experts(experts, group.shard_ranks, choice.ep,
+                                                  setup.config), 0)
     closed, _ = model.activations(setup, choice.micro_batch, 1, False, False)
     compute = closed.dtype_bytes
     stream = 4 if closed.autocast else compute
