@@ -86,8 +86,12 @@ the most saved blocks: :mod:`tensorledger.plan.stages`):
 - pipeline send/receive (b·s·h per micro-batch and stage boundary) is not priced: 1F1B
   overlaps it with compute.  :func:`sent_bytes` counts it.
 
-step = compute · imbalance · (1 + bubble) + tensor-parallel comm + ring exchange + exposed
-data-parallel comm;
+- expert parallelism (:mod:`tensorledger.plan.experts`): a rank holds E/ep of the routed
+  experts (whole on each tp rank), sharded over shard / ep ranks and reduced over dp / ep;
+  each MoE layer's token all-to-alls per micro-batch over the ep group, exposed.
+
+step = compute · imbalance · (1 + bubble) + tensor-parallel comm + ring exchange + expert
+all-to-alls + exposed data-parallel comm;
 MFU = model FLOPs (without recomputation) / (step · count · ideal peak).
 """
 
