@@ -195,3 +195,31 @@ def test_fixed_ep_and_the_label() -> None:
     assert {e.choice.ep for e in plan.ranked} == {2}
     assert "EP 2" in plan.best.layout
     assert any("routing balanced" in a for a in plan.assumptions)
+
+
+@pytest.mark.parametrize("name", ["mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3", "tiny-moe"])
+def test_moe_parameters_are_napkins(name: str) -> None:
+    # a rank of one device holds every expert (memory counts them all, FLOPs the active ones):
+    # the planner's parameters against napkin's parameter_count, a second code path.  The
+    # planner once counted DeepSeek-V3's 3 dense blocks as MoE blocks (every block the last's)
+    from tensorledger.napkin.params import parameter_count
+
+    config = get_preset(name)
+    setup = _setup(config, 1, 16, 1)
+    memory = rank_memory(setup, LayoutChoice(dp=1, tp=1, pp=1))
+    assert memory.stage_params == parameter_count(config).total_params
+    if name == "deepseek-v3":
+        # EP 64: a rank's 256 / 64 = 4 experts of 3·7168·2048 in each of the 58 MoE blocks
+        ep = rank_memory(_setup(config, 64, 16, 64),
+                         LayoutChoice(dp=64, tp=1, pp=1, zero=3, shard=64, ep=64))
+        assert ep.expert_params == 58 * 4 * 3 * 7168 * 2048 == 10_217_324_544
+
+
+def test_ep_leaves_the_flops_alone() -> None:
+    # balanced routing: every rank runs T·k slots, EP or not; the step's model FLOPs are the
+    # active ones' (6 · 12.9B active a token and attention), unchanged by EP
+    setup = _setup(get_preset("mixtral-8x7b"), 8, 4096, 8, precision="bf16")
+    plain = estimate(setup, LayoutChoice(dp=8, tp=1, pp=1, zero=3, shard=8)).time
+    ep = estimate(setup, LayoutChoice(dp=8, tp=1, pp=1, zero=3, shard=8, ep=8)).time
+    assert ep.model_flops == plain.model_flops
+    assert ep.compute_s <= plain.compute_s  # fewer weights read a micro-batch, never more

@@ -342,6 +342,7 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice, floor: bool = False) -> 
     tp, pp, cp = choice.tp, choice.pp, choice.cp
     loads, _, _, _ = pipeline_ranks(setup, choice, floor)
     layer_rank = -(-model.layer_matrices // tp) + model.layer_norms
+    dense_rank = -(-model.dense_layer_matrices // tp) + model.layer_norms
     layer_experts = 0
     if choice.ep > 1:  # the routed experts whole on each tp rank, E/ep of them
         routed = routed_params(setup.config)
@@ -366,9 +367,11 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice, floor: bool = False) -> 
     piped_fsdp = pp > 1 and sharded and choice.zero >= 2
 
     def stage(load: RankLoad) -> tuple[int, tuple[float, float, float, float, float]]:
+        # the first stage's leading dense blocks of a mixture of experts (as many as it holds)
+        dense = min(model.dense_layers, load.layers) if load.first else 0
         params = (load.layers * layer_rank + (embedding_params if load.first else 0)
-                  + (head_params if load.last else 0))
-        experts = load.layers * layer_experts
+                  + (head_params if load.last else 0) - dense * (layer_rank - dense_rank))
+        experts = (load.layers - dense) * layer_experts
         states, grads = model.states_bytes(setup, params - experts, shard, zero)
         if experts:  # sharded over the ZeRO group / ep (FSDP over fsdp), replicated at ZeRO-0
             group = expert_choice(choice).shard_ranks
@@ -394,9 +397,11 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice, floor: bool = False) -> 
     # them unsharded, and its sharded ones only once the step's activations are gone
     buckets = (float(params * setup.precision.grad_bytes)
                if (choice.zero <= 1 and choice.dp > 1) or piped_fsdp else 0.0)
+    dense = min(model.dense_layers, load.layers) if load.first else 0
+    expert_params = (load.layers - dense) * layer_experts
     if choice.ep > 1 and choice.dp == choice.ep and not piped_fsdp:
         # DDP leaves the experts out of its buckets when no other rank holds them
-        buckets -= float(load.layers * layer_experts * setup.precision.grad_bytes)
+        buckets -= float(expert_params * setup.precision.grad_bytes)
     # a tensor-parallel rank's share of the embedding's gradient is a view of the gradient of
     # the whole vocabulary (DTensor works it out replicated), which lives as long as it does.
     # Without a pipeline it appears at the end of backward, once the activations are gone;
@@ -425,7 +430,7 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice, floor: bool = False) -> 
                       activations_bytes=activations, logits_bytes=loss, total_bytes=total,
                       forward_peak_bytes=forward, backward_peak_bytes=backward,
                       temporary_bytes=temporary, layers=load.layers, rank=load.rank,
-                      expert_params=load.layers * layer_experts)
+                      expert_params=expert_params)
 
 
 def _forward_temporaries(setup: PlanSetup, choice: LayoutChoice, closed: ActivationMemory,

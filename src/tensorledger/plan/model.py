@@ -38,6 +38,8 @@ class SearchModel:
         self.collectives: dict[tuple[CollectiveKind, float, int, int], float] = {}
         config = setup.config
         self.embedding_whole = 0
+        self.dense_layers = 0  # a mixture of experts' leading dense blocks (DeepSeek-V3: 3)
+        self.dense_layer_matrices = 0  # the matrices of one of them
         if isinstance(config, ModelProfile):
             self._profiled(config)
             return
@@ -48,6 +50,14 @@ class SearchModel:
         self.embeddings = counts.embeddings_params
         self.head = counts.head_params
         self.final_norm = norm
+        if config.moe is not None and config.moe.first_dense_layers:
+            # what the dense blocks hold: the total less everything else (the multi-token
+            # prediction depths are not planned)
+            dense = self.dense_layers = config.moe.first_dense_layers
+            rest = (counts.total_params - counts.mtp_params - counts.embeddings_params
+                    - counts.head_params - norm
+                    - (config.n_layers - dense) * counts.per_layer_params)
+            self.dense_layer_matrices = rest // dense - self.layer_norms
         flops = transformer_training_flops(config, 1.0, setup.seq_len)
         forward = forward_flops_per_token(config, setup.seq_len)
         self.flops_per_token: float = flops.flops_per_token
