@@ -125,7 +125,7 @@ def verify_choice(setup: PlanSetup, choice: LayoutChoice, model: str,
     sent = sum(c.bytes_sent for c in communication(run.trace))
     # a recomputed layer's activations are live only while it runs: the peak's, not saved
     _, transient = layer_activation_bytes(setup, choice.micro_batch, choice.tp, choice.sp,
-                                          choice.checkpoint)
+                                          choice.checkpoint, ep=choice.ep)
     # the token ids of the micro-batches in flight: a rank without the embedding holds none
     loads, _, _, _ = pipeline_ranks(setup, one)
     in_flight = next(load.first_in_flight for load in loads if load.rank == memory.rank)
