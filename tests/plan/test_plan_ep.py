@@ -223,3 +223,21 @@ def test_ep_leaves_the_flops_alone() -> None:
     ep = estimate(setup, LayoutChoice(dp=8, tp=1, pp=1, zero=3, shard=8, ep=8)).time
     assert ep.model_flops == plain.model_flops
     assert ep.compute_s <= plain.compute_s  # fewer weights read a micro-batch, never more
+
+
+def test_recomputed_ep_rank_against_the_trace() -> None:
+    # tiny-moe on 2 ranks of EP 2 (DDP over them), whole blocks recomputed under autocast: a
+    # block keeps its input alone, and a traced rank holds what the closed form says
+    from tensorledger.ledger.plan import verify_choice
+
+    setup = _setup(get_preset("tiny-moe"), 2, 16, 2, "mixed-bf16")
+    choice = LayoutChoice(dp=2, tp=1, pp=1, ep=2, checkpoint="full")
+    v = verify_choice(setup, choice, "tiny-moe")
+    assert v.closed_activation_bytes == v.traced_activation_bytes
+    assert v.closed_state_bytes == pytest.approx(v.traced_state_bytes, rel=1e-3)  # counters
+    # DDP's all-reduce of the other parameters' gradients (the experts' are whole on their
+    # rank), 241,920 B both, and the all-to-alls: the backward's 10 (each layer's recomputed
+    # dispatch, combine and counts, the two gradients) 24,624 B both; the traced forward's
+    # 12,080 B are 256 B short of the closed form's 2 · (4096 + 2048 + 24) = 12,336 (not
+    # explained yet: without recomputation the forward's equal, test_ep_against_the_traced_rank)
+    assert v.closed_sent_bytes == pytest.approx(v.traced_sent_bytes, rel=1e-3)
