@@ -241,3 +241,30 @@ def test_recomputed_ep_rank_against_the_trace() -> None:
     # 12,080 B are 256 B short of the closed form's 2 · (4096 + 2048 + 24) = 12,336 (not
     # explained yet: without recomputation the forward's equal, test_ep_against_the_traced_rank)
     assert v.closed_sent_bytes == pytest.approx(v.traced_sent_bytes, rel=1e-3)
+
+
+def test_expert_matmuls_grow_with_ep() -> None:
+    # Mixtral, one sequence of 4,096 tokens a micro-batch: 8,192 slots, 1,024 an expert without
+    # EP and 8 × 1,024 with EP 8 (each rank's one expert takes every rank's slots for it); the
+    # routed experts' share of a token's training FLOPs 3 · 32 · 2 · 3 · 2 · 4096 · 14336 over
+    # napkin's 6·N_active + attention; the chip's published fraction at each matmul's FLOPs
+    from tensorledger.napkin.transformer import transformer_training_flops
+    from tensorledger.plan.estimate import matmul_efficiency
+
+    config = get_preset("mixtral-8x7b")
+    setup = _setup(config, 8, 4096, 8, precision="bf16")
+    table = H100.efficiency
+    assert table is not None
+    share = (3 * 32 * 2 * 3 * 2 * 4096 * 14336
+             / transformer_training_flops(config, 1.0, 4096).flops_per_token)
+    dense = table.matmul_fraction("bf16", 2.0 * 4096 * 4096 * 14336)
+
+    def blend(rows: int) -> float:
+        expert = table.matmul_fraction("bf16", 2.0 * rows * 4096 * 14336)
+        return 1.0 / ((1.0 - share) / dense + share / expert)
+
+    plain = matmul_efficiency(setup, LayoutChoice(dp=8, tp=1, pp=1))
+    ep = matmul_efficiency(setup, LayoutChoice(dp=8, tp=1, pp=1, ep=8))
+    assert plain == pytest.approx(blend(1024), rel=1e-12)
+    assert ep == pytest.approx(blend(8192), rel=1e-12)
+    assert ep > plain

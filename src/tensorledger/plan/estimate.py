@@ -113,6 +113,7 @@ from tensorledger.plan.experts import (
     counts_buffer_bytes,
     counts_calls,
     expert_choice,
+    expert_matmul,
     moe_layers,
     padded_experts,
     routed_params,
@@ -606,7 +607,9 @@ def matmul_efficiency(setup: PlanSetup, choice: LayoutChoice) -> float:
     """The share of the dense peak a rank's matmuls reach: ``setup.efficiency`` when set, else
     the chip's published fraction at the size of the layer's largest matmul on the rank (the
     MLP's up-projection of one micro-batch, 2·b·s·h·d_ff/t FLOPs), else 1 (a chip with no
-    published efficiencies: the ideal peak).
+    published efficiencies: the ideal peak).  A mixture of experts' routed FLOPs take the
+    fraction at one expert's up-projection (:func:`tensorledger.plan.experts.expert_matmul`:
+    T·k·ep/E rows an expert), blended with the rest by their share of the FLOPs.
 
     >>> from tensorledger.hardware import get_hardware
     >>> from tensorledger.napkin.transformer import get_preset
@@ -629,7 +632,14 @@ def matmul_efficiency(setup: PlanSetup, choice: LayoutChoice) -> float:
     else:
         flops = (2.0 * choice.micro_batch * (setup.seq_len // choice.cp) * config.d_model
                  * config.d_ff / choice.tp)
-    return published.matmul_fraction(setup.dtype, flops)
+    dense = published.matmul_fraction(setup.dtype, flops)
+    share, experts = expert_matmul(setup, choice, _model(setup).flops_per_token)
+    if not share:
+        return dense
+    # a mixture of experts: the routed experts' FLOPs at their grouped GEMM's rows an expert,
+    # the rest as a dense layer's (the time-weighted blend of the two)
+    return 1.0 / ((1.0 - share) / dense
+                  + share / published.matmul_fraction(setup.dtype, experts))
 
 
 def estimate(setup: PlanSetup, choice: LayoutChoice, tokens: float | None = None

@@ -47,10 +47,9 @@ if TYPE_CHECKING:
     from tensorledger.plan.estimate import LayoutChoice, PlanSetup
 
 __all__ = ["ASSUMPTION", "alltoall_buffer_bytes", "alltoall_calls", "check_ep",
-           "counts_buffer_bytes", "counts_calls",
-           "expert_choice", "expert_count", "expert_degrees", "moe_layer_saved_bytes",
-           "moe_layers", "padded_experts", "routed_params",
-           "with_experts"]
+           "counts_buffer_bytes", "counts_calls", "expert_choice", "expert_count",
+           "expert_degrees", "expert_matmul", "moe_layer_saved_bytes", "moe_layers",
+           "padded_experts", "routed_params", "with_experts"]
 
 ASSUMPTION = (
     "expert parallelism: the ep ranks are taken from the data-parallel ones (ep divides dp and "
@@ -58,7 +57,8 @@ ASSUMPTION = (
     "(ETP 1); the experts sharded over the ZeRO group / ep and their gradients reduced over "
     "dp / ep ranks; routing balanced: each MoE layer's dispatch and combine all-to-all send "
     "T·k·d·bytes·(ep−1)/ep a rank and micro-batch in forward, again in backward (and in "
-    "recomputation), exposed, on the links the ep group (ranks tp apart) crosses")
+    "recomputation), exposed, on the links the ep group (ranks tp apart) crosses; the routed "
+    "experts' FLOPs at the matmul efficiency of T·k·ep/E rows an expert (grouped GEMM)")
 
 
 def expert_count(config: TransformerConfig | ModelProfile) -> int:
@@ -165,6 +165,38 @@ def check_ep(setup: PlanSetup, ep: int | None, cp: int | None, sp: bool | None,
                          "routes the whole sequence; use --no-sp")
     if zero == 1:
         raise InputError(f"EP {ep} beside ZeRO-1 is not laid out; use ZeRO 0, 2 or 3")
+
+
+def expert_matmul(setup: PlanSetup, choice: LayoutChoice, flops_per_token: float
+                  ) -> tuple[float, float]:
+    """(the routed experts' share of a token's training FLOPs, the FLOPs of one expert's
+    up-projection on a rank for one micro-batch); (0, 0) without routed experts.
+
+    Balanced, a rank's E/ep experts each take T·k·ep/E of the slots (T its tokens): the grouped
+    GEMM multiplies that many rows per expert, so EP makes each expert's matmul ep times
+    taller (without EP, tensor parallelism splits its columns).  A token's routed FLOPs are
+    3 × 2 · 3 · k · d · f a MoE block (forward, and backward twice it).
+
+    >>> from tensorledger.hardware import get_hardware
+    >>> from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
+    >>> from tensorledger.napkin.transformer import get_preset
+    >>> from tensorledger.plan.estimate import LayoutChoice, PlanSetup
+    >>> setup = PlanSetup(get_preset("mixtral-8x7b"), get_hardware("h100"), 8, 4096, 8,
+    ...                   resolve_precision("bf16"), resolve_optimizer("adamw"), 80e9)
+    >>> _, flops = expert_matmul(setup, LayoutChoice(dp=8, tp=1, pp=1, ep=8), 1.0)
+    >>> flops == 2 * (4096 * 2 * 8 // 8) * 4096 * 14336      # 8,192 rows an expert
+    True
+    """
+    config = setup.config
+    if isinstance(config, ModelProfile) or config.moe is None:
+        return 0.0, 0.0
+    moe = config.moe
+    blocks = config.n_layers - moe.first_dense_layers
+    routed = 3.0 * blocks * 2 * 3 * moe.top_k * config.d_model * moe.d_expert
+    tokens = choice.micro_batch * setup.seq_len // choice.cp
+    rows = tokens * moe.top_k * choice.ep / moe.n_experts
+    split = choice.tp if choice.ep == 1 else 1
+    return routed / flops_per_token, 2.0 * rows * config.d_model * moe.d_expert / split
 
 
 def padded_experts(params: int, group: int, ep: int,
