@@ -268,3 +268,25 @@ def test_expert_matmuls_grow_with_ep() -> None:
     assert plain == pytest.approx(blend(1024), rel=1e-12)
     assert ep == pytest.approx(blend(8192), rel=1e-12)
     assert ep > plain
+
+
+def test_alltoall_time_on_the_links_the_ep_group_crosses() -> None:
+    # priced by roofline's collective_time, a second path: EP 8 alone stays in an H100 node
+    # of 8; beside TP 2 its ranks lie 2 apart, 4 to a node, and the all-to-all crosses nodes
+    from tensorledger.roofline.collectives import CollectiveKind, collective_time
+
+    setup = _setup(get_preset("mixtral-8x7b"), 16, 4096, 16, precision="bf16")
+    slots = 4096 * 2 * 4096 * 2.0  # T·k·d bf16 values: dispatch and combine alike
+
+    def one_layer(per_node: int) -> float:
+        def a2a(size: float) -> float:
+            return collective_time(CollectiveKind.ALL_TO_ALL, size, 8, H100,
+                                   ranks_per_node=per_node).time_s
+        # forward and backward: a dispatch and a combine each; the counts once, 8 int64s
+        return 2 * (a2a(slots) + a2a(slots)) + a2a(64.0)
+
+    inside = estimate(setup, LayoutChoice(dp=16, tp=1, pp=1, zero=3, shard=16, ep=8)).time
+    assert inside.ep_comm_s == pytest.approx(32 * one_layer(8), rel=1e-12)
+    across = estimate(setup, LayoutChoice(dp=8, tp=2, pp=1, zero=3, shard=8, ep=8)).time
+    assert across.ep_comm_s == pytest.approx(32 * one_layer(4), rel=1e-12)
+    assert across.ep_comm_s > inside.ep_comm_s
