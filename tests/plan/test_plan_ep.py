@@ -120,6 +120,10 @@ def test_ep_against_the_traced_rank(precision: str) -> None:
     assert memory.states_bytes == ledger.params_bytes + ledger.grads_bytes + 8 * params
     traced = sum(c.bytes_sent for c in communication(run.trace) if c.kind == "all-to-all")
     assert sent_bytes(setup, choice).expert_parallel_bytes == traced
+    # the saved activations (the traced rank's and its 16 int64 token ids): tiny-moe's, and
+    # the received slots' regrouping index, 32 int64s a layer
+    assert ledger.saved_activation_bytes + 8 * 16 == memory.activations_bytes \
+        + memory.logits_bytes
 
 
 def test_tiny_moe_ep2_fsdp2_against_the_traced_rank() -> None:

@@ -227,7 +227,8 @@ def moe_layer_saved_bytes(config: TransformerConfig, tokens: int, width: int, au
 
     - router: the fp32 scores T·E·4, the top-k indices T·k·8 and weights T·k·4 (and their
       sum T·4 when renormalised);
-    - the slots' order and token (2 · K·8) and the experts' offsets (E · 4, int32);
+    - the slots' order and token (2 · K·8), under EP the received slots' regrouping by
+      local expert (K·8 more), and the rank's experts' offsets (E/ep · 4, int32);
     - routed experts: the gathered slots K·d·a, the gate's and up's outputs, the SiLU's and
       the product K·f·a each, the slots' weights K·a, the experts' output and its weighted
       copy 2 · K·d·a;
@@ -237,8 +238,9 @@ def moe_layer_saved_bytes(config: TransformerConfig, tokens: int, width: int, au
       each, and every matrix's bf16 copy (the grouped experts' cast whole: E/ep of them).
 
     Tensor parallelism splits the shared experts, and the routed ones too without EP; with
-    EP (ETP 1) a rank's routed experts are whole and route the whole sequence.  Checked
-    against traced tiny-moe ranks in fp32 and under autocast (tests/plan/test_plan_ep.py).
+    EP (ETP 1) a rank's routed experts are whole and route the whole sequence; balanced, it
+    receives as many slots as it sends (where T·k/E is whole).  Checked against traced
+    tiny-moe ranks in fp32 and under autocast, and EP 2 × FSDP 2 (tests/plan/test_plan_ep.py).
 
     >>> from tensorledger.napkin.transformer import get_preset
     >>> moe_layer_saved_bytes(get_preset("tiny-moe"), 16, 4, False)  # 16 tokens, fp32
@@ -252,7 +254,8 @@ def moe_layer_saved_bytes(config: TransformerConfig, tokens: int, width: int, au
     slots = tokens * k
     router = (tokens * e * 4 + slots * 8 + slots * 4
               + (tokens * 4 if moe.norm_topk and k > 1 else 0))
-    order = 2 * slots * 8 + e * 4
+    # the slots' order and token; under EP the received slots' regrouping by local expert too
+    order = (2 + (1 if ep > 1 else 0)) * slots * 8 + e // ep * 4
     routed = (slots * d * width + 4 * slots * f * width + slots * width
               + 2 * slots * d * width) // routed_split
     hidden = 4 * tokens * shared * width // tp
