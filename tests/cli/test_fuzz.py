@@ -229,7 +229,8 @@ def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[s
     }
     if command == "plan":  # the dimensions plan fixes (issue 36): valid, contradictory, junk
         degrees = ["1", "2", "4", "8", "3", "16", "0", "-1", "1048577", "", "٤"]
-        pools |= {"dp": degrees, "fsdp": degrees, "pp": degrees,
+        # expert parallelism (issue 38): on the dense fuzz models any but 1 is refused
+        pools |= {"dp": degrees, "fsdp": degrees, "pp": degrees, "ep": degrees,
                   "zero": ["0", "1", "2", "3", "4", "-1", "", "٣"],
                   "microbatches": ["1", "2", "8", "3", "0", "-1", "4294967297", "", "٤"],
                   "schedule": ["1f1b", "interleaved", "interleaved-2", "interleaved-4",
@@ -452,6 +453,12 @@ PLAN_REFUSALS = [
     (["--lora", "8", "--lora-targets", "q proj"], "--lora-targets takes module names"),
     (["--lora", "8", "--cp", "2"], "not priced with --lora"),
     (["--lora", "8", "--precision", "fp8-rowwise"], "use one of them"),
+    (["--ep", "2"], "tiny has none: drop --ep"),  # a dense model has no experts to shard
+    (["--ep", "0"], "--ep"),
+    (["--model", "tiny-moe", "--ep", "4"], "EP 4 does not divide tiny-moe's 6 routed experts"),
+    (["--model", "tiny-moe", "--ep", "2", "--sp"], "EP 2 beside SP"),
+    (["--model", "tiny-moe", "--ep", "2", "--cp", "2"], "EP 2 beside CP 2"),
+    (["--model", "tiny-moe", "--ep", "2", "--dp", "1"], "does not divide DP 1"),
 ]
 
 

@@ -211,6 +211,13 @@ def plan_command(
         "Fix the context-parallel ranks (ring attention over each sequence; --seq must "
         "divide by 2·cp; they shard the parameters with the ZeRO-2/3 group). Searched "
         "while a rank keeps 8,192 tokens or more."), rich_help_panel=_FIXED)] = None,
+    ep: Annotated[int | None, typer.Option("--ep", parser=integer_parser(1, LARGEST_COUNT),
+                                           help=(
+        "Fix the expert-parallel ranks of a mixture of experts (taken from the data-parallel "
+        "ones: --ep divides DP and the routed experts; each rank holds E/ep of them, whole on "
+        "each TP rank). Beside it --fsdp N is trace's: the other parameters sharded over "
+        "N·ep ranks, the experts over N. Searched at every such divisor; 1: none."),
+        rich_help_panel=_FIXED)] = None,
     microbatches: Annotated[int | None, typer.Option("--microbatches", parser=integer_parser(
         1, LARGEST_BATCH_SEQS), help=(
         "Fix the micro-batches per step (gradient accumulation; a pipeline's micro-batches)."),
@@ -242,7 +249,7 @@ def plan_command(
     profile, traced first on fake tensors at 1 and 2 blocks); rank the ones that fit by step
     time and count the rejected ones by their binding constraint.  Pipeline schedules are
     priced from torch's own action lists (imports torch: a second or two).
-    Any of --dp, --fsdp, --zero, --cp, --tp, --sp, --pp, --microbatches, --schedule,
+    Any of --dp, --fsdp, --zero, --cp, --ep, --tp, --sp, --pp, --microbatches, --schedule,
     --chunks, --stage-layers, --checkpoint fixes that dimension and the search fills the
     rest; all of them fixed, one layout is evaluated.
     With --lora R (and --lora-targets, --qlora, as account takes them) the step is a LoRA
@@ -253,7 +260,7 @@ def plan_command(
         check_figure_path(plot)  # refuse a bad path before the work, not after
     fixed = fixed_dims(dp=dp, fsdp=fsdp, zero=zero, tp=tp, sp=sp, pp=pp,
                        microbatches=microbatches, schedule=schedule, checkpoint=checkpoint,
-                       cp=cp, chunks=chunks)
+                       cp=cp, chunks=chunks, ep=ep)
     cut = None if stage_layers is None else StageLayers.parse(stage_layers)
     if cut is not None and pp is None:
         raise InputError("--stage-layers cuts a pipeline: give --pp with it")
@@ -315,11 +322,11 @@ def fixed_dims(*, dp: int | None = None, fsdp: int | None = None, zero: int | No
                tp: int | None = None, sp: bool | None = None, pp: int | None = None,
                microbatches: int | None = None, schedule: str | None = None,
                checkpoint: str | None = None, cp: int | None = None,
-               chunks: int | None = None) -> FixedDims:
+               chunks: int | None = None, ep: int | None = None) -> FixedDims:
     """``plan``'s layout options in the planner's terms: ``--fsdp N`` is the shard group, at
     ZeRO-3 unless ``--zero`` says otherwise (``--fsdp 1``: none, ZeRO-0); ``--microbatches``
     the accumulation; ``--schedule`` one of torch's (``interleaved-4``: interleaved 1F1B with
-    4 chunks).
+    4 chunks); beside ``--ep`` the trace's ``--fsdp``: the shard group is fsdp · ep ranks.
 
     >>> fixed_dims(tp=8, pp=16).describe()
     'TP 8, PP 16'
@@ -327,6 +334,8 @@ def fixed_dims(*, dp: int | None = None, fsdp: int | None = None, zero: int | No
     'ZeRO-3, shard 64, interleaved-1f1b × 4, checkpoint full'
     >>> fixed_dims(cp=16, schedule="ZBV").describe()
     'CP 16, zbv × 2'
+    >>> fixed_dims(ep=2, fsdp=2).describe()
+    'EP 2, ZeRO-3, shard 4'
     """
     if fsdp is not None and zero is None:
         zero = 3 if fsdp > 1 else 0
@@ -357,9 +366,11 @@ def fixed_dims(*, dp: int | None = None, fsdp: int | None = None, zero: int | No
         if checkpoint not in CHECKPOINTS:
             raise InputError(f"unknown --checkpoint {checkpoint!r}; known: "
                              f"{', '.join(CHECKPOINTS)}")
+    if ep is not None and fsdp is not None and fsdp > 1:
+        fsdp *= ep  # the trace's fsdp · ep: the ranks sharding the other parameters
     return FixedDims(dp=dp, tp=tp, pp=pp, zero=zero, shard=fsdp, sp=sp,
                      accumulation=microbatches, schedule=schedule, chunks=chunks,
-                     checkpoint=checkpoint, cp=cp)
+                     checkpoint=checkpoint, cp=cp, ep=ep)
 
 
 def _stage_counts(cut: StageLayers, config: TransformerConfig | ModelProfile,

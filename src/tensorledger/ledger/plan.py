@@ -91,6 +91,14 @@ def traceable_layout(choice: LayoutChoice, lora: LoraShape | None = None) -> Lay
     if choice.checkpoint == "selective":
         return "a workload checkpoints whole blocks; selective checkpointing is traced by " \
             "'tensorledger checkpoint'"
+    if choice.ep > 1:  # the trace's dp · fsdp · ep is the planner's dp, fsdp · ep its shard
+        if choice.zero == 0:
+            return (resolve_layout(ep=choice.ep, tp=choice.tp) if choice.dp == choice.ep
+                    else "DDP beside EP is traced over the ep ranks alone")
+        if choice.shard == choice.ep:
+            return "FSDP over the ep ranks alone (the experts unsharded) is not traced"
+        return resolve_layout(dp=choice.replicas, fsdp=choice.shard // choice.ep,
+                              zero=choice.zero, ep=choice.ep, tp=choice.tp)
     if choice.cp > 1:  # FSDP over the ZeRO group and the context-parallel ranks
         return resolve_layout(dp=choice.replicas, fsdp=choice.shard, zero=choice.zero,
                               tp=choice.tp, sp=choice.sp, cp=choice.cp)
@@ -133,7 +141,7 @@ def verify_choice(setup: PlanSetup, choice: LayoutChoice, model: str,
     sent = sum(c.bytes_sent for c in communication(run.trace))
     # a recomputed layer's activations are live only while it runs: the peak's, not saved
     _, transient = layer_activation_bytes(setup, choice.micro_batch, choice.tp, choice.sp,
-                                          choice.checkpoint)
+                                          choice.checkpoint, ep=choice.ep)
     # the token ids of the micro-batches in flight: a rank without the embedding holds none
     loads, _, _, _ = pipeline_ranks(setup, one)
     in_flight = next(load.first_in_flight for load in loads if load.rank == memory.rank)

@@ -86,8 +86,12 @@ the most saved blocks: :mod:`tensorledger.plan.stages`):
 - pipeline send/receive (b·s·h per micro-batch and stage boundary) is not priced: 1F1B
   overlaps it with compute.  :func:`sent_bytes` counts it.
 
-step = compute · imbalance · (1 + bubble) + tensor-parallel comm + ring exchange + exposed
-data-parallel comm;
+- expert parallelism (:mod:`tensorledger.plan.experts`): a rank holds E/ep of the routed
+  experts (whole on each tp rank), sharded over shard / ep ranks and reduced over dp / ep;
+  each MoE layer's token all-to-alls per micro-batch over the ep group, exposed.
+
+step = compute · imbalance · (1 + bubble) + tensor-parallel comm + ring exchange + expert
+all-to-alls + exposed data-parallel comm;
 MFU = model FLOPs (without recomputation) / (step · count · ideal peak).
 
 **A LoRA (QLoRA) fine-tune** (``PlanSetup.lora``, a preset's reference model; what
@@ -137,6 +141,17 @@ from tensorledger.napkin.adapters import (
 from tensorledger.napkin.recipes import Optimizer, Precision
 from tensorledger.napkin.transformer import (
     TransformerConfig,
+)
+from tensorledger.plan.experts import (
+    alltoall_buffer_bytes,
+    alltoall_calls,
+    counts_buffer_bytes,
+    counts_calls,
+    expert_choice,
+    expert_matmul,
+    moe_layers,
+    padded_experts,
+    routed_params,
 )
 from tensorledger.plan.model import SearchModel
 from tensorledger.plan.model import search_model as _model
@@ -225,6 +240,9 @@ class LayoutChoice:
     cp: int = 1
     # blocks of each of the pp · chunks stages; () is the even cut (stage_counts)
     stage_layers: tuple[int, ...] = ()
+    # expert-parallel ranks, taken from the dp ones: each holds E/ep of the routed experts
+    # (tensorledger.plan.experts)
+    ep: int = 1
 
     @property
     def count(self) -> int:
@@ -253,6 +271,8 @@ class LayoutChoice:
         if self.zero:
             data += f" (ZeRO-{self.zero} × {self.shard}{'·CP' if self.cp > 1 else ''})"
         parts = [data]
+        if self.ep > 1:
+            parts.append(f"EP {self.ep}")
         if self.cp > 1:
             parts.append(f"CP {self.cp}")
         if self.tp > 1:
@@ -288,6 +308,7 @@ class RankMemory:
     # (before ZeRO sharding; stage_params counts both)
     adapter_params: int = 0
     frozen_bytes: float = 0.0
+    expert_params: int = 0  # of stage_params, the routed experts' (E/ep a layer, whole on tp)
 
 
 @dataclass(frozen=True)
@@ -311,6 +332,7 @@ class StepTime:
     hfu: float = 0.0  # the FLOPs that ran (recomputation included) / (step · count · peak)
     cp_comm_s: float = 0.0  # the context-parallel ring's exchanges, exposed
     dequantize_flops: float = 0.0  # QLoRA: torchao's NF4 dequantisation, every rank's (in hfu)
+    ep_comm_s: float = 0.0  # the expert-parallel all-to-alls, exposed
 
 
 @dataclass(frozen=True)
@@ -329,7 +351,7 @@ class LayoutEstimate:
 
 
 def layer_activation_bytes(setup: PlanSetup, micro_batch: int, tp: int, sp: bool,
-                           checkpoint: str, cp: int = 1) -> tuple[float, float]:
+                           checkpoint: str, cp: int = 1, ep: int = 1) -> tuple[float, float]:
     """(kept per layer, transient) activation bytes of one micro-batch on one rank.
 
     ``none``: :func:`activation_memory`'s layer (+ 5·a·s²·b/t with eager attention);
@@ -347,7 +369,7 @@ def layer_activation_bytes(setup: PlanSetup, micro_batch: int, tp: int, sp: bool
     (96768.0, 0.0)
     """
     model = _model(setup)
-    plain, _ = model.activations(setup, micro_batch, tp, sp, False, cp)
+    plain, _ = model.activations(setup, micro_batch, tp, sp, False, cp, ep)
     s, a = setup.seq_len, setup.config.n_heads
     scores = 5.0 * a * s * s * micro_batch / tp if setup.attention == "eager" else 0.0
     copy = 0.0
@@ -359,7 +381,7 @@ def layer_activation_bytes(setup: PlanSetup, micro_batch: int, tp: int, sp: bool
         return full_layer, 0.0
     if checkpoint == "selective":
         return full_layer - scores, 0.0
-    kept, _ = model.activations(setup, micro_batch, tp, sp, True, cp)
+    kept, _ = model.activations(setup, micro_batch, tp, sp, True, cp, ep)
     return float(kept.per_layer_bytes), full_layer
 
 
@@ -371,16 +393,23 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice, floor: bool = False) -> 
     tp, pp, cp = choice.tp, choice.pp, choice.cp
     loads, _, _, _ = pipeline_ranks(setup, choice, floor)
     layer_rank = -(-model.layer_matrices // tp) + model.layer_norms
+    dense_rank = -(-model.dense_layer_matrices // tp) + model.layer_norms
+    layer_experts = 0
+    if choice.ep > 1:  # the routed experts whole on each tp rank, E/ep of them
+        routed = routed_params(setup.config)
+        layer_experts = routed // choice.ep
+        layer_rank = -(-(model.layer_matrices - routed) // tp) + model.layer_norms \
+            + layer_experts
     embedding_params = -(-model.embeddings // tp) + model.embedding_whole
     head_params = -(-model.head // tp) + model.final_norm
     kept, transient = layer_activation_bytes(setup, choice.micro_batch, tp, choice.sp,
-                                             choice.checkpoint, cp)
+                                             choice.checkpoint, cp, choice.ep)
     closed, logits = model.activations(setup, choice.micro_batch, tp, choice.sp,
-                                       choice.checkpoint == "full", cp)
+                                       choice.checkpoint == "full", cp, choice.ep)
     embedding = float(closed.embeddings_bytes)  # the token ids (and positions), first stage
     # a LoRA step's first block saves less: its input needs no gradient (napkin.adapters)
     embedding -= model.first_layer_less.get(
-        (choice.micro_batch, tp, choice.sp, choice.checkpoint == "full", cp), 0.0)
+        (choice.micro_batch, tp, choice.sp, choice.checkpoint == "full", cp, choice.ep), 0.0)
     shard = choice.shard_ranks
     sharded = shard > 1
     # FSDP2's ZeRO-2 keeps every tensor's shard at rest (ZeRO-3's states) and holds the whole
@@ -394,15 +423,23 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice, floor: bool = False) -> 
     adapted: dict[int, tuple[int, float]] = {}  # per pipeline rank: adapters, frozen bytes
 
     def stage(load: RankLoad) -> tuple[int, tuple[float, float, float, float, float]]:
+        # the first stage's leading dense blocks of a mixture of experts (as many as it holds)
+        dense = min(model.dense_layers, load.layers) if load.first else 0
         params = (load.layers * layer_rank + (embedding_params if load.first else 0)
-                  + (head_params if load.last else 0))
-        if model.adapters is not None:
+                  + (head_params if load.last else 0) - dense * (layer_rank - dense_rank))
+        experts = (load.layers - dense) * layer_experts
+        if model.adapters is not None:  # a LoRA fine-tune (of no mixture of experts: refused)
             trained, frozen, states, grads, gathered = model.lora_stage(setup, choice, load,
                                                                         zero)
             adapted[load.rank] = (trained, frozen)
             params += trained
         else:
-            states, grads = model.states_bytes(setup, params, shard, zero)
+            states, grads = model.states_bytes(setup, params - experts, shard, zero)
+            if experts:  # sharded over the ZeRO group / ep (FSDP over fsdp), replicated at ZeRO-0
+                group = expert_choice(choice).shard_ranks
+                more = model.states_bytes(setup, padded_experts(experts, group, choice.ep,
+                                                                setup.config), group, zero)
+                states, grads = states + more[0], grads + more[1]
             whole = float(params * setup.precision.param_bytes)
             gathered = (whole if choice.zero == 2 else min(two_layers, whole)
                         if choice.zero == 3 else 0.0) if sharded else 0.0
@@ -424,6 +461,11 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice, floor: bool = False) -> 
     grad_bytes = (float(trained * ADAPTER_BYTES) if model.adapters is not None
                   else float(params * setup.precision.grad_bytes))
     buckets = grad_bytes if (choice.zero <= 1 and choice.dp > 1) or piped_fsdp else 0.0
+    dense = min(model.dense_layers, load.layers) if load.first else 0
+    expert_params = (load.layers - dense) * layer_experts
+    if choice.ep > 1 and choice.dp == choice.ep and not piped_fsdp:
+        # DDP leaves the experts out of its buckets when no other rank holds them
+        buckets -= float(expert_params * setup.precision.grad_bytes)
     # a tensor-parallel rank's share of the embedding's gradient is a view of the gradient of
     # the whole vocabulary (DTensor works it out replicated), which lives as long as it does.
     # Without a pipeline it appears at the end of backward, once the activations are gone;
@@ -452,7 +494,8 @@ def rank_memory(setup: PlanSetup, choice: LayoutChoice, floor: bool = False) -> 
                       activations_bytes=activations, logits_bytes=loss, total_bytes=total,
                       forward_peak_bytes=forward, backward_peak_bytes=backward,
                       temporary_bytes=temporary, layers=load.layers, rank=load.rank,
-                      adapter_params=trained, frozen_bytes=frozen)
+                      adapter_params=trained, frozen_bytes=frozen,
+                      expert_params=expert_params)
 
 
 def _forward_temporaries(setup: PlanSetup, choice: LayoutChoice, closed: ActivationMemory,
@@ -504,17 +547,19 @@ def _collective_s(setup: PlanSetup, kind: CollectiveKind, size_bytes: float, ran
     return time_s
 
 
-def _dp_comm_s(setup: PlanSetup, choice: LayoutChoice, memory: RankMemory, passes: int
-               ) -> float:
-    """Data-parallel communication of one rank per step (see the module's docstring); of a
-    LoRA step, the adapters' gradients and the frozen base's gathers."""
+def _dp_comm_s(setup: PlanSetup, choice: LayoutChoice, memory: RankMemory, passes: int,
+               *, params: float | None = None) -> float:
+    """Data-parallel communication of one rank per step (see the module's docstring) of
+    ``params`` parameters (the rank's stage's where not given); of a LoRA step, the adapters'
+    gradients and the frozen base's gathers."""
     p = setup.precision
     if _model(setup).adapters is not None:
         grads = float(memory.adapter_params * ADAPTER_BYTES)
         weights = memory.frozen_bytes + grads
     else:
-        grads = p.grad_bytes * memory.stage_params
-        weights = p.param_bytes * memory.stage_params
+        count = memory.stage_params if params is None else params
+        grads = p.grad_bytes * count
+        weights = p.param_bytes * count
     m, tp = choice.accumulation, choice.tp
     if choice.zero == 0:
         return _collective_s(setup, CollectiveKind.ALL_REDUCE, grads, choice.dp, tp)
@@ -590,10 +635,17 @@ def step_time(setup: PlanSetup, choice: LayoutChoice, memory: RankMemory) -> Ste
         tp_comm = layers * per_layer * m * one
     # FSDP2 recomputes a checkpointed unit inside its backward, on the parameters that
     # backward gathered: two gathers per micro-batch either way
-    dp_comm = _dp_comm_s(setup, choice, memory, 2)
+    dp_comm = _dp_comm_s(setup, choice, memory, 2,
+                         params=memory.stage_params - memory.expert_params)
+    ep_comm = 0.0
+    if choice.ep > 1:  # the experts' gradients over dp / ep ranks, and the all-to-alls
+        group = expert_choice(choice)
+        dp_comm += _dp_comm_s(setup, group, memory, 2, params=padded_experts(
+            memory.expert_params, group.shard_ranks, choice.ep, setup.config))
+        ep_comm = _ep_comm_s(setup, choice, layers)
     dp_exposed = max(0.0, dp_comm - compute_s) + dp_comm / layers
     cp_comm = layers * m * _ring_layer_s(setup, choice) if choice.cp > 1 else 0.0
-    step_s = compute_s * imbalance * (1 + bubble) + tp_comm + cp_comm + dp_exposed
+    step_s = compute_s * imbalance * (1 + bubble) + tp_comm + cp_comm + ep_comm + dp_exposed
     return StepTime(model_flops=model_flops, recompute_flops=recompute,
                     intensity_flop_per_byte=intensity,
                     memory_bound=intensity < peak * efficiency
@@ -603,7 +655,24 @@ def step_time(setup: PlanSetup, choice: LayoutChoice, memory: RankMemory) -> Ste
                     tokens_per_s=tokens / step_s,
                     mfu=model_flops / (step_s * setup.count * peak), efficiency=efficiency,
                     hfu=(model_flops + recompute + dequantize) / (step_s * setup.count * peak),
-                    cp_comm_s=cp_comm, dequantize_flops=dequantize)
+                    cp_comm_s=cp_comm, dequantize_flops=dequantize, ep_comm_s=ep_comm)
+
+
+def _ep_comm_s(setup: PlanSetup, choice: LayoutChoice, layers: int) -> float:
+    """Seconds of the all-to-alls of the slowest rank's ``layers`` blocks (its MoE ones: the
+    model's leading dense blocks left out without a pipeline) a step, exposed: each MoE layer
+    and micro-batch :func:`tensorledger.plan.experts.alltoall_calls` of them, over the ep group
+    (its ranks tp apart)."""
+    closed, _ = _model(setup).activations(setup, choice.micro_batch, 1, False, False)
+    stream = 4 if closed.autocast else closed.dtype_bytes
+    one = sum(_collective_s(setup, CollectiveKind.ALL_TO_ALL,
+                            alltoall_buffer_bytes(setup, choice, width), choice.ep, choice.tp)
+              for width in (stream, closed.dtype_bytes))  # a dispatch and a combine
+    counts = _collective_s(setup, CollectiveKind.ALL_TO_ALL, counts_buffer_bytes(setup),
+                           choice.ep, choice.tp)
+    blocks = moe_layers(setup.config, layers, choice.pp == 1)
+    return blocks * choice.accumulation * (alltoall_calls(choice) * one
+                                           + counts_calls(choice) * counts)
 
 
 def _ring_layer_s(setup: PlanSetup, choice: LayoutChoice) -> float:
@@ -626,7 +695,9 @@ def matmul_efficiency(setup: PlanSetup, choice: LayoutChoice) -> float:
     """The share of the dense peak a rank's matmuls reach: ``setup.efficiency`` when set, else
     the chip's published fraction at the size of the layer's largest matmul on the rank (the
     MLP's up-projection of one micro-batch, 2·b·s·h·d_ff/t FLOPs), else 1 (a chip with no
-    published efficiencies: the ideal peak).
+    published efficiencies: the ideal peak).  A mixture of experts' routed FLOPs take the
+    fraction at one expert's up-projection (:func:`tensorledger.plan.experts.expert_matmul`:
+    T·k·ep/E rows an expert), blended with the rest by their share of the FLOPs.
 
     >>> from tensorledger.hardware import get_hardware
     >>> from tensorledger.napkin.transformer import get_preset
@@ -649,7 +720,14 @@ def matmul_efficiency(setup: PlanSetup, choice: LayoutChoice) -> float:
     else:
         flops = (2.0 * choice.micro_batch * (setup.seq_len // choice.cp) * config.d_model
                  * config.d_ff / choice.tp)
-    return published.matmul_fraction(setup.dtype, flops)
+    dense = published.matmul_fraction(setup.dtype, flops)
+    share, experts = expert_matmul(setup, choice, _model(setup).flops_per_token)
+    if not share:
+        return dense
+    # a mixture of experts: the routed experts' FLOPs at their grouped GEMM's rows an expert,
+    # the rest as a dense layer's (the time-weighted blend of the two)
+    return 1.0 / ((1.0 - share) / dense
+                  + share / published.matmul_fraction(setup.dtype, experts))
 
 
 def estimate(setup: PlanSetup, choice: LayoutChoice, tokens: float | None = None

@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields
 
 from tensorledger.errors import InputError
 from tensorledger.plan.estimate import CHECKPOINTS, PlanSetup
+from tensorledger.plan.experts import check_ep
 from tensorledger.plan.pipeline import MULTI_STAGE, SCHEDULES, describe_stages
 from tensorledger.plan.profile import ModelProfile
 
@@ -59,9 +60,10 @@ class FixedDims:
     checkpoint: str | None = None  # "none", "selective" or "full"
     cp: int | None = None  # context-parallel ranks
     stage_layers: tuple[int, ...] | None = None  # blocks of each stage, in order
+    ep: int | None = None  # expert-parallel ranks (of the data-parallel ones)
 
     def __post_init__(self) -> None:
-        for name in ("dp", "tp", "pp", "shard", "accumulation", "chunks", "cp"):
+        for name in ("dp", "tp", "pp", "shard", "accumulation", "chunks", "cp", "ep"):
             value = getattr(self, name)
             if value is not None:
                 _check(f"fixed {name}", value, LARGEST_COUNT)
@@ -108,6 +110,8 @@ class FixedDims:
         parts = [f"{label} {value}" for label, value in (
             ("DP", self.dp), ("CP", self.cp), ("TP", self.tp), ("PP", self.pp))
             if value is not None]
+        if self.ep is not None:
+            parts.append(f"EP {self.ep}")
         if self.zero is not None:
             parts.append(f"ZeRO-{self.zero}")
         if self.shard is not None:
@@ -168,6 +172,14 @@ class FixedDims:
                              f"lists, which this search was not given; priced: "
                              f"{', '.join(setup.schedules.names)}")
         self._check_cp(setup)
+        check_ep(setup, self.ep, self.cp, self.sp, self.zero)
+        if self.ep is not None and self.dp is not None and self.dp % self.ep:
+            raise InputError(f"EP {self.ep} takes its ranks from the data-parallel ones: it "
+                             f"does not divide DP {self.dp}")
+        if self.ep is not None and self.shard is not None and self.shard > 1 \
+                and self.shard % self.ep:
+            raise InputError(f"EP {self.ep} does not divide the shard group of {self.shard} "
+                             "(FSDP shards the other parameters over fsdp · ep)")
         shard = self.shard
         if shard is not None:
             if self.zero == 0 and shard > 1:

@@ -64,6 +64,8 @@ from tensorledger.plan.estimate import (
     rank_memory,
     step_time,
 )
+from tensorledger.plan.experts import ASSUMPTION as EXPERTS_ASSUMPTION
+from tensorledger.plan.experts import expert_count, with_experts
 from tensorledger.plan.fixed import LARGEST_COUNT, MIN_CP_TOKENS, FixedDims, _check
 from tensorledger.plan.pipeline import SchedulePricer, schedule_chunks, stage_splits
 from tensorledger.plan.profile import ModelProfile
@@ -419,14 +421,14 @@ def plan_layouts(config: TransformerConfig | ModelProfile, hardware: Hardware, c
                              f"split into {fix.accumulation:,} micro-batches")
                 continue
             micros = (per_rank // fix.accumulation,)
-        shardings = tuple(_shardings(dp, fix, cp))
+        shardings = tuple(with_experts(setup, _shardings(dp, fix, cp), dp, cp, sp, fix.ep))
         if not shardings:
             tally.reject(degrees, "divisibility",
                          f"DP {dp:,} leaves no shard group" + (
                              f" of {fix.shard:,}" if fix.shard else " above 1 rank") + (
                              f" for ZeRO-{fix.zero}" if fix.zero is not None else ""))
         pipelines = tuple(_schedules(setup, pp, fix, tally, degrees))
-        for zero, shard in shardings:
+        for zero, shard, ep in shardings:
             for schedule, v, cut in pipelines:
                 for checkpoint in _checkpoints(attention, fix.checkpoint, config):
                     # memory grows with the micro-batch (b · min(p, m) = min(p·b, B) in
@@ -437,7 +439,8 @@ def plan_layouts(config: TransformerConfig | ModelProfile, hardware: Hardware, c
                         point = LayoutChoice(dp=dp, tp=tp, pp=pp, zero=zero, shard=shard,
                                              sp=sp, micro_batch=micro, accumulation=m,
                                              schedule=schedule, chunks=v,
-                                             checkpoint=checkpoint, cp=cp, stage_layers=cut)
+                                             checkpoint=checkpoint, cp=cp, stage_layers=cut,
+                                             ep=ep)
                         if past is not None:  # before the schedule is priced: no replay
                             tally.reject(point, "memory per rank", f"more than {past}",
                                          math.inf)
@@ -486,7 +489,8 @@ def plan_layouts(config: TransformerConfig | ModelProfile, hardware: Hardware, c
                       device_headroom(count).describe(),
                       fixed=fix if fix.given else None,
                       assumptions=(*_assumptions(config), _pipelines(setup),
-                                   *_fine_tune(lora)),
+                                   *_fine_tune(lora),
+                                   *((EXPERTS_ASSUMPTION,) if expert_count(config) else ())),
                       lora=lora,
                       step="full fine-tune" if lora is None else lora.fine_tune())
 

@@ -4,6 +4,7 @@ a measured :class:`~tensorledger.plan.profile.ModelProfile`."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, cast
 
 from tensorledger.napkin.activations import ActivationMemory, activation_memory
@@ -22,6 +23,7 @@ from tensorledger.napkin.transformer import (
     parameter_count,
     transformer_training_flops,
 )
+from tensorledger.plan.experts import moe_layer_saved_bytes
 from tensorledger.plan.profile import ModelProfile, profile_activations
 from tensorledger.roofline.collectives import CollectiveKind
 
@@ -40,7 +42,8 @@ class SearchModel:
 
     def __init__(self, setup: PlanSetup) -> None:
         self.states: dict[tuple[int, int, int], tuple[float, float]] = {}
-        self.saved: dict[tuple[int, int, bool, bool, int], tuple[ActivationMemory, float]] = {}
+        self.saved: dict[tuple[int, int, bool, bool, int, int],
+                         tuple[ActivationMemory, float]] = {}
         self.rings: dict[tuple[int, int, bool, bool, int], ContextParallelRank] = {}
         # pipeline figures and rank loads of a (schedule, p, m, v, stage cut), worked out once
         self.pipelines: dict[tuple[object, ...], object] = {}
@@ -48,10 +51,12 @@ class SearchModel:
         # a LoRA fine-tune: the adapters' counts, what the first block saves less per
         # micro-batch (by the activations' key), torchao's NF4 dequantisation FLOPs of a use
         self.adapters: AdapterCounts | None = None
-        self.first_layer_less: dict[tuple[int, int, bool, bool, int], float] = {}
+        self.first_layer_less: dict[tuple[int, int, bool, bool, int, int], float] = {}
         self.dequantize_flops_per_use = 0.0
         config = setup.config
         self.embedding_whole = 0
+        self.dense_layers = 0  # a mixture of experts' leading dense blocks (DeepSeek-V3: 3)
+        self.dense_layer_matrices = 0  # the matrices of one of them
         if isinstance(config, ModelProfile):
             self._profiled(config)
             return
@@ -62,6 +67,14 @@ class SearchModel:
         self.embeddings = counts.embeddings_params
         self.head = counts.head_params
         self.final_norm = norm
+        if config.moe is not None and config.moe.first_dense_layers:
+            # what the dense blocks hold: the total less everything else (the multi-token
+            # prediction depths are not planned)
+            dense = self.dense_layers = config.moe.first_dense_layers
+            rest = (counts.total_params - counts.mtp_params - counts.embeddings_params
+                    - counts.head_params - norm
+                    - (config.n_layers - dense) * counts.per_layer_params)
+            self.dense_layer_matrices = rest // dense - self.layer_norms
         flops = transformer_training_flops(config, 1.0, setup.seq_len)
         forward = forward_flops_per_token(config, setup.seq_len)
         self.flops_per_token: float = flops.flops_per_token
@@ -152,16 +165,20 @@ class SearchModel:
         return trained, frozen, states, grads, gathered
 
     def activations(self, setup: PlanSetup, micro_batch: int, tp: int, sp: bool,
-                    checkpointed: bool, cp: int = 1) -> tuple[ActivationMemory, float]:
+                    checkpointed: bool, cp: int = 1, ep: int = 1
+                    ) -> tuple[ActivationMemory, float]:
         """The closed form at one micro-batch and split, and the loss end's bytes (final
         norm and loss), remembered: a search asks for few distinct ones.  With ``cp``
         context-parallel ranks, at s/cp tokens (:func:`context_parallel_rank`), the loss end
-        keeping the targets' whole storage."""
-        key = (micro_batch, tp, sp, checkpointed, cp)
+        keeping the targets' whole storage.  A mixture of experts' layers save its MLP part
+        (:func:`tensorledger.plan.experts.moe_layer_saved_bytes`, ``ep`` expert-parallel
+        ranks) in place of the dense MLP's."""
+        key = (micro_batch, tp, sp, checkpointed, cp, ep)
         held = self.saved.get(key)
         if held is None and cp > 1:
             ring = self.ring(setup, micro_batch, tp, sp, checkpointed, cp)
-            closed = ring.activations
+            closed = _with_experts(setup, ring.activations, micro_batch, tp, checkpointed, cp,
+                                   ep)
             held = (closed, float(closed.final_norm_bytes + closed.loss_bytes
                                   + ring.targets_kept_bytes))
             self.saved[key] = held
@@ -183,6 +200,7 @@ class SearchModel:
                 closed = activation_memory(setup.config, micro_batch, setup.seq_len, width,
                                            checkpointed, tp=tp, sequence_parallel=sp,
                                            autocast=autocast)
+                closed = _with_experts(setup, closed, micro_batch, tp, checkpointed, 1, ep)
             held = (closed, float(closed.final_norm_bytes + closed.loss_bytes))
             self.saved[key] = held
         return held
@@ -203,6 +221,27 @@ class SearchModel:
                                          checkpointed=checkpointed, sequence_parallel=sp)
             self.rings[key] = held
         return held
+
+
+def _with_experts(setup: PlanSetup, closed: ActivationMemory, micro_batch: int, tp: int,
+                  checkpointed: bool, cp: int, ep: int) -> ActivationMemory:
+    """The closed form with each layer's dense MLP (its saved bytes and, under autocast, its
+    matrices' bf16 copies) replaced by the mixture of experts' (a dense model: as it is).  A
+    checkpointed layer keeps its input alone, as without experts."""
+    config = setup.config
+    if isinstance(config, ModelProfile) or config.moe is None or checkpointed:
+        return closed
+    a = closed.dtype_bytes
+    tokens = micro_batch * setup.seq_len // cp
+    dense_copies = a * 3 * config.d_model * config.d_ff // tp if closed.autocast else 0
+    moe, copies = moe_layer_saved_bytes(config, tokens, a, closed.autocast, tp, ep)
+    delta = moe - closed.mlp_bytes_per_layer - dense_copies
+    layers = config.n_layers
+    return dataclasses.replace(
+        closed, mlp_bytes_per_layer=moe - copies, per_layer_bytes=closed.per_layer_bytes + delta,
+        layers_bytes=closed.layers_bytes + layers * delta,
+        total_bytes=closed.total_bytes + layers * delta,
+        weight_copies_bytes=closed.weight_copies_bytes + layers * (copies - dense_copies))
 
 
 def search_model(setup: PlanSetup) -> SearchModel:

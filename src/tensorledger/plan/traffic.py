@@ -18,6 +18,15 @@ from dataclasses import dataclass, field
 
 from tensorledger.napkin.adapters import ADAPTER_BYTES
 from tensorledger.plan.estimate import LayoutChoice, PlanSetup, rank_memory
+from tensorledger.plan.experts import (
+    alltoall_buffer_bytes,
+    alltoall_calls,
+    counts_buffer_bytes,
+    counts_calls,
+    expert_choice,
+    moe_layers,
+    padded_experts,
+)
 from tensorledger.plan.model import search_model as _model
 from tensorledger.plan.profile import ModelProfile
 
@@ -63,6 +72,7 @@ class SentBytes:
     total_bytes: float
     pipeline_bytes: float = 0.0  # the stream and its gradient between stages
     context_parallel_bytes: float = 0.0  # the ring's keys, values and their gradients
+    expert_parallel_bytes: float = 0.0  # the token-slots' all-to-alls (tensorledger.plan.experts)
 
 
 def sent_bytes(setup: PlanSetup, choice: LayoutChoice) -> SentBytes:
@@ -109,6 +119,14 @@ def sent_bytes(setup: PlanSetup, choice: LayoutChoice) -> SentBytes:
     pipeline: each micro-batch's stream (b·s·d, ÷ t under SP) sent forward by every stage
     but the model's last and its gradient backward by every stage but the first.
 
+    expert parallel (:mod:`tensorledger.plan.experts`): each MoE layer's dispatch and combine
+    all-to-alls of the T·k token-slots (d values each, the stream's width in the dispatch, the
+    compute dtype's in the combine) in forward, their gradients in
+    backward, the forward's again under full recomputation (and before each dispatch the E
+    int64 counts), (ep−1)/ep of each leaving the rank
+    (balanced routing), per micro-batch; the experts' own parameters are reduced over the dp/ep
+    ranks holding them (ZeRO over shard/ep), the rest as above.
+
     Widths: the parameter dtype; under autocast the block outputs and logits are bf16 (and
     their gradients, where SP gathers them back), the stream fp32 (the embedding's output, the
     norms' outputs, their gradients).
@@ -125,30 +143,42 @@ def sent_bytes(setup: PlanSetup, choice: LayoutChoice) -> SentBytes:
     layers = memory.layers
     root = ((-(-model.embeddings // tp) if first else 0)
             + (-(-model.head // tp) + model.final_norm if last else 0))
-    grads, weights = p.grad_bytes * params, p.param_bytes * params
+
+    def ring(n: int) -> float:
+        return (n - 1) / n
+
+    def data_parallel(choice: LayoutChoice, grads: float, weights: float,
+                      root_bytes: float) -> float:
+        s, r = choice.shard_ranks, choice.replicas
+        if choice.zero == 0:
+            dp = 2 * ring(choice.dp) * grads
+        elif choice.zero == 1:
+            dp = 2 * ring(s) * grads + weights
+        elif choice.zero == 2:
+            dp = ring(s) * (weights + grads)
+        elif pp == 1:
+            dp = ring(s) * (2 * weights - root_bytes + grads)
+        else:  # torch's 1F1B: the units but the root gathered m + 1 times, reduced once
+            dp = ring(s) * ((m + 1) * (weights - root_bytes) + root_bytes + grads)
+        if choice.zero >= 2:
+            dp += 2 * ring(r) * grads / s
+        return dp
+
+    # the experts' gradients go round the dp / ep ranks holding the same experts (ZeRO over
+    # shard / ep), the other parameters' round the data-parallel group as without experts
+    experts = memory.expert_params
+    grads, weights = p.grad_bytes * (params - experts), p.param_bytes * (params - experts)
     root_bytes = p.param_bytes * root  # the root unit's (its parameters gathered once)
     if model.adapters is not None:  # a LoRA step: the adapters' fp32 gradients alone
         grads = float(ADAPTER_BYTES * memory.adapter_params)
         weights = memory.frozen_bytes + grads
         if last:  # the head's adapter, in the root unit
             root_bytes += ADAPTER_BYTES * -(-model.adapters.head_params // tp)
-    s, r = choice.shard_ranks, choice.replicas
-
-    def ring(n: int) -> float:
-        return (n - 1) / n
-
-    if choice.zero == 0:
-        dp = 2 * ring(choice.dp) * grads
-    elif choice.zero == 1:
-        dp = 2 * ring(s) * grads + weights
-    elif choice.zero == 2:
-        dp = ring(s) * (weights + grads)
-    elif pp == 1:
-        dp = ring(s) * (2 * weights - root_bytes + grads)
-    else:  # torch's 1F1B: the units but the root gathered m + 1 times, reduced once
-        dp = ring(s) * ((m + 1) * (weights - root_bytes) + root_bytes + grads)
-    if choice.zero >= 2:
-        dp += 2 * ring(r) * grads / s
+    dp = data_parallel(choice, grads, weights, root_bytes)
+    if experts:
+        group = expert_choice(choice)
+        count = padded_experts(experts, group.shard_ranks, choice.ep, setup.config)
+        dp += data_parallel(group, p.grad_bytes * count, p.param_bytes * count, 0.0)
     closed, _ = model.activations(setup, choice.micro_batch, 1, False, False)
     compute = closed.dtype_bytes
     stream = 4 if closed.autocast else compute
@@ -169,7 +199,7 @@ def sent_bytes(setup: PlanSetup, choice: LayoutChoice) -> SentBytes:
             # the norms' partial gradients, once a step: reduced once before FSDP takes
             # them, else AdamW all-reduces each three times
             # (AdamW's on the fp32 masters where the recipe keeps them)
-            uses, width = ((1, p.param_bytes) if choice.zero >= 2 and s > 1
+            uses, width = ((1, p.param_bytes) if choice.zero >= 2 and choice.shard_ranks > 1
                            else (3, p.master_bytes or p.param_bytes))
             norms = uses * halves * 2 * ring(tp) * d * width
             tp_bytes = m * (forward + backward + logits) + norms
@@ -195,9 +225,16 @@ def sent_bytes(setup: PlanSetup, choice: LayoutChoice) -> SentBytes:
         exchange = model.ring(setup, choice.micro_batch, tp, choice.sp,
                               choice.checkpoint == "full", choice.cp)
         cp_bytes = m * exchange.sent_bytes * layers / setup.config.n_layers
+    ep_bytes = 0.0
+    if choice.ep > 1:  # balanced: (ep − 1)/ep of each all-to-all's T·k slots leave the rank
+        ep_bytes = (m * moe_layers(setup.config, layers, first) * ring(choice.ep)
+                    * (alltoall_calls(choice) * alltoall_buffer_bytes(setup, choice, stream)
+                       + alltoall_calls(choice) * alltoall_buffer_bytes(setup, choice, compute)
+                       + counts_calls(choice) * counts_buffer_bytes(setup)))
     return SentBytes(data_parallel_bytes=dp, tensor_parallel_bytes=tp_bytes,
-                     total_bytes=dp + tp_bytes + pp_bytes + cp_bytes, pipeline_bytes=pp_bytes,
-                     context_parallel_bytes=cp_bytes)
+                     total_bytes=dp + tp_bytes + pp_bytes + cp_bytes + ep_bytes,
+                     pipeline_bytes=pp_bytes, context_parallel_bytes=cp_bytes,
+                     expert_parallel_bytes=ep_bytes)
 
 
 def _profiled_tp_bytes(profile: ModelProfile, choice: LayoutChoice, layers: int,

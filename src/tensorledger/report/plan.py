@@ -75,7 +75,9 @@ def layout_plan_view(plan: LayoutPlan) -> View:
         "per step "
         f"({format_duration(best.time.compute_s)} compute, bubble "
         f"{best.time.bubble_to_compute:.1%}, TP comm {format_duration(best.time.tp_comm_s)}, "
-        f"DP comm exposed {format_duration(best.time.dp_exposed_s)} of "
+        + (f"EP all-to-all {format_duration(best.time.ep_comm_s)}, "
+           if best.time.ep_comm_s else "")
+        + f"DP comm exposed {format_duration(best.time.dp_exposed_s)} of "
         f"{format_duration(best.time.dp_comm_s)}); MFU {best.time.mfu:.1%} (model FLOPs), "
         f"HFU {best.time.hfu:.1%} (recomputation included)",
     ]
