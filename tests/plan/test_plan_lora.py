@@ -289,3 +289,31 @@ def test_nf4_dequantisation_flops_against_a_traced_qlora_step() -> None:
     # backward dequantises again but for the first block's q, k, v, whose input needs no
     # gradient (the planner counts them: an overcount of 3 of 72 weights' one use)
     assert total.backward_flops == per_use - 3 * 589_824 * (2 + 2 / 64)
+
+
+@pytest.mark.parametrize("qlora", [(), ("--qlora",)])
+def test_accumulate_prices_a_lora_split_as_plan_prices_its_layout(  # type: ignore[no-untyped-def]
+        cli, qlora: tuple[str, ...]) -> None:
+    """accumulate --lora: each micro-batch × accumulation split of 8 sequences on 2 ranks at
+    ZeRO-3 costs what plan gives the same layout fixed (--fsdp 2 --microbatches A), a second
+    entry into the planner's closed forms; the adapters by hand: r = 4 on query (64 → 64) and
+    value (64 → 2 kv heads × 16 = 32) of tiny's 2 blocks, 4·(64 + 64) + 4·(64 + 32) = 896 a
+    block, 1,792 in all."""
+    common = ("--model", "tiny", "--hardware", "h100", "--count", "2", "--global-batch",
+              "8seq", "--seq", "32", "--lora", "4", *qlora, "--json")
+    accumulated = cli("accumulate", *common, "--zero", "3")
+    assert accumulated.code == 0, accumulated.stderr
+    document = accumulated.json()
+    assert document["step"].startswith("QLoRA" if qlora else "LoRA")
+    full = cli("accumulate", *common[:-3 - len(qlora)], "--json", "--zero", "3").json()
+    assert len(document["options"]) == 3  # 4 sequences a rank: 1 × 4, 2 × 2, 4 × 1
+    for option, whole in zip(document["options"], full["options"], strict=True):
+        planned = cli("plan", *common, "--fsdp", "2", "--tp", "1", "--pp", "1",
+                      "--microbatches", str(option["accumulation"]), "--checkpoint", "none")
+        assert planned.code == 0, planned.stderr
+        best = planned.json()["ranked"][0]
+        assert best["choice"]["micro_batch"] == option["micro_batch"]
+        assert best["memory"]["adapter_params"] == 2 * (4 * (64 + 64) + 4 * (64 + 32))
+        assert best["memory"]["total_bytes"] == pytest.approx(option["memory_bytes"])
+        assert best["time"]["step_s"] == pytest.approx(option["step_s"])
+        assert option["memory_bytes"] < whole["memory_bytes"]  # frozen: no base state

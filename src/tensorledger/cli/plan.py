@@ -457,12 +457,17 @@ def accumulate_command(
             "Share of the dense peak the matmuls reach, in (0, 1]; default: the chip's "
             "published fraction at each split's largest matmul (1: the ideal bound)."))
     ] = None,
+    lora: LoraRank = None,  # account's own options (cli.workload), as plan takes them
+    lora_targets: LoraTargets = None,
+    qlora: Qlora = False,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Split a global batch into micro-batch × accumulation steps on COUNT data-parallel ranks:
     activations, memory, arithmetic intensity and step time of every split (at the chip's
     published efficiency, the ideal bound beside it); the fastest that fits is chosen.  Any
-    model source: a preset's closed form, or the traced profile of a config.json or factory."""
+    model source: a preset's closed form, or the traced profile of a config.json or factory.
+    With --lora R (--lora-targets, --qlora) a preset's LoRA fine-tune, priced as plan does."""
+    adapters = _adapters(model, lora, lora_targets, qlora)
     config, chip, seqs, note = _model_for(model, hardware, attention, seq, global_batch,
                                           precision, optimizer, as_json)
     budget_bytes = None if budget is None else parse_bytes(budget)
@@ -473,7 +478,8 @@ def accumulate_command(
                                zero=zero, checkpoint=checkpoint.strip().lower(),
                                precision=precision, optimizer=optimizer,
                                budget_bytes=budget_bytes, efficiency=efficiency,
-                               attention=attention.strip().lower())
+                               attention=attention.strip().lower(),
+                               lora=_shape(config, adapters))
     emit("accumulate", result, as_json, *accumulation_view(result),
          *([f"note: {note}"] if note else []))
 

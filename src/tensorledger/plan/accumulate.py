@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
+from tensorledger.napkin.adapters import LoraShape
 from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.plan.estimate import CHECKPOINTS, LayoutChoice, rank_memory, step_time
 from tensorledger.plan.layouts import NoLayoutError, divisors, plan_setup
@@ -72,6 +73,7 @@ class AccumulationPlan:
     efficiency: float | None = None  # given by the caller; None: the chip's published ones
     peak_flop_per_s: float = 0.0  # the dense peak of the recipe's dtype
     profiled: bool = False  # the model's figures come from a traced profile
+    step: str = "full fine-tune"  # or a LoRA (QLoRA) fine-tune: LoraShape.fine_tune()
 
 
 def plan_accumulation(config: TransformerConfig | ModelProfile, hardware: Hardware, *,
@@ -79,10 +81,11 @@ def plan_accumulation(config: TransformerConfig | ModelProfile, hardware: Hardwa
                       global_batch_seqs: int, count: int = 1, zero: int = 0,
                       checkpoint: str = "none", precision: str = "bf16-master",
                       optimizer: str = "adamw", budget_bytes: float | None = None,
-                      efficiency: float | None = None, attention: str = "flash"
-                      ) -> AccumulationPlan:
-    """Every micro-batch × accumulation split of ``global_batch_seqs`` over ``count`` ranks;
-    raise :class:`~tensorledger.plan.NoLayoutError` when not even one sequence fits."""
+                      efficiency: float | None = None, attention: str = "flash",
+                      lora: LoraShape | None = None) -> AccumulationPlan:
+    """Every micro-batch × accumulation split of ``global_batch_seqs`` over ``count`` ranks
+    (of a LoRA fine-tune with ``lora``, as :func:`~tensorledger.plan.plan_layouts` prices
+    one); raise :class:`~tensorledger.plan.NoLayoutError` when not even one sequence fits."""
     if checkpoint not in CHECKPOINTS:
         raise InputError(f"unknown checkpoint {checkpoint!r}; known: {', '.join(CHECKPOINTS)}")
     if isinstance(zero, bool) or zero not in (0, 1, 2, 3):
@@ -93,7 +96,7 @@ def plan_accumulation(config: TransformerConfig | ModelProfile, hardware: Hardwa
     setup = plan_setup(config, hardware, count, seq_len=seq_len,
                        global_batch_seqs=global_batch_seqs, precision=precision,
                        optimizer=optimizer, budget_bytes=budget_bytes, efficiency=efficiency,
-                       attention=attention)
+                       attention=attention, lora=lora)
     bound = dataclasses.replace(setup, efficiency=1.0)
     budget = setup.budget_bytes
     per_rank = global_batch_seqs // count
@@ -127,4 +130,5 @@ def plan_accumulation(config: TransformerConfig | ModelProfile, hardware: Hardwa
                             global_batch_seqs=global_batch_seqs, budget_bytes=budget,
                             options=tuple(options), chosen=chosen, efficiency=efficiency,
                             peak_flop_per_s=hardware.peak_flop_per_s(setup.dtype),
-                            profiled=isinstance(config, ModelProfile))
+                            profiled=isinstance(config, ModelProfile),
+                            step="full fine-tune" if lora is None else lora.fine_tune())

@@ -119,9 +119,11 @@ def _verified_table(plan: LayoutPlan) -> Table:
 
 
 def accumulation_view(plan: AccumulationPlan) -> View:
+    step = "" if plan.step == "full fine-tune" else f"; {plan.step}"
     table = Table(title=f"{plan.model}: {plan.global_batch_seqs:,} sequences of "
                   f"{plan.seq_len:,} on {plan.count:,} × {plan.hardware}, ZeRO-{plan.zero}, "
-                  f"checkpoint {plan.checkpoint}", title_justify="left", header_style="bold")
+                  f"checkpoint {plan.checkpoint}{step}", title_justify="left",
+                  header_style="bold")
     for column in ("micro × accum", "activations", "memory/rank", "fits", "FLOP/byte",
                    "step", "bound", "tokens/s", "MFU"):
         table.add_column(column, justify="right")
