@@ -86,6 +86,21 @@ def test_profile_round_trips(small_probe, tmp_path: Path) -> None:  # type: igno
     assert dict(chip.curves) == small_probe.curves
 
 
+def test_hardware_shows_the_probed_per_op_costs(small_probe, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                cli) -> None:
+    from tensorledger.units import format_duration
+
+    path = tmp_path / "local.toml"
+    path.write_text(profile_toml(small_probe))
+    shown = cli("hardware", str(path))
+    assert shown.code == 0, shown.stderr
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip()
+            for line in shown.stdout.splitlines() if line.count("│") > 3}
+    assert rows["per-op cost, training"] == format_duration(small_probe.op_overhead_s)
+    assert rows["per-op cost, inference"] == format_duration(
+        small_probe.inference_op_overhead_s)
+
+
 def test_bench_matmul_arithmetic() -> None:
     result = bench_matmul(64, "fp32", hardware=get_hardware("h100"), budget_s=0.01)
     assert result.flops == 2 * 64**3 == 524288

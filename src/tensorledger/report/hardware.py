@@ -63,6 +63,13 @@ def chip_view(chip: Hardware, intensities: Mapping[str, float]) -> list[Renderab
         table.add_row(f"host link ({chip.host_link_kind or '?'}), per direction",
                       format_bandwidth(chip.host_link_bytes_per_s), "", "",
                       chip.specific_source("host_link"))
+    if chip.op_overhead_s > 0:  # a probed (or stated) per-op cost
+        table.add_row("per-op cost, training", format_duration(chip.op_overhead_s), "", "",
+                      chip.specific_source("op_overhead"))
+    if chip.inference_op_overhead_s > 0:
+        table.add_row("per-op cost, inference",  # a forward under no_grad
+                      format_duration(chip.inference_op_overhead_s), "", "",
+                      chip.specific_source("inference_op_overhead"))
     topology_source = _topology_rows(table, chip)
     for key in COMPUTE_KEYS:
         if key not in chip.dense_flop_per_s:
