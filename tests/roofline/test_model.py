@@ -357,3 +357,22 @@ def test_the_time_between_ops_measured_inside_the_profiled_steps() -> None:
     # a run without a span (a device's times): the step less its ops, as before
     assert compare(prediction, runs, measured_step_s=12e-6, peak_flop_per_s=1.0,
                    spans_s=[*spans[:2], None]).residual_s == pytest.approx(7e-6)
+
+
+def test_a_cast_curve_never_speeds_up_beyond_or_slows_within_its_probed_sizes() -> None:
+    from tensorledger.roofline.kernel_rates import beyond_the_curve
+
+    # a 3-point cast curve up to 16 MB; the fp32 copy curve slower at 2 MB (10 GB/s) than at
+    # 16 MB (40 GB/s), and faster again at 64 MB (80 GB/s)
+    probed = dataclasses.replace(H100, curves={
+        "bandwidth": ((2e6, 10e9), (16e6, 40e9), (64e6, 80e9))})
+    cast = ((1e6, 2e9), (4e6, 4e9), (16e6, 8e9))
+    # within the probed sizes the cast curve alone: 4 MB → 4 GB/s, not 4 · (bw(4 MB)/bw(16 MB))
+    assert beyond_the_curve(cast, 4e6, probed) == pytest.approx(4e9)
+    # beyond them, a rising copy curve does not raise the rate: 64 MB stays at 8 GB/s (not 16)
+    assert beyond_the_curve(cast, 64e6, probed) == pytest.approx(8e9)
+    # and the largest point is the last one (16 MB), not the second: at 8 MB log-log between
+    # 4 and 16 MB, 4 · 2^(1/2) GB/s, a copy curve falling from 4 MB (40 GB/s) to 16 MB
+    # (10 GB/s) not consulted
+    falling = dataclasses.replace(H100, curves={"bandwidth": ((4e6, 40e9), (16e6, 10e9))})
+    assert beyond_the_curve(cast, 8e6, falling) == pytest.approx(4e9 * 2 ** 0.5)
