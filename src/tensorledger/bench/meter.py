@@ -78,9 +78,15 @@ from typing import IO, Any
 import torch
 
 from tensorledger.bench.harness import _statistics
-from tensorledger.bench.meter_cluster import cluster_figures, gather_rows
+from tensorledger.bench.meter_cluster import cluster_figures, gather_rows, rank_and_world
 from tensorledger.bench.meter_expected import ExpectedStep, expected_mfu, expected_step
-from tensorledger.bench.meter_inputs import ShapeKey, check_tokens, shape_key, token_ids
+from tensorledger.bench.meter_inputs import (
+    ShapeKey,
+    check_tokens,
+    model_device,
+    shape_key,
+    token_ids,
+)
 from tensorledger.bench.meter_peak import Peak, StepCount, count_step, dense_peak, resolve_hardware
 from tensorledger.bench.meter_records import (
     ClockTimer,
@@ -160,7 +166,7 @@ class Meter:
         if model is not None and not isinstance(model, torch.nn.Module):
             raise InputError(f"the meter needs the torch.nn.Module the loop calls, got "
                              f"{type(model).__name__}")
-        self.device = self._device_of(model, device)
+        self.device = model_device(model, device)
         self.hardware = resolve_hardware(hardware, self.device)
         self.attention = attention
         self.every = every
@@ -169,7 +175,7 @@ class Meter:
         self.quiet = quiet
         self._stream = stream
         self._group = group
-        self.rank, self.world_size = self._world(group)
+        self.rank, self.world_size = rank_and_world(group)
         if clock is not None:
             self._timer: ClockTimer | CudaTimer = ClockTimer(clock, self.device,
                                                                 "injected clock")
@@ -219,23 +225,6 @@ class Meter:
         self._recording_s = 0.0
 
     # ---- set-up --------------------------------------------------------------------------
-    @staticmethod
-    def _device_of(model: torch.nn.Module | None, device: str | None) -> torch.device:
-        if device is not None:
-            return torch.device(device)
-        if model is not None:
-            for tensor in (*model.parameters(), *model.buffers()):
-                return tensor.device
-        return torch.device("cpu")
-
-    @staticmethod
-    def _world(group: Any) -> tuple[int, int]:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(group), dist.get_world_size(group)
-        return 0, 1
-
     def _rank_path(self, path: Path) -> Path:
         if "{rank}" in path.name:
             return path.with_name(path.name.replace("{rank}", str(self.rank)))

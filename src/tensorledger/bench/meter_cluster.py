@@ -14,7 +14,17 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["cluster_figures", "gather_rows"]
+__all__ = ["cluster_figures", "gather_rows", "rank_and_world"]
+
+
+def rank_and_world(group: Any) -> tuple[int, int]:
+    """This process's rank and the ranks of ``group`` (the default group where None) under an
+    initialised process group; (0, 1) without one."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(group), dist.get_world_size(group)
+    return 0, 1
 
 
 def cluster_figures(rows: Sequence[Sequence[float]]) -> tuple[float | None, float | None]:

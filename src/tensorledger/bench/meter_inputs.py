@@ -10,7 +10,7 @@ import torch
 
 from tensorledger.errors import InputError
 
-__all__ = ["ShapeKey", "check_tokens", "shape_key", "token_ids"]
+__all__ = ["ShapeKey", "check_tokens", "model_device", "shape_key", "token_ids"]
 
 #: The shapes and dtypes of a forward's tensor arguments (:func:`shape_key`).
 ShapeKey = tuple[Hashable, ...]
@@ -49,3 +49,14 @@ def check_tokens(tokens: object) -> int | None:
         raise InputError(f"tokens must be a positive whole number (the tokens of this optimizer "
                          f"step on this rank), got {tokens!r}")
     return tokens
+
+
+def model_device(model: torch.nn.Module | None, device: str | None) -> torch.device:
+    """``device`` where given, else where the model's first parameter (or buffer) lives, else
+    the CPU."""
+    if device is not None:
+        return torch.device(device)
+    if model is not None:
+        for tensor in (*model.parameters(), *model.buffers()):
+            return tensor.device
+    return torch.device("cpu")

@@ -94,40 +94,14 @@ step = compute · imbalance · (1 + bubble) + tensor-parallel comm + ring exchan
 all-to-alls + exposed data-parallel comm;
 MFU = model FLOPs (without recomputation) / (step · count · ideal peak).
 
-**A LoRA (QLoRA) fine-tune** (``PlanSetup.lora``, a preset's reference model; what
-:mod:`tensorledger.napkin.adapters` derives):
+A LoRA (QLoRA) fine-tune is priced as :mod:`tensorledger.plan.model` says (its state, FLOPs
+and traffic); the matmul efficiency and the collectives' times are
+:mod:`tensorledger.plan.timing`'s.
 
-- state: the frozen base in its stored dtype (the recipe's parameter bytes; under QLoRA each
-  block matrix of whole NF4 blocks in torchao's NF4, 0.5 byte an element plus its block
-  scales, the embedding, norms and head as stored), sharded as the parameters are (ZeRO-3 and
-  FSDP2's ZeRO-2); the adapters in fp32 (peft's, over a 16-bit base too) with fp32 gradients
-  and optimizer state by :func:`zero_bytes`, sharded by stage like a full fine-tune's.  Under
-  TP both are split 1/t, as the linears they sit on (assumed: a column-parallel linear's B
-  split by rows, a row-parallel one's A by columns; the r-value all-reduce after a
-  row-parallel A is not priced).  FSDP gathers the base as stored (NF4 under QLoRA) and the
-  adapters; DDP's buckets and a pipeline's unsharded gradients are the adapters' alone.
-- activations: :func:`tensorledger.napkin.adapters.lora_activation_memory` (no frozen
-  weight saves its input; each adapter its input and its r-value intermediate); the first
-  block saves less (its input needs no gradient), counted with the first stage.
-- FLOPs: no frozen weight's gradient: 6·N − 2·N = 4·N a token for the base (attention as a
-  full fine-tune's), 6·n for the n adapter parameters (2·n in a recomputed forward); QLoRA
-  adds torchao's dequantisation of each NF4 weight at each use (forward, backward, a
-  recomputed forward), (2 + 2/64) FLOPs an element per micro-batch, in HFU but not MFU
-  (torchao's ops as the trace counts them; the first block's q, k, v, whose input needs no
-  gradient, are not dequantised in backward: counted all the same).
-- weight traffic: the frozen bytes read twice, the adapters as a full fine-tune's, and under
-  QLoRA the dequantised weight written and read in the stored dtype at each use.
-- data-parallel communication: the adapters' fp32 gradients reduced; FSDP still gathers the
-  frozen base (as stored) and the adapters.  No context parallelism is searched.
-
-Traced LoRA ranks under DDP, FSDP2's ZeRO-2 and 3 and HSDP (``plan --verify``, peft's
-adapters on fake ranks) agree with this to the byte in the bytes sent and the saved
-activations, and within AdamW's step counters in the state (tests/plan/test_plan_lora.py).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from tensorledger.errors import InputError
@@ -143,13 +117,7 @@ from tensorledger.napkin.transformer import (
     TransformerConfig,
 )
 from tensorledger.plan.experts import (
-    alltoall_buffer_bytes,
-    alltoall_calls,
-    counts_buffer_bytes,
-    counts_calls,
     expert_choice,
-    expert_matmul,
-    moe_layers,
     padded_experts,
     routed_params,
 )
@@ -158,7 +126,14 @@ from tensorledger.plan.model import search_model as _model
 from tensorledger.plan.pipeline import SCHEDULES, SchedulePricer, describe_stages
 from tensorledger.plan.profile import ModelProfile, tp_collectives
 from tensorledger.plan.stages import RankLoad, pipeline_ranks
-from tensorledger.roofline.collectives import CollectiveKind, collective_time
+from tensorledger.plan.timing import (
+    collective_s,
+    dp_comm_s,
+    ep_comm_s,
+    matmul_efficiency,
+    ring_layer_s,
+)
+from tensorledger.roofline.collectives import CollectiveKind
 
 __all__ = ["ATTENTIONS", "CHECKPOINTS", "SCHEDULES", "LayoutChoice", "LayoutEstimate",
            "PlanSetup", "RankMemory", "StepTime", "estimate", "layer_activation_bytes",
@@ -526,60 +501,6 @@ def _forward_temporaries(setup: PlanSetup, choice: LayoutChoice, closed: Activat
 # --------------------------------------------------------------------------------- time
 
 
-def _per_node(setup: PlanSetup, ranks: int, stride: int) -> int:
-    """Ranks of a group on one node when its members lie ``stride`` apart in the world."""
-    per_node = setup.hardware.devices_per_node or 1
-    return math.gcd(ranks, max(1, per_node // stride))
-
-
-def _collective_s(setup: PlanSetup, kind: CollectiveKind, size_bytes: float, ranks: int,
-                  stride: int) -> float:
-    if ranks == 1:
-        return 0.0
-    per_node = _per_node(setup, ranks, stride)
-    key = (kind, size_bytes, ranks, per_node)
-    cache = _model(setup).collectives
-    time_s = cache.get(key)
-    if time_s is None:
-        time_s = collective_time(kind, size_bytes, ranks, setup.hardware,
-                                 ranks_per_node=per_node).time_s
-        cache[key] = time_s
-    return time_s
-
-
-def _dp_comm_s(setup: PlanSetup, choice: LayoutChoice, memory: RankMemory, passes: int,
-               *, params: float | None = None) -> float:
-    """Data-parallel communication of one rank per step (see the module's docstring) of
-    ``params`` parameters (the rank's stage's where not given); of a LoRA step, the adapters'
-    gradients and the frozen base's gathers."""
-    p = setup.precision
-    if _model(setup).adapters is not None:
-        grads = float(memory.adapter_params * ADAPTER_BYTES)
-        weights = memory.frozen_bytes + grads
-    else:
-        count = memory.stage_params if params is None else params
-        grads = p.grad_bytes * count
-        weights = p.param_bytes * count
-    m, tp = choice.accumulation, choice.tp
-    if choice.zero == 0:
-        return _collective_s(setup, CollectiveKind.ALL_REDUCE, grads, choice.dp, tp)
-    shard = choice.shard_ranks  # the ZeRO group with the context-parallel ranks inside it
-    scatter = _collective_s(setup, CollectiveKind.REDUCE_SCATTER, grads, shard, tp)
-    gather = _collective_s(setup, CollectiveKind.ALL_GATHER, weights, shard, tp)
-    if choice.zero == 1:
-        total = scatter + gather
-    elif choice.pp > 1:
-        # torch's stages reduce once a step; ZeRO-3's units are gathered m + 1 times (1F1B)
-        total = scatter + (gather if choice.zero == 2 else (m + 1) * gather)
-    elif choice.zero == 2:
-        total = m * scatter + gather
-    else:
-        total = m * (scatter + passes * gather)
-    replicas = _collective_s(setup, CollectiveKind.ALL_REDUCE, grads / shard, choice.replicas,
-                             tp * shard)
-    return total + replicas
-
-
 def step_time(setup: PlanSetup, choice: LayoutChoice, memory: RankMemory) -> StepTime:
     """Seconds per step of ``choice`` (see the module's docstring for every term)."""
     model = _model(setup)
@@ -628,23 +549,23 @@ def step_time(setup: PlanSetup, choice: LayoutChoice, memory: RankMemory) -> Ste
             per_layer, size = tp_collectives(setup.config, choice.sp,
                                              choice.checkpoint == "full", tokens_micro)
         if choice.sp:
-            one = (_collective_s(setup, CollectiveKind.ALL_GATHER, size, choice.tp, 1)
-                   + _collective_s(setup, CollectiveKind.REDUCE_SCATTER, size, choice.tp, 1))
+            one = (collective_s(setup, CollectiveKind.ALL_GATHER, size, choice.tp, 1)
+                   + collective_s(setup, CollectiveKind.REDUCE_SCATTER, size, choice.tp, 1))
         else:
-            one = _collective_s(setup, CollectiveKind.ALL_REDUCE, size, choice.tp, 1)
+            one = collective_s(setup, CollectiveKind.ALL_REDUCE, size, choice.tp, 1)
         tp_comm = layers * per_layer * m * one
     # FSDP2 recomputes a checkpointed unit inside its backward, on the parameters that
     # backward gathered: two gathers per micro-batch either way
-    dp_comm = _dp_comm_s(setup, choice, memory, 2,
+    dp_comm = dp_comm_s(setup, choice, memory, 2,
                          params=memory.stage_params - memory.expert_params)
     ep_comm = 0.0
     if choice.ep > 1:  # the experts' gradients over dp / ep ranks, and the all-to-alls
         group = expert_choice(choice)
-        dp_comm += _dp_comm_s(setup, group, memory, 2, params=padded_experts(
+        dp_comm += dp_comm_s(setup, group, memory, 2, params=padded_experts(
             memory.expert_params, group.shard_ranks, choice.ep, setup.config))
-        ep_comm = _ep_comm_s(setup, choice, layers)
+        ep_comm = ep_comm_s(setup, choice, layers)
     dp_exposed = max(0.0, dp_comm - compute_s) + dp_comm / layers
-    cp_comm = layers * m * _ring_layer_s(setup, choice) if choice.cp > 1 else 0.0
+    cp_comm = layers * m * ring_layer_s(setup, choice) if choice.cp > 1 else 0.0
     step_s = compute_s * imbalance * (1 + bubble) + tp_comm + cp_comm + ep_comm + dp_exposed
     return StepTime(model_flops=model_flops, recompute_flops=recompute,
                     intensity_flop_per_byte=intensity,
@@ -656,78 +577,6 @@ def step_time(setup: PlanSetup, choice: LayoutChoice, memory: RankMemory) -> Ste
                     mfu=model_flops / (step_s * setup.count * peak), efficiency=efficiency,
                     hfu=(model_flops + recompute + dequantize) / (step_s * setup.count * peak),
                     cp_comm_s=cp_comm, dequantize_flops=dequantize, ep_comm_s=ep_comm)
-
-
-def _ep_comm_s(setup: PlanSetup, choice: LayoutChoice, layers: int) -> float:
-    """Seconds of the all-to-alls of the slowest rank's ``layers`` blocks (its MoE ones: the
-    model's leading dense blocks left out without a pipeline) a step, exposed: each MoE layer
-    and micro-batch :func:`tensorledger.plan.experts.alltoall_calls` of them, over the ep group
-    (its ranks tp apart)."""
-    closed, _ = _model(setup).activations(setup, choice.micro_batch, 1, False, False)
-    stream = 4 if closed.autocast else closed.dtype_bytes
-    one = sum(_collective_s(setup, CollectiveKind.ALL_TO_ALL,
-                            alltoall_buffer_bytes(setup, choice, width), choice.ep, choice.tp)
-              for width in (stream, closed.dtype_bytes))  # a dispatch and a combine
-    counts = _collective_s(setup, CollectiveKind.ALL_TO_ALL, counts_buffer_bytes(setup),
-                           choice.ep, choice.tp)
-    blocks = moe_layers(setup.config, layers, choice.pp == 1)
-    return blocks * choice.accumulation * (alltoall_calls(choice) * one
-                                           + counts_calls(choice) * counts)
-
-
-def _ring_layer_s(setup: PlanSetup, choice: LayoutChoice) -> float:
-    """Seconds of one layer's ring exchange for one micro-batch, exposed (torch's
-    all-gather rotation waits for the keys and values before the attention runs): the
-    forward's all-gather of the rank's keys and values (K bytes each), the backward's again,
-    and the cp passes of their fp32 gradients (G bytes) to the ring's next rank, over the
-    context-parallel group (its ranks tp apart)."""
-    ring = _model(setup).ring(setup, choice.micro_batch, choice.tp, choice.sp,
-                              choice.checkpoint == "full", choice.cp)
-    cp, tp = choice.cp, choice.tp
-    gather = _collective_s(setup, CollectiveKind.ALL_GATHER, float(cp * ring.kv_buffer_bytes),
-                           cp, tp)
-    passes = _collective_s(setup, CollectiveKind.SEND_RECV, float(ring.grad_buffer_bytes), cp,
-                           tp)
-    return 2 * gather + cp * passes
-
-
-def matmul_efficiency(setup: PlanSetup, choice: LayoutChoice) -> float:
-    """The share of the dense peak a rank's matmuls reach: ``setup.efficiency`` when set, else
-    the chip's published fraction at the size of the layer's largest matmul on the rank (the
-    MLP's up-projection of one micro-batch, 2·b·s·h·d_ff/t FLOPs), else 1 (a chip with no
-    published efficiencies: the ideal peak).  A mixture of experts' routed FLOPs take the
-    fraction at one expert's up-projection (:func:`tensorledger.plan.experts.expert_matmul`:
-    T·k·ep/E rows an expert), blended with the rest by their share of the FLOPs.
-
-    >>> from tensorledger.hardware import get_hardware
-    >>> from tensorledger.napkin.transformer import get_preset
-    >>> from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
-    >>> setup = PlanSetup(get_preset("llama-3-8b"), get_hardware("h100"), 8, 4096, 64,
-    ...                   resolve_precision("bf16"), resolve_optimizer("adamw"), 80e9)
-    >>> choice = LayoutChoice(dp=8, tp=1, pp=1, zero=3, shard=8, accumulation=8)
-    >>> round(matmul_efficiency(setup, choice), 3)  # 2·4096·4096·14336 FLOPs ≥ 4096³·2: 80.3%
-    0.803
-    """
-    if setup.efficiency is not None:
-        return setup.efficiency
-    published = setup.hardware.efficiency
-    if published is None:
-        return 1.0
-    config = setup.config
-    if isinstance(config, ModelProfile):
-        flops = (choice.micro_batch * (setup.seq_len // choice.cp)
-                 * config.largest_matmul_flops_per_token / choice.tp)
-    else:
-        flops = (2.0 * choice.micro_batch * (setup.seq_len // choice.cp) * config.d_model
-                 * config.d_ff / choice.tp)
-    dense = published.matmul_fraction(setup.dtype, flops)
-    share, experts = expert_matmul(setup, choice, _model(setup).flops_per_token)
-    if not share:
-        return dense
-    # a mixture of experts: the routed experts' FLOPs at their grouped GEMM's rows an expert,
-    # the rest as a dense layer's (the time-weighted blend of the two)
-    return 1.0 / ((1.0 - share) / dense
-                  + share / published.matmul_fraction(setup.dtype, experts))
 
 
 def estimate(setup: PlanSetup, choice: LayoutChoice, tokens: float | None = None

@@ -1,6 +1,37 @@
 """What a search asks of a model, worked out once per search: parameter counts by part, FLOPs
 per token, saved activations and priced collectives, from the reference model's closed form or
-a measured :class:`~tensorledger.plan.profile.ModelProfile`."""
+a measured :class:`~tensorledger.plan.profile.ModelProfile`.
+
+**A LoRA (QLoRA) fine-tune** (``PlanSetup.lora``, a preset's reference model; what
+:mod:`tensorledger.napkin.adapters` derives):
+
+- state: the frozen base in its stored dtype (the recipe's parameter bytes; under QLoRA each
+  block matrix of whole NF4 blocks in torchao's NF4, 0.5 byte an element plus its block
+  scales, the embedding, norms and head as stored), sharded as the parameters are (ZeRO-3 and
+  FSDP2's ZeRO-2); the adapters in fp32 (peft's, over a 16-bit base too) with fp32 gradients
+  and optimizer state by :func:`zero_bytes`, sharded by stage like a full fine-tune's.  Under
+  TP both are split 1/t, as the linears they sit on (assumed: a column-parallel linear's B
+  split by rows, a row-parallel one's A by columns; the r-value all-reduce after a
+  row-parallel A is not priced).  FSDP gathers the base as stored (NF4 under QLoRA) and the
+  adapters; DDP's buckets and a pipeline's unsharded gradients are the adapters' alone.
+- activations: :func:`tensorledger.napkin.adapters.lora_activation_memory` (no frozen
+  weight saves its input; each adapter its input and its r-value intermediate); the first
+  block saves less (its input needs no gradient), counted with the first stage.
+- FLOPs: no frozen weight's gradient: 6·N − 2·N = 4·N a token for the base (attention as a
+  full fine-tune's), 6·n for the n adapter parameters (2·n in a recomputed forward); QLoRA
+  adds torchao's dequantisation of each NF4 weight at each use (forward, backward, a
+  recomputed forward), (2 + 2/64) FLOPs an element per micro-batch, in HFU but not MFU
+  (torchao's ops as the trace counts them; the first block's q, k, v, whose input needs no
+  gradient, are not dequantised in backward: counted all the same).
+- weight traffic: the frozen bytes read twice, the adapters as a full fine-tune's, and under
+  QLoRA the dequantised weight written and read in the stored dtype at each use.
+- data-parallel communication: the adapters' fp32 gradients reduced; FSDP still gathers the
+  frozen base (as stored) and the adapters.  No context parallelism is searched.
+
+Traced LoRA ranks under DDP, FSDP2's ZeRO-2 and 3 and HSDP (``plan --verify``, peft's
+adapters on fake ranks) agree with this to the byte in the bytes sent and the saved
+activations, and within AdamW's step counters in the state (tests/plan/test_plan_lora.py).
+"""
 
 from __future__ import annotations
 
