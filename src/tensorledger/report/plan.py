@@ -27,9 +27,9 @@ def _gb(value: float) -> str:
     return f"{value / 1e9:.1f}"
 
 
-def _fine_tune(plan: LayoutPlan) -> str:
+def _fine_tune(step: str) -> str:
     """The title's word on what a step trains: nothing for a full fine-tune."""
-    return "" if plan.lora is None else f"; {plan.step}"
+    return "" if step == "full fine-tune" else f"; {step}"
 
 
 def layout_plan_view(plan: LayoutPlan) -> View:
@@ -37,7 +37,7 @@ def layout_plan_view(plan: LayoutPlan) -> View:
     table = Table(title=f"{plan.model} on {plan.count:,} × {plan.hardware}: global batch "
                   f"{plan.global_batch_seqs:,} × {plan.seq_len:,} = "
                   f"{format_count(plan.global_batch_tokens)} tokens, {plan.precision} + "
-                  f"{plan.optimizer}{_fine_tune(plan)}", title_justify="left",
+                  f"{plan.optimizer}{_fine_tune(plan.step)}", title_justify="left",
                   header_style="bold")
     columns = ["#", "layout", "micro × accum", "checkpoint", "memory/rank GB", "step",
                "tokens/s", "MFU"]
@@ -119,10 +119,9 @@ def _verified_table(plan: LayoutPlan) -> Table:
 
 
 def accumulation_view(plan: AccumulationPlan) -> View:
-    step = "" if plan.step == "full fine-tune" else f"; {plan.step}"
     table = Table(title=f"{plan.model}: {plan.global_batch_seqs:,} sequences of "
                   f"{plan.seq_len:,} on {plan.count:,} × {plan.hardware}, ZeRO-{plan.zero}, "
-                  f"checkpoint {plan.checkpoint}{step}", title_justify="left",
+                  f"checkpoint {plan.checkpoint}{_fine_tune(plan.step)}", title_justify="left",
                   header_style="bold")
     for column in ("micro × accum", "activations", "memory/rank", "fits", "FLOP/byte",
                    "step", "bound", "tokens/s", "MFU"):
