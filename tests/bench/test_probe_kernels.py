@@ -125,3 +125,35 @@ def test_a_kernel_figure_set_aside_enters_no_curve() -> None:
     assert ("copy", "bf16", 3000) not in streams and ("triad", "bf16", 3000) in streams
     assert len(streams) == 4 + 4 - 1
     assert found.set_aside == ("attention bf16 40 d8 forward", "copy eager bf16 bandwidth 6000 B")
+
+
+def test_decode_products_by_hand() -> None:
+    """Each row count times one weight warm and weights rotating cold; the rate is the
+    weight's bytes over the fake clock's 2 ms, the curve keyed by the working set."""
+    plan = KernelPlan.none()
+    plan = KernelPlan(**{**plan.__dict__, "matvec_dtypes": ("fp32", "bf16"),
+                         "matvec_rows": (4, 1), "matvec_weight": (32, 16),
+                         "matvec_cold_bytes": 10_000})
+    said: list[str] = []
+    found = probe_kernels(_timer(), plan, budget_s=0.005, cold_bytes=0, max_elements=0,
+                          slow_call_s=1.0, say=said.append)
+    # fp32: a weight of 16 × 32 × 4 = 2,048 B; ⌈10,000 / 2,048⌉ = 5 weights cold: 10,240 B;
+    # bf16: 1,024 B, ⌈10,000 / 1,024⌉ = 10 weights: 10,240 B
+    assert [(m.dtype, m.rows, m.working_set, m.weight_bytes) for m in found.matvec] == [
+        ("fp32", 1, 2048, 2048), ("fp32", 1, 10240, 2048),
+        ("fp32", 4, 2048, 2048), ("fp32", 4, 10240, 2048),
+        ("bf16", 1, 1024, 1024), ("bf16", 1, 10240, 1024),
+        ("bf16", 4, 1024, 1024), ("bf16", 4, 10240, 1024)]
+    flat = [x for point in found.curves["matvec.fp32.m4"] for x in point]
+    assert flat == pytest.approx([2048, 2048 / MEDIAN_S, 10240, 2048 / MEDIAN_S])
+    flat = [x for point in found.curves["matvec.bf16.m1"] for x in point]
+    assert flat == pytest.approx([1024, 1024 / MEDIAN_S, 10240, 1024 / MEDIAN_S])
+    assert "decode product in bf16, 4 rows, warm and cold weights" in said
+    # a figure set aside enters no curve
+    timer = _timer()
+    timer.why["matvec fp32 m1 10240 B"] = "spread 40% after 2 retries"
+    kept = probe_kernels(timer, plan, budget_s=0.005, cold_bytes=0, max_elements=0,
+                         slow_call_s=1.0, say=lambda _: None)
+    assert [x for point in kept.curves["matvec.fp32.m1"] for x in point] == pytest.approx(
+        [2048, 2048 / MEDIAN_S])
+    assert kept.set_aside == ("matvec fp32 m1 10240 B",)

@@ -11,7 +11,7 @@ import pytest
 
 from tensorledger.hardware import Calibration, Hardware, get_hardware
 from tensorledger.hardware.kernels import nearest_attention_curve
-from tensorledger.roofline import predict_op
+from tensorledger.roofline import predict, predict_op
 from tensorledger.roofline.kernel_rates import cast_of, op_precision
 from tensorledger.roofline.model import cost_class
 from tests.roofline.test_model import Op  # the op record the time model reads
@@ -140,3 +140,41 @@ def test_a_calibration_prices_each_dtype_by_its_own_class_by_hand() -> None:
         "elementwise-costly-bf16")
     assert cost_class("aten.add_.Tensor", "elementwise", "optimizer", "bf16") == (
         "elementwise-optimizer-bf16")
+
+
+def test_a_decode_product_streams_its_weight_at_the_probed_rate_of_its_reuse() -> None:
+    """GPT-2's MLP up-projection in a decode step of 1 token: 768 × 3072 fp32 weights,
+    9,437,184 bytes, read once a step.  The profile's decode curve of 1 row: 80 GB/s warm (a
+    4 MB working set), 16 GB/s cold (128 MB).  In a step that reads 512 MB (GPT-2's weights)
+    the weight is cold: 9,437,184 / 16e9 s; the same op in a training step keeps the
+    bandwidth curve's price."""
+    chip = _chip(matvec__fp32__m1=((4e6, 80e9), (128e6, 16e9)),
+                 matvec__fp32__m4=((4e6, 20e9), (128e6, 12e9)))
+    weight = 768 * 3072 * 4
+    up = Op("aten.addmm.default", "matmul", 2 * 768 * 3072, weight + 768 * 4 + 3072 * 4,
+            3072 * 4, input_dtypes=("fp32",) * 3, output_dtypes=("fp32",),
+            input_shapes=((3072,), (1, 768), (768, 3072)))
+    step = [up, Op("aten.view.default", "view", 0, 512_000_000 - up.bytes_read, 0,
+                   input_dtypes=("fp32",), output_dtypes=("fp32",))]
+    decode = predict(step, chip)
+    assert decode.ops[0].memory_time_s == pytest.approx(weight / 16e9)
+    assert decode.ops[0].bound == "memory"
+    # the op alone is a step reading 9.45 MB (the weight, the token, the bias): between the
+    # warm 4 MB and the cold 128 MB, log-log: 80 · (16/80)^(ln(9.45/4) / ln 32) GB/s
+    alone = predict([up], chip)
+    t = math.log(up.bytes_read / 4e6) / math.log(128e6 / 4e6)
+    assert alone.ops[0].memory_time_s == pytest.approx(weight / (80e9 * (16 / 80) ** t))
+    # four rows: their own curve; 2 rows between 1 and 4: log-log, √(16 · 12) GB/s cold
+    two = dataclasses.replace(up, input_shapes=((3072,), (2, 768), (768, 3072)))
+    assert predict([two, step[1]], chip).ops[0].memory_time_s == pytest.approx(
+        weight / math.sqrt(16e9 * 12e9))
+    # a training step (one backward op) prices the product as any matmul
+    train = predict([up, dataclasses.replace(step[1], phase="backward")], chip)
+    assert train.ops[0].memory_time_s == pytest.approx(
+        predict_op(0, up, chip).memory_time_s)
+    assert train.ops[0].memory_time_s == pytest.approx(
+        (up.bytes_read + up.bytes_written) / 1e10)  # every byte at the chip's 10 GB/s
+    # 64 rows, beyond the probed 4: priced as any matmul
+    wide = dataclasses.replace(up, input_shapes=((3072,), (64, 768), (768, 3072)))
+    assert predict([wide, step[1]], chip).ops[0].memory_time_s == pytest.approx(
+        predict_op(0, wide, chip).memory_time_s)

@@ -8,7 +8,14 @@ runs and the matmul curve does not tell.
 - elementwise ops in bf16: copy and triad writing new tensors from inputs that rotate through
   memory, as the fp32 eager sweep (``probe._bandwidth_points``) but in bf16;
 - autocast's casts, fp32 → bf16 (weights before their matmuls) and bf16 → fp32 (gradients
-  after), a new tensor each time.
+  after), a new tensor each time;
+- the decode step's matrix products, a few rows (the batch's tokens) against a weight, in
+  each dtype: the rate the weight streams at, warm (one weight, again and again) and cold
+  (weights that rotate through a working set larger than the caches, as a decode step reads
+  each of a model's weights once).  A CPU's kernel for these runs far below both its matmul
+  curve and its copy bandwidth: on a 2-core EPYC, one row against 768 × 3072 fp32 weights
+  streamed at 17 GB/s cold and 78 GB/s warm, four rows at 12 and 25 GB/s, where a copy
+  reads and writes at 80 GB/s (issue 39).
 
 Each figure is timed with the probe's timer (its repeats and its judgement of spread).  The
 curves' names are :mod:`tensorledger.hardware.kernels`'.
@@ -24,13 +31,18 @@ from typing import TYPE_CHECKING
 import torch
 
 from tensorledger.dtypes import resolve_dtype
-from tensorledger.hardware.kernels import attention_curve, cast_curve, stream_curve
+from tensorledger.hardware.kernels import (
+    attention_curve,
+    cast_curve,
+    matvec_curve,
+    stream_curve,
+)
 
 if TYPE_CHECKING:
     from tensorledger.bench.probe import _Timer
 
-__all__ = ["AttentionPoint", "KernelPlan", "KernelProbe", "StreamPoint", "default_plan",
-           "probe_kernels"]
+__all__ = ["AttentionPoint", "KernelPlan", "KernelProbe", "MatvecPoint", "StreamPoint",
+           "default_plan", "probe_kernels"]
 
 #: The low-precision dtypes whose elementwise ops and casts from and to fp32 are timed.
 _LOW = ("bf16",)
@@ -39,7 +51,8 @@ _LOW = ("bf16",)
 @dataclass(frozen=True)
 class KernelPlan:
     """What :func:`probe_kernels` times.  ``buffers``: elements of the tensors the
-    elementwise ops and casts write."""
+    elementwise ops and casts write; ``matvec_*``: the decode products' dtypes, rows, weight
+    (in features, out features) and the working set their weights rotate through cold."""
 
     attention_dtypes: tuple[str, ...] = ("fp32", "bf16", "fp16")
     seqs: tuple[int, ...] = (64, 128, 256, 512)
@@ -49,11 +62,16 @@ class KernelPlan:
     stream_dtypes: tuple[str, ...] = ("bf16",)
     casts: tuple[tuple[str, str], ...] = (("fp32", "bf16"), ("bf16", "fp32"))
     buffers: tuple[int, ...] = (2**14, 2**16, 2**18, 2**20, 2**22)
+    matvec_dtypes: tuple[str, ...] = ()
+    matvec_rows: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    matvec_weight: tuple[int, int] = (1024, 1024)
+    matvec_cold_bytes: int = 2**27
 
     @classmethod
     def quick(cls) -> KernelPlan:
         """A plan of a few seconds (``probe --quick``)."""
-        return cls(seqs=(64, 128), head_dims=(16, 64), buffers=(2**14, 2**18, 2**21))
+        return cls(seqs=(64, 128), head_dims=(16, 64), buffers=(2**14, 2**18, 2**21),
+                   matvec_dtypes=("fp32", "bf16"), matvec_rows=(1, 4, 16))
 
     @classmethod
     def none(cls) -> KernelPlan:
@@ -65,21 +83,23 @@ class KernelPlan:
 def default_plan(device_type: str, dtypes: Sequence[str],
                  seqs: Sequence[int] | None = None) -> KernelPlan:
     """The plan for a probe of ``dtypes`` (attention in each; bf16 elementwise ops and casts
-    where bf16 is among them) on ``device_type``; ``seqs``: the attention sequence lengths
-    (by default a sweep that suits the device).
+    where bf16 is among them; decode products in fp32 and bf16) on ``device_type``; ``seqs``:
+    the attention sequence lengths (by default a sweep that suits the device).
 
-    >>> default_plan("cpu", ("fp32",)).casts
-    ()
+    >>> default_plan("cpu", ("fp32",)).casts, default_plan("cpu", ("fp32", "bf16")).matvec_dtypes
+    ((), ('fp32', 'bf16'))
     >>> default_plan("cpu", ("fp32", "bf16"), (16,)).seqs
     (16,)
     """
     names = tuple(resolve_dtype(d).compute for d in dtypes)
     low = tuple(d for d in _LOW if d in names)
     plan = KernelPlan(attention_dtypes=names, stream_dtypes=low,
-                      casts=tuple(pair for d in low for pair in (("fp32", d), (d, "fp32"))))
+                      casts=tuple(pair for d in low for pair in (("fp32", d), (d, "fp32"))),
+                      matvec_dtypes=tuple(d for d in names if d in ("fp32", *low)))
     if device_type == "cuda":
         plan = replace(plan, seqs=(512, 1024, 2048, 4096), head_dims=(64, 128), batch=4,
-                       heads=16, buffers=(2**20, 2**22, 2**24, 2**26, 2**28))
+                       heads=16, buffers=(2**20, 2**22, 2**24, 2**26, 2**28),
+                       matvec_weight=(4096, 4096), matvec_cold_bytes=2**30)
     return plan if seqs is None else replace(plan, seqs=tuple(seqs))
 
 
@@ -105,11 +125,22 @@ class StreamPoint:
 
 
 @dataclass(frozen=True)
+class MatvecPoint:
+    dtype: str
+    rows: int  # the tokens: a decode step's batch
+    working_set: int  # bytes of the weights the timed calls rotate through
+    weight_bytes: int  # of one weight, read once a call
+    median_s: float
+    bytes_per_s: float  # the weight's bytes / the call's time
+
+
+@dataclass(frozen=True)
 class KernelProbe:
     attention: tuple[AttentionPoint, ...]
     streams: tuple[StreamPoint, ...]
     skipped: tuple[str, ...]  # what the device has no kernel for
     set_aside: tuple[str, ...] = ()  # figures still noisy after their retries: in no curve
+    matvec: tuple[MatvecPoint, ...] = ()
 
     @property
     def curves(self) -> dict[str, tuple[tuple[float, float], ...]]:
@@ -127,6 +158,8 @@ class KernelProbe:
             name = (cast_curve(*s.dtype.split("-")) if s.kernel == "cast"
                     else stream_curve(s.dtype))
             add(name, float(s.bytes_moved), s.bytes_per_s)
+        for m in self.matvec:
+            add(matvec_curve(m.dtype, m.rows), float(m.working_set), m.bytes_per_s)
         return {name: tuple(sorted(points.items())) for name, points in found.items()}
 
 
@@ -166,8 +199,14 @@ def _cast_label(source: str, target: str, read_bytes: int) -> str:
     return f"cast {source}-{target} {read_bytes} B"
 
 
-def _point_label(point: AttentionPoint | StreamPoint) -> str:
+def _matvec_label(dtype: str, rows: int, working_set: int) -> str:
+    return f"matvec {dtype} m{rows} {working_set} B"
+
+
+def _point_label(point: AttentionPoint | StreamPoint | MatvecPoint) -> str:
     """The timer's label of the figure ``point`` came from."""
+    if isinstance(point, MatvecPoint):
+        return _matvec_label(point.dtype, point.rows, point.working_set)
     if isinstance(point, AttentionPoint):
         return f"{_attention_label(point.dtype, point.seq, point.head_dim)} {point.direction}"
     if point.kernel == "cast":
@@ -242,6 +281,31 @@ def _cast_point(timer: _Timer, source: str, target: str, elements: int, cold_byt
                        moved / result.median_s)
 
 
+def _matvec_points(timer: _Timer, plan: KernelPlan, dtype: str, rows: int,
+                   budget_s: float) -> tuple[MatvecPoint, MatvecPoint]:
+    """``rows`` tokens against a weight stored as ``nn.Linear`` stores it (out × in, read
+    transposed: ``addmm`` as a decode step's linear layers trace), warm (the same weight each
+    call) and cold (each call the next of weights filling ``plan.matvec_cold_bytes``)."""
+    device = timer.device
+    kind = _torch_dtype(dtype)
+    features, outputs = plan.matvec_weight
+    weight_bytes = features * outputs * torch.empty((), dtype=kind).element_size()
+    count = max(2, -(-plan.matvec_cold_bytes // weight_bytes))
+    weights = [torch.randn(outputs, features, device=device).to(kind) for _ in range(count)]
+    bias = torch.zeros(outputs, device=device).to(kind)
+    x = torch.randn(rows, features, device=device).to(kind)
+    turn = itertools.cycle(weights)
+    points = []
+    for working_set, call in (
+            (weight_bytes, lambda: torch.addmm(bias, x, weights[0].t())),
+            (count * weight_bytes, lambda: torch.addmm(bias, x, next(turn).t()))):
+        result = timer(call, _matvec_label(dtype, rows, working_set), budget_s=budget_s,
+                       min_repeats=3, warmup=1)
+        points.append(MatvecPoint(dtype, rows, working_set, weight_bytes, result.median_s,
+                                  weight_bytes / result.median_s))
+    return points[0], points[1]
+
+
 def probe_kernels(timer: _Timer, plan: KernelPlan, *, budget_s: float, cold_bytes: int,
                   max_elements: int, slow_call_s: float,
                   say: Callable[[str], None]) -> KernelProbe:
@@ -271,10 +335,17 @@ def probe_kernels(timer: _Timer, plan: KernelPlan, *, budget_s: float, cold_byte
         for elements in buffers:
             say(f"cast {source} → {target}, {elements} elements")
             streams.append(_cast_point(timer, source, target, elements, cold_bytes, budget_s))
+    matvec: list[MatvecPoint] = []
+    for dtype in plan.matvec_dtypes:
+        for rows in sorted(plan.matvec_rows):
+            say(f"decode product in {dtype}, {rows} row{'s' if rows > 1 else ''}, warm and "
+                "cold weights")
+            matvec.extend(_matvec_points(timer, plan, dtype, rows, budget_s))
     # a figure the timer set aside (still noisy after its retries) enters no curve
-    points: list[AttentionPoint | StreamPoint] = [*attention, *streams]
+    points: list[AttentionPoint | StreamPoint | MatvecPoint] = [*attention, *streams, *matvec]
     labels = [_point_label(p) for p in points]
     return KernelProbe(tuple(p for p in attention if timer.kept(_point_label(p))),
                        tuple(p for p in streams if timer.kept(_point_label(p))),
                        tuple(skipped),
-                       set_aside=tuple(label for label in labels if not timer.kept(label)))
+                       set_aside=tuple(label for label in labels if not timer.kept(label)),
+                       matvec=tuple(p for p in matvec if timer.kept(_point_label(p))))

@@ -13,9 +13,14 @@ how a rate is read from them.  ``tensorledger probe`` writes them
   tensors, as the fp32 ``bandwidth`` curve), (bytes moved, bytes/s).
 - ``cast.<from>-<to>``: a conversion, autocast's casts of weights and gradients, (bytes
   moved: read in one dtype, written in the other, bytes/s).
+- ``matvec.<dtype>.m<rows>``: a decode step's product of ``rows`` tokens with a weight,
+  (the bytes of the weights the calls rotate through, the weight's bytes/s): the first point
+  warm (one weight), the last cold (a working set beyond the caches).
 
 >>> attention_curve("bf16", "backward", 64), stream_curve("bf16"), cast_curve("fp32", "bf16")
 ('attention.bf16.backward.d64', 'bandwidth.bf16', 'cast.fp32-bf16')
+>>> matvec_curve("fp32", 4), matvec_rows({"matvec.fp32.m4": (), "matvec.fp32.m1": ()}, "fp32")
+('matvec.fp32.m4', (1, 4))
 >>> curves = {"attention.bf16.forward.d16": ((1e6, 1e9),), "attention.bf16.forward.d64":
 ...           ((1e6, 4e9),)}
 >>> nearest_attention_curve(curves, "bf16", "forward", 24)  # 24 lies nearer 16 in logs
@@ -29,8 +34,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-__all__ = ["DIRECTIONS", "attention_curve", "cast_curve", "nearest_attention_curve",
-           "stream_curve"]
+__all__ = ["DIRECTIONS", "attention_curve", "cast_curve", "matvec_curve", "matvec_rows",
+           "nearest_attention_curve", "stream_curve"]
 
 #: The directions of an attention kernel the probe times apart.
 DIRECTIONS = ("forward", "backward")
@@ -49,6 +54,18 @@ def stream_curve(key: str) -> str:
 def cast_curve(source: str, target: str) -> str:
     """The name of the curve of casts from ``source`` to ``target``."""
     return f"cast.{source}-{target}"
+
+
+def matvec_curve(key: str, rows: int) -> str:
+    """The name of the curve of decode products of ``rows`` tokens in ``key``."""
+    return f"matvec.{key}.m{rows}"
+
+
+def matvec_rows(curves: Mapping[str, object], key: str) -> tuple[int, ...]:
+    """The rows the profile's decode products in ``key`` were probed at, increasing."""
+    prefix = f"matvec.{key}.m"
+    return tuple(sorted(int(name[len(prefix):]) for name in curves
+                        if name.startswith(prefix) and name[len(prefix):].isdigit()))
 
 
 def nearest_attention_curve(curves: Mapping[str, object], key: str, direction: str,

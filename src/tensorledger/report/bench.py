@@ -47,6 +47,13 @@ def probe_view(result: ProbeResult, path: str) -> View:
         table.add_row(f"{st.kernel} {st.dtype} (new output)",
                       f"{st.elements} elements", format_duration(st.median_s),
                       format_bandwidth(st.bytes_per_s))
+    for mv in kernels.matvec if kernels is not None else ():
+        cold = mv.working_set > mv.weight_bytes
+        table.add_row(f"decode product {mv.dtype}, {mv.rows} row{'s' if mv.rows > 1 else ''}"
+                      f" ({'cold' if cold else 'warm'})",
+                      f"weight {format_bytes(mv.weight_bytes, 'auto-binary')}"
+                      + (f" of {format_bytes(mv.working_set, 'auto-binary')}" if cold else ""),
+                      format_duration(mv.median_s), format_bandwidth(mv.bytes_per_s))
     for bw in result.bandwidth:
         table.add_row(f"{bw.kernel}{' (new output)' if bw.fresh_output else ' (warm)'}",
                       format_bytes(bw.buffer_bytes, "auto-binary"),

@@ -19,11 +19,19 @@ from __future__ import annotations
 from typing import Any
 
 from tensorledger.costs import packet
+from tensorledger.dtypes import tensor_bytes
 from tensorledger.hardware import Hardware
 from tensorledger.hardware.chip import interpolate
-from tensorledger.hardware.kernels import cast_curve, nearest_attention_curve, stream_curve
+from tensorledger.hardware.kernels import (
+    cast_curve,
+    matvec_curve,
+    matvec_rows,
+    nearest_attention_curve,
+    stream_curve,
+)
 
-__all__ = ["LOW_PRECISIONS", "attention_rate", "cast_of", "op_precision", "stream_rate"]
+__all__ = ["LOW_PRECISIONS", "attention_rate", "cast_of", "decode_product", "op_precision",
+           "stream_rate"]
 
 #: The floating dtypes an op is priced and calibrated apart in (fp32 is the default).
 LOW_PRECISIONS = ("bf16", "fp16")
@@ -103,3 +111,46 @@ def beyond_the_curve(points: tuple[tuple[float, float], ...], moved: float,
     if moved <= largest or not bandwidth:
         return rate
     return rate * min(1.0, interpolate(bandwidth, moved) / interpolate(bandwidth, largest))
+
+
+def decode_product(op: Any, hardware: Hardware, key: str, reread_bytes: float
+                   ) -> tuple[int, float] | None:
+    """(the weight's bytes, the bytes/s it streams at) of a decode step's product: ``mm`` or
+    ``addmm`` of a few rows (no more than the profile's ``matvec.<key>.m<rows>`` curves were
+    probed at) against a larger weight, from the curves at the weight's reuse distance:
+    ``reread_bytes``, the bytes read between two uses of it (an inference step reads each
+    weight once: the step's bytes read), or the weight's own where larger.  Rows between two
+    probed counts are interpolated; None where the op is no such product or the profile has
+    no such curves (catalog chips).
+
+    >>> from types import SimpleNamespace as Rec
+    >>> chip = Hardware(id="x", name="x", memory_bytes=1, memory_bandwidth_bytes_per_s=1.0,
+    ...                 dense_flop_per_s={"fp32": 1.0}, curves={
+    ...                     "matvec.fp32.m1": ((4e6, 80e9), (128e6, 20e9)),
+    ...                     "matvec.fp32.m4": ((4e6, 20e9), (128e6, 10e9))})
+    >>> mm = Rec(op="aten.addmm.default", input_shapes=((768,), (2, 768), (768, 3072)),
+    ...          input_dtypes=("fp32",) * 3)
+    >>> weight, rate = decode_product(mm, chip, "fp32", 512e6)  # cold: 20 and 10 GB/s
+    >>> weight, round(rate / 1e9, 6)  # 768·3072·4 bytes; 2 rows: √(20·10), log-log
+    (9437184, 14.142136)
+    >>> small = Rec(op="aten.mm.default", input_shapes=((2, 512), (512, 1024)),
+    ...             input_dtypes=("fp32",) * 2)
+    >>> weight, rate = decode_product(small, chip, "fp32", 1e6)  # warm: 2 MB; √(80·20) GB/s
+    >>> weight, round(rate / 1e9, 9)
+    (2097152, 40.0)
+    >>> decode_product(Rec(op="aten.mm.default", input_shapes=((64, 512), (512, 1024)),
+    ...                    input_dtypes=("fp32",) * 2), chip, "fp32", 0.0) is None  # 64 rows
+    True
+    """
+    if packet(op.op) not in ("aten.mm", "aten.addmm") or len(op.input_shapes) < 2:
+        return None
+    rows = matvec_rows(hardware.curves, key)
+    x, weight = op.input_shapes[-2], op.input_shapes[-1]
+    if (not rows or len(x) != 2 or len(weight) != 2 or not 0 < x[0] <= rows[-1]
+            or x[0] * x[1] >= weight[0] * weight[1]):
+        return None
+    size = tensor_bytes(tuple(weight), op.input_dtypes[-1])
+    working_set = max(float(size), reread_bytes)
+    by_rows = tuple((float(m), interpolate(hardware.curves[matvec_curve(key, m)], working_set))
+                    for m in rows)
+    return size, interpolate(by_rows, x[0])

@@ -39,7 +39,12 @@ from tensorledger.costs import packet
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
 from tensorledger.roofline.collectives import CollectiveKind, collective_time
-from tensorledger.roofline.kernel_rates import attention_rate, op_precision, stream_rate
+from tensorledger.roofline.kernel_rates import (
+    attention_rate,
+    decode_product,
+    op_precision,
+    stream_rate,
+)
 from tensorledger.summary import show_bytes, show_count, show_flops, show_time, summary
 
 __all__ = [
@@ -213,14 +218,16 @@ def _predict_collective(index: int, op: OpLike, collective: Any, hardware: Hardw
 
 def predict_op(index: int, op: OpLike, hardware: Hardware,
                footprint: float | None = None,
-               group_footprint: float | None = None, *, inference: bool = False
-               ) -> OpPrediction:
+               group_footprint: float | None = None, *, inference: bool = False,
+               reread_bytes: float = 0.0) -> OpPrediction:
     """One op's prediction; ``footprint``: the mean bytes an op of its step moves, which a
     calibrated profile prices the cost of entering an op by; ``group_footprint``: the mean
     bytes an op of its phase group moves (``Calibration.group``), which it prices the time
     between ops by (``footprint`` where not given); ``inference``: the op is of a forward
     under no_grad, whose per-op cost a probed profile measures apart
-    (``Hardware.op_overhead_for``)."""
+    (``Hardware.op_overhead_for``), and whose products of a few rows with a weight stream it
+    at the probed decode rate (``kernel_rates.decode_product``) of a weight last read
+    ``reread_bytes`` ago."""
     collective = getattr(op, "collective", None)
     if collective is not None and collective.kind in _LINK_KINDS:
         return _predict_collective(index, op, collective, hardware)
@@ -249,6 +256,10 @@ def predict_op(index: int, op: OpLike, hardware: Hardware,
     streamed = (None if in_place or op.category in TENSOR_CORE_CATEGORIES
                 else stream_rate(op, hardware, moved))  # a cast's, a bf16 op's own curve
     memory = moved / (streamed or hardware.expected_bandwidth(moved, in_place=in_place))
+    decode = (decode_product(op, hardware, key, reread_bytes)
+              if inference and op.category == "matmul" else None)
+    if decode is not None:  # its kernel's own rate, the weight cold or warm
+        memory = decode[0] / decode[1]
     overhead = hardware.op_overhead_for(inference=inference)
     between = 0.0
     if op.category == "view" and hardware.expected_basis == "efficiencies":
@@ -382,6 +393,8 @@ def predict(records: Iterable[OpLike], hardware: Hardware, *, tokens: int | None
     profile's per-op cost of inference."""
     records = tuple(records)
     inference = all(r.phase == "forward" for r in records)
+    # an inference step reads each weight once: between two reads of one, the step's bytes
+    reread = float(sum(r.bytes_read for r in records)) if inference else 0.0
     footprint: float | None = None
     by_phase: dict[str, float | None] = {}  # a phase → the footprint of its group's ops
     if hardware.calibration is not None:
@@ -393,7 +406,7 @@ def predict(records: Iterable[OpLike], hardware: Hardware, *, tokens: int | None
         by_group = {name: step_footprint(found) for name, found in moved.items()}
         by_phase = {phase: by_group[group(phase)] for phase in {r.phase for r in records}}
     ops = tuple(predict_op(i, r, hardware, footprint, by_phase.get(r.phase),
-                           inference=inference)
+                           inference=inference, reread_bytes=reread)
                 for i, r in enumerate(records))
     time_s = sum(o.time_s for o in ops)
     flops = sum(o.flops for o in ops)
