@@ -53,11 +53,13 @@ def test_kernels_by_hand() -> None:
     assert moved["cast", "fp32-bf16", 1000] == (4 + 2) * 1000  # read 4, write 2
     curves = found.curves
     assert sorted(curves) == sorted(
-        [f"attention.{t}.{d}.d{w}" for t in ("fp32", "bf16") for d in ("forward", "backward")
+        [f"attention-head.{t}.{d}.d{w}" for t in ("fp32", "bf16") for d in ("forward", "backward")
          for w in (8, 16)] + ["bandwidth.bf16", "cast.fp32-bf16", "cast.bf16-fp32"])
-    # s 24 and 40, d 8: 3·5·2·2·s²·8 FLOPs forward, each over the fake clock's median
-    assert [x for point in curves["attention.bf16.forward.d8"] for x in point] == pytest.approx(
-        [x for f in (3 * 5 * 2 * 2 * s * s * 8 for s in (24, 40)) for x in (f, f / MEDIAN_S)])
+    # s 24 and 40, d 8: 3·5·2·2·s²·8 FLOPs forward, each over the fake clock's median, the
+    # curve by the FLOPs of one of the 3 · 5 sequences and heads
+    assert [x for point in curves["attention-head.bf16.forward.d8"] for x in point
+            ] == pytest.approx([x for f in (3 * 5 * 2 * 2 * s * s * 8 for s in (24, 40))
+                                for x in (f / 15, f / MEDIAN_S)])
     # copy and triad at once: one point per bytes moved, sizes increasing
     assert [size for size, _ in curves["bandwidth.bf16"]] == [4000, 6000, 12000, 18000]
     assert "attention bf16, sequence 40, head width 16" in said
@@ -87,7 +89,8 @@ def test_the_probe_writes_the_curves_into_the_profile(tmp_path: Path) -> None:
                       stream_dtypes=("bf16",), casts=(("fp32", "bf16"),), buffers=(512,))
     result = probe("cpu", clock=FakeClock([1e-3]), kernels=plan, **SMALL)
     assert result.kernels is not None and len(result.kernels.attention) == 2
-    for name in ("attention.bf16.forward.d8", "attention.bf16.backward.d8", "bandwidth.bf16",
+    for name in ("attention-head.bf16.forward.d8", "attention-head.bf16.backward.d8",
+                 "bandwidth.bf16",
                  "cast.fp32-bf16"):
         assert result.curves[name] == result.kernels.curves[name]
     path = tmp_path / "local.toml"

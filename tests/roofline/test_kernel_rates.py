@@ -31,9 +31,10 @@ def _chip(**curves: tuple[tuple[float, float], ...]) -> Hardware:
 
 # (batch 3, heads 5, seq 40, head width 24): 24 lies nearest 16 in logs
 SHAPES = ((3, 5, 40, 24), (3, 5, 40, 24), (3, 5, 40, 24))
-ATTENTION = {"attention__bf16__forward__d16": ((1e6, 1e9), (1e8, 1e10)),
-             "attention__bf16__forward__d64": ((1e6, 5e9), (1e8, 5e10)),
-             "attention__bf16__backward__d16": ((1e6, 2e8), (1e8, 2e9)),
+# the curves by FLOPs per sequence and head: an op of 3 · 5 = 15 heads reads them at a 15th
+ATTENTION = {"attention-head__bf16__forward__d16": ((1e6 / 15, 1e9), (1e8 / 15, 1e10)),
+             "attention-head__bf16__forward__d64": ((1e6 / 15, 5e9), (1e8 / 15, 5e10)),
+             "attention-head__bf16__backward__d16": ((1e6 / 15, 2e8), (1e8 / 15, 2e9)),
              "matmul__bf16": ((1e6, 1e11), (1e9, 4e11))}
 
 
@@ -42,10 +43,10 @@ def test_attention_is_priced_from_its_own_curve_by_hand() -> None:
     forward = Op(SDPA, "attention", 10**7, 1000, 1000, input_shapes=SHAPES,
                  causal_halved=5 * 10**6)
     p = predict_op(0, forward, chip)
-    # the d16 forward curve at 10⁷ FLOPs, halfway from 10⁶ to 10⁸ in logs: √(10⁹ · 10¹⁰)
-    # = 3.162e9 FLOP/s, over the full count (the probe measured on it)
+    # the d16 forward curve at 10⁷ / 15 FLOPs a head, halfway from 10⁶ / 15 to 10⁸ / 15 in
+    # logs: √(10⁹ · 10¹⁰) = 3.162e9 FLOP/s, over the full count (the probe measured on it)
     assert p.compute_time_s == pytest.approx(1e7 / math.sqrt(1e9 * 1e10))  # 3.162 ms
-    # its backward: the d16 backward curve at 2.5·10⁷: 10⁶ → 2·10⁸ at slope ½ in logs:
+    # its backward: the d16 backward curve at 2.5·10⁷ / 15: 10⁶ → 2·10⁸ at slope ½ in logs:
     # 2e8 · (25)^½ = 1e9 FLOP/s
     backward = Op(SDPA_BACKWARD, "attention", 25 * 10**6, 1000, 1000, phase="backward",
                   input_shapes=SHAPES, causal_halved=125 * 10**5)
@@ -57,7 +58,7 @@ def test_attention_is_priced_from_its_own_curve_by_hand() -> None:
 def test_attention_without_its_curve_falls_back_as_before() -> None:
     # no attention curve of bf16: the matmul curve at the causal-halved count, as before
     chip = _chip(matmul__bf16=ATTENTION["matmul__bf16"],
-                 attention__fp32__forward__d16=((1e6, 1e9),))  # another dtype's only
+                 **{"attention-head__fp32__forward__d16": ((1e6, 1e9),)})  # another dtype's
     op = Op(SDPA, "attention", 2 * 10**7, 1000, 1000, input_shapes=SHAPES,
             causal_halved=10**7)
     # 10⁷ on 10⁶ → 10⁹ from 10¹¹ to 4·10¹¹: a third of the way in logs, 10¹¹ · 4^⅓
@@ -75,10 +76,13 @@ def test_attention_without_its_curve_falls_back_as_before() -> None:
 
 
 def test_the_nearest_head_width_is_taken_in_logs() -> None:
-    curves = dict.fromkeys(("attention.bf16.forward.d16", "attention.bf16.forward.d64",
-                            "attention.bf16.forward.dx"), ())
-    assert nearest_attention_curve(curves, "bf16", "forward", 31) == "attention.bf16.forward.d16"
-    assert nearest_attention_curve(curves, "bf16", "forward", 33) == "attention.bf16.forward.d64"
+    curves = dict.fromkeys(("attention-head.bf16.forward.d16", "attention-head.bf16.forward.d64",
+                            "attention-head.bf16.forward.dx", "attention.bf16.forward.d32"), ())
+    # an old profile's curve by the whole op's FLOPs (attention.…) is not read
+    assert nearest_attention_curve(curves, "bf16", "forward", 31) == (
+        "attention-head.bf16.forward.d16")
+    assert nearest_attention_curve(curves, "bf16", "forward", 33) == (
+        "attention-head.bf16.forward.d64")
     assert nearest_attention_curve(curves, "fp16", "forward", 33) is None
 
 

@@ -112,6 +112,7 @@ class AttentionPoint:
     flops: int  # of this direction's op, by the trace's rules (in full, not causal-halved)
     median_s: float
     flop_per_s: float
+    heads: int = 1  # sequences × heads the op ran: its FLOPs per head are flops / heads
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,8 @@ class KernelProbe:
             points[size] = max(points.get(size, 0.0), rate)
 
         for a in self.attention:
-            add(attention_curve(a.dtype, a.direction, a.head_dim), float(a.flops), a.flop_per_s)
+            add(attention_curve(a.dtype, a.direction, a.head_dim), a.flops / a.heads,
+                a.flop_per_s)
         for s in self.streams:
             name = (cast_curve(*s.dtype.split("-")) if s.kernel == "cast"
                     else stream_curve(s.dtype))
@@ -236,10 +238,11 @@ def _attention_points(timer: _Timer, plan: KernelPlan, dtype: str, seq: int, hea
     out = scaled_dot_product_attention(q, k, v, is_causal=True)
     backward = timer(lambda: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True),
                      f"{label} backward", budget_s=budget_s, min_repeats=3, warmup=1)
+    heads = plan.batch * plan.heads
     return (AttentionPoint(dtype, "forward", seq, head_dim, flops["forward"], forward.median_s,
-                           flops["forward"] / forward.median_s),
+                           flops["forward"] / forward.median_s, heads),
             AttentionPoint(dtype, "backward", seq, head_dim, flops["backward"],
-                           backward.median_s, flops["backward"] / backward.median_s))
+                           backward.median_s, flops["backward"] / backward.median_s, heads))
 
 
 def _stream_points(timer: _Timer, dtype: str, elements: int, cold_bytes: int,

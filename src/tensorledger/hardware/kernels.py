@@ -3,12 +3,15 @@ how a rate is read from them.  ``tensorledger probe`` writes them
 (:mod:`tensorledger.bench.probe_kernels`); the roofline reads them
 (:mod:`tensorledger.roofline.model`).  Nothing here imports torch.
 
-- ``attention.<dtype>.<direction>.d<head width>``: a fused causal attention kernel (torch's
-  ``scaled_dot_product_attention``), its forward or its backward alone, as (the op's FLOPs
-  counted by the trace's rules, in full, FLOP/s) by sequence length.  A CPU's attention
-  kernel runs at a rate that depends on its dtype, direction and head width far more than a
-  matmul of the same FLOPs does: pricing bf16 attention from the bf16 matmul curve put the
-  tiny preset's attention at 837 µs against 18.8 ms measured (issue 43).
+- ``attention-head.<dtype>.<direction>.d<head width>``: a fused causal attention kernel
+  (torch's ``scaled_dot_product_attention``), its forward or its backward alone, as (the
+  op's FLOPs counted by the trace's rules, in full, per sequence and head: the size that
+  sets the sequence length, FLOP/s) by sequence length.  A CPU's attention kernel runs at a
+  rate that depends on its dtype, direction and head width far more than a matmul of the
+  same FLOPs does: pricing bf16 attention from the bf16 matmul curve put the tiny preset's
+  attention at 837 µs against 18.8 ms measured (issue 43).  And on its sequence length more
+  than on its FLOPs: read at the whole op's FLOPs, a probe's curve of 8 heads priced tiny's
+  32 heads of 256 tokens as 8 heads of 512, its backward 2.4 times too fast.
 - ``bandwidth.<dtype>``: elementwise ops on tensors of ``dtype`` (copy and triad writing new
   tensors, as the fp32 ``bandwidth`` curve), (bytes moved, bytes/s).
 - ``cast.<from>-<to>``: a conversion, autocast's casts of weights and gradients, (bytes
@@ -18,13 +21,13 @@ how a rate is read from them.  ``tensorledger probe`` writes them
   warm (one weight), the last cold (a working set beyond the caches).
 
 >>> attention_curve("bf16", "backward", 64), stream_curve("bf16"), cast_curve("fp32", "bf16")
-('attention.bf16.backward.d64', 'bandwidth.bf16', 'cast.fp32-bf16')
+('attention-head.bf16.backward.d64', 'bandwidth.bf16', 'cast.fp32-bf16')
 >>> matvec_curve("fp32", 4), matvec_rows({"matvec.fp32.m4": (), "matvec.fp32.m1": ()}, "fp32")
 ('matvec.fp32.m4', (1, 4))
->>> curves = {"attention.bf16.forward.d16": ((1e6, 1e9),), "attention.bf16.forward.d64":
-...           ((1e6, 4e9),)}
+>>> curves = {"attention-head.bf16.forward.d16": ((1e6, 1e9),),
+...           "attention-head.bf16.forward.d64": ((1e6, 4e9),)}
 >>> nearest_attention_curve(curves, "bf16", "forward", 24)  # 24 lies nearer 16 in logs
-'attention.bf16.forward.d16'
+'attention-head.bf16.forward.d16'
 >>> nearest_attention_curve(curves, "bf16", "backward", 24) is None
 True
 """
@@ -43,7 +46,7 @@ DIRECTIONS = ("forward", "backward")
 
 def attention_curve(key: str, direction: str, head_dim: int) -> str:
     """The name of the curve of attention in ``key`` (``bf16``), ``direction``, head width."""
-    return f"attention.{key}.{direction}.d{head_dim}"
+    return f"attention-head.{key}.{direction}.d{head_dim}"
 
 
 def stream_curve(key: str) -> str:
@@ -72,7 +75,7 @@ def nearest_attention_curve(curves: Mapping[str, object], key: str, direction: s
                             head_dim: int) -> str | None:
     """The probed attention curve of ``key`` and ``direction`` whose head width lies nearest
     ``head_dim`` (in logs: 24 is nearer 16 than 64); None where none was probed."""
-    prefix = f"attention.{key}.{direction}.d"
+    prefix = attention_curve(key, direction, 0)[:-1]  # "attention-head.bf16.forward.d"
     widths = [int(name[len(prefix):]) for name in curves
               if name.startswith(prefix) and name[len(prefix):].isdigit()
               and int(name[len(prefix):]) > 0]

@@ -16,6 +16,7 @@ the op as before (catalog chips have none).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from tensorledger.costs import packet
@@ -60,15 +61,18 @@ def cast_of(op: Any) -> tuple[str, str] | None:
 
 def attention_rate(op: Any, hardware: Hardware, key: str) -> float | None:
     """FLOP/s of an attention op in ``key`` from the probed curve of its direction and the
-    head width nearest its own, at its FLOPs (counted in full, as the probe counted them);
-    None where the profile has no such curve."""
+    head width nearest its own, at its FLOPs per sequence and head (counted in full, as the
+    probe counted them; the query's leading dimensions are the batch and the heads); None
+    where the profile has no such curve."""
     direction = "backward" if "backward" in op.op else "forward"
     shapes = getattr(op, "input_shapes", ())
     head_dim = shapes[0][-1] if shapes and shapes[0] else 0
     name = nearest_attention_curve(hardware.curves, key, direction, head_dim)
     if name is None or op.flops <= 0:
         return None
-    return interpolate(hardware.curves[name], op.flops)
+    query: tuple[int, ...] = tuple(shapes[0]) if shapes else ()
+    heads = math.prod(query[:-2]) if len(query) > 2 else 1
+    return interpolate(hardware.curves[name], op.flops / max(heads, 1))
 
 
 def stream_rate(op: Any, hardware: Hardware, moved: float) -> float | None:
