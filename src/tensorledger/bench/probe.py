@@ -56,6 +56,7 @@ from tensorledger.bench.probe_noise import (
     stall_reason,
     stalled,
 )
+from tensorledger.bench.probe_pages import PAGE_LABEL, FreshPages, fresh_pages
 from tensorledger.bench.probe_profile import profile_toml  # re-exported: the probe's file
 from tensorledger.devices import resolve_device
 from tensorledger.dtypes import resolve_dtype
@@ -117,6 +118,8 @@ class ProbeResult:
     set_aside: tuple[SetAside, ...] = field(default=())
     # attention by dtype and direction, bf16 elementwise ops, casts (bench.probe_kernels)
     kernels: KernelProbe | None = None
+    # a CPU's new tensors mapped anew (bench.probe_pages): None where none are, or unmeasured
+    fresh_pages: FreshPages | None = None
 
     def __repr__(self) -> str:
         return summary("ProbeResult", self.name, f"{len(self.matmul)} matmul / "
@@ -513,7 +516,8 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
                                       "and no curve: its matmuls are priced at fp32's"))
     attention: list[MatmulPoint] = []
     if attention_seqs is None:
-        attention_seqs = (128, 256, 512, 1024) if dev.type == "cpu" else (512, 1024, 2048, 4096)
+        attention_seqs = ((32, 64, 128, 256, 512, 1024) if dev.type == "cpu"
+                          else (512, 1024, 2048, 4096))
     if attention_seqs:
         for seq in sorted(attention_seqs):
             say(f"attention fp32, sequence {seq}")
@@ -539,6 +543,7 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
     plan = kernels or default_plan(dev.type, dtypes, attention_seqs)
     measured = probe_kernels(timer, plan, budget_s=budget_s / 4, cold_bytes=cold,
                              max_elements=buffer_bytes // 4, slow_call_s=slow_call_s, say=say)
+    pages = fresh_pages(timer, budget_s=budget_s / 4, say=say) if bandwidth_sweep else None
     say("per-op overhead")
     tiny = torch.ones(1, device=dev)
     bare = timer(lambda: torch.add(tiny, tiny), "one bare op", budget_s=budget_s / 2,
@@ -551,10 +556,13 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
     kept_warm = {_bandwidth_label(p) for p in warm}
     set_aside += [SetAside(label, timer.why[label]) for label in (
         *(f"attention fp32 {seq}" for seq in sorted(attention_seqs)),
-        *map(_bandwidth_label, (*bandwidth, *eager)), *measured.set_aside)
+        *map(_bandwidth_label, (*bandwidth, *eager)), *measured.set_aside,
+        *(label for label in timer.why if label.startswith(PAGE_LABEL)))
         if label in timer.why
         and label not in kept_warm]
-    eager = [p for p in eager if timer.kept(_bandwidth_label(p))]
+    # an eager buffer mapped anew costs its fresh pages, which the profile prices apart
+    eager = [p for p in eager if timer.kept(_bandwidth_label(p))
+             and (pages is None or p.buffer_bytes < pages.from_bytes)]
     left_out = {s.figure for s in set_aside}
     peaks: dict[str, float] = {}
     for point in points:
@@ -576,4 +584,5 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
                        curves=curves,
                        unreliable=tuple(u for u in timer.unreliable
                                         if figure_of(u) not in left_out),
-                       max_spread=max_spread, set_aside=tuple(set_aside), kernels=measured)
+                       max_spread=max_spread, set_aside=tuple(set_aside), kernels=measured,
+                       fresh_pages=pages)

@@ -34,6 +34,10 @@ def profile_toml(result: ProbeResult, chip_id: str = "local", calibration: str =
         f'source = "measured by tensorledger probe on {result.device}: best median of a matmul '
         'sweep; bandwidth from copy and triad"',
     ]
+    pages = result.fresh_pages
+    if pages is not None:
+        lines += [f'fresh_pages_from = "{pages.from_bytes}B"',
+                  f'fresh_page_rate = "{pages.bytes_per_s!r}B/s"']
     curves = dict(result.curves)
     unreliable = list(result.unreliable)
     if collectives is not None:

@@ -61,7 +61,8 @@ MAX_OP_OVERHEAD_S = 3600.0
 
 _REQUIRED = ("name", "memory", "memory_bandwidth", "dense")
 _OPTIONAL = ("vendor", "aliases", "interconnect", "interconnect_kind", "source", "sparse",
-             "sources", "notes", "op_overhead", "inference_op_overhead", "curves", "expected",
+             "sources", "notes", "op_overhead", "inference_op_overhead", "fresh_pages_from",
+             "fresh_page_rate", "curves", "expected",
              "unreliable", "calibration", "compute_capability", "host_link", "host_link_kind")
 _EXPECTED_KEYS = ("matmul", "attention", "memory_bandwidth", "op_overhead", "source", "sources")
 #: The node topology of a chip (each optional; a collective needs the ones its group uses):
@@ -280,6 +281,12 @@ def _chip(chip: str, raw: Any, where: str, origin: str) -> Hardware:
         inference_op_overhead_s=0.0 if "inference_op_overhead" not in raw else _number(
             chip, "inference_op_overhead", raw["inference_op_overhead"], parse_duration, where,
             low=1e-12, high=MAX_OP_OVERHEAD_S, example='"5us"'),
+        fresh_pages_from_bytes=0.0 if "fresh_pages_from" not in raw else _number(
+            chip, "fresh_pages_from", raw["fresh_pages_from"], parse_bytes, where,
+            example='"32MiB"'),
+        fresh_page_bytes_per_s=0.0 if "fresh_page_rate" not in raw else _number(
+            chip, "fresh_page_rate", raw["fresh_page_rate"], parse_bandwidth, where,
+            example='"5GB/s"'),
         curves=_curves(chip, raw.get("curves", {}), where),
         efficiency=None if "expected" not in raw else _efficiency(chip, raw["expected"], where),
         unreliable=_unreliable(chip, raw.get("unreliable", []), where) + (

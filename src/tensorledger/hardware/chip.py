@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from tensorledger.dtypes import resolve_dtype
@@ -179,6 +179,11 @@ class Hardware:
     # the same, per op of a forward under no_grad (prefill, decode), where no autograd graph
     # is recorded; measured by the probe; 0: ``op_overhead_s`` throughout
     inference_op_overhead_s: float = 0.0
+    # a CPU's new tensors of ``fresh_pages_from_bytes`` or more are mapped anew (glibc's mmap
+    # threshold): their pages faulted in and unmapped again cost their bytes at
+    # ``fresh_page_bytes_per_s`` beyond what the op moves; measured by the probe; 0: none
+    fresh_pages_from_bytes: float = 0.0
+    fresh_page_bytes_per_s: float = 0.0
     # Measured rates by problem size, from the probe: "matmul.fp32" → ((flops, flop_per_s),
     # ...), "attention.fp32" likewise, "bandwidth" → ((bytes, bytes_per_s), ...); the
     # kernels a recipe runs beyond them by dtype in ``hardware.kernels``' names.  Small
@@ -250,6 +255,21 @@ class Hardware:
         if self.op_overhead_s > 0 or self.efficiency is None:
             return self.op_overhead_s
         return self.efficiency.op_overhead_s
+
+    def fresh_pages_s(self, created: Iterable[int]) -> float:
+        """Seconds the new tensors of bytes ``created`` cost in fresh pages (those of the
+        threshold's size or more); 0 where the profile has no such figure.
+
+        >>> chip = Hardware(id="x", name="x", memory_bytes=1, memory_bandwidth_bytes_per_s=1.0,
+        ...                 dense_flop_per_s={"fp32": 1.0}, fresh_pages_from_bytes=32e6,
+        ...                 fresh_page_bytes_per_s=4e9)
+        >>> chip.fresh_pages_s([8_000_000, 40_000_000, 160_000_000])  # (40 + 160) MB / 4 GB/s
+        0.05
+        """
+        if self.fresh_page_bytes_per_s <= 0:
+            return 0.0
+        fresh = sum(size for size in created if size >= self.fresh_pages_from_bytes)
+        return fresh / self.fresh_page_bytes_per_s
 
     def op_overhead_for(self, *, inference: bool) -> float:
         """:attr:`expected_op_overhead_s`, or of an ``inference`` step (a forward under

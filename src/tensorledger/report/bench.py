@@ -58,6 +58,14 @@ def probe_view(result: ProbeResult, path: str) -> View:
         table.add_row(f"{bw.kernel}{' (new output)' if bw.fresh_output else ' (warm)'}",
                       format_bytes(bw.buffer_bytes, "auto-binary"),
                       format_duration(bw.median_s), format_bandwidth(bw.bytes_per_s))
+    pages = result.fresh_pages
+    for page in pages.points if pages is not None else ():
+        table.add_row("write into a new tensor (its pages, its free)",
+                      format_bytes(page.size_bytes, "auto-binary"),
+                      format_duration(page.fresh_s), f"warm {format_duration(page.warm_s)}")
+    if pages is not None:
+        table.add_row(f"fresh pages, tensors of {format_bytes(pages.from_bytes, 'auto-binary')}"
+                      " or more", "", "", format_bandwidth(pages.bytes_per_s))
     table.add_row("per-op overhead in a training step", "Transformer d 8, 2 layers",
                   format_duration(result.op_overhead_s), "")
     if result.inference_op_overhead_s > 0:

@@ -70,6 +70,11 @@ def chip_view(chip: Hardware, intensities: Mapping[str, float]) -> list[Renderab
         table.add_row("per-op cost, inference",  # a forward under no_grad
                       format_duration(chip.inference_op_overhead_s), "", "",
                       chip.specific_source("inference_op_overhead"))
+    if chip.fresh_page_bytes_per_s > 0:
+        threshold = format_bytes(chip.fresh_pages_from_bytes, "auto-binary")
+        table.add_row(f"fresh pages of a new tensor of {threshold} or more",
+                      format_bandwidth(chip.fresh_page_bytes_per_s), "", "",
+                      chip.specific_source("fresh_page_rate"))
     topology_source = _topology_rows(table, chip)
     for key in COMPUTE_KEYS:
         if key not in chip.dense_flop_per_s:

@@ -279,6 +279,9 @@ def predict_op(index: int, op: OpLike, hardware: Hardware,
                  else calibration.entry(footprint))
         overhead = (entry + calibration.call_cost_s.get(kind, 0.0)
                     + calibration.piece_cost_s.get(kind, 0.0) * pieces(op) + between)
+    # its new tensors mapped anew (a CPU's large ones): their pages faulted in and unmapped,
+    # a cost of the allocation beside the kernel's
+    overhead += hardware.fresh_pages_s(size for _, size in getattr(op, "storages_created", ()))
     if overhead == 0 and moved == 0 and op.flops == 0:
         bound = "free"
     elif overhead > max(compute, memory):

@@ -1,0 +1,101 @@
+"""The probe's fresh pages: the size from which a CPU's new tensors are mapped anew, and what
+their pages cost beyond the bytes written, derived by hand from timings the test sets."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+import tensorledger.bench.probe_pages as pages
+from tensorledger.bench import profile_toml
+from tensorledger.bench.probe import _Timer
+from tensorledger.bench.probe_pages import FreshPages, PagePoint, fresh_pages
+from tensorledger.hardware import load_hardware_file
+from tensorledger.roofline import predict_op
+from tests.bench.test_probe_noise import SMALL, FakeClock
+from tests.roofline.test_model import H100, Op
+
+MIB = 2**20
+
+
+def _timer() -> _Timer:
+    return _Timer(torch.device("cpu"), FakeClock([1e-3]), 0.10, 0)
+
+
+def _timed(extra: dict[int, float]) -> object:
+    """A stand-in for ``_point``: a warm write at 40 GB/s, a new tensor that much slower
+    plus ``extra[size]`` seconds."""
+    def point(timer: _Timer, size: int, budget_s: float) -> PagePoint:
+        warm = size / 40e9
+        return PagePoint(size, warm, warm + extra.get(size, 0.0))
+    return point
+
+
+def test_the_threshold_and_the_rate_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 8 and 16 MiB cost nothing beyond their bytes; 32 MiB 32 MiB / 5 GB/s more, 64 MiB
+    # 64 MiB / 4 GB/s more: mapped from 32 MiB, at (32 + 64) MiB over the extra seconds
+    extra = {32 * MIB: 32 * MIB / 5e9, 64 * MIB: 64 * MIB / 4e9}
+    monkeypatch.setattr(pages, "_point", _timed(extra))
+    said: list[str] = []
+    found = fresh_pages(_timer(), budget_s=0.01, say=said.append)
+    assert found is not None
+    assert found.from_bytes == 32 * MIB
+    assert found.bytes_per_s == pytest.approx(96 / (32 / 5 + 64 / 4) * 1e9)  # 4.286 GB/s
+    assert [p.size_bytes for p in found.points] == [8 * MIB, 16 * MIB, 32 * MIB, 64 * MIB]
+    assert said[0] == "fresh pages, 8 MiB tensors"
+
+
+def test_no_fresh_pages_where_none_cost_twice_or_a_figure_is_noisy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # a new 64 MiB tensor 1.9× a warm write: below twice, no threshold
+    monkeypatch.setattr(pages, "_point", _timed({64 * MIB: 0.9 * 64 * MIB / 40e9}))
+    assert fresh_pages(_timer(), budget_s=0.01, say=lambda _: None) is None
+    # the figures of 16 MiB set aside (still noisy after their retries): nothing at all
+    monkeypatch.setattr(pages, "_point", _timed({64 * MIB: 1.0}))
+    timer = _timer()
+    timer.why["fresh pages: fresh write 16777216 B"] = "spread 40%"
+    assert fresh_pages(timer, budget_s=0.01, say=lambda _: None) is None
+    # another device than a CPU: none measured
+    cuda = _Timer(torch.device("meta"), FakeClock([1e-3]), 0.10, 0)
+    assert fresh_pages(cuda, budget_s=0.01, say=lambda _: None) is None
+
+
+def test_a_real_write_is_timed_warm_and_fresh() -> None:
+    # the fake clock reads 1 ms a call: both writes of a 1 MiB tensor take 1 ms, so no size
+    # is mapped anew
+    point = pages._point(_timer(), MIB, 0.01)
+    assert point.size_bytes == MIB
+    assert (point.warm_s, point.fresh_s) == pytest.approx((1e-3, 1e-3))
+
+
+def test_the_profile_carries_the_fresh_pages_and_the_roofline_adds_them(
+        tmp_path: Path) -> None:
+    from tensorledger.bench import probe
+
+    result = dataclasses.replace(
+        probe("cpu", clock=FakeClock([1e-3]), **SMALL),
+        fresh_pages=FreshPages(32 * MIB, 4e9, ()))
+    path = tmp_path / "local.toml"
+    path.write_text(profile_toml(result))
+    chip = load_hardware_file(path)
+    assert (chip.fresh_pages_from_bytes, chip.fresh_page_bytes_per_s) == (32 * MIB, 4e9)
+    # an op making a 40 MB tensor and an 8 MB one pays 40 MB / 4 GB/s = 10 ms more than the
+    # same op making none; the 8 MB one, below 32 MiB, costs nothing beyond its bytes
+    plain = Op("aten.sqrt.default", "elementwise", 10**7, 40_000_000, 40_000_000,
+               input_dtypes=("fp32",), output_dtypes=("fp32",))
+    made = Created(**dataclasses.asdict(plain),
+                   storages_created=((1, 40_000_000), (2, 8_000_000)))
+    for hardware in (chip, dataclasses.replace(H100, fresh_pages_from_bytes=32 * MIB,
+                                               fresh_page_bytes_per_s=4e9)):
+        base = predict_op(0, plain, hardware)
+        priced = predict_op(0, made, hardware)
+        assert priced.time_s - base.time_s == pytest.approx(40e6 / 4e9)
+        assert priced.overhead_s - base.overhead_s == pytest.approx(40e6 / 4e9)
+
+
+@dataclasses.dataclass(frozen=True)
+class Created(Op):
+    storages_created: tuple[tuple[int, int], ...] = ()
