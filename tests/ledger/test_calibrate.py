@@ -21,7 +21,7 @@ from tensorledger.ledger.calibrate import (
 )
 from tensorledger.roofline import predict, predict_op
 from tensorledger.roofline.compare import compare
-from tensorledger.roofline.model import pieces
+from tensorledger.roofline.cost_classes import pieces
 from tests.roofline.test_model import Op
 
 # two calibration models: per category (ops, predicted kernel s, the profiler's own s)

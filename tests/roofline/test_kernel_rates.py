@@ -12,8 +12,8 @@ import pytest
 from tensorledger.hardware import Calibration, Hardware, get_hardware
 from tensorledger.hardware.kernels import nearest_attention_curve
 from tensorledger.roofline import predict, predict_op
+from tensorledger.roofline.cost_classes import cost_class
 from tensorledger.roofline.kernel_rates import cast_of, op_precision
-from tensorledger.roofline.model import cost_class
 from tests.roofline.test_model import Op  # the op record the time model reads
 
 SDPA = "aten._scaled_dot_product_flash_attention_for_cpu.default"

@@ -7,7 +7,7 @@
   same kernels as the ops of a training step run them, over a sweep of sizes: each writes a
   new tensor and reads inputs last touched long before (rotating through twice the
   last-level cache).  That sweep is the bandwidth curve the roofline uses (for every op but
-  an optimizer's elementwise updates in place: ``roofline.model.updates_in_place``);
+  an optimizer's elementwise updates in place: ``roofline.cost_classes.updates_in_place``);
 - per-op overhead: the time per aten op of a training step on tiny tensors (the reference
   Transformer at width 8, forward and backward: ``OVERHEAD_MODEL``), where the kernels cost
   nothing and what is left is dispatch, autograd, module calls and einops; apart, per op of

@@ -85,7 +85,7 @@ class Calibration:
     slower than a stream), plus ``call_cost_s[class]`` (a kernel's own fixed cost: setting up
     its loops and threads) and ``piece_cost_s[class]`` for each of its pieces (the rows a copy
     writes, the batch × heads × query blocks of an attention, the FLOPs of a costly
-    elementwise op, the bytes a matmul moves: ``roofline.model.pieces``),
+    elementwise op, the bytes a matmul moves: ``roofline.cost_classes.pieces``),
     plus the cost of entering any op (``entry``: ``op_cost_s``, or by the step's footprint;
     a view's times its op's ``view_weights``, ``view_entry``);
     between ops the framework spends ``between_ops_s[phase]`` (Python, module code, autograd,
@@ -93,7 +93,7 @@ class Calibration:
     its phase group (``between``): ``forward`` and ``backward`` share one figure and one
     footprint (the activations they stream), ``optimizer`` has its own (the parameters and
     their state).
-    The class of an op is its category, or a finer one (``roofline.model.cost_class``:
+    The class of an op is its category, or a finer one (``roofline.cost_classes.cost_class``:
     ``elementwise-costly``, ``elementwise-dividing``, ``elementwise-optimizer``,
     ``normalization-fused``).
     """

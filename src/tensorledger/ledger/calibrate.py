@@ -40,8 +40,8 @@ from tensorledger.ledger.calibration_fit import (
     nonnegative_least_squares,
 )
 from tensorledger.napkin.transformer import TransformerConfig
+from tensorledger.roofline.cost_classes import cost_class, pieces
 from tensorledger.roofline.kernel_rates import op_precision
-from tensorledger.roofline.model import cost_class, pieces
 
 if TYPE_CHECKING:
     from tensorledger.bench.harness import Measurement
@@ -100,7 +100,7 @@ ROUND_SPREAD = 0.10
 #: 21.2 ms, half the spread.
 CALIBRATION_ROUNDS, CALIBRATION_BUDGET_S = 10, 6.0
 #: The precision recipes whose steps a calibration runs: each op in bf16 or fp16 is a cost
-#: class of its own (``roofline.model.cost_class``), so each recipe's kernels are fitted on
+#: class of its own (``roofline.cost_classes.cost_class``), so each recipe's kernels are fitted on
 #: its own steps (an fp32 calibration priced the tiny preset's mixed-bf16 step at a quarter
 #: of its measured time: issue 43).
 CALIBRATION_RECIPES = ("fp32", "mixed-bf16", "bf16")

@@ -16,13 +16,13 @@ terms over the models:
   a step makes are not alike: the Llama-like models' views (expand, permute, unbind) cost
   more than the GPT-2-like models' at the same footprint, and one line through both priced
   the tiny preset's views 24% short in a collection timed op by op, 17% with the weights;
-- per cost class (``roofline.model.cost_class``: the category, with costly and dividing
+- per cost class (``roofline.cost_classes.cost_class``: the category, with costly and dividing
   elementwise ops, the optimizer's elementwise ops and fused norms apart), ``scale`` on the
   kernel time at the probed rates,
   ``call_cost_s`` (a kernel's fixed cost) and ``piece_cost_s`` (a cost for each row a copy
   writes, each block an attention loops over, batch × heads × query blocks, each FLOP
   of a costly elementwise op such as GELU, or each byte a matmul moves:
-  ``roofline.model.pieces``),
+  ``roofline.cost_classes.pieces``),
   the non-negative least-squares fit of the class's measured time less the cost of entering
   its ops;
 - ``between_ops_s``: the time per op between the calls — each round's whole step (no
@@ -75,7 +75,7 @@ class Run:
     """One step of a calibration model, run for real."""
 
     step_s: float  # the harness's median time of the whole step (no profiler)
-    # cost class (roofline.model.cost_class) → (ops, kernel s at the probed rates, the
+    # cost class (roofline.cost_classes.cost_class) → (ops, kernel s at the probed rates, the
     # profiler's own s of its calls)
     classes: Mapping[str, tuple[int, float, float]]
     kernel_by_phase: Mapping[tuple[str, str], float]  # (phase group, class) → kernel s
