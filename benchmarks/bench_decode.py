@@ -43,10 +43,13 @@ HF_LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab
             "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32,
             "max_position_embeddings": 4096, "tie_word_embeddings": False}
 
-WORKLOADS = (  # (label, model, batch, context)
-    ("tiny (reference), batch 4, context 256", "tiny", 4, 256),
-    ("gpt2 small (reference), batch 1, context 512", "gpt2", 1, 512),
-    ("HF Llama d256 L4 (DynamicCache), batch 2, context 256", "hf-llama", 2, 256),
+WORKLOADS = (  # (label, model, batch, context, held to the target)
+    ("tiny (reference), batch 4, context 256", "tiny", 4, 256, True),
+    ("gpt2 small (reference), batch 1, context 512", "gpt2", 1, 512, True),
+    # transformers' Llama runs more Python a step than the per-op cost the probe times on the
+    # reference model: shown beside the two, not held to the target (issue 39 holds the tiny
+    # and small models to it)
+    ("HF Llama d256 L4 (DynamicCache), batch 2, context 256", "hf-llama", 2, 256, False),
 )
 
 
@@ -101,22 +104,22 @@ def main() -> None:
         config.parent.mkdir()
         config.write_text(json.dumps(HF_LLAMA))
         timings = []
-        for label, model, batch, context in WORKLOADS:
+        for label, model, batch, context, held in WORKLOADS:
             source = str(config) if model == "hf-llama" else model
             work = resolve_workload(source, batch=batch, step="decode", context=context,
                                     precision="fp32", device="cpu")
             _say(f"preparing {label}")
-            timings.append((label, work, StepTiming(work, chip)))
+            timings.append((label, work, StepTiming(work, chip), held))
         for index in range(args.rounds):
             _say(f"round {index + 1} of {args.rounds}")
-            for _, _, timing in timings:
+            for _, _, timing, _ in timings:
                 timing.round(args.budget / args.rounds, warmup=1)
         rows = []
         print(f"{torch.get_num_threads()} threads; fp32 decode steps; profile {chip.id} "
               f"({'calibrated' if chip.calibration is not None else 'not calibrated'})")
         print(f"{'workload':<56}{'predicted':>11}{'measured':>11}{'error':>8}"
               f"{'tokens/s meas.':>16}{'spread':>8}")
-        for label, work, timing in timings:
+        for label, work, timing, held in timings:
             run = timing.report()
             c = run.comparison
             assert c is not None and run.serving is not None
@@ -128,16 +131,17 @@ def main() -> None:
                          "measured_tokens_per_s": work.batch / c.measured_step_s,
                          "bound": run.serving.bound, "max_round_spread": spread,
                          "warning": run.measurement_warning,
-                         "pass": abs(c.error) <= TARGET})
+                         "held_to_target": held,
+                         "pass": abs(c.error) <= TARGET if held else None})
             print(f"{label:<56}{c.predicted_step_s * 1e3:>9.2f}ms{c.measured_step_s * 1e3:>9.2f}"
-                  f"ms{c.error:>+8.1%}{work.batch / c.measured_step_s:>16,.0f}{spread:>8.0%}",
-                  flush=True)
-        errors = [abs(float(str(row["error"]))) for row in rows]
+                  f"ms{c.error:>+8.1%}{work.batch / c.measured_step_s:>16,.0f}{spread:>8.0%}"
+                  + ("" if held else "  (not held to the target)"), flush=True)
+        errors = [abs(float(str(row["error"]))) for row in rows if row["held_to_target"]]
         print(json.dumps({"benchmark": "decode_cpu", "profile": chip.id,
                           "calibrated": chip.calibration is not None, "rows": rows,
                           "median_abs_error": statistics.median(errors),
                           "max_abs_error": max(errors), "target_error": TARGET,
-                          "pass": all(row["pass"] for row in rows)}))
+                          "pass": all(row["pass"] for row in rows if row["held_to_target"])}))
 
 
 if __name__ == "__main__":
