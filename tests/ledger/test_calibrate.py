@@ -374,7 +374,7 @@ def test_calibrate_times_every_step_in_rounds(monkeypatch: pytest.MonkeyPatch) -
     assert session.taken == 1 and all(len(t.round_medians_s) == 1 for _, t in session.steps)
     assert "1 rounds each" in session.fitted().source
     for _, timed in session.steps:  # the views by op add up to the view class
-        run = calibration._run(timed)
+        run = calibration._run(timed, session.hardware)
         count, _, seconds = run.classes["view"]
         assert sum(n for n, _ in run.views.values()) == count
         assert "aten.view" in run.views and all(op.startswith("aten.") for op in run.views)
@@ -382,6 +382,18 @@ def test_calibrate_times_every_step_in_rounds(monkeypatch: pytest.MonkeyPatch) -
         # profiler saw that the trace did not make (matched by name, by their rule)
         assert 0 < sum(s for _, s in run.views.values()) <= seconds * (1 + 1e-9)
     assert session.fitted().view_weights
+    # a profile whose every new tensor costs fresh pages, at 1 TB/s: the run's step and its
+    # ops' own time are the measured ones less the bytes the step's ops make / 1 TB/s (the
+    # fit leaves that known part out; the roofline adds it back)
+    _, timed = session.steps[0]
+    fresh = dataclasses.replace(session.hardware, fresh_pages_from_bytes=1.0,
+                                fresh_page_bytes_per_s=1e12)
+    plain, less = calibration._run(timed, session.hardware), calibration._run(timed, fresh)
+    made_s = sum(size for r in timed.records for _, size in r.storages_created) / 1e12
+    assert made_s > 0
+    assert plain.step_s - less.step_s == pytest.approx(made_s)
+    assert sum(m for _, _, m in plain.classes.values()) - sum(
+        m for _, _, m in less.classes.values()) <= made_s * (1 + 1e-9)
     # two steps profiled a round: two profiles a round, fitted all the same
     twice = calibration.CalibrationRounds(chip, profiled=2)
     twice.round(0.01)

@@ -25,7 +25,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tensorledger.costs import packet
 from tensorledger.errors import InputError
@@ -146,9 +146,34 @@ def _time_round(timed: _Timed, budget_s: float, name: str, profiled: int = 1) ->
     timed.profiles.extend(calls)
 
 
-def _run(timed: _Timed) -> Run:
+def fresh_pages_by_class(classes: Sequence[str], records: Sequence[Any],
+                         hardware: Hardware) -> dict[str, float]:
+    """Seconds of fresh pages (``Hardware.fresh_pages_s``: a CPU's new tensors of its mmap
+    threshold or more) of each class, from the tensors each op makes: a known part of the
+    measured times, which the fit leaves out of what it fits (the roofline adds it again).
+
+    >>> from types import SimpleNamespace as Rec
+    >>> chip = Hardware(id="x", name="x", memory_bytes=1, memory_bandwidth_bytes_per_s=1.0,
+    ...                 dense_flop_per_s={"fp32": 1.0}, fresh_pages_from_bytes=32e6,
+    ...                 fresh_page_bytes_per_s=4e9)
+    >>> made = [Rec(storages_created=((1, 40_000_000),)), Rec(storages_created=((2, 8_000_000),)),
+    ...         Rec(storages_created=((3, 80_000_000), (4, 1))), Rec()]
+    >>> fresh_pages_by_class(["embedding", "matmul", "embedding", "view"], made, chip)
+    {'embedding': 0.03}
+    """
+    found: dict[str, float] = defaultdict(float)
+    for kind, record in zip(classes, records, strict=True):
+        seconds = hardware.fresh_pages_s(
+            size for _, size in getattr(record, "storages_created", ()))
+        if seconds > 0:
+            found[kind] += seconds  # (40 + 80) MB / 4 GB/s above: 30 ms
+    return dict(found)
+
+
+def _run(timed: _Timed, hardware: Hardware) -> Run:
     """The :class:`Run` of a step timed over every round: the median of all its samples, and
-    each class's calls from the profiler, the median over the rounds."""
+    each class's calls from the profiler, the median over the rounds, each less its fresh
+    pages (:func:`fresh_pages_by_class`)."""
     from tensorledger.roofline.compare import compare
 
     # the prediction with each op's class (by its dtype too) as its category: compare() then
@@ -171,19 +196,24 @@ def _run(timed: _Timed) -> Run:
         timed.round_medians_s, spans)
     views = {c.category.removeprefix("view "): (c.ops, c.measured_s)
              for c in by_view.categories if c.category.startswith("view ") and c.ops}
+    pages = fresh_pages_by_class([op.category for op in prediction.ops], timed.records,
+                                 hardware)
+    fresh_s = sum(pages.values())
     for op, traced in zip(prediction.ops, timed.records, strict=True):
         kernel[op.category] += op.time_s - op.overhead_s
         by_phase[Calibration.group(op.phase), op.category] += op.time_s - op.overhead_s
         ops[Calibration.group(op.phase)] += 1
         counted[op.category] += pieces(traced)
-    return Run(step_s=step_s,
-               classes={c.category: (c.ops, kernel[c.category], c.measured_s)
-                           for c in result.categories if c.ops},
+    return Run(step_s=step_s - fresh_s,
+               classes={c.category: (c.ops, kernel[c.category],
+                                     max(c.measured_s - pages.get(c.category, 0.0), 0.0))
+                        for c in result.categories if c.ops},
                kernel_by_phase=dict(by_phase), ops_by_phase=dict(ops), pieces=dict(counted),
                ops=tuple((op.category, Calibration.group(op.phase), op.compute_time_s,
                           op.memory_time_s, op.ideal_time_s, float(op.bytes), pieces(traced))
                          for op, traced in zip(prediction.ops, timed.records, strict=True)),
-               ops_s=result.measured_ops_s, between_s=result.residual_s, views=views)
+               ops_s=max(result.measured_ops_s - fresh_s, 0.0), between_s=result.residual_s,
+               views=views)
 
 
 def round_spread(medians: Sequence[float]) -> float:
@@ -318,7 +348,7 @@ class CalibrationRounds:
                                   "fp32": max(rate for _, rate in curve)})
             for _, timed in self.steps:
                 timed.prediction = predict(timed.records, self.hardware)
-        runs = [_run(timed) for _, timed in self.steps]
+        runs = [_run(timed, self.hardware) for _, timed in self.steps]
         return fit([StepSample(*runs[i:i + 2]) for i in range(0, len(runs), 2)],
                    source="fitted by tensorledger probe on " + ", ".join(
                        f"{c.name} (batch {b} × seq {s})" for c, b, s in CALIBRATION_MODELS) +
