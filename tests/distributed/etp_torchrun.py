@@ -12,7 +12,8 @@ tokens (its tp peer the same ones).  Against the whole model on every rank:
   the second block's experts' input gradient, all-reduced over tp in backward (without that
   all-reduce it would hold half the hidden features' share).
 
-Writes ``OUT_DIR/etp.rank<r>.json``.  Run by ``test_etp_torchrun.py`` as ``torchrun
+Dropless (``etp``) and with a capacity of 1.0 (``etp-capacity``: the (E, C, d) buffers).
+Writes ``OUT_DIR/<name>.rank<r>.json``.  Run by ``test_etp_torchrun.py`` as ``torchrun
 --standalone --nproc-per-node 4 THIS OUT_DIR``.
 """
 
@@ -23,11 +24,13 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-NAME = "etp"
+NAME, CAPACITY = "etp", "etp-capacity"
+NAMES = (NAME, CAPACITY)  # dropless, and each expert's slots padded to a capacity
 
 
 def _tokens(ep_rank: int) -> torch.Tensor:
@@ -39,22 +42,19 @@ def _loss(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), tokens.flatten())
 
 
-def main(out: Path) -> None:
-    import torch.distributed as dist
-
+def _compare(name: str, mesh: Any, rank: int, out: Path) -> None:
+    """The whole model and the laid-out one on this rank's tokens; their gaps written out (a
+    function of its own, so that its tensors and the collectives' work behind them are freed
+    before the process group is destroyed, as ep_reference_torchrun.py does)."""
     from tensorledger.models import build_model, get_preset
     from tensorledger.workload.expert_parallel import apply_expert_parallel
-    from tensorledger.workload.layout import Layout
-    from tensorledger.workload.parallel import build_mesh
     from tensorledger.workload.tensor_parallel import apply_tensor_parallel
 
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    layout = Layout(ep=2, tp=2, etp=2)
-    mesh = build_mesh(layout)
     config = get_preset("tiny-moe")
     assert config.moe is not None
-    config = dataclasses.replace(config, moe=dataclasses.replace(config.moe, aux_loss_coef=0.0))
+    moe = dataclasses.replace(config.moe, aux_loss_coef=0.0,
+                              capacity_factor=1.0 if name == CAPACITY else 0.0)
+    config = dataclasses.replace(config, moe=moe)
     torch.manual_seed(0)  # the same weights on every rank
     whole = build_model(config, "cpu", torch.float32)
     laid = copy.deepcopy(whole)
@@ -85,7 +85,19 @@ def main(out: Path) -> None:
               "grad_scale": float(whole.blocks[0].mlp.experts.gate.grad.abs().max()),
               "router_grad": float((ours_router - router_grad).abs().max()),
               "router_scale": float(router_grad.abs().max())}
-    (out / f"{NAME}.rank{rank}.json").write_text(json.dumps(record))
+    (out / f"{name}.rank{rank}.json").write_text(json.dumps(record))
+
+
+def main(out: Path) -> None:
+    import torch.distributed as dist
+
+    from tensorledger.workload.layout import Layout
+    from tensorledger.workload.parallel import build_mesh
+
+    dist.init_process_group("gloo")
+    mesh = build_mesh(Layout(ep=2, tp=2, etp=2))
+    for name in NAMES:
+        _compare(name, mesh, dist.get_rank(), out)
     dist.destroy_process_group()
 
 

@@ -155,3 +155,38 @@ def test_the_width_must_divide() -> None:
 
         with pytest.raises(InputError, match="--etp 3 does not divide the expert width 32"):
             split_expert_width(RoutedExperts(D, moe), "experts", init_device_mesh("cpu", (3,)))
+
+
+def test_inside_pipeline_stages_under_autocast() -> None:
+    """--pp 2 --microbatches 2 --fsdp 2 in mixed bf16: stage 0 holds one MoE layer, run once a
+    micro-batch of 1 × 20 tokens, 40 slots balanced 7, 7, 7, 7, 6, 6: rank 0's experts get
+    7 + 7 + 7 = 21 from each of the 2 ep ranks, 42 slots.  The experts' output is bf16 (the
+    grouped GEMM runs in autocast's dtype): 42 · 64 · 2 = 5,376 bytes; the gradient of their
+    input is the fp32 residual stream's (cast to bf16 inside the experts): 42 · 64 · 4 =
+    10,752 bytes."""
+    work = resolve_workload("tiny-moe", batch=B, seq=S, step="train", precision="mixed-bf16",
+                            device="fake", layout=resolve_layout(ep=EP, tp=TP, etp=TP, fsdp=2,
+                                                                 pp=2, microbatches=2))
+    run = trace_workload(work)
+    slots = 2 * (7 + 7 + 7)
+    assert (slots * D * 2, slots * D * 4) == (5_376, 10_752)
+    assert [c.size_bytes for c in _collectives(run, "all-reduce", "forward", ".mlp.experts")
+            ] == [slots * D * 2] * 2
+    assert [c.size_bytes for c in _collectives(run, "all-reduce", "backward", ".mlp.experts")
+            ] == [slots * D * 4] * 2
+    assert not run.trace.uncovered
+
+
+def test_activation_checkpointing_reduces_the_recomputed_output_again() -> None:
+    """--checkpoint full: backward runs each block's forward again, its experts' output
+    all-reduce with it (82 · 64 · 2 = 10,496 bytes in mixed bf16), before the input-gradient
+    all-reduce (82 · 64 · 4 = 20,992 bytes)."""
+    work = resolve_workload("tiny-moe", batch=B, seq=S, step="train", precision="mixed-bf16",
+                            device="fake", checkpoint="full",
+                            layout=resolve_layout(ep=EP, tp=TP, etp=TP))
+    run = trace_workload(work)
+    assert [c.size_bytes for c in _collectives(run, "all-reduce", "forward", ".mlp.experts")
+            ] == [RUN * D * 2] * LAYERS
+    assert [c.size_bytes for c in _collectives(run, "all-reduce", "backward", ".mlp.experts")
+            ] == [RUN * D * 2, RUN * D * 4] * LAYERS
+    assert (RUN * D * 2, RUN * D * 4) == (10_496, 20_992)
