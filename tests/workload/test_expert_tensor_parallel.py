@@ -190,3 +190,28 @@ def test_activation_checkpointing_reduces_the_recomputed_output_again() -> None:
     assert [c.size_bytes for c in _collectives(run, "all-reduce", "backward", ".mlp.experts")
             ] == [RUN * D * 2, RUN * D * 4] * LAYERS
     assert (RUN * D * 2, RUN * D * 4) == (10_496, 20_992)
+
+
+def test_stacked_experts_of_other_kinds_are_refused() -> None:
+    """transformers' grouped-GEMM experts (their own matrices' layouts) are not split: one
+    line, before anything is cut."""
+    import torch
+    from torch import nn
+
+    from tensorledger.workload.expert_parallel import apply_expert_parallel
+    from tensorledger.workload.parallel import build_mesh, fake_process_group
+
+    class Stacked(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.num_experts = 4
+            self.gate_up_proj = nn.Parameter(torch.zeros(4, 6, 8))
+
+    layout = resolve_layout(ep=2, tp=2, etp=2)
+    with fake_process_group(layout.count):
+        mesh = build_mesh(layout)
+        with pytest.raises(InputError, match=r"--etp 2 splits the reference models' routed "
+                                             r"experts; 0 \(Stacked\) is not one: drop --etp"):
+            model = nn.Sequential(Stacked())
+            apply_expert_parallel(model, mesh["ep"], tp=mesh["tp"])
+    assert tuple(model[0].gate_up_proj.shape) == (4, 6, 8)  # all 4 experts still there

@@ -356,6 +356,13 @@ def apply_expert_parallel(model: nn.Module, mesh: DeviceMesh, required: bool = T
         raise InputError(f"--ep {ranks} shards routed experts, and {type(model).__name__} has "
                          "none (a module with num_experts and stacked (E, d_in, d_out) "
                          "weights); drop --ep")
+    if tp is not None:  # refused before any block is cut
+        other = next(((name, module) for name, module in found if not _sorted_slots(module)),
+                     None)
+        if other is not None:
+            raise InputError(f"--etp {tp.size()} splits the reference models' routed experts; "
+                             f"{other[0] or 'the model'} ({type(other[1]).__name__}) is not "
+                             "one: drop --etp")
     shards = []
     for name, module in found:
         experts = _expert_count(module)
@@ -375,10 +382,6 @@ def apply_expert_parallel(model: nn.Module, mesh: DeviceMesh, required: bool = T
             setattr(module, "num_experts", local)  # noqa: B010
         label = name or type(module).__name__
         if tp is not None:
-            if not sorted_slots:
-                raise InputError(f"--etp {tp.size()} splits the reference models' routed "
-                                 f"experts; {label} ({type(module).__name__}) is not one: "
-                                 "drop --etp")
             from tensorledger.workload.expert_tensor_parallel import split_expert_width
 
             split_expert_width(module, label, tp)
