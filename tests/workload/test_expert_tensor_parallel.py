@@ -99,6 +99,16 @@ def test_a_rank_holds_half_of_each_of_its_experts(etp: Any, whole: Any) -> None:
     assert theirs.optimizer_state_bytes - ours.optimizer_state_bytes == 2 * saved
 
 
+
+def test_the_experts_save_half_their_hidden_activations(etp: Any, whole: Any) -> None:
+    """The experts save, of their hidden width, the gate's and up's outputs, the SiLU's and
+    the product: 4 tensors of 82 slots × f, halved by ETP 2; the slots in and out are whole."""
+    halved = LAYERS * 4 * RUN * (WIDTH - WIDTH // TP) * 4  # 2 · 4 · 82 · 16 · 4
+    assert halved == 41_984
+    assert (memory_of(whole).saved_activation_bytes - memory_of(etp).saved_activation_bytes
+            == halved)
+
+
 def test_each_tp_rank_keeps_its_columns_of_gate_and_up_and_rows_of_down() -> None:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
