@@ -216,6 +216,8 @@ def _value_pool(command: str, param: Param, place: Place) -> st.SearchStrategy[s
         # context parallelism (issue 37): the sequence must divide by 2·cp
         "cp": ["1", "2", "4", "3", "16", "0", "-1", "1048577", str(INT64_MAX), "", "٤"],
         "cp_rotate": ["allgather", "alltoall", "ALLTOALL", "ring", "", "٣"],
+        # expert tensor parallelism (issue 38): 1 or the --tp degree, beside --ep and --tp
+        "etp": ["1", "2", "4", "3", "0", "-1", "1048577", str(INT64_MAX), "", "٤"],
         # a valid --verify traces a model for seconds to minutes: tests/plan/test_verify.py
         "verify": ["0", "-1", "11", "", "٣", "nan"],
         # pipelines (issue 37): every torch schedule, chunks it does or does not take, stage
@@ -692,6 +694,8 @@ REFERENCE_MOE_CASES = [
     ["trace", "--model", "tiny-moe", "--step", "decode", "--context", "4"],
     # expert parallelism of the reference experts, beside tensor and pipeline parallelism
     ["trace", "--model", "tiny-moe", "--batch", "2", "--seq", "4", "--ep", "2", "--tp", "2"],
+    ["memory", "--model", "tiny-moe", "--batch", "2", "--seq", "4", "--ep", "2", "--tp", "2",
+     "--etp", "2"],
     ["memory", "--model", "tiny-moe", "--batch", "4", "--seq", "4", "--ep", "3", "--pp", "2",
      "--fsdp", "2", "--microbatches", "2", "--routing", "skew=1"],
     ["fit", "--experts", "8", "--top-k", "9"],
@@ -816,6 +820,31 @@ def test_impossible_expert_parallel_stages(extra: list[str], hostile_files: dict
                             *extra], place)
     assert outcome.code == 2 and len(outcome.stderr.strip().splitlines()) == 1, outcome
     assert "--ep" in outcome.stderr, outcome
+
+
+#: --etp (issue 38, expert tensor parallelism) on the reference tiny-moe: 1 or the --tp degree,
+#: beside --ep and --tp; one line naming --etp, exit 2, nothing built.
+IMPOSSIBLE_ETP = [
+    ["--etp", "2"],  # neither --ep nor --tp
+    ["--etp", "2", "--ep", "2"],  # no --tp
+    ["--etp", "2", "--tp", "2"],  # no --ep
+    ["--etp", "4", "--ep", "2", "--tp", "2"],  # not the --tp degree
+    ["--etp", "2", "--ep", "2", "--tp", "4"],
+    ["--etp", "0", "--ep", "2", "--tp", "2"],
+    ["--etp", "-2", "--ep", "2", "--tp", "2"],
+    ["--etp", str(2**63), "--ep", "2", "--tp", "2"],
+]
+
+
+@pytest.mark.parametrize("extra", IMPOSSIBLE_ETP, ids=" ".join)
+def test_impossible_expert_tensor_parallel_layouts(extra: list[str],
+                                                   hostile_files: dict[str, str],
+                                                   isolated: None) -> None:
+    with _place(hostile_files) as place:
+        outcome = run_case(["trace", "--model", "tiny-moe", "--batch", "2", "--seq", "4",
+                            *extra], place)
+    assert outcome.code == 2 and len(outcome.stderr.strip().splitlines()) == 1, outcome
+    assert "--etp" in outcome.stderr, outcome
 
 
 @pytest.mark.parametrize("extra", IMPOSSIBLE_EP, ids=" ".join)

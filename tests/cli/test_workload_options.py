@@ -68,7 +68,8 @@ def test_the_same_workload_options_with_the_same_names_help_and_defaults() -> No
 def test_the_same_layout_options_with_the_resolvers_defaults() -> None:
     found = {command: _options(command, LAYOUT_OPTIONS) for command in COMMANDS}
     assert LAYOUT_OPTIONS == ("dp", "fsdp", "zero", "tp", "sp", "cp", "cp_rotate", "pp",
-                              "microbatches", "schedule", "chunks", "stage_layers", "ep")
+                              "microbatches", "schedule", "chunks", "stage_layers", "ep",
+                              "etp")
     assert set(found["trace"]) == set(LAYOUT_OPTIONS)
     assert found["trace"] == found["memory"] == found["roofline"] == found["account"]
     # a second path: the defaults resolve_layout itself takes (1 everywhere: one device)

@@ -143,6 +143,11 @@ Ep = Annotated[int, typer.Option("--ep", help=(
     "must divide them) and runs its own batch; token-slots go to their experts' ranks and "
     "back by all-to-all, split as --routing says. Alone or beside --fsdp (non-experts sharded "
     "over fsdp·ep ranks, experts over fsdp; with --dp: HSDP)."))]
+Etp = Annotated[int, typer.Option("--etp", help=(
+    "Expert tensor parallelism beside --ep and --tp: 1 (default) keeps each rank's experts "
+    "whole on every tp rank; the --tp degree splits each expert's hidden width over the tp "
+    "ranks (gate and up by column, down by row), its output slots all-reduced over tp "
+    "(torchtitan's ETP = TP; the width must divide by it)."))]
 Pp = Annotated[int, typer.Option("--pp", help=(
     "Pipeline ranks (torch.distributed.pipelining, beside every other layout option, any "
     "recipe; models with a reference config: presets, GPT-2 and Llama config.json): a rank "
@@ -252,6 +257,7 @@ class LayoutOptions:
     chunks: Chunks = None
     stage_layers: StageLayersOption = None
     ep: Ep = 1
+    etp: Etp = 1
 
     def resolve(self, count: int | None = None) -> Layout:
         """The layout the options describe, ``--count`` (if given) checked to be its product;
@@ -260,7 +266,7 @@ class LayoutOptions:
                               sp=self.sp, pp=self.pp, microbatches=self.microbatches,
                               schedule=self.schedule, count=count, chunks=self.chunks,
                               stage_layers=self.stage_layers, cp=self.cp,
-                              cp_rotate=self.cp_rotate, ep=self.ep)
+                              cp_rotate=self.cp_rotate, ep=self.ep, etp=self.etp)
 
 
 _GROUPS: tuple[type, ...] = (WorkloadOptions, LayoutOptions)

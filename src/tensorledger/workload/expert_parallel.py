@@ -48,10 +48,14 @@ received slots more than on one device).
 that differ in their ep coordinate alone, in the same pipeline stage (its own stage's experts:
 each stage's MoE layers are laid out over its ep ranks, and the stage's all-to-alls stay
 within them), the same data-parallel replica and shard, and the same tensor-parallel rank.
-Beside ``tp`` the experts are not split further (torchtitan's ETP = 1): the tp ranks of one ep
-rank hold the same experts whole and each routes the whole sequence the block's replicated
-input holds, so each ep group moves what it would without ``tp`` (the attention and the
-shared experts are split over ``tp``: :func:`~.tensor_parallel.reference_tp_plan`).
+Beside ``tp`` the experts are not split further by default (torchtitan's ETP = 1): the tp
+ranks of one ep rank hold the same experts whole and each routes the whole sequence the
+block's replicated input holds, so each ep group moves what it would without ``tp`` (the
+attention and the shared experts are split over ``tp``:
+:func:`~.tensor_parallel.reference_tp_plan`).  With ``etp`` = ``tp`` (torchtitan's ETP = TP,
+the reference experts only) each tp rank keeps 1/TP of every local expert's hidden width, and
+the experts' output slots are all-reduced over ``tp`` in forward, their input slots' gradient
+in backward (:mod:`.expert_tensor_parallel`); the all-to-alls stay as they are.
 
 **On the fake process group** nothing moves: the counts a rank would receive are those of the
 stated routing (:mod:`.routing`), by which every rank routes its tokens alike; so rank r
@@ -145,6 +149,8 @@ class ExpertShard:
     group: Any  # the ep ProcessGroup
     fake: bool  # the group is torch's fake backend: the counts come from the stated routing
     sorted_slots: bool = False  # called as the reference experts are (see the module's doc)
+    tp_group: Any = None  # the tp ProcessGroup each expert's hidden width is split over (ETP)
+    tp_ranks: int = 1  # ETP: the ranks of that group (1: the experts whole on each tp rank)
 
     @property
     def ranks(self) -> int:
@@ -286,7 +292,17 @@ def _route_through(module: nn.Module, shard: ExpertShard) -> None:
             else:
                 args, kwargs = tuple(bound.arguments.values()), {}
         arrived, done = shard.dispatch(args)
-        return shard.combine(forward(*arrived, **kwargs), done)
+        if shard.tp_group is None:
+            return shard.combine(forward(*arrived, **kwargs), done)
+        from tensorledger.workload.expert_tensor_parallel import (
+            from_expert_shards,
+            to_expert_shards,
+        )
+
+        # each tp rank runs its slice of the hidden width on the same slots: partial sums
+        inputs = (to_expert_shards(arrived[0], shard.tp_group), *arrived[1:])
+        output = from_expert_shards(forward(*inputs, **kwargs), shard.tp_group)
+        return shard.combine(output, done)
 
     module.forward = routed
 
@@ -297,22 +313,24 @@ _SHARDS: WeakKeyDictionary[nn.Module, ExpertShard] = WeakKeyDictionary()
 
 def whole_params(model: nn.Module) -> int:
     """The parameters of the whole model, all ranks' shards together: each expert-parallel
-    block's counted EP times (a DTensor already counts its global shape)."""
+    block's counted EP · ETP times (a DTensor already counts its global shape)."""
     total = sum(p.numel() for p in dict.fromkeys(model.parameters()))
     for module in model.modules():
         shard = _SHARDS.get(module)
         if shard is not None:
             own = sum(p.numel() for p in module.parameters(recurse=False))
-            total += (shard.ranks - 1) * own
+            total += (shard.ranks * shard.tp_ranks - 1) * own
     return total
 
 
-def apply_expert_parallel(model: nn.Module, mesh: DeviceMesh,
-                          required: bool = True) -> list[ExpertShard]:
+def apply_expert_parallel(model: nn.Module, mesh: DeviceMesh, required: bool = True,
+                          tp: DeviceMesh | None = None) -> list[ExpertShard]:
     """Shard every block of routed experts of ``model`` over the 1-D ``mesh`` (``ep``) and
     route its token-slots to their experts' ranks (see the module's docstring); in place.
     Refused in one line when EP does not divide a block's experts, or when the model has no
     such block and one is ``required`` (a pipeline stage of dense layers alone has none).
+    ``tp``: the 1-D tp mesh each local expert's hidden width is split over (ETP = TP; the
+    reference experts only, :mod:`.expert_tensor_parallel`), None to keep them whole.
 
     >>> from tensorledger.workload.parallel import fake_process_group
     >>> class Experts(nn.Module):
@@ -338,6 +356,13 @@ def apply_expert_parallel(model: nn.Module, mesh: DeviceMesh,
         raise InputError(f"--ep {ranks} shards routed experts, and {type(model).__name__} has "
                          "none (a module with num_experts and stacked (E, d_in, d_out) "
                          "weights); drop --ep")
+    if tp is not None:  # refused before any block is cut
+        other = next(((name, module) for name, module in found if not _sorted_slots(module)),
+                     None)
+        if other is not None:
+            raise InputError(f"--etp {tp.size()} splits the reference models' routed experts; "
+                             f"{other[0] or 'the model'} ({type(other[1]).__name__}) is not "
+                             "one: drop --etp")
     shards = []
     for name, module in found:
         experts = _expert_count(module)
@@ -355,8 +380,15 @@ def apply_expert_parallel(model: nn.Module, mesh: DeviceMesh,
         sorted_slots = _sorted_slots(module)
         if not sorted_slots:  # its forward runs its local experts
             setattr(module, "num_experts", local)  # noqa: B010
-        shard = ExpertShard(name=name or type(module).__name__, experts=experts, local=local,
-                            first=first, group=group, fake=fake, sorted_slots=sorted_slots)
+        label = name or type(module).__name__
+        if tp is not None:
+            from tensorledger.workload.expert_tensor_parallel import split_expert_width
+
+            split_expert_width(module, label, tp)
+        shard = ExpertShard(name=label, experts=experts, local=local, first=first, group=group,
+                            fake=fake, sorted_slots=sorted_slots,
+                            tp_group=None if tp is None else tp.get_group(),
+                            tp_ranks=1 if tp is None else tp.size())
         _SHARDS[module] = shard
         _route_through(module, shard)
         shards.append(shard)

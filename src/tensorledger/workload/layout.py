@@ -28,7 +28,7 @@ from tensorledger.summary import summary
 from tensorledger.workload.schedules import Schedule, StageLayers, check_schedule, resolve_schedule
 
 __all__ = ["CP_ROTATIONS", "LARGEST_DEGREE", "SCHEDULES", "SINGLE", "ZERO_STAGES", "Layout",
-           "check_experts", "check_layout", "resolve_layout"]
+           "check_expert_width", "check_experts", "check_layout", "resolve_layout"]
 
 #: The largest degree of any one dimension: far past any cluster, small enough to stay exact.
 LARGEST_DEGREE = 1 << 20
@@ -78,6 +78,10 @@ class Layout:
     # expert parallelism: ranks that each hold 1/ep of every routed-expert block and run their
     # own batch; token-slots travel to their experts' ranks by all-to-all (.expert_parallel)
     ep: int = 1
+    # expert tensor parallelism: 1 (each tp rank holds its ep rank's experts whole) or tp
+    # (each keeps 1/tp of every local expert's hidden width; the experts' output all-reduced
+    # over tp: torchtitan's ETP = TP)
+    etp: int = 1
 
     @property
     def count(self) -> int:
@@ -186,7 +190,9 @@ class Layout:
         if self.ep > 1:
             over = (f"; FSDP of the experts over fsdp = {self.fsdp} ranks" if self.fsdp > 1
                     else "")
-            if self.tp > 1:
+            if self.etp > 1:
+                over += f"; each expert's hidden width split over tp (ETP {self.etp})"
+            elif self.tp > 1:
                 over += "; experts whole on each tp rank"
             parts.append(f"EP × {self.ep} (experts sharded, tokens by all-to-all{over})")
         if self.tp > 1:
@@ -220,7 +226,7 @@ def resolve_layout(*, dp: int = 1, fsdp: int = 1, zero: int | None = None, tp: i
                    sp: bool = False, pp: int = 1, microbatches: int | None = None,
                    schedule: str | None = None, count: int | None = None,
                    chunks: int | None = None, stage_layers: str | None = None, cp: int = 1,
-                   cp_rotate: str | None = None, ep: int = 1) -> Layout:
+                   cp_rotate: str | None = None, ep: int = 1, etp: int = 1) -> Layout:
     """Check the degrees against each other (not yet against a model: :func:`check_layout`).
 
     ``zero`` defaults to 3 and needs ``fsdp`` > 1; ``sp`` needs ``tp`` > 1; ``count``, when
@@ -241,8 +247,9 @@ def resolve_layout(*, dp: int = 1, fsdp: int = 1, zero: int | None = None, tp: i
                     schedule=resolve_schedule("1f1b" if schedule is None else schedule).value,
                     cp=_degree("cp", cp),
                     cp_rotate="allgather" if cp_rotate is None else cp_rotate.strip().lower(),
-                    ep=_degree("ep", ep))
+                    ep=_degree("ep", ep), etp=_degree("etp", etp))
     _check_expert_parallel(layout, zero)
+    _check_expert_tensor_parallel(layout)
     if cp_rotate is not None and layout.cp == 1:
         raise InputError("--cp-rotate moves keys and values round the context-parallel ring; "
                          "give --cp N (N > 1) with it")
@@ -308,6 +315,27 @@ def _check_expert_parallel(layout: Layout, zero: int | None) -> None:
                          "pipeline stages); give --fsdp N (N > 1) too")
 
 
+def _check_expert_tensor_parallel(layout: Layout) -> None:
+    """Refuse, in one line, an ``--etp`` other than 1 or the ``--tp`` degree, or one without
+    both expert and tensor parallelism to split.
+
+    >>> try:
+    ...     resolve_layout(ep=2, tp=4, etp=2)
+    ... except InputError as error:
+    ...     print(error)
+    --etp takes 1 (experts whole on each tp rank) or the --tp degree 4, got 2
+    """
+    etp = layout.etp
+    if etp == 1:
+        return
+    if layout.ep == 1 or layout.tp == 1:
+        raise InputError(f"--etp {etp} splits each expert-parallel rank's experts over the "
+                         "tensor-parallel ranks; give --ep N and --tp N (N > 1) with it")
+    if etp != layout.tp:
+        raise InputError(f"--etp takes 1 (experts whole on each tp rank) or the --tp degree "
+                         f"{layout.tp}, got {etp}")
+
+
 def check_experts(layout: Layout, experts: tuple[int, int] | None, model: str) -> None:
     """Refuse ``--ep`` for a model without routed experts, or one that does not divide them
     (``experts``: (routed experts, experts per token), None without).
@@ -326,6 +354,20 @@ def check_experts(layout: Layout, experts: tuple[int, int] | None, model: str) -
     if experts[0] % layout.ep:
         raise InputError(f"--ep {layout.ep} does not divide {model}'s {experts[0]} routed "
                          f"experts; use an --ep that divides {experts[0]}")
+
+
+def check_expert_width(layout: Layout, width: int, model: str) -> None:
+    """Refuse an ``--etp`` that does not divide the routed experts' hidden ``width``.
+
+    >>> try:
+    ...     check_expert_width(Layout(ep=2, tp=3, etp=3), 32, "tiny-moe")
+    ... except InputError as error:
+    ...     print(error)
+    --etp 3 does not divide tiny-moe's expert width 32; use --etp 1 or a --tp dividing 32
+    """
+    if layout.etp > 1 and width % layout.etp:
+        raise InputError(f"--etp {layout.etp} does not divide {model}'s expert width "
+                         f"{width:,}; use --etp 1 or a --tp dividing {width:,}")
 
 
 def check_layout(layout: Layout, config: TransformerConfig | None, *, batch: int,

@@ -331,7 +331,8 @@ def parallelize(model: nn.Module, layout: Layout, mesh: DeviceMesh,
     if layout.ep > 1:
         from tensorledger.workload.expert_parallel import apply_expert_parallel, expert_modules
 
-        apply_expert_parallel(model, mesh["ep"], required=not stage)
+        apply_expert_parallel(model, mesh["ep"], required=not stage,
+                              tp=mesh["tp"] if layout.etp > 1 else None)
         experts = [module for _, module in expert_modules(model)]
     if between is not None:
         model = between(model)

@@ -20,7 +20,13 @@ from tensorledger.errors import InputError, UnknownNameError
 from tensorledger.hardware.target import CPU, OPTIMIZER_KERNELS, Target
 from tensorledger.napkin.recipes import Optimizer, Precision, resolve_optimizer, resolve_precision
 from tensorledger.summary import summary
-from tensorledger.workload.layout import SINGLE, Layout, check_experts, check_layout
+from tensorledger.workload.layout import (
+    SINGLE,
+    Layout,
+    check_expert_width,
+    check_experts,
+    check_layout,
+)
 from tensorledger.workload.routing import BALANCED, Routing
 from tensorledger.workload.routing import routing as routed_experts
 from tensorledger.workload.source import ModelSource, resolve_source
@@ -406,6 +412,8 @@ def resolve_workload(model: str | ModelSource, *, batch: int = DEFAULTS.batch,
         raise InputError(f"--ep {layout.ep} beside --tp {layout.tp} is planned for the reference "
                          "mixture-of-experts models (tiny-moe, mixtral-8x7b, qwen3-30b-a3b); "
                          f"{source.label!r} is not one: drop --tp or --ep")
+    if layout.etp > 1 and config is not None and config.moe is not None:
+        check_expert_width(layout, config.moe.d_expert, config.name)
     if layout.pp > 1:
         if config is None:
             raise InputError(f"--pp cuts a reference model into stages; {source.label!r} is "

@@ -155,7 +155,9 @@ def reference_tp_plan(blocks: Iterable[tuple[str, nn.Module]], *, embedding: boo
     whole (replicated) input, the same tokens as its tp peers —, and its shared experts are
     split as the dense MLP is (up and gate column-, down row-parallel, the input taken as one
     replicated DTensor so its gradient is reduced once).  Without sequence parallelism only:
-    its sequence shards would send each tp rank's own tokens to the experts.
+    its sequence shards would send each tp rank's own tokens to the experts.  (ETP = TP splits
+    the routed experts' hidden width over ``tp`` outside this plan, as plain tensors:
+    :mod:`.expert_tensor_parallel`.)
     """
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
