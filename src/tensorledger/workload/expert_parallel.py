@@ -66,7 +66,8 @@ read from the counts' all-to-all.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
+import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 from weakref import WeakKeyDictionary
@@ -80,7 +81,7 @@ if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
 __all__ = ["ExpertShard", "apply_expert_parallel", "expert_modules", "expert_parameters",
-           "is_experts", "whole_params"]
+           "global_numel", "is_experts", "whole_params"]
 
 
 def is_experts(module: nn.Module) -> bool:
@@ -311,10 +312,26 @@ def _route_through(module: nn.Module, shard: ExpertShard) -> None:
 _SHARDS: WeakKeyDictionary[nn.Module, ExpertShard] = WeakKeyDictionary()
 
 
-def whole_params(model: nn.Module) -> int:
+def global_numel(param: torch.Tensor) -> int:
+    """The elements of the whole tensor ``param`` is of: a DTensor's global shape; a tensor
+    DDP beside tensor parallelism made local (torch's ``_pre_dp_module_transform`` keeps the
+    DTensor's spec as ``_st_info``), that spec's shape; else its own.
+
+    >>> global_numel(torch.zeros(2, 3))
+    6
+    """
+    spec = getattr(param, "_st_info", None)
+    shape = getattr(spec, "shape", None)
+    return math.prod(shape) if shape is not None else param.numel()
+
+
+def whole_params(model: nn.Module, params: Iterable[torch.Tensor] | None = None) -> int:
     """The parameters of the whole model, all ranks' shards together: each expert-parallel
-    block's counted EP · ETP times (a DTensor already counts its global shape)."""
-    total = sum(p.numel() for p in dict.fromkeys(model.parameters()))
+    block's counted EP · ETP times (a DTensor already counts its global shape).  ``params``:
+    the model's parameters as its step holds them, where the module's own list lacks some
+    (DDP beside tensor parallelism leaves its DTensors as plain attributes after a forward)."""
+    listed = model.parameters() if params is None else params
+    total = sum(global_numel(p) for p in dict.fromkeys(listed))
     for module in model.modules():
         shard = _SHARDS.get(module)
         if shard is not None:

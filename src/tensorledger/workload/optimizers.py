@@ -20,7 +20,7 @@ from torch.optim import Optimizer
 
 from tensorledger.napkin.recipes import OPTIMIZERS, QUANTIZATION_BLOCK, resolve_optimizer
 
-__all__ = ["Adam8bit", "Lion", "make_optimizer", "state_tensors"]
+__all__ = ["Adam8bit", "Lion", "apart_by_kind", "make_optimizer", "state_tensors"]
 
 Params = Iterable[torch.Tensor]
 
@@ -118,6 +118,26 @@ class Adam8bit(Optimizer):
                 state["exp_avg_sq"], state["exp_avg_sq_absmax"] = _quantize(exp_avg_sq, False)
 
 
+def apart_by_kind(params: list[Any]) -> Any:
+    """``params``, or where DTensors and plain tensors mix (tensor parallelism with no data
+    parallel wrapper: its sharded linears beside its whole norms), two parameter groups, one
+    of each: an optimizer's foreach kernels take one kind of tensor a call (AdamW's step over
+    both refuses: "got mixed torch.Tensor and DTensor").
+
+    >>> plain = [torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(3))]
+    >>> apart_by_kind(plain) == plain
+    True
+    """
+    from torch.distributed.tensor import DTensor
+
+    if any(isinstance(p, dict) for p in params):  # groups already
+        return params
+    dtensors = [p for p in params if isinstance(p, DTensor)]
+    if not dtensors or len(dtensors) == len(params):
+        return params
+    return [{"params": dtensors}, {"params": [p for p in params if not isinstance(p, DTensor)]}]
+
+
 def make_optimizer(name: str, params: Params, lr: float = 1e-3,
                    kernel: str = "for-loop") -> Optimizer:
     """A real optimizer for a napkin optimizer name or alias (``adamw``, ``sgd-momentum``...),
@@ -129,7 +149,7 @@ def make_optimizer(name: str, params: Params, lr: float = 1e-3,
     ('AdamW', True)
     """
     key = resolve_optimizer(name).name
-    params = list(params)
+    params = apart_by_kind(list(params))
     how: dict[str, Any] = {"foreach": kernel == "foreach"}
     if kernel == "fused":
         how = {"fused": True}

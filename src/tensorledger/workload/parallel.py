@@ -56,6 +56,7 @@ from tensorledger.trace.recorder import Recorder
 from tensorledger.trace.records import Trace
 from tensorledger.trace.storage import local_tensor
 from tensorledger.workload.layout import Layout
+from tensorledger.workload.optimizers import apart_by_kind
 from tensorledger.workload.tensor_parallel import (
     TpStyle,
     apply_tensor_parallel,
@@ -383,7 +384,7 @@ def make_optimizer(layout: Layout, mesh: DeviceMesh, params: Iterable[nn.Paramet
     ('ZeroRedundancyOptimizer', [torch.Size([4, 8])])
     """
     if layout.strategy != "zero1":
-        return make(list(params))
+        return make(apart_by_kind(list(params)))
     with warnings.catch_warnings():
         # the package's functional optimizers are TorchScript, which warns on first import
         warnings.filterwarnings("ignore", "`torch.jit.[a-z]+` is deprecated",
