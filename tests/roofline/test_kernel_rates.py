@@ -182,3 +182,25 @@ def test_a_decode_product_streams_its_weight_at_the_probed_rate_of_its_reuse() -
     wide = dataclasses.replace(up, input_shapes=((3072,), (64, 768), (768, 3072)))
     assert predict([wide, step[1]], chip).ops[0].memory_time_s == pytest.approx(
         predict_op(0, wide, chip).memory_time_s)
+
+
+def test_a_calibration_leaves_a_decode_products_probed_rate_alone() -> None:
+    """A calibration fitted on training steps (matmul scale 2, 1 µs a call, 1 ns a byte moved)
+    scales a training matmul and adds its bytes' cost; a decode product keeps its probed
+    stream (GPT-2's 768 × 3072 weight cold at 16 GB/s) and its call cost, without the
+    bytes' cost (its 9.45 MB would add 9.45 ms to a 0.59 ms product)."""
+    chip = _chip(matvec__fp32__m1=((4e6, 80e9), (128e6, 16e9)))
+    fit = Calibration(scale={"matmul": 2.0}, op_cost_s=0.0, between_ops_s={},
+                      call_cost_s={"matmul": 1e-6}, piece_cost_s={"matmul": 1e-9})
+    calibrated = dataclasses.replace(chip, calibration=fit)
+    weight = 768 * 3072 * 4
+    up = Op("aten.addmm.default", "matmul", 2 * 768 * 3072, weight + 768 * 4 + 3072 * 4,
+            3072 * 4, input_dtypes=("fp32",) * 3, output_dtypes=("fp32",),
+            input_shapes=((3072,), (1, 768), (768, 3072)))
+    p = predict_op(0, up, calibrated, inference=True, reread_bytes=512e6)
+    assert p.memory_time_s == pytest.approx(weight / 16e9)  # unscaled
+    assert p.overhead_s == pytest.approx(1e-6)  # the call, no piece cost
+    trained = predict_op(0, up, calibrated)  # the same op in a training step
+    assert trained.memory_time_s == pytest.approx(
+        2.0 * (up.bytes_read + up.bytes_written) / 1e10)  # scaled, at the chip's 10 GB/s
+    assert trained.overhead_s == pytest.approx(1e-6 + 1e-9 * (up.bytes_read + up.bytes_written))

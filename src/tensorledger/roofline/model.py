@@ -268,13 +268,17 @@ def predict_op(index: int, op: OpLike, hardware: Hardware,
         if kind not in calibration.scale:  # a profile fitted before the class was split off
             kind = cost_class(op.op, op.category)
         factor = calibration.factor(kind, op.category)
-        compute, memory = compute * factor, memory * factor
+        # a decode product streams at the rate probed in its own regime: the fit over
+        # training steps' matmuls neither scales its weight's time nor adds their bytes' cost
+        compute = compute * factor
+        memory = memory if decode is not None else memory * factor
+        parts = 0.0 if decode is not None else pieces(op)
         between = calibration.between(
             op.phase, footprint if group_footprint is None else group_footprint)
         entry = (calibration.view_entry(packet(op.op), footprint) if op.category == "view"
                  else calibration.entry(footprint))
         overhead = (entry + calibration.call_cost_s.get(kind, 0.0)
-                    + calibration.piece_cost_s.get(kind, 0.0) * pieces(op) + between)
+                    + calibration.piece_cost_s.get(kind, 0.0) * parts + between)
     # its new tensors mapped anew (a CPU's large ones): their pages faulted in and unmapped,
     # a cost of the allocation beside the kernel's
     overhead += hardware.fresh_pages_s(size for _, size in getattr(op, "storages_created", ()))
