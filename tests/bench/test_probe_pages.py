@@ -99,3 +99,12 @@ def test_the_profile_carries_the_fresh_pages_and_the_roofline_adds_them(
 @dataclasses.dataclass(frozen=True)
 class Created(Op):
     storages_created: tuple[tuple[int, int], ...] = ()
+
+
+def test_fresh_pages_from_the_threshold_on_at_any_rate() -> None:
+    # a tensor of the threshold's own 32 MiB is mapped anew, one a byte short is not; at
+    # 0.5 B/s its 2²⁵ bytes take 2²⁶ s.  No rate, nothing: whatever the threshold
+    slow = dataclasses.replace(H100, fresh_pages_from_bytes=32 * MIB, fresh_page_bytes_per_s=0.5)
+    assert slow.fresh_pages_s([32 * MIB, 32 * MIB - 1]) == 2.0**26
+    assert slow.fresh_pages_s([]) == 0.0
+    assert dataclasses.replace(slow, fresh_page_bytes_per_s=0.0).fresh_pages_s([64 * MIB]) == 0.0

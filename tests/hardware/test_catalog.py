@@ -147,6 +147,24 @@ def test_user_toml_errors(tmp_path: Path, body: str, fragment: str) -> None:
         get_hardware(str(path))
 
 
+def test_fresh_pages_are_read_from_a_users_toml(tmp_path: Path) -> None:
+    path = tmp_path / "cpu.toml"
+    chip = 'name = "x"\nmemory = "64GB"\nmemory_bandwidth = "1TB/s"\n'
+    dense = '[dense]\nbf16 = "1TFLOP/s"\n'
+    path.write_text(chip + 'fresh_pages_from = "32MiB"\nfresh_page_rate = "5GB/s"\n' + dense)
+    loaded = get_hardware(str(path))
+    assert (loaded.fresh_pages_from_bytes, loaded.fresh_page_bytes_per_s) == (2**25, 5e9)
+    path.write_text(chip + dense)  # neither: none measured, both 0
+    loaded = get_hardware(str(path))
+    assert (loaded.fresh_pages_from_bytes, loaded.fresh_page_bytes_per_s) == (0.0, 0.0)
+    for key, example in (("fresh_pages_from", '"32MiB"'), ("fresh_page_rate", '"5GB/s"')):
+        path.write_text(chip + f"{key} = true\n" + dense)
+        with pytest.raises(ConfigError) as error:
+            get_hardware(str(path))
+        assert str(error.value) == (
+            f"{path}: [cpu] {key} must be a quantity such as {example}, not a boolean")
+
+
 def test_missing_file() -> None:
     with pytest.raises(ConfigError, match=r"hardware file .* does not exist"):
         get_hardware("/nonexistent/chip.toml")

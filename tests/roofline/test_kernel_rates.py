@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from types import SimpleNamespace
 
 import pytest
 
 from tensorledger.hardware import Calibration, Hardware, get_hardware
-from tensorledger.hardware.kernels import nearest_attention_curve
+from tensorledger.hardware.kernels import matvec_rows, nearest_attention_curve
 from tensorledger.roofline import predict, predict_op
 from tensorledger.roofline.cost_classes import cost_class
-from tensorledger.roofline.kernel_rates import cast_of, op_precision
+from tensorledger.roofline.kernel_rates import attention_rate, cast_of, decode_product, op_precision
 from tests.roofline.test_model import Op  # the op record the time model reads
 
 SDPA = "aten._scaled_dot_product_flash_attention_for_cpu.default"
@@ -84,6 +85,49 @@ def test_the_nearest_head_width_is_taken_in_logs() -> None:
     assert nearest_attention_curve(curves, "bf16", "forward", 33) == (
         "attention-head.bf16.forward.d64")
     assert nearest_attention_curve(curves, "fp16", "forward", 33) is None
+    # a width of 0 is no curve (its log is none); 1 is one; a head of no width is read as 1:
+    # 1 lies at 0 from d1 and ln 3 from d3 in logs (read as 2, it would lie nearer 3)
+    narrow = dict.fromkeys(("attention-head.bf16.forward.d3", "attention-head.bf16.forward.d0",
+                            "attention-head.bf16.forward.d1"), ())
+    assert nearest_attention_curve(narrow, "bf16", "forward", 1) == (
+        "attention-head.bf16.forward.d1")
+    assert nearest_attention_curve(narrow, "bf16", "forward", 0) == (
+        "attention-head.bf16.forward.d1")
+    # 32 lies ln 2 from both 64 and 16: the narrower is taken, whatever the profile's order
+    tie = dict.fromkeys(("attention-head.bf16.forward.d64", "attention-head.bf16.forward.d16"),
+                        ())
+    assert nearest_attention_curve(tie, "bf16", "forward", 32) == (
+        "attention-head.bf16.forward.d16")
+
+
+def test_the_attention_rate_is_read_at_the_flops_of_one_sequence_and_head() -> None:
+    # slope 1 in logs from 10³ to 10⁵ FLOPs a head: d16 at 10⁶ × FLOPs, d64 at 2·10⁶ × FLOPs
+    chip = _chip(**{"attention-head__bf16__forward__d16": ((1e3, 1e9), (1e5, 1e11)),
+                    "attention-head__bf16__forward__d64": ((1e3, 2e9), (1e5, 2e11))})
+    # grouped queries (batch 2, 6 query heads, 2 key heads, 20 tokens, width 64): the query's
+    # 2 · 6 = 12 heads, 1.2·10⁵ / 12 = 10⁴ FLOPs each on d64: 2·10⁶ · 10⁴ = 2·10¹⁰ FLOP/s
+    # (not the keys' 2 · 2 heads, nor the width of a token count or a head count: 20 or 6
+    # lie nearer 16)
+    gqa = Op(SDPA, "attention", 120_000, 1000, 1000,
+             input_shapes=((2, 6, 20, 64), (2, 2, 20, 64), (2, 2, 20, 64)))
+    assert attention_rate(gqa, chip, "bf16") == pytest.approx(2e10)
+    # the query alone recorded: the same
+    one = dataclasses.replace(gqa, input_shapes=((2, 6, 20, 64),))
+    assert attention_rate(one, chip, "bf16") == pytest.approx(2e10)
+    # no batch (6 heads, 20 tokens, width 64): 6·10⁴ / 6 = 10⁴ a head, 2·10¹⁰ again
+    unbatched = dataclasses.replace(gqa, flops=60_000, input_shapes=((6, 20, 64),))
+    assert attention_rate(unbatched, chip, "bf16") == pytest.approx(2e10)
+    # one sequence of one head (20 tokens, width 64): the whole 10⁴ FLOPs, 2·10¹⁰
+    single = dataclasses.replace(gqa, flops=10_000, input_shapes=((20, 64),))
+    assert attention_rate(single, chip, "bf16") == pytest.approx(2e10)
+    # no shapes recorded (or no such field): width 1, nearest 16; one head: 10⁶ · 10⁴ = 10¹⁰
+    bare = dataclasses.replace(single, input_shapes=())
+    assert attention_rate(bare, chip, "bf16") == pytest.approx(1e10)
+    fieldless = SimpleNamespace(op=SDPA, flops=10_000)
+    assert attention_rate(fieldless, chip, "bf16") == pytest.approx(1e10)
+    # 1 FLOP lies below the curve's first point: its rate, 2·10⁹; no FLOPs: no rate
+    assert attention_rate(dataclasses.replace(single, flops=1), chip, "bf16") == 2e9
+    assert attention_rate(dataclasses.replace(single, flops=0), chip, "bf16") is None
 
 
 def test_each_category_streams_at_its_dtypes_bandwidth_by_hand() -> None:
@@ -204,3 +248,50 @@ def test_a_calibration_leaves_a_decode_products_probed_rate_alone() -> None:
     assert trained.memory_time_s == pytest.approx(
         2.0 * (up.bytes_read + up.bytes_written) / 1e10)  # scaled, at the chip's 10 GB/s
     assert trained.overhead_s == pytest.approx(1e-6 + 1e-9 * (up.bytes_read + up.bytes_written))
+
+
+def test_which_products_are_decode_products() -> None:
+    """The rows probed (1, 4, 8 here), the weight's dtype, and the products that are not a
+    decode step's: each from curves flat in size, so the rate is the row count's own."""
+    chip = _chip(matvec__fp32__m1=((4e6, 80e9),), matvec__fp32__m4=((4e6, 20e9),),
+                 matvec__fp32__m8=((4e6, 10e9),), matvec__bf16__m16=((4e6, 5e9),),
+                 bandwidth__bf16=((1e3, 1e9),))
+    # the profile's rows of fp32, sorted: not bf16's 16 nor "bandwidth.bf16", whose 14th
+    # character on is a digit too
+    assert matvec_rows(chip.curves, "fp32") == (1, 4, 8)
+
+    def mm(x: tuple[int, ...], weight: tuple[int, ...], op: str = "aten.mm.default") -> Op:
+        return Op(op, "matmul", 0, 0, 0, input_dtypes=("fp32", "fp32"), input_shapes=(x, weight))
+
+    # 4 rows, the last of their curves but one: 20 GB/s; 8, the last: 10 GB/s; 768 × 3072
+    # fp32 = 9,437,184 bytes
+    assert decode_product(mm((4, 768), (768, 3072)), chip, "fp32", 0.0) == (
+        768 * 3072 * 4, pytest.approx(20e9))
+    assert decode_product(mm((8, 768), (768, 3072)), chip, "fp32", 0.0) == (
+        768 * 3072 * 4, pytest.approx(10e9))
+    # the weight's own dtype sets its bytes (not the bias's nor the rows'): 768 × 3072 bf16
+    # = 4,718,592
+    addmm = Op("aten.addmm.default", "matmul", 0, 0, 0, input_dtypes=("fp32", "fp32", "bf16"),
+               input_shapes=((3072,), (8, 768), (768, 3072)))
+    assert decode_product(addmm, chip, "fp32", 0.0) == (768 * 3072 * 2, pytest.approx(10e9))
+    nothing = [
+        mm((0, 768), (768, 3072)),  # no rows
+        mm((9, 768), (768, 3072)),  # beyond the 8 probed
+        mm((4, 2), (2, 4)),  # 4 · 2 = 8 of the "rows" against 2 · 4 = 8 of the weight
+        mm((1, 2, 768), (768, 3072)),  # not a matrix
+        mm((2, 768), (768, 3072), op="aten._int_mm.default"),  # another kernel
+        Op("aten.mm.default", "matmul", 0, 0, 0, input_dtypes=("fp32",),
+           input_shapes=((768, 3072),)),  # one operand recorded
+    ]
+    assert [decode_product(op, chip, "fp32", 0.0) for op in nothing] == [None] * len(nothing)
+
+
+def test_a_decode_products_working_set_is_its_weight_where_the_step_reads_less() -> None:
+    # 1 row from 80 GB/s at 1 MB to 8 GB/s at 100 MB, slope -½ in logs: 10 MB at 80 / √10
+    chip = _chip(matvec__fp32__m1=((1e6, 80e9), (1e8, 8e9)))
+    mm = Op("aten.mm.default", "matmul", 0, 0, 0, input_dtypes=("fp32", "fp32"),
+            input_shapes=((1, 1250), (1250, 2000)))  # 1250 · 2000 · 4 = 10⁷ bytes
+    for reread in (0.0, 1e6, 1e7):  # the weight's own 10 MB is the larger, or as large
+        assert decode_product(mm, chip, "fp32", reread) == (10**7, pytest.approx(80e9 / 10**0.5))
+    # read again after 100 MB: 8 GB/s
+    assert decode_product(mm, chip, "fp32", 1e8) == (10**7, pytest.approx(8e9))
