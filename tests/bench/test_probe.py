@@ -86,6 +86,27 @@ def test_profile_round_trips(small_probe, tmp_path: Path) -> None:  # type: igno
     assert dict(chip.curves) == small_probe.curves
 
 
+def test_hardware_shows_the_probed_fresh_pages(small_probe, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                              cli) -> None:
+    """A profile whose new tensors of 32 MiB (33,554,432 bytes) or more cost their pages at
+    4 GB/s shows that row; the figures are the file's, read back."""
+    import dataclasses
+
+    from tensorledger.bench.probe_pages import FreshPages
+    from tensorledger.units import format_bandwidth
+
+    path = tmp_path / "local.toml"
+    path.write_text(profile_toml(dataclasses.replace(
+        small_probe, fresh_pages=FreshPages(32 * 2**20, 4e9, ()))))
+    chip = load_hardware_file(path)
+    assert (chip.fresh_pages_from_bytes, chip.fresh_page_bytes_per_s) == (33_554_432, 4e9)
+    shown = cli("hardware", str(path))
+    assert shown.code == 0, shown.stderr
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip()
+            for line in shown.stdout.splitlines() if line.count("│") > 3}
+    assert rows["fresh pages ≥ 32 MiB"] == format_bandwidth(4e9)
+
+
 def test_hardware_shows_the_probed_per_op_costs(small_probe, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                 cli) -> None:
     from tensorledger.units import format_duration

@@ -27,10 +27,13 @@ from tensorledger.napkin.activations import ActivationMemory, activation_memory
 from tensorledger.napkin.recipes import Optimizer, Precision, RecipeBytes, recipe_bytes
 from tensorledger.napkin.transformer import TransformerConfig
 
-__all__ = ["DEFAULT_TARGETS", "NF4_BLOCK", "NF4_DEQUANTIZE_FLOPS_PER_ELEMENT", "NF4_SCALER_BLOCK",
-           "REFERENCE_LINEARS", "AdapterCounts", "LoraActivations", "LoraShape",
+__all__ = ["DEFAULT_TARGETS", "FULL_FINE_TUNE", "NF4_BLOCK", "NF4_DEQUANTIZE_FLOPS_PER_ELEMENT",
+           "NF4_SCALER_BLOCK", "REFERENCE_LINEARS", "AdapterCounts", "LoraActivations", "LoraShape",
            "adapter_counts", "adapter_recipe", "frozen_bytes", "lora_activation_memory",
-           "lora_shape", "nf4_bytes"]
+           "lora_shape", "nf4_bytes", "step_words"]
+
+#: What a step trains without adapters, in words (``step_words``).
+FULL_FINE_TUNE = "full fine-tune"
 
 #: Elements per absmax block, and block scales per second-level factor (torchao's defaults).
 NF4_BLOCK = 64
@@ -365,3 +368,13 @@ def _block_bytes(shape: _Shape, stream_grad: bool) -> tuple[int, int, int, int, 
         copies = a * (stream_grad * d * (q + 2 * kv) // t + core * q * d // t
                       + after_attention * (2 if swiglu else 1) * d * f + middle * f * d)
     return norms, attention, mlp, adapters, copies
+
+
+def step_words(lora: LoraShape | None) -> str:
+    """What one step trains, in words: :data:`FULL_FINE_TUNE` without adapters, else
+    :meth:`LoraShape.fine_tune`.
+
+    >>> step_words(None)
+    'full fine-tune'
+    """
+    return FULL_FINE_TUNE if lora is None else lora.fine_tune()

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
-from tensorledger.napkin.adapters import LoraShape
+from tensorledger.napkin.adapters import FULL_FINE_TUNE, LoraShape, step_words
 from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.plan.estimate import CHECKPOINTS, LayoutChoice, rank_memory, step_time
 from tensorledger.plan.layouts import NoLayoutError, divisors, plan_setup
@@ -73,7 +73,7 @@ class AccumulationPlan:
     efficiency: float | None = None  # given by the caller; None: the chip's published ones
     peak_flop_per_s: float = 0.0  # the dense peak of the recipe's dtype
     profiled: bool = False  # the model's figures come from a traced profile
-    step: str = "full fine-tune"  # or a LoRA (QLoRA) fine-tune: LoraShape.fine_tune()
+    step: str = FULL_FINE_TUNE  # or a LoRA (QLoRA) fine-tune: LoraShape.fine_tune()
 
 
 def plan_accumulation(config: TransformerConfig | ModelProfile, hardware: Hardware, *,
@@ -131,4 +131,4 @@ def plan_accumulation(config: TransformerConfig | ModelProfile, hardware: Hardwa
                             options=tuple(options), chosen=chosen, efficiency=efficiency,
                             peak_flop_per_s=hardware.peak_flop_per_s(setup.dtype),
                             profiled=isinstance(config, ModelProfile),
-                            step="full fine-tune" if lora is None else lora.fine_tune())
+                            step=step_words(lora))

@@ -51,7 +51,7 @@ from typing import TypeVar
 
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
-from tensorledger.napkin.adapters import LoraShape
+from tensorledger.napkin.adapters import FULL_FINE_TUNE, LoraShape, step_words
 from tensorledger.napkin.headroom import device_headroom
 from tensorledger.napkin.parallel import tp_indivisible
 from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
@@ -160,7 +160,7 @@ class LayoutPlan:
     fixed: FixedDims | None = None  # the dimensions the caller fixed; the search filled the rest
     lora: LoraShape | None = None  # the step is a LoRA (QLoRA) fine-tune of these adapters
     # what one step trains, in words: "full fine-tune", "LoRA fine-tune, r=8 on query, value"
-    step: str = "full fine-tune"
+    step: str = FULL_FINE_TUNE
 
     @property
     def best(self) -> LayoutEstimate:
@@ -492,7 +492,7 @@ def plan_layouts(config: TransformerConfig | ModelProfile, hardware: Hardware, c
                                    *_fine_tune(lora),
                                    *((EXPERTS_ASSUMPTION,) if expert_count(config) else ())),
                       lora=lora,
-                      step="full fine-tune" if lora is None else lora.fine_tune())
+                      step=step_words(lora))
 
 
 def _fine_tune(lora: LoraShape | None) -> tuple[str, ...]:

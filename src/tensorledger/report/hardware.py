@@ -72,7 +72,7 @@ def chip_view(chip: Hardware, intensities: Mapping[str, float]) -> list[Renderab
                       chip.specific_source("inference_op_overhead"))
     if chip.fresh_page_bytes_per_s > 0:
         threshold = format_bytes(chip.fresh_pages_from_bytes, "auto-binary")
-        table.add_row(f"fresh pages of a new tensor of {threshold} or more",
+        table.add_row(f"fresh pages ≥ {threshold}",  # a new tensor's, at glibc's mmap size
                       format_bandwidth(chip.fresh_page_bytes_per_s), "", "",
                       chip.specific_source("fresh_page_rate"))
     topology_source = _topology_rows(table, chip)

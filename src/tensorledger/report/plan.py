@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import RenderableType
 from rich.table import Table
 
+from tensorledger.napkin.adapters import FULL_FINE_TUNE
 from tensorledger.plan import AccumulationPlan, LayoutPlan
 from tensorledger.report.plots import new_figure, save_figure
 from tensorledger.units import format_bytes, format_count, format_duration
@@ -29,7 +30,7 @@ def _gb(value: float) -> str:
 
 def _fine_tune(step: str) -> str:
     """The title's word on what a step trains: nothing for a full fine-tune."""
-    return "" if step == "full fine-tune" else f"; {step}"
+    return "" if step == FULL_FINE_TUNE else f"; {step}"
 
 
 def layout_plan_view(plan: LayoutPlan) -> View:

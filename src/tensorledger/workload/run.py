@@ -324,13 +324,9 @@ def trace_workload(work: Workload, first_step: bool = False,
 
 
 def _whole_params(step: PreparedStep) -> int:
-    """The whole model's parameters (expert-parallel blocks hold 1/EP of theirs on a rank;
-    under DDP beside tensor parallelism each parameter is its local shard between forwards,
-    its DTensor's spec kept beside it: ``global_numel``)."""
-    from tensorledger.workload.expert_parallel import global_numel
-
-    if step.work.layout.ep == 1:
-        return sum(global_numel(p) for p in step.parameters)
+    """The whole model's parameters (``expert_parallel.whole_params``: expert-parallel blocks
+    hold 1/EP of theirs on a rank; under DDP beside tensor parallelism each parameter is its
+    local shard between forwards, its DTensor's spec kept beside it)."""
     from tensorledger.workload.expert_parallel import whole_params
 
     return whole_params(step.module, step.parameters)
