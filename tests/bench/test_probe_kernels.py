@@ -17,7 +17,8 @@ from tests.bench.test_probe_noise import SMALL, FakeClock
 
 PLAN = KernelPlan(attention_dtypes=("fp32", "bf16"), seqs=(24, 40), head_dims=(8, 16),
                   batch=3, heads=5, stream_dtypes=("bf16",),
-                  casts=(("fp32", "bf16"), ("bf16", "fp32")), buffers=(1000, 3000, 10**6))
+                  casts=(("fp32", "bf16"), ("bf16", "fp32")), buffers=(1000, 3000, 10**6),
+                  loops=())
 
 
 #: The clock moves 2 ms a reading: every sample is one call of 2 ms (above the harness's
@@ -86,11 +87,12 @@ def test_a_dtype_without_an_attention_kernel_is_skipped(monkeypatch: pytest.Monk
 
 def test_the_probe_writes_the_curves_into_the_profile(tmp_path: Path) -> None:
     plan = KernelPlan(attention_dtypes=("bf16",), seqs=(16,), head_dims=(8,),
-                      stream_dtypes=("bf16",), casts=(("fp32", "bf16"),), buffers=(512,))
+                      stream_dtypes=("bf16",), casts=(("fp32", "bf16"),), buffers=(512,),
+                      loops=(8,), loop_elements=4096)
     result = probe("cpu", clock=FakeClock([1e-3]), kernels=plan, **SMALL)
     assert result.kernels is not None and len(result.kernels.attention) == 2
     for name in ("attention-head.bf16.forward.d8", "attention-head.bf16.backward.d8",
-                 "bandwidth.bf16",
+                 "bandwidth.bf16", "strided.bf16",
                  "cast.fp32-bf16"):
         assert result.curves[name] == result.kernels.curves[name]
     path = tmp_path / "local.toml"
@@ -160,3 +162,35 @@ def test_decode_products_by_hand() -> None:
     assert [x for point in kept.curves["matvec.fp32.m1"] for x in point] == pytest.approx(
         [2048, 2048 / MEDIAN_S])
     assert kept.set_aside == ("matvec fp32 m1 10240 B",)
+
+
+def test_strided_loops_by_hand() -> None:
+    """An add of a head-split view to a contiguous tensor, by inner loop: the bytes of three
+    tensors over the fake clock's 2 ms, the curve keyed by the loop, and the trace's own rule
+    (``OpRecord.inner_loop``) finds the same loop in the probe's add."""
+    import tensorledger.bench.probe_kernels as kernels
+    from tensorledger.trace import trace
+
+    plan = KernelPlan(**{**KernelPlan.none().__dict__, "stream_dtypes": ("bf16",),
+                         "loops": (16, 4), "loop_elements": 1000})
+    said: list[str] = []
+    found = probe_kernels(_timer(), plan, budget_s=0.005, cold_bytes=0, max_elements=0,
+                          slow_call_s=1.0, say=said.append)
+    # loop 4: 1000 // (4 · 4) = 62 rows, 62 · 4 · 4 · 2 B = 1,984 B a tensor, 3 moved;
+    # loop 16: 1000 // 64 = 15 rows, 15 · 4 · 16 · 2 = 1,920 B
+    assert [(p.loop, p.bytes_moved) for p in found.loops] == [(4, 3 * 1984), (16, 3 * 1920)]
+    assert [x for point in found.curves["strided.bf16"] for x in point] == pytest.approx(
+        [4, 3 * 1984 / MEDIAN_S, 16, 3 * 1920 / MEDIAN_S])
+    assert "elementwise bf16 in inner loops of 16 elements" in said
+    for loop in (4, 16):
+        view = torch.ones(5, 4, loop, dtype=torch.bfloat16).transpose(0, 1)
+        contiguous = torch.ones(4, 5, loop, dtype=torch.bfloat16)
+        records = trace(lambda v=view, c=contiguous: torch.add(v, c)).records
+        assert [r.inner_loop for r in records if r.category == "elementwise"] == [loop]
+    # a loop set aside enters no curve
+    timer = _timer()
+    timer.why[kernels._loop_label("bf16", 4)] = "spread 40% after 2 retries"
+    kept = probe_kernels(timer, plan, budget_s=0.005, cold_bytes=0, max_elements=0,
+                         slow_call_s=1.0, say=lambda _: None)
+    assert [size for size, _ in kept.curves["strided.bf16"]] == [16]
+    assert kept.set_aside == ("strided bf16 add, inner loop 4",)

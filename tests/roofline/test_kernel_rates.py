@@ -159,6 +159,25 @@ def test_each_category_streams_at_its_dtypes_bandwidth_by_hand() -> None:
         1e5 / (h100.memory_bandwidth_bytes_per_s * h100.efficiency.memory_bandwidth))
 
 
+def test_an_op_in_short_inner_loops_streams_at_the_strided_rate_by_hand() -> None:
+    """A bf16 add whose operands' layouts cut its kernel into loops of 16 elements streams
+    at the probed strided rate there, where slower than its bandwidth; a loop past the
+    longest probed, or none, streams at the bandwidth; an fp32 op has no strided curve."""
+    chip = _chip(bandwidth=((1e3, 4e10), (1e7, 1e10)), bandwidth__bf16=((1e5, 6e10),),
+                 strided__bf16=((4.0, 2e9), (64.0, 3.2e10), (256.0, 8e10)))
+    add = Op("aten.add.Tensor", "elementwise", 0, 60_000, 40_000, inner_loop=16)
+    # 16 lies halfway from 4 to 64 in logs: √(2e9 · 3.2e10) = 8 GB/s, under 60
+    assert predict_op(0, add, chip).memory_time_s == pytest.approx(1e5 / 8e9)
+    # loop 200: 7.4e10 by the curve, above the bandwidth's 6e10, which holds
+    wide = dataclasses.replace(add, inner_loop=200)
+    assert predict_op(0, wide, chip).memory_time_s == pytest.approx(1e5 / 6e10)
+    for loop in (0, 512):  # one loop over the whole output; longer than any probed
+        assert predict_op(0, dataclasses.replace(add, inner_loop=loop), chip
+                          ).memory_time_s == pytest.approx(1e5 / 6e10)
+    fp32 = dataclasses.replace(add, input_dtypes=("fp32",), output_dtypes=("fp32",))
+    assert predict_op(0, fp32, chip).memory_time_s == pytest.approx(1e5 / 2e10)  # √(4e10·1e10)
+
+
 def test_dtypes_and_casts_are_read_from_the_record() -> None:
     assert op_precision(Op("aten.mm.default", "matmul", 1, 1, 1)) == "bf16"
     assert op_precision(Op("aten.mm.default", "matmul", 1, 1, 1, ("fp32",), ("fp32",))) == ""

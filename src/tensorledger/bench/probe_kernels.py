@@ -7,6 +7,9 @@ runs and the matmul curve does not tell.
   on the scale the roofline divides an op's traced FLOPs by;
 - elementwise ops in bf16: copy and triad writing new tensors from inputs that rotate through
   memory, as the fp32 eager sweep (``probe._bandwidth_points``) but in bf16;
+- elementwise ops in bf16 whose operands' layouts cut the kernel into short inner loops (an
+  add of a head-split view to a contiguous tensor: loops of the head width), by loop length
+  (:mod:`tensorledger.trace.layout`);
 - autocast's casts, fp32 → bf16 (weights before their matmuls) and bf16 → fp32 (gradients
   after), a new tensor each time;
 - the decode step's matrix products, a few rows (the batch's tokens) against a weight, in
@@ -36,13 +39,14 @@ from tensorledger.hardware.kernels import (
     cast_curve,
     matvec_curve,
     stream_curve,
+    strided_curve,
 )
 
 if TYPE_CHECKING:
     from tensorledger.bench.probe import _Timer
 
-__all__ = ["AttentionPoint", "KernelPlan", "KernelProbe", "MatvecPoint", "StreamPoint",
-           "default_plan", "probe_kernels"]
+__all__ = ["AttentionPoint", "KernelPlan", "KernelProbe", "LoopPoint", "MatvecPoint",
+           "StreamPoint", "default_plan", "probe_kernels"]
 
 #: The low-precision dtypes whose elementwise ops and casts from and to fp32 are timed.
 _LOW = ("bf16",)
@@ -66,18 +70,21 @@ class KernelPlan:
     matvec_rows: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
     matvec_weight: tuple[int, int] = (1024, 1024)
     matvec_cold_bytes: int = 2**27
+    loops: tuple[int, ...] = (2, 4, 8, 16, 32, 64, 128, 256)  # inner loops of strided ops
+    loop_elements: int = 2**19  # of the tensors a strided op adds
 
     @classmethod
     def quick(cls) -> KernelPlan:
         """A plan of a few seconds (``probe --quick``)."""
         return cls(seqs=(64, 128), head_dims=(16, 64), buffers=(2**14, 2**18, 2**21),
-                   matvec_dtypes=("fp32", "bf16"), matvec_rows=(1, 4, 16))
+                   matvec_dtypes=("fp32", "bf16"), matvec_rows=(1, 4, 16),
+                   loops=(4, 16, 64, 256))
 
     @classmethod
     def none(cls) -> KernelPlan:
         """Nothing timed."""
         return cls(attention_dtypes=(), seqs=(), head_dims=(), stream_dtypes=(), casts=(),
-                   buffers=())
+                   buffers=(), loops=())
 
 
 def default_plan(device_type: str, dtypes: Sequence[str],
@@ -126,6 +133,15 @@ class StreamPoint:
 
 
 @dataclass(frozen=True)
+class LoopPoint:
+    dtype: str
+    loop: int  # elements of the kernel's inner loop
+    bytes_moved: int  # read and written: 3 × one tensor's bytes
+    median_s: float
+    bytes_per_s: float
+
+
+@dataclass(frozen=True)
 class MatvecPoint:
     dtype: str
     rows: int  # the tokens: a decode step's batch
@@ -142,6 +158,7 @@ class KernelProbe:
     skipped: tuple[str, ...]  # what the device has no kernel for
     set_aside: tuple[str, ...] = ()  # figures still noisy after their retries: in no curve
     matvec: tuple[MatvecPoint, ...] = ()
+    loops: tuple[LoopPoint, ...] = ()
 
     @property
     def curves(self) -> dict[str, tuple[tuple[float, float], ...]]:
@@ -162,6 +179,8 @@ class KernelProbe:
             add(name, float(s.bytes_moved), s.bytes_per_s)
         for m in self.matvec:
             add(matvec_curve(m.dtype, m.rows), float(m.working_set), m.bytes_per_s)
+        for lp in self.loops:
+            add(strided_curve(lp.dtype), float(lp.loop), lp.bytes_per_s)
         return {name: tuple(sorted(points.items())) for name, points in found.items()}
 
 
@@ -205,8 +224,14 @@ def _matvec_label(dtype: str, rows: int, working_set: int) -> str:
     return f"matvec {dtype} m{rows} {working_set} B"
 
 
-def _point_label(point: AttentionPoint | StreamPoint | MatvecPoint) -> str:
+def _loop_label(dtype: str, loop: int) -> str:
+    return f"strided {dtype} add, inner loop {loop}"
+
+
+def _point_label(point: AttentionPoint | StreamPoint | MatvecPoint | LoopPoint) -> str:
     """The timer's label of the figure ``point`` came from."""
+    if isinstance(point, LoopPoint):
+        return _loop_label(point.dtype, point.loop)
     if isinstance(point, MatvecPoint):
         return _matvec_label(point.dtype, point.rows, point.working_set)
     if isinstance(point, AttentionPoint):
@@ -309,6 +334,25 @@ def _matvec_points(timer: _Timer, plan: KernelPlan, dtype: str, rows: int,
     return points[0], points[1]
 
 
+def _loop_point(timer: _Timer, dtype: str, loop: int, elements: int, cold_bytes: int,
+                budget_s: float) -> LoopPoint:
+    """An add of a (rows, 4, ``loop``) tensor read as (4, rows, ``loop``), a head-split
+    view, to a contiguous one: the kernel walks the output in the view's order and the
+    contiguous operand cuts it into loops of ``loop`` elements; inputs rotate through
+    ``cold_bytes``."""
+    device = timer.device
+    kind = _torch_dtype(dtype)
+    rows = max(1, elements // (4 * loop))
+    size = rows * 4 * loop * torch.empty((), dtype=kind).element_size()
+    pairs = [(torch.rand(rows, 4, loop, device=device).to(kind).transpose(0, 1),
+              torch.rand(4, rows, loop, device=device).to(kind))
+             for _ in range(max(1, -(-cold_bytes // (2 * size))))]
+    turn = itertools.cycle(pairs)
+    result = timer(lambda: torch.add(*next(turn)), _loop_label(dtype, loop), budget_s=budget_s,
+                   min_repeats=3)
+    return LoopPoint(dtype, loop, 3 * size, result.median_s, 3 * size / result.median_s)
+
+
 def probe_kernels(timer: _Timer, plan: KernelPlan, *, budget_s: float, cold_bytes: int,
                   max_elements: int, slow_call_s: float,
                   say: Callable[[str], None]) -> KernelProbe:
@@ -334,6 +378,12 @@ def probe_kernels(timer: _Timer, plan: KernelPlan, *, budget_s: float, cold_byte
         for elements in buffers:
             say(f"eager-op bandwidth in {dtype}, {elements} elements, new outputs")
             streams.extend(_stream_points(timer, dtype, elements, cold_bytes, budget_s))
+    loops: list[LoopPoint] = []
+    for dtype in plan.stream_dtypes:
+        for loop in sorted(plan.loops):
+            say(f"elementwise {dtype} in inner loops of {loop} elements")
+            loops.append(_loop_point(timer, dtype, loop, plan.loop_elements, cold_bytes,
+                                     budget_s))
     for source, target in plan.casts:
         for elements in buffers:
             say(f"cast {source} → {target}, {elements} elements")
@@ -345,10 +395,12 @@ def probe_kernels(timer: _Timer, plan: KernelPlan, *, budget_s: float, cold_byte
                 "cold weights")
             matvec.extend(_matvec_points(timer, plan, dtype, rows, budget_s))
     # a figure the timer set aside (still noisy after its retries) enters no curve
-    points: list[AttentionPoint | StreamPoint | MatvecPoint] = [*attention, *streams, *matvec]
+    points: list[AttentionPoint | StreamPoint | MatvecPoint | LoopPoint] = [
+        *attention, *streams, *matvec, *loops]
     labels = [_point_label(p) for p in points]
     return KernelProbe(tuple(p for p in attention if timer.kept(_point_label(p))),
                        tuple(p for p in streams if timer.kept(_point_label(p))),
                        tuple(skipped),
                        set_aside=tuple(label for label in labels if not timer.kept(label)),
-                       matvec=tuple(p for p in matvec if timer.kept(_point_label(p))))
+                       matvec=tuple(p for p in matvec if timer.kept(_point_label(p))),
+                       loops=tuple(p for p in loops if timer.kept(_point_label(p))))

@@ -14,6 +14,9 @@ how a rate is read from them.  ``tensorledger probe`` writes them
   32 heads of 256 tokens as 8 heads of 512, its backward 2.4 times too fast.
 - ``bandwidth.<dtype>``: elementwise ops on tensors of ``dtype`` (copy and triad writing new
   tensors, as the fp32 ``bandwidth`` curve), (bytes moved, bytes/s).
+- ``strided.<dtype>``: elementwise ops on tensors of ``dtype`` whose operands' layouts cut
+  the kernel into short inner loops (:mod:`tensorledger.trace.layout`), as (the loop's
+  elements, bytes/s).
 - ``cast.<from>-<to>``: a conversion, autocast's casts of weights and gradients, (bytes
   moved: read in one dtype, written in the other, bytes/s).
 - ``matvec.<dtype>.m<rows>``: a decode step's product of ``rows`` tokens with a weight,
@@ -22,6 +25,8 @@ how a rate is read from them.  ``tensorledger probe`` writes them
 
 >>> attention_curve("bf16", "backward", 64), stream_curve("bf16"), cast_curve("fp32", "bf16")
 ('attention-head.bf16.backward.d64', 'bandwidth.bf16', 'cast.fp32-bf16')
+>>> strided_curve("bf16")
+'strided.bf16'
 >>> matvec_curve("fp32", 4), matvec_rows({"matvec.fp32.m4": (), "matvec.fp32.m1": ()}, "fp32")
 ('matvec.fp32.m4', (1, 4))
 >>> curves = {"attention-head.bf16.forward.d16": ((1e6, 1e9),),
@@ -38,7 +43,7 @@ import math
 from collections.abc import Mapping
 
 __all__ = ["DIRECTIONS", "attention_curve", "cast_curve", "matvec_curve", "matvec_rows",
-           "nearest_attention_curve", "stream_curve"]
+           "nearest_attention_curve", "stream_curve", "strided_curve"]
 
 #: The directions of an attention kernel the probe times apart.
 DIRECTIONS = ("forward", "backward")
@@ -52,6 +57,11 @@ def attention_curve(key: str, direction: str, head_dim: int) -> str:
 def stream_curve(key: str) -> str:
     """The name of the curve of elementwise ops on ``key`` tensors."""
     return f"bandwidth.{key}"
+
+
+def strided_curve(key: str) -> str:
+    """The name of the curve of elementwise ops on ``key`` tensors by inner loop."""
+    return f"strided.{key}"
 
 
 def cast_curve(source: str, target: str) -> str:

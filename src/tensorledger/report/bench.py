@@ -47,6 +47,9 @@ def probe_view(result: ProbeResult, path: str) -> View:
         table.add_row(f"{st.kernel} {st.dtype} (new output)",
                       f"{st.elements} elements", format_duration(st.median_s),
                       format_bandwidth(st.bytes_per_s))
+    for lp in kernels.loops if kernels is not None else ():
+        table.add_row(f"add {lp.dtype}, strided", f"inner loops of {lp.loop}",
+                      format_duration(lp.median_s), format_bandwidth(lp.bytes_per_s))
     for mv in kernels.matvec if kernels is not None else ():
         cold = mv.working_set > mv.weight_bytes
         table.add_row(f"decode product {mv.dtype}, {mv.rows} row{'s' if mv.rows > 1 else ''}"

@@ -29,6 +29,7 @@ from tensorledger.hardware.kernels import (
     matvec_rows,
     nearest_attention_curve,
     stream_curve,
+    strided_curve,
 )
 
 __all__ = ["LOW_PRECISIONS", "attention_rate", "cast_of", "decode_product", "op_precision",
@@ -79,7 +80,22 @@ def stream_rate(op: Any, hardware: Hardware, moved: float) -> float | None:
     """Bytes/s of a vector op (not a matrix op, not a view) from the curve of its dtype: a
     cast's (``cast.<from>-<to>``), or a low-precision op's (``bandwidth.<dtype>``, its every
     floating input and output in that dtype); None where the profile has no such curve or
-    the op mixes dtypes (an fp32 residual plus a bf16 branch streams as fp32)."""
+    the op mixes dtypes (an fp32 residual plus a bf16 branch streams as fp32).  An op whose
+    kernel runs in short inner loops (``OpRecord.inner_loop``, no longer than the longest
+    the profile probed) streams no faster than ``strided.<dtype>`` at its loop.
+
+    >>> from types import SimpleNamespace as Rec
+    >>> chip = Hardware(id="x", name="x", memory_bytes=1, memory_bandwidth_bytes_per_s=1.0,
+    ...                 dense_flop_per_s={"fp32": 1.0},
+    ...                 curves={"bandwidth.bf16": ((1e6, 60e9),),
+    ...                         "strided.bf16": ((8.0, 5e9), (64.0, 40e9))})
+    >>> add = Rec(op="aten.add.Tensor", category="elementwise",
+    ...           input_dtypes=("bf16", "bf16"), output_dtypes=("bf16",), inner_loop=16)
+    >>> round(stream_rate(add, chip, 1e6) / 1e9, 6)  # 16 lies a third of the way, in logs
+    10.0
+    >>> [stream_rate(Rec(**{**vars(add), "inner_loop": n}), chip, 1e6) / 1e9 for n in (0, 128)]
+    [60.0, 60.0]
+    """
     if moved <= 0:
         return None
     cast = cast_of(op)
@@ -91,7 +107,14 @@ def stream_rate(op: Any, hardware: Hardware, moved: float) -> float | None:
             return None
         name = stream_curve(floating.pop())
     points = hardware.curves.get(name)
-    return beyond_the_curve(points, moved, hardware) if points else None
+    if not points:
+        return None
+    rate = beyond_the_curve(points, moved, hardware)
+    loop = getattr(op, "inner_loop", 0)
+    strided = hardware.curves.get(strided_curve(op_precision(op)))
+    if loop > 0 and strided and loop <= strided[-1][0]:
+        rate = min(rate, interpolate(strided, loop))
+    return rate
 
 
 def beyond_the_curve(points: tuple[tuple[float, float], ...], moved: float,

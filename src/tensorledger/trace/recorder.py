@@ -58,6 +58,7 @@ from tensorledger.errors import TensorLedgerError, TraceError, UnknownNameError
 from tensorledger.hardware.target import CPU
 from tensorledger.trace.collectives import collective_info
 from tensorledger.trace.kernels import _SDPA, active_target, listen, sdpa_on
+from tensorledger.trace.layout import inner_loop
 from tensorledger.trace.records import ROOT, CollectiveInfo, OpRecord, Trace, is_norm_class
 
 __all__ = ["Recorder", "recomputation", "trace"]
@@ -156,6 +157,14 @@ def _view_bytes(tensor: torch.Tensor) -> int:
     return int(tensor.numel()) * tensor.element_size()
 
 
+def _layout(tensor: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(shape, strides) of a tensor, what ``trace.layout`` reads."""
+    try:
+        return tuple(tensor.shape), tuple(tensor.stride())
+    except RuntimeError:  # a layout without strides (sparse, nested): read as contiguous
+        return tuple(tensor.shape), ()
+
+
 def _storage(tensor: torch.Tensor) -> torch.UntypedStorage | None:
     if is_traceable_wrapper_subclass(tensor):
         # a wrapper (torchao's NF4 weight) holds its memory in inner tensors, which its ops
@@ -201,6 +210,9 @@ class _Dispatch(TorchDispatchMode):  # type: ignore[no-untyped-call]
 #: Categories of the pieces of a normalisation run op by op (HF ``LlamaRMSNorm``, a hand-written
 #: RMSNorm): inside a norm module they count as ``normalization``.
 _NORM_PARTS = ("elementwise", "reduction")
+#: Categories of pointwise kernels (torch's TensorIterator), whose inner loop the layouts of
+#: their operands set (``trace.layout``); fused kernels (norms, losses) loop their own way.
+_POINTWISE = frozenset({"elementwise", "copy"})
 
 
 class _Attention(TorchFunctionMode):
@@ -475,6 +487,10 @@ class Recorder:
         else:
             bytes_read = sum(read.values())
 
+        loop = 0
+        if category in _POINTWISE and moves != "none" and (outputs or inputs):
+            loop = inner_loop(_layout(outputs[0] if outputs else inputs[0]),
+                              [_layout(t) for t in inputs])
         phase = self._phase()
         module = self._module(phase)
         if category in _NORM_PARTS and is_norm_class(self._classes.get(module, "")):
@@ -504,6 +520,7 @@ class Recorder:
             # a module's forward running while autograd runs a backward: a checkpoint's
             # recomputation (backward ops are attributed through autograd nodes, no stack)
             recomputed=phase == "backward" and (bool(self._stack) or _recomputing > 0),
+            inner_loop=loop,
         ))
 
     def _read(self, tensor: torch.Tensor, read: dict[int, int]) -> None:

@@ -87,6 +87,9 @@ class OpRecord:
     # run again in backward by activation checkpointing: a forward op inside a backward (its
     # FLOPs count in the hardware FLOPs utilisation, not in the model's)
     recomputed: bool = False
+    # the elements of its kernel's inner loop where its operands' layouts cut the output into
+    # many (``trace.layout.inner_loop``); 0: one loop over the whole output
+    inner_loop: int = 0
 
     @property
     def bytes(self) -> int:
