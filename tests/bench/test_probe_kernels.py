@@ -18,7 +18,7 @@ from tests.bench.test_probe_noise import SMALL, FakeClock
 PLAN = KernelPlan(attention_dtypes=("fp32", "bf16"), seqs=(24, 40), head_dims=(8, 16),
                   batch=3, heads=5, stream_dtypes=("bf16",),
                   casts=(("fp32", "bf16"), ("bf16", "fp32")), buffers=(1000, 3000, 10**6),
-                  loops=())
+                  loops=(), norm_tokens=())
 
 
 #: The clock moves 2 ms a reading: every sample is one call of 2 ms (above the harness's
@@ -88,11 +88,11 @@ def test_a_dtype_without_an_attention_kernel_is_skipped(monkeypatch: pytest.Monk
 def test_the_probe_writes_the_curves_into_the_profile(tmp_path: Path) -> None:
     plan = KernelPlan(attention_dtypes=("bf16",), seqs=(16,), head_dims=(8,),
                       stream_dtypes=("bf16",), casts=(("fp32", "bf16"),), buffers=(512,),
-                      loops=(8,), loop_elements=4096)
+                      loops=(8,), loop_elements=4096, norm_tokens=(4,))
     result = probe("cpu", clock=FakeClock([1e-3]), kernels=plan, **SMALL)
     assert result.kernels is not None and len(result.kernels.attention) == 2
     for name in ("attention-head.bf16.forward.d8", "attention-head.bf16.backward.d8",
-                 "bandwidth.bf16", "strided.bf16",
+                 "bandwidth.bf16", "strided.bf16", "norm.bf16.forward",
                  "cast.fp32-bf16"):
         assert result.curves[name] == result.kernels.curves[name]
     path = tmp_path / "local.toml"
@@ -194,3 +194,60 @@ def test_strided_loops_by_hand() -> None:
                          slow_call_s=1.0, say=lambda _: None)
     assert [size for size, _ in kept.curves["strided.bf16"]] == [16]
     assert kept.set_aside == ("strided bf16 add, inner loop 4",)
+
+
+def test_linear_products_by_hand() -> None:
+    """A linear layer's product, tokens × width against a 4·width × width weight, both cold:
+    2 · tokens · width · 4·width FLOPs over the fake clock's 2 ms, the curve keyed by them."""
+    import tensorledger.bench.probe_kernels as kernels
+
+    plan = KernelPlan(**{**KernelPlan.none().__dict__, "linear_dtypes": ("fp32", "bf16"),
+                         "linear_widths": (16, 8), "linear_tokens": 4,
+                         "matvec_cold_bytes": 10_000})
+    said: list[str] = []
+    found = probe_kernels(_timer(), plan, budget_s=0.005, cold_bytes=0, max_elements=0,
+                          slow_call_s=1.0, say=said.append)
+    # width 8: 2 · 4 · 8 · 32 = 2,048 FLOPs; width 16: 2 · 4 · 16 · 64 = 8,192
+    assert [(p.dtype, p.width, p.flops) for p in found.linear] == [
+        ("fp32", 8, 2048), ("fp32", 16, 8192), ("bf16", 8, 2048), ("bf16", 16, 8192)]
+    for name in ("linear.fp32", "linear.bf16"):
+        assert [x for point in found.curves[name] for x in point] == pytest.approx(
+            [2048, 2048 / MEDIAN_S, 8192, 8192 / MEDIAN_S])
+    assert "linear layer in bf16, 4 tokens × 16, cold" in said
+    timer = _timer()
+    timer.why[kernels._linear_label("fp32", 4, 16)] = "spread 40% after 2 retries"
+    kept = probe_kernels(timer, plan, budget_s=0.005, cold_bytes=0, max_elements=0,
+                         slow_call_s=1.0, say=lambda _: None)
+    assert [size for size, _ in kept.curves["linear.fp32"]] == [2048]
+    assert kept.set_aside == ("linear fp32 4 × 16 → 64, cold",)
+    # the default plan probes them in the dtypes of the decode products, a quick one fewer
+    assert default_plan("cpu", ("fp32", "bf16")).linear_dtypes == ("fp32", "bf16")
+    assert len(KernelPlan.quick().linear_widths) < len(KernelPlan().linear_widths)
+
+
+def test_layer_norms_by_hand() -> None:
+    """A bf16 layer norm with weight and bias, forward and backward apart: the bytes each
+    op moves over the fake clock's 2 ms, the curves keyed by those bytes."""
+    import tensorledger.bench.probe_kernels as kernels
+
+    plan = KernelPlan(**{**KernelPlan.none().__dict__, "stream_dtypes": ("bf16",),
+                         "norm_width": 8, "norm_tokens": (16, 4)})
+    said: list[str] = []
+    found = probe_kernels(_timer(), plan, budget_s=0.005, cold_bytes=0, max_elements=0,
+                          slow_call_s=1.0, say=said.append)
+    # 4 tokens × 8, 2 bytes each: the forward reads x 64, weight 16, bias 16 and writes
+    # y 64, mean 8, rstd 8 = 176 B; the backward reads dy 64, x 64, mean 8, rstd 8,
+    # weight 16, bias 16 and writes dx 64, dweight 16, dbias 16 = 272 B.
+    # 16 tokens: 256 + 32 + 256 + 32 + 32 = 608 forward; 256 · 2 + 32 · 2 + 32 + 256 + 32
+    # = 896 backward
+    assert [(p.direction, p.tokens, p.bytes_moved) for p in found.norms] == [
+        ("forward", 4, 176), ("backward", 4, 272), ("forward", 16, 608), ("backward", 16, 896)]
+    assert [x for point in found.curves["norm.bf16.backward"] for x in point] == pytest.approx(
+        [272, 272 / MEDIAN_S, 896, 896 / MEDIAN_S])
+    assert "layer norm in bf16, 16 tokens × 8" in said
+    timer = _timer()
+    timer.why[kernels._norm_label("bf16", 4, 8) + " forward"] = "spread 40% after 2 retries"
+    kept = probe_kernels(timer, plan, budget_s=0.005, cold_bytes=0, max_elements=0,
+                         slow_call_s=1.0, say=lambda _: None)
+    assert [size for size, _ in kept.curves["norm.bf16.forward"]] == [608]
+    assert kept.set_aside == ("layer norm bf16 4 × 8 forward",)

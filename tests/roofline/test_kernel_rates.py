@@ -178,6 +178,40 @@ def test_an_op_in_short_inner_loops_streams_at_the_strided_rate_by_hand() -> Non
     assert predict_op(0, fp32, chip).memory_time_s == pytest.approx(1e5 / 2e10)  # √(4e10·1e10)
 
 
+def test_a_matrix_product_is_priced_from_the_cold_linear_curve_where_probed() -> None:
+    """A profile with a linear layer's products (operands cold) prices a matmul from them;
+    without, from the square matmul curve, as before."""
+    mm = Op("aten.mm.default", "matmul", 10**7, 1, 1)
+    square = {"matmul__bf16": ((1e6, 1e11), (1e8, 4e11))}
+    # 10⁷ FLOPs halfway from 10⁶ to 10⁸ in logs: √(1e11 · 4e11) = 2e11 FLOP/s
+    assert predict_op(0, mm, _chip(**square)).compute_time_s == pytest.approx(1e7 / 2e11)
+    cold = _chip(**square, linear__bf16=((1e6, 5e10), (1e8, 2e11)))
+    assert predict_op(0, mm, cold).compute_time_s == pytest.approx(1e7 / 1e11)  # √(5e10·2e11)
+    fp32 = dataclasses.replace(mm, input_dtypes=("fp32",), output_dtypes=("fp32",))
+    assert predict_op(0, fp32, cold).compute_time_s == pytest.approx(1e7 / 1e11)  # the peak
+
+
+def test_a_fused_norm_streams_at_the_probed_layer_norms_rate_by_hand() -> None:
+    """A bf16 layer norm's forward and backward (and a fused RMS norm's) stream at the
+    probed layer norm's rate of their direction; an fp32 one, which the probe did not time,
+    and a norm written out (its mul) at the bandwidth curves, as before."""
+    chip = _chip(bandwidth=((1e3, 4e10), (1e7, 1e10)), bandwidth__bf16=((1e5, 6e10),),
+                 norm__bf16__forward=((1e3, 1e9), (1e7, 1e11)),
+                 norm__bf16__backward=((1e3, 5e8), (1e7, 5e10)))
+    forward = Op("aten.native_layer_norm.default", "normalization", 0, 60_000, 40_000)
+    backward = Op("aten.native_layer_norm_backward.default", "normalization", 0, 60_000,
+                  40_000)
+    rms = Op("aten._fused_rms_norm.default", "normalization", 0, 60_000, 40_000)
+    # 10⁵ bytes halfway from 10³ to 10⁷ in logs: √(1e9 · 1e11) = 1e10, √(5e8 · 5e10) = 5e9
+    assert predict_op(0, forward, chip).memory_time_s == pytest.approx(1e5 / 1e10)
+    assert predict_op(0, backward, chip).memory_time_s == pytest.approx(1e5 / 5e9)
+    assert predict_op(0, rms, chip).memory_time_s == pytest.approx(1e5 / 1e10)
+    fp32 = dataclasses.replace(forward, input_dtypes=("fp32",), output_dtypes=("fp32",))
+    assert predict_op(0, fp32, chip).memory_time_s == pytest.approx(1e5 / 2e10)  # √(4e10·1e10)
+    written_out = Op("aten.mul.Tensor", "normalization", 0, 60_000, 40_000)
+    assert predict_op(0, written_out, chip).memory_time_s == pytest.approx(1e5 / 6e10)
+
+
 def test_dtypes_and_casts_are_read_from_the_record() -> None:
     assert op_precision(Op("aten.mm.default", "matmul", 1, 1, 1)) == "bf16"
     assert op_precision(Op("aten.mm.default", "matmul", 1, 1, 1, ("fp32",), ("fp32",))) == ""

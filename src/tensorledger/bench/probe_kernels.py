@@ -7,6 +7,15 @@ runs and the matmul curve does not tell.
   on the scale the roofline divides an op's traced FLOPs by;
 - elementwise ops in bf16: copy and triad writing new tensors from inputs that rotate through
   memory, as the fp32 eager sweep (``probe._bandwidth_points``) but in bf16;
+- a linear layer's product, tokens × width against a weight of 4·width × width stored as
+  ``nn.Linear`` stores it, both operands rotating through memory beyond the caches, as a
+  training step reads a weight and an activation last touched a whole step ago, in fp32 and
+  bf16 over widths: on a 2-core EPYC such products of 256 tokens in bf16 ran 4–20% under the
+  probe's square matmuls of the same FLOPs, and GPT-2's in its step 8–15% under (issue 43);
+- a fused layer norm in bf16 (``native_layer_norm``, with weight and bias) over
+  (tokens, width), its forward and its backward timed apart: a CPU's bf16 norm kernel runs
+  far below the bf16 copy (GPT-2's layer norms in bf16 took 16.9 ms of a step where their
+  bytes at the copy's rate take 3.7, issue 43);
 - elementwise ops in bf16 whose operands' layouts cut the kernel into short inner loops (an
   add of a head-split view to a contiguous tensor: loops of the head width), by loop length
   (:mod:`tensorledger.trace.layout`);
@@ -37,7 +46,9 @@ from tensorledger.dtypes import resolve_dtype
 from tensorledger.hardware.kernels import (
     attention_curve,
     cast_curve,
+    linear_curve,
     matvec_curve,
+    norm_curve,
     stream_curve,
     strided_curve,
 )
@@ -45,8 +56,8 @@ from tensorledger.hardware.kernels import (
 if TYPE_CHECKING:
     from tensorledger.bench.probe import _Timer
 
-__all__ = ["AttentionPoint", "KernelPlan", "KernelProbe", "LoopPoint", "MatvecPoint",
-           "StreamPoint", "default_plan", "probe_kernels"]
+__all__ = ["AttentionPoint", "KernelPlan", "KernelProbe", "LinearPoint", "LoopPoint",
+           "MatvecPoint", "NormPoint", "StreamPoint", "default_plan", "probe_kernels"]
 
 #: The low-precision dtypes whose elementwise ops and casts from and to fp32 are timed.
 _LOW = ("bf16",)
@@ -72,19 +83,25 @@ class KernelPlan:
     matvec_cold_bytes: int = 2**27
     loops: tuple[int, ...] = (2, 4, 8, 16, 32, 64, 128, 256)  # inner loops of strided ops
     loop_elements: int = 2**19  # of the tensors a strided op adds
+    linear_dtypes: tuple[str, ...] = ()  # a linear layer's product, both operands cold
+    linear_widths: tuple[int, ...] = (32, 64, 128, 256, 512, 1024)
+    linear_tokens: int = 256
+    norm_width: int = 256  # a layer norm's (tokens, width), in each of stream_dtypes
+    norm_tokens: tuple[int, ...] = (64, 256, 1024, 4096)
 
     @classmethod
     def quick(cls) -> KernelPlan:
         """A plan of a few seconds (``probe --quick``)."""
         return cls(seqs=(64, 128), head_dims=(16, 64), buffers=(2**14, 2**18, 2**21),
                    matvec_dtypes=("fp32", "bf16"), matvec_rows=(1, 4, 16),
-                   loops=(4, 16, 64, 256))
+                   loops=(4, 16, 64, 256), linear_dtypes=("fp32", "bf16"),
+                   linear_widths=(64, 256, 1024), norm_tokens=(256, 4096))
 
     @classmethod
     def none(cls) -> KernelPlan:
         """Nothing timed."""
         return cls(attention_dtypes=(), seqs=(), head_dims=(), stream_dtypes=(), casts=(),
-                   buffers=(), loops=())
+                   buffers=(), loops=(), norm_tokens=())
 
 
 def default_plan(device_type: str, dtypes: Sequence[str],
@@ -100,13 +117,16 @@ def default_plan(device_type: str, dtypes: Sequence[str],
     """
     names = tuple(resolve_dtype(d).compute for d in dtypes)
     low = tuple(d for d in _LOW if d in names)
+    products = tuple(d for d in names if d in ("fp32", *low))
     plan = KernelPlan(attention_dtypes=names, stream_dtypes=low,
                       casts=tuple(pair for d in low for pair in (("fp32", d), (d, "fp32"))),
-                      matvec_dtypes=tuple(d for d in names if d in ("fp32", *low)))
+                      matvec_dtypes=products, linear_dtypes=products)
     if device_type == "cuda":
         plan = replace(plan, seqs=(512, 1024, 2048, 4096), head_dims=(64, 128), batch=4,
                        heads=16, buffers=(2**20, 2**22, 2**24, 2**26, 2**28),
-                       matvec_weight=(4096, 4096), matvec_cold_bytes=2**30)
+                       matvec_weight=(4096, 4096), matvec_cold_bytes=2**30,
+                       linear_widths=(256, 512, 1024, 2048, 4096), linear_tokens=4096,
+                       norm_width=4096, norm_tokens=(1024, 4096, 16384, 65536))
     return plan if seqs is None else replace(plan, seqs=tuple(seqs))
 
 
@@ -130,6 +150,27 @@ class StreamPoint:
     bytes_moved: int
     median_s: float
     bytes_per_s: float
+
+
+@dataclass(frozen=True)
+class NormPoint:
+    dtype: str
+    direction: str  # "forward" or "backward"
+    tokens: int
+    width: int
+    bytes_moved: int  # of this direction's op, by the trace's rules
+    median_s: float
+    bytes_per_s: float
+
+
+@dataclass(frozen=True)
+class LinearPoint:
+    dtype: str
+    tokens: int
+    width: int  # the weight is 4·width × width
+    flops: int  # 2 · tokens · width · 4·width
+    median_s: float
+    flop_per_s: float
 
 
 @dataclass(frozen=True)
@@ -159,6 +200,8 @@ class KernelProbe:
     set_aside: tuple[str, ...] = ()  # figures still noisy after their retries: in no curve
     matvec: tuple[MatvecPoint, ...] = ()
     loops: tuple[LoopPoint, ...] = ()
+    linear: tuple[LinearPoint, ...] = ()
+    norms: tuple[NormPoint, ...] = ()
 
     @property
     def curves(self) -> dict[str, tuple[tuple[float, float], ...]]:
@@ -181,6 +224,10 @@ class KernelProbe:
             add(matvec_curve(m.dtype, m.rows), float(m.working_set), m.bytes_per_s)
         for lp in self.loops:
             add(strided_curve(lp.dtype), float(lp.loop), lp.bytes_per_s)
+        for li in self.linear:
+            add(linear_curve(li.dtype), float(li.flops), li.flop_per_s)
+        for n in self.norms:
+            add(norm_curve(n.dtype, n.direction), float(n.bytes_moved), n.bytes_per_s)
         return {name: tuple(sorted(points.items())) for name, points in found.items()}
 
 
@@ -228,8 +275,23 @@ def _loop_label(dtype: str, loop: int) -> str:
     return f"strided {dtype} add, inner loop {loop}"
 
 
-def _point_label(point: AttentionPoint | StreamPoint | MatvecPoint | LoopPoint) -> str:
+def _linear_label(dtype: str, tokens: int, width: int) -> str:
+    return f"linear {dtype} {tokens} × {width} → {4 * width}, cold"
+
+
+def _norm_label(dtype: str, tokens: int, width: int) -> str:
+    return f"layer norm {dtype} {tokens} × {width}"
+
+
+Point = AttentionPoint | StreamPoint | MatvecPoint | LoopPoint | LinearPoint | NormPoint
+
+
+def _point_label(point: Point) -> str:
     """The timer's label of the figure ``point`` came from."""
+    if isinstance(point, NormPoint):
+        return f"{_norm_label(point.dtype, point.tokens, point.width)} {point.direction}"
+    if isinstance(point, LinearPoint):
+        return _linear_label(point.dtype, point.tokens, point.width)
     if isinstance(point, LoopPoint):
         return _loop_label(point.dtype, point.loop)
     if isinstance(point, MatvecPoint):
@@ -334,6 +396,67 @@ def _matvec_points(timer: _Timer, plan: KernelPlan, dtype: str, rows: int,
     return points[0], points[1]
 
 
+def _norm_points(timer: _Timer, dtype: str, tokens: int, width: int, budget_s: float
+                 ) -> tuple[NormPoint, NormPoint]:
+    """A layer norm of (``tokens``, ``width``) with weight and bias in ``dtype``: the
+    forward (its input requiring grad, so it keeps its statistics, as in a training step)
+    and the backward alone (the graph of one forward, run again); the bytes each direction's
+    op moves are the trace's own."""
+    from torch.nn.functional import layer_norm
+
+    from tensorledger.trace import trace
+
+    device = timer.device
+    kind = _torch_dtype(dtype)
+    x = torch.randn(tokens, width, device=device).to(kind).requires_grad_()
+    weight = torch.ones(width, device=device).to(kind).requires_grad_()
+    bias = torch.zeros(width, device=device).to(kind).requires_grad_()
+    grad = torch.randn(tokens, width, device=device).to(kind)
+
+    def step() -> None:
+        layer_norm(x, (width,), weight, bias).backward(grad)  # type: ignore[no-untyped-call]
+
+    moved = {"forward": 0, "backward": 0}
+    for record in trace(step).records:
+        if record.category == "normalization":
+            moved["backward" if "backward" in record.op else "forward"] += record.bytes
+    for tensor in (x, weight, bias):
+        tensor.grad = None
+    label = _norm_label(dtype, tokens, width)
+    forward = timer(lambda: layer_norm(x, (width,), weight, bias), f"{label} forward",
+                    budget_s=budget_s, min_repeats=3, warmup=1)
+    out = layer_norm(x, (width,), weight, bias)
+    backward = timer(lambda: torch.autograd.grad(out, (x, weight, bias), grad,
+                                                 retain_graph=True),
+                     f"{label} backward", budget_s=budget_s, min_repeats=3, warmup=1)
+    return (NormPoint(dtype, "forward", tokens, width, moved["forward"], forward.median_s,
+                      moved["forward"] / forward.median_s),
+            NormPoint(dtype, "backward", tokens, width, moved["backward"], backward.median_s,
+                      moved["backward"] / backward.median_s))
+
+
+def _linear_point(timer: _Timer, dtype: str, tokens: int, width: int, cold_bytes: int,
+                  budget_s: float) -> LinearPoint:
+    """``x @ w.t()``: ``tokens`` × ``width`` activations against a 4·``width`` × ``width``
+    weight, each call the next pair of those filling ``cold_bytes``."""
+    device = timer.device
+    kind = _torch_dtype(dtype)
+    pair_bytes = (tokens + 4 * width) * width * torch.empty((), dtype=kind).element_size()
+    pairs = [(torch.randn(tokens, width, device=device).to(kind),
+              torch.randn(4 * width, width, device=device).to(kind))
+             for _ in range(max(2, -(-cold_bytes // pair_bytes)))]
+    turn = itertools.cycle(pairs)
+
+    def call() -> torch.Tensor:
+        x, w = next(turn)
+        return x @ w.t()
+
+    flops = 2 * tokens * width * 4 * width
+    result = timer(call, _linear_label(dtype, tokens, width), budget_s=budget_s,
+                   min_repeats=3, warmup=1)
+    return LinearPoint(dtype, tokens, width, flops, result.median_s, flops / result.median_s)
+
+
 def _loop_point(timer: _Timer, dtype: str, loop: int, elements: int, cold_bytes: int,
                 budget_s: float) -> LoopPoint:
     """An add of a (rows, 4, ``loop``) tensor read as (4, rows, ``loop``), a head-split
@@ -395,12 +518,24 @@ def probe_kernels(timer: _Timer, plan: KernelPlan, *, budget_s: float, cold_byte
                 "cold weights")
             matvec.extend(_matvec_points(timer, plan, dtype, rows, budget_s))
     # a figure the timer set aside (still noisy after its retries) enters no curve
-    points: list[AttentionPoint | StreamPoint | MatvecPoint | LoopPoint] = [
-        *attention, *streams, *matvec, *loops]
+    norms: list[NormPoint] = []
+    for dtype in plan.stream_dtypes:
+        for tokens in sorted(plan.norm_tokens):
+            say(f"layer norm in {dtype}, {tokens} tokens × {plan.norm_width}")
+            norms.extend(_norm_points(timer, dtype, tokens, plan.norm_width, budget_s))
+    linear: list[LinearPoint] = []
+    for dtype in plan.linear_dtypes:
+        for width in sorted(plan.linear_widths):
+            say(f"linear layer in {dtype}, {plan.linear_tokens} tokens × {width}, cold")
+            linear.append(_linear_point(timer, dtype, plan.linear_tokens, width,
+                                        plan.matvec_cold_bytes, budget_s))
+    points: list[Point] = [*attention, *streams, *matvec, *loops, *linear, *norms]
     labels = [_point_label(p) for p in points]
     return KernelProbe(tuple(p for p in attention if timer.kept(_point_label(p))),
                        tuple(p for p in streams if timer.kept(_point_label(p))),
                        tuple(skipped),
                        set_aside=tuple(label for label in labels if not timer.kept(label)),
                        matvec=tuple(p for p in matvec if timer.kept(_point_label(p))),
-                       loops=tuple(p for p in loops if timer.kept(_point_label(p))))
+                       loops=tuple(p for p in loops if timer.kept(_point_label(p))),
+                       linear=tuple(p for p in linear if timer.kept(_point_label(p))),
+                       norms=tuple(p for p in norms if timer.kept(_point_label(p))))

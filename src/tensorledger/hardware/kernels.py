@@ -14,6 +14,14 @@ how a rate is read from them.  ``tensorledger probe`` writes them
   32 heads of 256 tokens as 8 heads of 512, its backward 2.4 times too fast.
 - ``bandwidth.<dtype>``: elementwise ops on tensors of ``dtype`` (copy and triad writing new
   tensors, as the fp32 ``bandwidth`` curve), (bytes moved, bytes/s).
+- ``linear.<dtype>``: a linear layer's product, tokens × width against a 4·width × width
+  weight, both operands cold (last touched a working set beyond the caches ago, as in a
+  training step), as (FLOPs, FLOP/s) by width: the rate of a training step's matrix
+  products, where the ``matmul.<dtype>`` curve (square, a warm right operand) sets the peak.
+- ``norm.<dtype>.<direction>``: a fused layer norm (with weight and bias) over (tokens,
+  width), its forward or its backward, as (the op's bytes moved by the trace's rules,
+  bytes/s) by tokens: the rate of a fused norm kernel (``native_layer_norm``,
+  ``_fused_rms_norm`` and their backwards) in ``dtype``.
 - ``strided.<dtype>``: elementwise ops on tensors of ``dtype`` whose operands' layouts cut
   the kernel into short inner loops (:mod:`tensorledger.trace.layout`), as (the loop's
   elements, bytes/s).
@@ -25,8 +33,8 @@ how a rate is read from them.  ``tensorledger probe`` writes them
 
 >>> attention_curve("bf16", "backward", 64), stream_curve("bf16"), cast_curve("fp32", "bf16")
 ('attention-head.bf16.backward.d64', 'bandwidth.bf16', 'cast.fp32-bf16')
->>> strided_curve("bf16")
-'strided.bf16'
+>>> strided_curve("bf16"), linear_curve("fp32"), norm_curve("bf16", "backward")
+('strided.bf16', 'linear.fp32', 'norm.bf16.backward')
 >>> matvec_curve("fp32", 4), matvec_rows({"matvec.fp32.m4": (), "matvec.fp32.m1": ()}, "fp32")
 ('matvec.fp32.m4', (1, 4))
 >>> curves = {"attention-head.bf16.forward.d16": ((1e6, 1e9),),
@@ -42,8 +50,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-__all__ = ["DIRECTIONS", "attention_curve", "cast_curve", "matvec_curve", "matvec_rows",
-           "nearest_attention_curve", "stream_curve", "strided_curve"]
+__all__ = ["DIRECTIONS", "attention_curve", "cast_curve", "linear_curve", "matvec_curve",
+           "matvec_rows", "nearest_attention_curve", "norm_curve", "stream_curve",
+           "strided_curve"]
 
 #: The directions of an attention kernel the probe times apart.
 DIRECTIONS = ("forward", "backward")
@@ -57,6 +66,16 @@ def attention_curve(key: str, direction: str, head_dim: int) -> str:
 def stream_curve(key: str) -> str:
     """The name of the curve of elementwise ops on ``key`` tensors."""
     return f"bandwidth.{key}"
+
+
+def linear_curve(key: str) -> str:
+    """The name of the curve of a linear layer's products in ``key``, operands cold."""
+    return f"linear.{key}"
+
+
+def norm_curve(key: str, direction: str) -> str:
+    """The name of the curve of a fused norm's ``direction`` in ``key``."""
+    return f"norm.{key}.{direction}"
 
 
 def strided_curve(key: str) -> str:

@@ -47,6 +47,13 @@ def probe_view(result: ProbeResult, path: str) -> View:
         table.add_row(f"{st.kernel} {st.dtype} (new output)",
                       f"{st.elements} elements", format_duration(st.median_s),
                       format_bandwidth(st.bytes_per_s))
+    for li in kernels.linear if kernels is not None else ():
+        table.add_row(f"linear {li.dtype}, operands cold",
+                      f"{li.tokens}×{li.width} → {4 * li.width}", format_duration(li.median_s),
+                      format_flop_rate(li.flop_per_s))
+    for n in kernels.norms if kernels is not None else ():
+        table.add_row(f"layer norm {n.dtype} {n.direction}", f"{n.tokens}×{n.width}",
+                      format_duration(n.median_s), format_bandwidth(n.bytes_per_s))
     for lp in kernels.loops if kernels is not None else ():
         table.add_row(f"add {lp.dtype}, strided", f"inner loops of {lp.loop}",
                       format_duration(lp.median_s), format_bandwidth(lp.bytes_per_s))

@@ -28,6 +28,7 @@ from tensorledger.hardware.kernels import (
     matvec_curve,
     matvec_rows,
     nearest_attention_curve,
+    norm_curve,
     stream_curve,
     strided_curve,
 )
@@ -38,6 +39,9 @@ __all__ = ["LOW_PRECISIONS", "attention_rate", "cast_of", "decode_product", "op_
 #: The floating dtypes an op is priced and calibrated apart in (fp32 is the default).
 LOW_PRECISIONS = ("bf16", "fp16")
 _FLOATING = ("fp64", "fp32", "bf16", "fp16")
+#: The fused norm kernels, by direction: priced from the probe's layer norm where probed.
+_FUSED_NORMS = {"aten.native_layer_norm": "forward", "aten.native_layer_norm_backward": "backward",
+                "aten._fused_rms_norm": "forward", "aten._fused_rms_norm_backward": "backward"}
 
 
 def op_precision(op: Any) -> str:
@@ -82,7 +86,9 @@ def stream_rate(op: Any, hardware: Hardware, moved: float) -> float | None:
     floating input and output in that dtype); None where the profile has no such curve or
     the op mixes dtypes (an fp32 residual plus a bf16 branch streams as fp32).  An op whose
     kernel runs in short inner loops (``OpRecord.inner_loop``, no longer than the longest
-    the profile probed) streams no faster than ``strided.<dtype>`` at its loop.
+    the profile probed) streams no faster than ``strided.<dtype>`` at its loop.  A fused
+    norm (layer norm, RMS norm) streams at the probed layer norm's rate of its dtype and
+    direction (``norm.<dtype>.<direction>``), where probed.
 
     >>> from types import SimpleNamespace as Rec
     >>> chip = Hardware(id="x", name="x", memory_bytes=1, memory_bandwidth_bytes_per_s=1.0,
@@ -95,9 +101,18 @@ def stream_rate(op: Any, hardware: Hardware, moved: float) -> float | None:
     10.0
     >>> [stream_rate(Rec(**{**vars(add), "inner_loop": n}), chip, 1e6) / 1e9 for n in (0, 128)]
     [60.0, 60.0]
+    >>> norm = Rec(op="aten.native_layer_norm_backward.default", category="normalization",
+    ...            input_dtypes=("bf16",) * 5, output_dtypes=("bf16",) * 3)
+    >>> chip.curves["norm.bf16.backward"] = ((1e5, 4e9), (1e7, 1e10))
+    >>> round(stream_rate(norm, chip, 1e6) / 1e9, 6)  # 10⁶ halfway in logs: √(4·10) GB/s
+    6.324555
     """
     if moved <= 0:
         return None
+    direction = _FUSED_NORMS.get(packet(op.op))
+    fused = hardware.curves.get(norm_curve(op_precision(op) or "fp32", direction or ""))
+    if direction is not None and fused:
+        return beyond_the_curve(fused, moved, hardware)
     cast = cast_of(op)
     if cast is not None:
         name = cast_curve(*cast)

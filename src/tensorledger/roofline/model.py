@@ -22,9 +22,11 @@ price the causal-halved count, at the attention fraction FlashAttention's papers
 count.  A probed attention curve was measured against the full count and is used with it.
 
 Kernels by dtype on a probed profile (:mod:`tensorledger.roofline.kernel_rates`): an attention
-op reads the curve of its dtype, direction (forward or backward) and nearest head width; a cast
-(autocast's ``_to_copy``) its cast's bandwidth curve; an op whose every floating tensor is bf16
-the bf16 bandwidth curve.  A profile without them prices those ops as before.
+op reads the curve of its dtype, direction (forward or backward) and nearest head width; a
+matrix product the curve of a linear layer's product with both operands cold
+(``linear.<dtype>``); a cast (autocast's ``_to_copy``) its cast's bandwidth curve; an op whose
+every floating tensor is bf16 the bf16 bandwidth curve, or its strided curve where its kernel
+runs in short inner loops.  A profile without them prices those ops as before.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing import Any, Protocol
 from tensorledger.costs import packet
 from tensorledger.errors import InputError
 from tensorledger.hardware import Hardware
+from tensorledger.hardware.kernels import linear_curve
 from tensorledger.roofline.collectives import CollectiveKind, collective_time
 from tensorledger.roofline.cost_classes import cost_class, pieces, updates_in_place
 from tensorledger.roofline.kernel_rates import (
@@ -247,7 +250,10 @@ def predict_op(index: int, op: OpLike, hardware: Hardware,
         else:
             rate = peak * efficiency.attention
     elif op.category in TENSOR_CORE_CATEGORIES:
-        rate = hardware.expected_flop_rate(f"{op.category}.{key}", key, work)
+        # a linear layer's product with its operands cold, where probed; else the matmul curve
+        cold = linear_curve(key)
+        rate = hardware.expected_flop_rate(
+            cold if cold in hardware.curves else f"{op.category}.{key}", key, work)
     compute = work / rate
     streamed = (None if in_place or op.category in TENSOR_CORE_CATEGORIES
                 else stream_rate(op, hardware, moved))  # a cast's, a bf16 op's own curve
