@@ -13,6 +13,7 @@ of each distribution.
 from __future__ import annotations
 
 import math
+import re
 
 import ml_dtypes
 import numpy as np
@@ -20,7 +21,7 @@ import pytest
 import torch
 from formats_oracles import ORACLES
 
-from tensorledger.errors import InputError
+from tensorledger.errors import InputError, ShapeError
 from tensorledger.formats import FORMATS, resolve_format
 from tensorledger.formats.blocks import (
     CAST_CHUNK,
@@ -41,9 +42,9 @@ def _as_float64(values: np.ndarray) -> np.ndarray:
 
 
 def _same(got: float, want: float) -> bool:
-    """Equal values with equal signs (so +0 is not -0); any NaN matches any NaN."""
-    if math.isnan(want):
-        return math.isnan(got)
+    """Equal values with equal signs (so +0 is not -0, and -NaN is not NaN)."""
+    if math.isnan(want):  # a NaN keeps its sign bit
+        return math.isnan(got) and math.copysign(1.0, got) == math.copysign(1.0, want)
     return got == want and math.copysign(1.0, got) == math.copysign(1.0, want)
 
 
@@ -238,7 +239,8 @@ def test_read_cast_input_reads_nan_as_nan() -> None:
 @pytest.mark.parametrize("text", ["", "abc", "1e", "e5", "1.2.3", "--1", "1 2", "infinit",
                                   "nan1", "0x10"])
 def test_read_cast_input_refuses_what_is_not_a_number(text: str) -> None:
-    with pytest.raises(InputError, match="expected a number such as 1e-8"):
+    expected = "; expected a number such as 1e-8, -3.5, inf or nan, in ASCII digits"
+    with pytest.raises(InputError, match=re.escape(expected) + "$"):
         read_cast_input(text)
 
 
@@ -307,3 +309,48 @@ def test_per_tensor_scaling_of_zeros_uses_a_scale_of_one() -> None:
     got = quantize_per_tensor(torch.zeros(8), "fp8_e4m3fn")
     assert got.tensor_scale == 1.0 and got.saturated == 0
     assert torch.equal(got.dequantized, torch.zeros(8))
+
+
+def test_a_small_cast_passes_saturation_and_the_seed_on() -> None:
+    x = torch.randn(64, generator=torch.Generator().manual_seed(4)) * 1000  # beyond 448
+    assert torch.equal(quantize_cast(x, "fp8_e4m3fn", saturate=True).dequantized,
+                       cast(x, "fp8_e4m3fn", saturate=True).values)
+    y = x / 20  # within ±448: no NaN from overflow, so torch.equal compares every element
+    stochastic = quantize_cast(y, "fp8_e4m3fn", rounding="stochastic", seed=5)
+    assert torch.equal(stochastic.dequantized,
+                       cast(y, "fp8_e4m3fn", rounding="stochastic", seed=5).values)
+
+
+def test_a_chunked_cast_saturates_and_draws_from_one_seeded_generator() -> None:
+    columns = CAST_CHUNK // 3 + 7  # 3 rows: CAST_CHUNK + 20 elements, two chunks
+    x = torch.randn(3, columns, generator=torch.Generator().manual_seed(6)) * 400
+    saturated = quantize_cast(x, "fp8_e4m3fn", saturate=True)
+    assert torch.equal(saturated.dequantized, cast(x, "fp8_e4m3fn", saturate=True).values)
+    assert saturated.codes is not None and saturated.codes.dtype == torch.uint8
+    y = x / 8  # σ = 50, under 6σ = 300 < 448: no NaN from overflow
+    first = quantize_cast(y, "fp8_e4m3fn", rounding="stochastic", seed=7)
+    again = quantize_cast(y, "fp8_e4m3fn", rounding="stochastic", seed=7)
+    assert torch.equal(first.dequantized, again.dequantized)  # the seed decides every draw
+    nearest = quantize_cast(y, "fp8_e4m3fn")
+    assert not torch.equal(first.dequantized, nearest.dequantized)  # stochastic, not nearest
+    # the last chunk's 20 elements are drawn too
+    last = slice(CAST_CHUNK, None)
+    drawn, rounded = first.dequantized.reshape(-1), nearest.dequantized.reshape(-1)
+    assert not torch.equal(drawn[last], rounded[last])
+
+
+def test_per_tensor_scaling_below_one_scales_too() -> None:
+    x = torch.tensor([0.25, -0.125, 0.0])  # amax 0.25 < 1: s = 0.25 / 448
+    got = quantize_per_tensor(x, "fp8_e4m3fn")
+    assert got.tensor_scale == float(np.float32(0.25 / 448))
+    assert got.dequantized.tolist() == [0.25, -0.125, 0.0]  # 448 and 224, both exact
+
+
+def test_error_metrics_refuses_empty_tensors() -> None:
+    with pytest.raises(ShapeError, match="empty"):
+        error_metrics(torch.zeros(0), torch.zeros(0))
+
+
+def test_cast_scalar_of_the_largest_value_is_exact() -> None:
+    assert cast_scalar(448.0, "fp8_e4m3fn").outcome == "exact"  # not "saturated"
+    assert cast_scalar(-6.0, "fp4_e2m1").outcome == "exact"
