@@ -42,11 +42,16 @@ clean:
 # Results are cached in mutants/ (only changed functions rerun); remove it for a fresh run.
 MUTMUT_VERSION := 3.8.1
 MUTATION_JOBS ?= 2
+# One OpenMP thread: mutmut forks each mutant's worker from a process that has run tests, and a
+# fork keeps only the calling thread, so a worker entering torch's thread pool would wait for the
+# pool's missing threads until the wall-clock timer killed it as a "timeout" (tests/conftest.py
+# sets one torch thread under mutmut too).  `env`, so that xargs runs it too.
+MUTMUT := env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/mutmut
 
 .PHONY: mutation mutation-changed
 mutation: $(STAMP)
 	$(BIN)/python -m pip install -q "mutmut==$(MUTMUT_VERSION)"
-	$(BIN)/mutmut run --max-children $(MUTATION_JOBS)
+	$(MUTMUT) run --max-children $(MUTATION_JOBS)
 	$(BIN)/mutmut export-cicd-stats
 	@$(BIN)/python -c 'import json; s = json.load(open("mutants/mutmut-cicd-stats.json")); \
 	tested = s["total"] - s["skipped"]; killed = s["killed"] + s["timeout"]; \
@@ -62,5 +67,5 @@ mutation-changed: $(STAMP)
 	$(BIN)/python -m pip install -q "mutmut==$(MUTMUT_VERSION)"
 	@globs="$$($(BIN)/python scripts/mutation_changed.py $(BASE))"; \
 	if [ -z "$$globs" ]; then echo "no function of the mutated packages changed since $(BASE)"; \
-	else echo "$$globs" | tr '\n' '\0' | xargs -0 $(BIN)/mutmut run --max-children $(MUTATION_JOBS); \
+	else echo "$$globs" | tr '\n' '\0' | xargs -0 $(MUTMUT) run --max-children $(MUTATION_JOBS); \
 	$(BIN)/mutmut results; fi

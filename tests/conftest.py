@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,16 @@ from tensorledger.cli import main
 # here asserts on wall-clock time).
 settings.register_profile("tensorledger", deadline=None)
 settings.load_profile("tensorledger")
+
+# Under mutmut (its process sets MUTANT_UNDER_TEST before pytest starts) torch gets one intra-op
+# thread.  mutmut forks a worker per mutant from a process that has already run tests, so the
+# OpenMP pool's threads stay behind in the parent; the worker's first parallel op then waits at
+# the pool's barrier forever (libgomp's gomp_team_barrier_wait_end), until mutmut's wall-clock
+# timer kills it and reports a "timeout": a surviving mutant counted as killed.  With one thread
+# torch runs each op inline and never enters the pool.  `make mutation` also exports
+# OMP_NUM_THREADS=1, which does the same before torch is imported.
+if "MUTANT_UNDER_TEST" in os.environ:
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
