@@ -150,8 +150,7 @@ def test_mx_schemes_are_five_elements_each_with_a_floor_and_an_up_scale() -> Non
 
 def test_error_metrics_over_more_than_one_chunk_match_numpy() -> None:
     n = METRICS_CHUNK + 5  # two chunks: 2^20 and 5 elements
-    # fp32, as the quantizers give: (an fp64 `dequantized` is overwritten with the error, as
-    # `.to(float64)` of an fp64 tensor is no copy)
+    # fp32, as the quantizers give (fp64 inputs: the next test)
     x = torch.randn(n, generator=torch.Generator().manual_seed(1))
     x[::7] = 0.0  # zeros: left out of the relative errors
     q = torch.round(x * 4) / 4  # |x| < 1/8 rounds to 0: an underflow
@@ -172,6 +171,18 @@ def test_error_metrics_over_more_than_one_chunk_match_numpy() -> None:
     assert got.max_rel_error == pytest.approx(999.0, rel=1e-6)  # (1 - 0.001) / 0.001
     assert got.mean_rel_error == pytest.approx(float(relative.mean()), rel=1e-12)
     assert got.underflow_fraction == int(np.sum(nonzero & (qs == 0))) / n
+
+
+def test_error_metrics_leave_fp64_inputs_as_they_were() -> None:
+    """fp64 tensors on the CPU: ``.to(float64)`` of one is no copy, and the error was once
+    written over the caller's ``dequantized``.  Both stay as they were, and the error of
+    q = x + 0.5 is 0.5 everywhere (mse 0.25)."""
+    x = torch.tensor([1.0, -2.0, 4.0], dtype=torch.float64)
+    q = x + 0.5
+    before = (x.clone(), q.clone())
+    got = error_metrics(x, q)
+    assert torch.equal(x, before[0]) and torch.equal(q, before[1])
+    assert (got.mse, got.max_abs_error) == (0.25, 0.5)
 
 
 def test_error_metrics_of_an_exact_copy_and_of_a_zero_signal() -> None:

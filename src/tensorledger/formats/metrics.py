@@ -71,8 +71,10 @@ def error_metrics(original: torch.Tensor, dequantized: torch.Tensor) -> ErrorMet
     rel_maxima: list[float] = []
     for start in range(0, elements, METRICS_CHUNK):
         x = flat_x[start:start + METRICS_CHUNK].to("cpu", torch.float64)
-        q = flat_q[start:start + METRICS_CHUNK].to("cpu", torch.float64)
-        error = q.sub_(x)  # q is a fresh fp64 copy: reuse it for the error
+        # a copy always (an fp64 tensor on the CPU would otherwise be the caller's own), which
+        # the error then reuses
+        q = flat_q[start:start + METRICS_CHUNK].to("cpu", torch.float64, copy=True)
+        error = q.sub_(x)
         squared += float(error.square().sum())
         signal += float(x.square().sum())
         abs_maxima.append(float(error.abs().max()))
