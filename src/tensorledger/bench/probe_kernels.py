@@ -517,7 +517,6 @@ def probe_kernels(timer: _Timer, plan: KernelPlan, *, budget_s: float, cold_byte
             say(f"decode product in {dtype}, {rows} row{'s' if rows > 1 else ''}, warm and "
                 "cold weights")
             matvec.extend(_matvec_points(timer, plan, dtype, rows, budget_s))
-    # a figure the timer set aside (still noisy after its retries) enters no curve
     norms: list[NormPoint] = []
     for dtype in plan.stream_dtypes:
         for tokens in sorted(plan.norm_tokens):
@@ -529,6 +528,7 @@ def probe_kernels(timer: _Timer, plan: KernelPlan, *, budget_s: float, cold_byte
             say(f"linear layer in {dtype}, {plan.linear_tokens} tokens × {width}, cold")
             linear.append(_linear_point(timer, dtype, plan.linear_tokens, width,
                                         plan.matvec_cold_bytes, budget_s))
+    # a figure the timer set aside (still noisy after its retries) enters no curve
     points: list[Point] = [*attention, *streams, *matvec, *loops, *linear, *norms]
     labels = [_point_label(p) for p in points]
     return KernelProbe(tuple(p for p in attention if timer.kept(_point_label(p))),

@@ -110,9 +110,10 @@ def stream_rate(op: Any, hardware: Hardware, moved: float) -> float | None:
     if moved <= 0:
         return None
     direction = _FUSED_NORMS.get(packet(op.op))
-    fused = hardware.curves.get(norm_curve(op_precision(op) or "fp32", direction or ""))
-    if direction is not None and fused:
-        return beyond_the_curve(fused, moved, hardware)
+    if direction is not None:
+        fused = hardware.curves.get(norm_curve(op_precision(op) or "fp32", direction))
+        if fused:
+            return beyond_the_curve(fused, moved, hardware)
     cast = cast_of(op)
     if cast is not None:
         name = cast_curve(*cast)
