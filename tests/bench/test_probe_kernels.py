@@ -251,3 +251,31 @@ def test_layer_norms_by_hand() -> None:
                          slow_call_s=1.0, say=lambda _: None)
     assert [size for size, _ in kept.curves["norm.bf16.forward"]] == [608]
     assert kept.set_aside == ("layer norm bf16 4 × 8 forward",)
+
+
+def test_the_probe_table_shows_each_new_kernel_at_its_rate() -> None:
+    """The probe's table rows of the strided adds, the cold linear products and the layer
+    norms: each at the rate its point was measured at (fake clock, 1 ms a call), formatted
+    as the rest of the table formats rates."""
+    from rich.console import Console
+
+    from tensorledger.report.bench import probe_view
+    from tensorledger.units import format_bandwidth, format_flop_rate
+
+    plan = KernelPlan(**{**KernelPlan.none().__dict__, "stream_dtypes": ("bf16",),
+                         "loops": (8,), "loop_elements": 4096, "norm_width": 8,
+                         "norm_tokens": (4,), "linear_dtypes": ("fp32",),
+                         "linear_widths": (8,), "linear_tokens": 4, "matvec_cold_bytes": 4096})
+    result = probe("cpu", clock=FakeClock([1e-3]), kernels=plan, **SMALL)
+    out = Console(width=400)
+    with out.capture() as captured:
+        for line in probe_view(result, "local.toml"):
+            out.print(line)
+    text = captured.get()
+    # loop 8: 4096 // 32 = 128 rows, 128 · 4 · 8 · 2 = 8,192 B a tensor, 3 moved in 1 ms
+    assert "add bf16, strided" in text and format_bandwidth(3 * 8192 / 1e-3) in text
+    # 2 · 4 · 8 · 32 = 2,048 FLOPs in 1 ms
+    assert "linear fp32, operands cold" in text and format_flop_rate(2048 / 1e-3) in text
+    # the layer norm's forward 176 B and backward 272 B (test_layer_norms_by_hand), in 1 ms
+    assert "layer norm bf16 forward" in text and format_bandwidth(176 / 1e-3) in text
+    assert "layer norm bf16 backward" in text and format_bandwidth(272 / 1e-3) in text

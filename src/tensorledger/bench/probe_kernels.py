@@ -61,6 +61,8 @@ __all__ = ["AttentionPoint", "KernelPlan", "KernelProbe", "LinearPoint", "LoopPo
 
 #: The low-precision dtypes whose elementwise ops and casts from and to fp32 are timed.
 _LOW = ("bf16",)
+#: A linear layer's weight, as a transformer's MLP has it: out features per in feature.
+_LINEAR_OUTPUTS = 4
 
 
 @dataclass(frozen=True)
@@ -172,6 +174,11 @@ class LinearPoint:
     median_s: float
     flop_per_s: float
 
+    @property
+    def outputs(self) -> int:
+        """The product's output features: the weight's rows, 4·width."""
+        return _LINEAR_OUTPUTS * self.width
+
 
 @dataclass(frozen=True)
 class LoopPoint:
@@ -235,24 +242,42 @@ def _torch_dtype(name: str) -> torch.dtype:
     return getattr(torch, resolve_dtype(name).torch_name or "float32")  # type: ignore[no-any-return]
 
 
+def _by_direction(step: Callable[[], None], category: str, figure: str,
+                  tensors: Sequence[torch.Tensor]) -> dict[str, int]:
+    """A figure (``flops``, ``bytes``) of ``category``'s ops in one traced forward and
+    backward ``step``, by direction, by the trace's own rules; ``tensors``' gradients the
+    step left are cleared."""
+    from tensorledger.trace import trace
+
+    found = {"forward": 0, "backward": 0}
+    for record in trace(step).records:
+        if record.category == category:
+            direction = "backward" if "backward" in record.op else "forward"
+            found[direction] += getattr(record, figure)
+    for tensor in tensors:
+        tensor.grad = None
+    return found
+
+
+def _copies(each_bytes: int, cold_bytes: int, at_least: int = 1) -> int:
+    """How many tensors (or sets) of ``each_bytes`` fill ``cold_bytes``, ``at_least`` many.
+
+    >>> _copies(10, 25), _copies(10, 0), _copies(10, 5, at_least=2)  # ⌈25 / 10⌉ = 3
+    (3, 1, 2)
+    """
+    return max(at_least, -(-cold_bytes // each_bytes))
+
+
 def _attention_flops(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      grad: torch.Tensor) -> dict[str, int]:
     """The traced FLOPs of the attention ops of one forward and backward, by phase."""
     from torch.nn.functional import scaled_dot_product_attention
 
-    from tensorledger.trace import trace
-
     def step() -> None:
         out = scaled_dot_product_attention(q, k, v, is_causal=True)
         out.backward(grad)  # type: ignore[no-untyped-call]
 
-    flops = {"forward": 0, "backward": 0}
-    for record in trace(step).records:
-        if record.category == "attention":
-            flops["backward" if "backward" in record.op else "forward"] += record.flops
-    for tensor in (q, k, v):
-        tensor.grad = None
-    return flops
+    return _by_direction(step, "attention", "flops", (q, k, v))
 
 
 def _attention_label(dtype: str, seq: int, head_dim: int) -> str:
@@ -276,7 +301,7 @@ def _loop_label(dtype: str, loop: int) -> str:
 
 
 def _linear_label(dtype: str, tokens: int, width: int) -> str:
-    return f"linear {dtype} {tokens} × {width} → {4 * width}, cold"
+    return f"linear {dtype} {tokens} × {width} → {_LINEAR_OUTPUTS * width}, cold"
 
 
 def _norm_label(dtype: str, tokens: int, width: int) -> str:
@@ -341,7 +366,7 @@ def _stream_points(timer: _Timer, dtype: str, elements: int, cold_bytes: int,
     size = elements * torch.empty((), dtype=kind).element_size()
     pairs = [(torch.rand(elements, device=device).to(kind),
               torch.rand(elements, device=device).to(kind))
-             for _ in range(max(1, -(-cold_bytes // (2 * size))))]
+             for _ in range(_copies(2 * size, cold_bytes))]
     turn = itertools.cycle(pairs)
     label = _stream_label(dtype, size)
     copy = timer(lambda: next(turn)[0].clone(), f"copy {label}", budget_s=budget_s,
@@ -363,7 +388,7 @@ def _cast_point(timer: _Timer, source: str, target: str, elements: int, cold_byt
     read = elements * torch.empty((), dtype=kind).element_size()
     moved = read + elements * torch.empty((), dtype=into).element_size()
     inputs = [torch.rand(elements, device=device).to(kind)
-              for _ in range(max(1, -(-cold_bytes // read)))]
+              for _ in range(_copies(read, cold_bytes))]
     turn = itertools.cycle(inputs)
     result = timer(lambda: next(turn).to(into), _cast_label(source, target, read),
                    budget_s=budget_s, min_repeats=3)
@@ -380,7 +405,7 @@ def _matvec_points(timer: _Timer, plan: KernelPlan, dtype: str, rows: int,
     kind = _torch_dtype(dtype)
     features, outputs = plan.matvec_weight
     weight_bytes = features * outputs * torch.empty((), dtype=kind).element_size()
-    count = max(2, -(-plan.matvec_cold_bytes // weight_bytes))
+    count = _copies(weight_bytes, plan.matvec_cold_bytes, at_least=2)
     weights = [torch.randn(outputs, features, device=device).to(kind) for _ in range(count)]
     bias = torch.zeros(outputs, device=device).to(kind)
     x = torch.randn(rows, features, device=device).to(kind)
@@ -404,8 +429,6 @@ def _norm_points(timer: _Timer, dtype: str, tokens: int, width: int, budget_s: f
     op moves are the trace's own."""
     from torch.nn.functional import layer_norm
 
-    from tensorledger.trace import trace
-
     device = timer.device
     kind = _torch_dtype(dtype)
     x = torch.randn(tokens, width, device=device).to(kind).requires_grad_()
@@ -416,12 +439,7 @@ def _norm_points(timer: _Timer, dtype: str, tokens: int, width: int, budget_s: f
     def step() -> None:
         layer_norm(x, (width,), weight, bias).backward(grad)  # type: ignore[no-untyped-call]
 
-    moved = {"forward": 0, "backward": 0}
-    for record in trace(step).records:
-        if record.category == "normalization":
-            moved["backward" if "backward" in record.op else "forward"] += record.bytes
-    for tensor in (x, weight, bias):
-        tensor.grad = None
+    moved = _by_direction(step, "normalization", "bytes", (x, weight, bias))
     label = _norm_label(dtype, tokens, width)
     forward = timer(lambda: layer_norm(x, (width,), weight, bias), f"{label} forward",
                     budget_s=budget_s, min_repeats=3, warmup=1)
@@ -441,17 +459,18 @@ def _linear_point(timer: _Timer, dtype: str, tokens: int, width: int, cold_bytes
     weight, each call the next pair of those filling ``cold_bytes``."""
     device = timer.device
     kind = _torch_dtype(dtype)
-    pair_bytes = (tokens + 4 * width) * width * torch.empty((), dtype=kind).element_size()
+    outputs = _LINEAR_OUTPUTS * width
+    pair_bytes = (tokens + outputs) * width * torch.empty((), dtype=kind).element_size()
     pairs = [(torch.randn(tokens, width, device=device).to(kind),
-              torch.randn(4 * width, width, device=device).to(kind))
-             for _ in range(max(2, -(-cold_bytes // pair_bytes)))]
+              torch.randn(outputs, width, device=device).to(kind))
+             for _ in range(_copies(pair_bytes, cold_bytes, at_least=2))]
     turn = itertools.cycle(pairs)
 
     def call() -> torch.Tensor:
         x, w = next(turn)
         return x @ w.t()
 
-    flops = 2 * tokens * width * 4 * width
+    flops = 2 * tokens * width * outputs
     result = timer(call, _linear_label(dtype, tokens, width), budget_s=budget_s,
                    min_repeats=3, warmup=1)
     return LinearPoint(dtype, tokens, width, flops, result.median_s, flops / result.median_s)
@@ -469,7 +488,7 @@ def _loop_point(timer: _Timer, dtype: str, loop: int, elements: int, cold_bytes:
     size = rows * 4 * loop * torch.empty((), dtype=kind).element_size()
     pairs = [(torch.rand(rows, 4, loop, device=device).to(kind).transpose(0, 1),
               torch.rand(4, rows, loop, device=device).to(kind))
-             for _ in range(max(1, -(-cold_bytes // (2 * size))))]
+             for _ in range(_copies(2 * size, cold_bytes))]
     turn = itertools.cycle(pairs)
     result = timer(lambda: torch.add(*next(turn)), _loop_label(dtype, loop), budget_s=budget_s,
                    min_repeats=3)

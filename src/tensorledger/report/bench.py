@@ -49,7 +49,7 @@ def probe_view(result: ProbeResult, path: str) -> View:
                       format_bandwidth(st.bytes_per_s))
     for li in kernels.linear if kernels is not None else ():
         table.add_row(f"linear {li.dtype}, operands cold",
-                      f"{li.tokens}×{li.width} → {4 * li.width}", format_duration(li.median_s),
+                      f"{li.tokens}×{li.width} → {li.outputs}", format_duration(li.median_s),
                       format_flop_rate(li.flop_per_s))
     for n in kernels.norms if kernels is not None else ():
         table.add_row(f"layer norm {n.dtype} {n.direction}", f"{n.tokens}×{n.width}",
