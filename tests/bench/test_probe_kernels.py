@@ -69,14 +69,14 @@ def test_kernels_by_hand() -> None:
 def test_a_dtype_without_an_attention_kernel_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     import tensorledger.bench.probe_kernels as kernels
 
-    real = kernels._attention_points
+    real = kernels.attention_points
 
-    def no_fp16(timer, plan, dtype, *rest):  # type: ignore[no-untyped-def]
+    def no_fp16(timer, dtype, *rest, **options):  # type: ignore[no-untyped-def]
         if dtype == "fp16":
             raise RuntimeError("\"flash_attention\" not implemented for 'Half'")
-        return real(timer, plan, dtype, *rest)
+        return real(timer, dtype, *rest, **options)
 
-    monkeypatch.setattr(kernels, "_attention_points", no_fp16)
+    monkeypatch.setattr(kernels, "attention_points", no_fp16)
     plan = KernelPlan(attention_dtypes=("fp16", "fp32"), seqs=(16,), head_dims=(8,),
                       stream_dtypes=(), casts=(), buffers=())
     found = probe_kernels(_timer(), plan, budget_s=0.005, cold_bytes=0, max_elements=0,

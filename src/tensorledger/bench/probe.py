@@ -470,6 +470,25 @@ def _curve(points: Sequence[tuple[float, float]]) -> tuple[tuple[float, float], 
     return tuple(sorted(best.items()))
 
 
+def _attention_sweep(timer: _Timer, seqs: Sequence[int], budget_s: float,
+                     slow_call_s: float, say: Progress) -> list[MatmulPoint]:
+    """fp32 causal attention's forward and backward at each of ``seqs`` (the kept points),
+    without the timer's one-thread check (see ``probe_kernels.probe_attention``)."""
+    attention: list[MatmulPoint] = []
+    team, timer.team = timer.team, False
+    try:
+        for seq in sorted(seqs):
+            say(f"attention fp32, sequence {seq}")
+            point = _attention_point(timer, seq, budget_s)
+            if timer.kept(f"attention fp32 {seq}"):
+                attention.append(point)
+            if point.median_s > slow_call_s:
+                break
+    finally:
+        timer.team = team
+    return attention
+
+
 def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16"),
           sizes: Sequence[int] | None = None, buffer_bytes: int | None = None,
           budget_s: float = 0.5, slow_call_s: float = 1.0, bandwidth_sweep: bool = True,
@@ -500,6 +519,17 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
     # inputs rotate through twice the last-level cache, as a step's activations do; a GPU's
     # cache is small beside its tensors, so there the same buffers serve
     cold = 0 if dev.type == "cuda" else 2 * _last_level_cache_bytes()
+    from tensorledger.bench.probe_kernels import default_plan, probe_attention, probe_kernels
+
+    if attention_seqs is None:
+        attention_seqs = ((32, 64, 128, 256, 512, 1024) if dev.type == "cpu"
+                          else (512, 1024, 2048, 4096))
+    plan = kernels or default_plan(dev.type, dtypes, attention_seqs)
+    # attention first, before any one-thread check changes the thread count (a CPU's fused
+    # attention runs slower for the rest of the process after that: probe_attention)
+    attention = _attention_sweep(timer, attention_seqs, budget_s, slow_call_s, say)
+    fused = probe_attention(timer, plan, budget_s=budget_s / 4, slow_call_s=slow_call_s,
+                            say=say)
     points, skipped, set_aside = _matmul_sweep(timer, dtypes, sizes, budget_s, max(1, rounds),
                                                cold, slow_call_s, say)
     # fp32 prices every op outside a matmul (and any matmul of a dtype left out): a profile
@@ -514,18 +544,6 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
         if dtype not in skipped and not any(p.dtype == dtype for p in points):
             set_aside.append(SetAside(f"matmul {dtype}", "every size set aside, so no peak "
                                       "and no curve: its matmuls are priced at fp32's"))
-    attention: list[MatmulPoint] = []
-    if attention_seqs is None:
-        attention_seqs = ((32, 64, 128, 256, 512, 1024) if dev.type == "cpu"
-                          else (512, 1024, 2048, 4096))
-    if attention_seqs:
-        for seq in sorted(attention_seqs):
-            say(f"attention fp32, sequence {seq}")
-            point = _attention_point(timer, seq, budget_s)
-            if timer.kept(f"attention fp32 {seq}"):
-                attention.append(point)
-            if point.median_s > slow_call_s:
-                break
     if buffer_bytes is None:
         buffer_bytes = 2**30 if dev.type == "cuda" else max(4 * _last_level_cache_bytes(),
                                                             64 * 2**20)
@@ -538,11 +556,9 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
                 say(f"eager-op bandwidth, {size / 2**10:.0f} KiB buffers, new outputs")
                 eager.extend(_bandwidth_points(timer, size, budget_s / 2, fresh=True,
                                                cold_bytes=cold))
-    from tensorledger.bench.probe_kernels import default_plan, probe_kernels
-
-    plan = kernels or default_plan(dev.type, dtypes, attention_seqs)
     measured = probe_kernels(timer, plan, budget_s=budget_s / 4, cold_bytes=cold,
-                             max_elements=buffer_bytes // 4, slow_call_s=slow_call_s, say=say)
+                             max_elements=buffer_bytes // 4, slow_call_s=slow_call_s, say=say,
+                             attention=fused)
     pages = fresh_pages(timer, budget_s=budget_s / 4, say=say) if bandwidth_sweep else None
     say("per-op overhead")
     tiny = torch.ones(1, device=dev)

@@ -1,10 +1,9 @@
 """The probe's kernels beyond the matmul and the fp32 stream: what a precision recipe's step
 runs and the matmul curve does not tell.
 
-- fused causal attention (``scaled_dot_product_attention``), its forward and its backward
-  timed apart, in each dtype, over sequence lengths and head widths: the FLOPs of each are
-  the trace's own (attention counted in full, the backward 2.5× the forward), so the rate is
-  on the scale the roofline divides an op's traced FLOPs by;
+- fused causal attention, its forward and its backward timed apart, in each dtype, over
+  sequence lengths and head widths, at two head counts
+  (:mod:`tensorledger.bench.probe_attention`);
 - elementwise ops in bf16: copy and triad writing new tensors from inputs that rotate through
   memory, as the fp32 eager sweep (``probe._bandwidth_points``) but in bf16;
 - a linear layer's product, tokens × width against a weight of 4·width × width stored as
@@ -42,8 +41,16 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from tensorledger.bench.probe_attention import (
+    AttentionPoint,
+    attention_label,
+    attention_points,
+    few_heads_label,
+)
+from tensorledger.bench.probe_tensors import by_direction, copies, torch_dtype
 from tensorledger.dtypes import resolve_dtype
 from tensorledger.hardware.kernels import (
+    attention_call_curve,
     attention_curve,
     cast_curve,
     linear_curve,
@@ -75,7 +82,8 @@ class KernelPlan:
     seqs: tuple[int, ...] = (64, 128, 256, 512)
     head_dims: tuple[int, ...] = (16, 32, 64, 128)
     batch: int = 2
-    heads: int = 4
+    heads: int = 8  # attention's heads a call, and a second call's fewer heads: a head's
+    few_heads: int = 1  # time apart from the call's own (probe_attention)
     stream_dtypes: tuple[str, ...] = ("bf16",)
     casts: tuple[tuple[str, str], ...] = (("fp32", "bf16"), ("bf16", "fp32"))
     buffers: tuple[int, ...] = (2**14, 2**16, 2**18, 2**20, 2**22)
@@ -130,18 +138,6 @@ def default_plan(device_type: str, dtypes: Sequence[str],
                        linear_widths=(256, 512, 1024, 2048, 4096), linear_tokens=4096,
                        norm_width=4096, norm_tokens=(1024, 4096, 16384, 65536))
     return plan if seqs is None else replace(plan, seqs=tuple(seqs))
-
-
-@dataclass(frozen=True)
-class AttentionPoint:
-    dtype: str
-    direction: str  # "forward" or "backward"
-    seq: int
-    head_dim: int
-    flops: int  # of this direction's op, by the trace's rules (in full, not causal-halved)
-    median_s: float
-    flop_per_s: float
-    heads: int = 1  # sequences × heads the op ran: its FLOPs per head are flops / heads
 
 
 @dataclass(frozen=True)
@@ -220,9 +216,12 @@ class KernelProbe:
             points = found.setdefault(name, {})
             points[size] = max(points.get(size, 0.0), rate)
 
-        for a in self.attention:
-            add(attention_curve(a.dtype, a.direction, a.head_dim), a.flops / a.heads,
-                a.flop_per_s)
+        for a in self.attention:  # a head's rate, and a call's own cost as calls a second
+            add(attention_curve(a.dtype, a.direction, a.head_dim), a.head_flops,
+                a.head_flops / a.head_s)
+            if 0 < a.call_s <= 1:
+                add(attention_call_curve(a.dtype, a.direction, a.head_dim), a.head_flops,
+                    1 / a.call_s)
         for s in self.streams:
             name = (cast_curve(*s.dtype.split("-")) if s.kernel == "cast"
                     else stream_curve(s.dtype))
@@ -236,52 +235,6 @@ class KernelProbe:
         for n in self.norms:
             add(norm_curve(n.dtype, n.direction), float(n.bytes_moved), n.bytes_per_s)
         return {name: tuple(sorted(points.items())) for name, points in found.items()}
-
-
-def _torch_dtype(name: str) -> torch.dtype:
-    return getattr(torch, resolve_dtype(name).torch_name or "float32")  # type: ignore[no-any-return]
-
-
-def _by_direction(step: Callable[[], None], category: str, figure: str,
-                  tensors: Sequence[torch.Tensor]) -> dict[str, int]:
-    """A figure (``flops``, ``bytes``) of ``category``'s ops in one traced forward and
-    backward ``step``, by direction, by the trace's own rules; ``tensors``' gradients the
-    step left are cleared."""
-    from tensorledger.trace import trace
-
-    found = {"forward": 0, "backward": 0}
-    for record in trace(step).records:
-        if record.category == category:
-            direction = "backward" if "backward" in record.op else "forward"
-            found[direction] += getattr(record, figure)
-    for tensor in tensors:
-        tensor.grad = None
-    return found
-
-
-def _copies(each_bytes: int, cold_bytes: int, at_least: int = 1) -> int:
-    """How many tensors (or sets) of ``each_bytes`` fill ``cold_bytes``, ``at_least`` many.
-
-    >>> _copies(10, 25), _copies(10, 0), _copies(10, 5, at_least=2)  # ⌈25 / 10⌉ = 3
-    (3, 1, 2)
-    """
-    return max(at_least, -(-cold_bytes // each_bytes))
-
-
-def _attention_flops(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                     grad: torch.Tensor) -> dict[str, int]:
-    """The traced FLOPs of the attention ops of one forward and backward, by phase."""
-    from torch.nn.functional import scaled_dot_product_attention
-
-    def step() -> None:
-        out = scaled_dot_product_attention(q, k, v, is_causal=True)
-        out.backward(grad)  # type: ignore[no-untyped-call]
-
-    return _by_direction(step, "attention", "flops", (q, k, v))
-
-
-def _attention_label(dtype: str, seq: int, head_dim: int) -> str:
-    return f"attention {dtype} {seq} d{head_dim}"
 
 
 def _stream_label(dtype: str, size_bytes: int) -> str:
@@ -322,39 +275,13 @@ def _point_label(point: Point) -> str:
     if isinstance(point, MatvecPoint):
         return _matvec_label(point.dtype, point.rows, point.working_set)
     if isinstance(point, AttentionPoint):
-        return f"{_attention_label(point.dtype, point.seq, point.head_dim)} {point.direction}"
+        return f"{attention_label(point.dtype, point.seq, point.head_dim)} {point.direction}"
     if point.kernel == "cast":
         source, target = point.dtype.split("-")
-        read = point.elements * torch.empty((), dtype=_torch_dtype(source)).element_size()
+        read = point.elements * torch.empty((), dtype=torch_dtype(source)).element_size()
         return _cast_label(source, target, read)
-    size = point.elements * torch.empty((), dtype=_torch_dtype(point.dtype)).element_size()
+    size = point.elements * torch.empty((), dtype=torch_dtype(point.dtype)).element_size()
     return f"{point.kernel} {_stream_label(point.dtype, size)}"
-
-
-def _attention_points(timer: _Timer, plan: KernelPlan, dtype: str, seq: int, head_dim: int,
-                      budget_s: float) -> tuple[AttentionPoint, AttentionPoint]:
-    """Causal attention at (batch, heads, seq, head_dim) in ``dtype``: the forward (its
-    inputs requiring grad, so it keeps what the backward needs, as in a training step) and
-    the backward alone (the graph of one forward, kept and run again)."""
-    from torch.nn.functional import scaled_dot_product_attention
-
-    device = timer.device
-    kind = _torch_dtype(dtype)
-    shape = (plan.batch, plan.heads, seq, head_dim)
-    q, k, v = (torch.randn(*shape, device=device).to(kind).requires_grad_() for _ in range(3))
-    grad = torch.randn(*shape, device=device).to(kind)
-    flops = _attention_flops(q, k, v, grad)
-    label = _attention_label(dtype, seq, head_dim)
-    forward = timer(lambda: scaled_dot_product_attention(q, k, v, is_causal=True),
-                    f"{label} forward", budget_s=budget_s, min_repeats=3, warmup=1)
-    out = scaled_dot_product_attention(q, k, v, is_causal=True)
-    backward = timer(lambda: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True),
-                     f"{label} backward", budget_s=budget_s, min_repeats=3, warmup=1)
-    heads = plan.batch * plan.heads
-    return (AttentionPoint(dtype, "forward", seq, head_dim, flops["forward"], forward.median_s,
-                           flops["forward"] / forward.median_s, heads),
-            AttentionPoint(dtype, "backward", seq, head_dim, flops["backward"],
-                           backward.median_s, flops["backward"] / backward.median_s, heads))
 
 
 def _stream_points(timer: _Timer, dtype: str, elements: int, cold_bytes: int,
@@ -362,11 +289,11 @@ def _stream_points(timer: _Timer, dtype: str, elements: int, cold_bytes: int,
     """Copy (a clone: 2 × size bytes) and triad (b + 3·c: 3 × size) on ``dtype`` tensors of
     ``elements``, each writing a new tensor from inputs that rotate through ``cold_bytes``."""
     device = timer.device
-    kind = _torch_dtype(dtype)
+    kind = torch_dtype(dtype)
     size = elements * torch.empty((), dtype=kind).element_size()
     pairs = [(torch.rand(elements, device=device).to(kind),
               torch.rand(elements, device=device).to(kind))
-             for _ in range(_copies(2 * size, cold_bytes))]
+             for _ in range(copies(2 * size, cold_bytes))]
     turn = itertools.cycle(pairs)
     label = _stream_label(dtype, size)
     copy = timer(lambda: next(turn)[0].clone(), f"copy {label}", budget_s=budget_s,
@@ -384,11 +311,11 @@ def _cast_point(timer: _Timer, source: str, target: str, elements: int, cold_byt
     """``x.to(target)`` of ``elements`` in ``source``: reads them in one dtype, writes a new
     tensor in the other."""
     device = timer.device
-    kind, into = _torch_dtype(source), _torch_dtype(target)
+    kind, into = torch_dtype(source), torch_dtype(target)
     read = elements * torch.empty((), dtype=kind).element_size()
     moved = read + elements * torch.empty((), dtype=into).element_size()
     inputs = [torch.rand(elements, device=device).to(kind)
-              for _ in range(_copies(read, cold_bytes))]
+              for _ in range(copies(read, cold_bytes))]
     turn = itertools.cycle(inputs)
     result = timer(lambda: next(turn).to(into), _cast_label(source, target, read),
                    budget_s=budget_s, min_repeats=3)
@@ -402,10 +329,10 @@ def _matvec_points(timer: _Timer, plan: KernelPlan, dtype: str, rows: int,
     transposed: ``addmm`` as a decode step's linear layers trace), warm (the same weight each
     call) and cold (each call the next of weights filling ``plan.matvec_cold_bytes``)."""
     device = timer.device
-    kind = _torch_dtype(dtype)
+    kind = torch_dtype(dtype)
     features, outputs = plan.matvec_weight
     weight_bytes = features * outputs * torch.empty((), dtype=kind).element_size()
-    count = _copies(weight_bytes, plan.matvec_cold_bytes, at_least=2)
+    count = copies(weight_bytes, plan.matvec_cold_bytes, at_least=2)
     weights = [torch.randn(outputs, features, device=device).to(kind) for _ in range(count)]
     bias = torch.zeros(outputs, device=device).to(kind)
     x = torch.randn(rows, features, device=device).to(kind)
@@ -430,7 +357,7 @@ def _norm_points(timer: _Timer, dtype: str, tokens: int, width: int, budget_s: f
     from torch.nn.functional import layer_norm
 
     device = timer.device
-    kind = _torch_dtype(dtype)
+    kind = torch_dtype(dtype)
     x = torch.randn(tokens, width, device=device).to(kind).requires_grad_()
     weight = torch.ones(width, device=device).to(kind).requires_grad_()
     bias = torch.zeros(width, device=device).to(kind).requires_grad_()
@@ -439,7 +366,7 @@ def _norm_points(timer: _Timer, dtype: str, tokens: int, width: int, budget_s: f
     def step() -> None:
         layer_norm(x, (width,), weight, bias).backward(grad)  # type: ignore[no-untyped-call]
 
-    moved = _by_direction(step, "normalization", "bytes", (x, weight, bias))
+    moved = by_direction(step, "normalization", "bytes", (x, weight, bias))
     label = _norm_label(dtype, tokens, width)
     forward = timer(lambda: layer_norm(x, (width,), weight, bias), f"{label} forward",
                     budget_s=budget_s, min_repeats=3, warmup=1)
@@ -458,12 +385,12 @@ def _linear_point(timer: _Timer, dtype: str, tokens: int, width: int, cold_bytes
     """``x @ w.t()``: ``tokens`` × ``width`` activations against a 4·``width`` × ``width``
     weight, each call the next pair of those filling ``cold_bytes``."""
     device = timer.device
-    kind = _torch_dtype(dtype)
+    kind = torch_dtype(dtype)
     outputs = _LINEAR_OUTPUTS * width
     pair_bytes = (tokens + outputs) * width * torch.empty((), dtype=kind).element_size()
     pairs = [(torch.randn(tokens, width, device=device).to(kind),
               torch.randn(outputs, width, device=device).to(kind))
-             for _ in range(_copies(pair_bytes, cold_bytes, at_least=2))]
+             for _ in range(copies(pair_bytes, cold_bytes, at_least=2))]
     turn = itertools.cycle(pairs)
 
     def call() -> torch.Tensor:
@@ -483,37 +410,58 @@ def _loop_point(timer: _Timer, dtype: str, loop: int, elements: int, cold_bytes:
     contiguous operand cuts it into loops of ``loop`` elements; inputs rotate through
     ``cold_bytes``."""
     device = timer.device
-    kind = _torch_dtype(dtype)
+    kind = torch_dtype(dtype)
     rows = max(1, elements // (4 * loop))
     size = rows * 4 * loop * torch.empty((), dtype=kind).element_size()
     pairs = [(torch.rand(rows, 4, loop, device=device).to(kind).transpose(0, 1),
               torch.rand(4, rows, loop, device=device).to(kind))
-             for _ in range(_copies(2 * size, cold_bytes))]
+             for _ in range(copies(2 * size, cold_bytes))]
     turn = itertools.cycle(pairs)
     result = timer(lambda: torch.add(*next(turn)), _loop_label(dtype, loop), budget_s=budget_s,
                    min_repeats=3)
     return LoopPoint(dtype, loop, 3 * size, result.median_s, 3 * size / result.median_s)
 
 
-def probe_kernels(timer: _Timer, plan: KernelPlan, *, budget_s: float, cold_bytes: int,
-                  max_elements: int, slow_call_s: float,
-                  say: Callable[[str], None]) -> KernelProbe:
-    """Time ``plan``'s kernels, ``budget_s`` each.  A dtype the device has no attention
-    kernel for is skipped; a head width's sequence sweep stops after a call slower than
-    ``slow_call_s``.  Buffers above ``max_elements`` are left out."""
+def probe_attention(timer: _Timer, plan: KernelPlan, *, budget_s: float, slow_call_s: float,
+                    say: Callable[[str], None]) -> tuple[list[AttentionPoint], list[str]]:
+    """Time ``plan``'s attention kernels, ``budget_s`` each: the points, and the dtypes the
+    device has no attention kernel for.  A head width's sequence sweep stops after a call
+    slower than ``slow_call_s``.  A CPU's fused attention kernel runs slower for the rest of
+    a process once its thread count has changed (at 32 tokens of width 16, 16 heads: 21 µs
+    before ``torch.set_num_threads(1)`` and back, 40 µs after, where matmuls, norms and
+    elementwise ops run as before), so the probe times attention first and without the
+    timer's one-thread check."""
     attention: list[AttentionPoint] = []
     skipped: list[str] = []
-    for dtype in plan.attention_dtypes:
-        try:
-            for head_dim in sorted(plan.head_dims):
-                for seq in sorted(plan.seqs):
-                    say(f"attention {dtype}, sequence {seq}, head width {head_dim}")
-                    pair = _attention_points(timer, plan, dtype, seq, head_dim, budget_s)
-                    attention.extend(pair)
-                    if max(p.median_s for p in pair) > slow_call_s:
-                        break
-        except RuntimeError:  # no kernel for this dtype on this device
-            skipped.append(f"attention {dtype}")
+    team, timer.team = timer.team, False
+    try:
+        for dtype in plan.attention_dtypes:
+            try:
+                for head_dim in sorted(plan.head_dims):
+                    for seq in sorted(plan.seqs):
+                        say(f"attention {dtype}, sequence {seq}, head width {head_dim}")
+                        pair = attention_points(timer, dtype, seq, head_dim,
+                                                batch=plan.batch, heads=plan.heads,
+                                                few_heads=plan.few_heads, budget_s=budget_s)
+                        attention.extend(pair)
+                        if max(p.median_s for p in pair) > slow_call_s:
+                            break
+            except RuntimeError:  # no kernel for this dtype on this device
+                skipped.append(f"attention {dtype}")
+    finally:
+        timer.team = team
+    return attention, skipped
+
+
+def probe_kernels(timer: _Timer, plan: KernelPlan, *, budget_s: float, cold_bytes: int,
+                  max_elements: int, slow_call_s: float, say: Callable[[str], None],
+                  attention: tuple[list[AttentionPoint], list[str]] | None = None
+                  ) -> KernelProbe:
+    """Time ``plan``'s kernels, ``budget_s`` each (its attention by :func:`probe_attention`
+    unless ``attention`` holds what that returned).  Buffers above ``max_elements`` are
+    left out."""
+    timed, skipped = attention or probe_attention(timer, plan, budget_s=budget_s,
+                                                  slow_call_s=slow_call_s, say=say)
     streams: list[StreamPoint] = []
     buffers: Sequence[int] = sorted(n for n in plan.buffers if n <= max_elements)
     for dtype in plan.stream_dtypes:
@@ -548,9 +496,14 @@ def probe_kernels(timer: _Timer, plan: KernelPlan, *, budget_s: float, cold_byte
             linear.append(_linear_point(timer, dtype, plan.linear_tokens, width,
                                         plan.matvec_cold_bytes, budget_s))
     # a figure the timer set aside (still noisy after its retries) enters no curve
-    points: list[Point] = [*attention, *streams, *matvec, *loops, *linear, *norms]
-    labels = [_point_label(p) for p in points]
-    return KernelProbe(tuple(p for p in attention if timer.kept(_point_label(p))),
+    points: list[Point] = [*timed, *streams, *matvec, *loops, *linear, *norms]
+    labels = [label for p in points for label in (
+        (_point_label(p), few_heads_label(p)) if isinstance(p, AttentionPoint) and p.few_heads
+        else (_point_label(p),))]
+    # an attention point whose smaller call was set aside keeps its call's mean a head
+    timed = [p if not p.few_heads or timer.kept(few_heads_label(p))
+             else replace(p, few_heads=0, few_s=0.0) for p in timed]
+    return KernelProbe(tuple(p for p in timed if timer.kept(_point_label(p))),
                        tuple(p for p in streams if timer.kept(_point_label(p))),
                        tuple(skipped),
                        set_aside=tuple(label for label in labels if not timer.kept(label)),

@@ -11,7 +11,12 @@ how a rate is read from them.  ``tensorledger probe`` writes them
   same FLOPs does: pricing bf16 attention from the bf16 matmul curve put the tiny preset's
   attention at 837 µs against 18.8 ms measured (issue 43).  And on its sequence length more
   than on its FLOPs: read at the whole op's FLOPs, a probe's curve of 8 heads priced tiny's
-  32 heads of 256 tokens as 8 heads of 512, its backward 2.4 times too fast.
+  32 heads of 256 tokens as 8 heads of 512, its backward 2.4 times too fast.  The rate is a
+  head's, the time a call takes beyond its own cost (the slope between two head counts).
+- ``attention-call.<dtype>.<direction>.d<head width>``: the cost of such a call apart from
+  its heads, as (FLOPs per sequence and head, calls a second): an op of h heads takes
+  ``h · head FLOPs / head rate + 1 / calls a second``.  Where the probe found no such cost the
+  curve is absent, and the op is priced at its heads' time alone.
 - ``bandwidth.<dtype>``: elementwise ops on tensors of ``dtype`` (copy and triad writing new
   tensors, as the fp32 ``bandwidth`` curve), (bytes moved, bytes/s).
 - ``linear.<dtype>``: a linear layer's product, tokens × width against a 4·width × width
@@ -50,9 +55,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-__all__ = ["DIRECTIONS", "attention_curve", "cast_curve", "linear_curve", "matvec_curve",
-           "matvec_rows", "nearest_attention_curve", "norm_curve", "stream_curve",
-           "strided_curve"]
+__all__ = ["DIRECTIONS", "attention_call_curve", "attention_curve", "cast_curve",
+           "linear_curve", "matvec_curve", "matvec_rows", "nearest_attention_curve",
+           "norm_curve", "stream_curve", "strided_curve"]
 
 #: The directions of an attention kernel the probe times apart.
 DIRECTIONS = ("forward", "backward")
@@ -61,6 +66,15 @@ DIRECTIONS = ("forward", "backward")
 def attention_curve(key: str, direction: str, head_dim: int) -> str:
     """The name of the curve of attention in ``key`` (``bf16``), ``direction``, head width."""
     return f"attention-head.{key}.{direction}.d{head_dim}"
+
+
+def attention_call_curve(key: str, direction: str, head_dim: int) -> str:
+    """The name of the curve of an attention call's own cost (``attention_curve``'s kernel).
+
+    >>> attention_call_curve("fp32", "forward", 16)
+    'attention-call.fp32.forward.d16'
+    """
+    return f"attention-call.{key}.{direction}.d{head_dim}"
 
 
 def stream_curve(key: str) -> str:

@@ -24,6 +24,7 @@ from tensorledger.dtypes import tensor_bytes
 from tensorledger.hardware import Hardware
 from tensorledger.hardware.chip import interpolate
 from tensorledger.hardware.kernels import (
+    attention_call_curve,
     cast_curve,
     matvec_curve,
     matvec_rows,
@@ -65,10 +66,24 @@ def cast_of(op: Any) -> tuple[str, str] | None:
 
 
 def attention_rate(op: Any, hardware: Hardware, key: str) -> float | None:
-    """FLOP/s of an attention op in ``key`` from the probed curve of its direction and the
+    """FLOP/s of an attention op in ``key`` from the probed curves of its direction and the
     head width nearest its own, at its FLOPs per sequence and head (counted in full, as the
-    probe counted them; the query's leading dimensions are the batch and the heads); None
-    where the profile has no such curve."""
+    probe counted them; the query's leading dimensions are the batch and the heads): its
+    heads' time at a head's rate, plus a call's own cost where the profile has its curve
+    (``attention-call``); None where the profile has no such curve.
+
+    >>> from types import SimpleNamespace as Rec
+    >>> chip = Hardware(id="x", name="x", memory_bytes=1, memory_bandwidth_bytes_per_s=1.0,
+    ...                 dense_flop_per_s={"fp32": 1.0},
+    ...                 curves={"attention-head.fp32.forward.d16": ((65536.0, 65536e6),)})
+    >>> op = Rec(op="aten._scaled_dot_product_flash_attention_for_cpu.default",
+    ...          flops=64 * 65536, input_shapes=((16, 4, 32, 16),))
+    >>> round(op.flops / attention_rate(op, chip, "fp32") * 1e6, 6)  # 64 heads of 1 µs
+    64.0
+    >>> chip.curves["attention-call.fp32.forward.d16"] = ((65536.0, 2e5),)  # 5 µs a call
+    >>> round(op.flops / attention_rate(op, chip, "fp32") * 1e6, 6)  # 64 · 1 + 5
+    69.0
+    """
     direction = "backward" if "backward" in op.op else "forward"
     shapes = getattr(op, "input_shapes", ())
     head_dim = shapes[0][-1] if shapes and shapes[0] else 0
@@ -76,8 +91,14 @@ def attention_rate(op: Any, hardware: Hardware, key: str) -> float | None:
     if name is None or op.flops <= 0:
         return None
     query: tuple[int, ...] = tuple(shapes[0]) if shapes else ()
-    heads = math.prod(query[:-2]) if len(query) > 2 else 1
-    return interpolate(hardware.curves[name], op.flops / max(heads, 1))
+    heads = max(math.prod(query[:-2]) if len(query) > 2 else 1, 1)
+    per_head = op.flops / heads
+    rate = interpolate(hardware.curves[name], per_head)
+    width = int(name.rsplit(".d", 1)[1])  # the head width whose curve was read
+    calls = hardware.curves.get(attention_call_curve(key, direction, width))
+    if not calls:
+        return rate
+    return float(op.flops / (op.flops / rate + 1 / interpolate(calls, per_head)))
 
 
 def stream_rate(op: Any, hardware: Hardware, moved: float) -> float | None:

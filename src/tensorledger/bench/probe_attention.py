@@ -1,0 +1,134 @@
+"""The probe's fused causal attention (``scaled_dot_product_attention``): its forward and
+its backward kernels timed apart and alone (replayed as a step's per-op timer sees them), in
+a dtype, at a sequence length and head width, each at two head counts.
+
+The FLOPs are the trace's own (attention counted in full, the backward 2.5× the forward),
+so a rate is on the scale the roofline divides an op's traced FLOPs by.  A call costs time
+of its own beside its heads' (the kernel's set-up, its thread team's start and finish): on a
+2-core EPYC, the fp32 forward kernel over 32 tokens of width 16 took 7.4 µs for 2 sequences ×
+heads and 22.2 µs for 16, about 5.3 µs a call and 1.06 µs a head.  Read as a rate a head at
+one head count, and timed from Python through autograd, that priced the tiny preset's 64
+heads 2.7–3 times too slow (issue 43).  Two head counts give both figures: a head's time is
+the slope between the two calls, the call's own time the rest (:attr:`AttentionPoint.call_s`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from tensorledger.bench.probe_tensors import by_direction, kernel_calls, torch_dtype
+
+if TYPE_CHECKING:
+    from tensorledger.bench.probe import _Timer
+
+__all__ = ["AttentionPoint", "attention_label", "attention_points", "few_heads_label"]
+
+
+@dataclass(frozen=True)
+class AttentionPoint:
+    dtype: str
+    direction: str  # "forward" or "backward"
+    seq: int
+    head_dim: int
+    flops: int  # of this direction's op at ``heads``, by the trace's rules (in full)
+    median_s: float
+    flop_per_s: float
+    heads: int = 1  # sequences × heads the op ran: its FLOPs per head are flops / heads
+    few_heads: int = 0  # the smaller call's sequences × heads; 0: not timed (or set aside)
+    few_s: float = 0.0  # the smaller call's median
+
+    @property
+    def head_flops(self) -> float:
+        """FLOPs of one sequence and head: the size the profile's curves are read at."""
+        return self.flops / self.heads
+
+    def _fit(self) -> tuple[float, float]:
+        """(seconds a head, seconds a call apart from its heads)."""
+        mean = self.median_s / self.heads
+        if self.few_s > 0 and self.heads > self.few_heads > 0:
+            slope = (self.median_s - self.few_s) / (self.heads - self.few_heads)
+            if 0 < slope < mean:
+                return slope, self.median_s - self.heads * slope
+        return mean, 0.0
+
+    @property
+    def head_s(self) -> float:
+        """Seconds a call takes a head: the slope between the two head counts timed; the
+        call's time over its heads where the smaller call was not timed, or where the slope
+        leaves the call no time of its own (noise, or a kernel whose calls cost nothing
+        apart from their heads).
+
+        >>> timed = AttentionPoint("fp32", "forward", 32, 16, 16 * 65536, 20e-6, 0.0, 16, 2, 6e-6)
+        >>> round(timed.head_s * 1e6, 9), round(timed.call_s * 1e6, 9)  # (20 − 6) / 14; 20 − 16
+        (1.0, 4.0)
+        >>> steep = AttentionPoint("fp32", "forward", 32, 16, 16 * 65536, 20e-6, 0.0, 16, 2, 1e-6)
+        >>> round(steep.head_s * 1e6, 9), steep.call_s  # (20 − 1) / 14 above 20 / 16: the mean
+        (1.25, 0.0)
+        """
+        return self._fit()[0]
+
+    @property
+    def call_s(self) -> float:
+        """Seconds a call takes apart from its heads (0 where :attr:`head_s` is the mean)."""
+        return self._fit()[1]
+
+
+def attention_label(dtype: str, seq: int, head_dim: int) -> str:
+    return f"attention {dtype} {seq} d{head_dim}"
+
+
+def few_heads_label(point: AttentionPoint) -> str:
+    """The timer's label of ``point``'s smaller call."""
+    return (f"{attention_label(point.dtype, point.seq, point.head_dim)} {point.direction}, "
+            f"{point.few_heads} heads")
+
+
+def _calls(timer: _Timer, dtype: str, shape: tuple[int, int, int, int], label: str,
+           budget_s: float) -> tuple[dict[str, int], float, float]:
+    """The traced FLOPs by direction and the medians of the forward and the backward
+    kernels of causal attention at ``shape`` (:func:`~probe_tensors.kernel_calls`: the
+    kernels alone, as a step's per-op timer sees them; the forward's inputs requiring grad,
+    so it keeps what the backward needs, as in a training step); ``label``: the figures'
+    label before their direction."""
+    from torch.nn.functional import scaled_dot_product_attention
+
+    kind = torch_dtype(dtype)
+    q, k, v = (torch.randn(*shape, device=timer.device).to(kind).requires_grad_()
+               for _ in range(3))
+    grad = torch.randn(*shape, device=timer.device).to(kind)
+
+    def step() -> None:
+        out = scaled_dot_product_attention(q, k, v, is_causal=True)
+        out.backward(grad)  # type: ignore[no-untyped-call]
+
+    flops = by_direction(step, "attention", "flops", (q, k, v))
+    kernels = kernel_calls(step, "attention")
+    for tensor in (q, k, v):
+        tensor.grad = None
+    forward, backward = (timer(kernels[d], label.format(d), budget_s=budget_s, min_repeats=3,
+                               warmup=1) for d in ("forward", "backward"))
+    return flops, forward.median_s, backward.median_s
+
+
+def attention_points(timer: _Timer, dtype: str, seq: int, head_dim: int, *, batch: int,
+                     heads: int, few_heads: int, budget_s: float
+                     ) -> tuple[AttentionPoint, AttentionPoint]:
+    """Causal attention in ``dtype`` at (``batch``, ``heads``, ``seq``, ``head_dim``) and at
+    ``few_heads`` heads (none where not fewer): the forward and the backward."""
+    name = attention_label(dtype, seq, head_dim)
+    flops, forward_s, backward_s = _calls(timer, dtype, (batch, heads, seq, head_dim),
+                                          name + " {}", budget_s)
+    few = batch * few_heads if 0 < few_heads < heads else 0
+    few_forward_s = few_backward_s = 0.0
+    if few:
+        _, few_forward_s, few_backward_s = _calls(
+            timer, dtype, (batch, few_heads, seq, head_dim), f"{name} {{}}, {few} heads",
+            budget_s)
+    count = batch * heads
+    return (AttentionPoint(dtype, "forward", seq, head_dim, flops["forward"], forward_s,
+                           flops["forward"] / forward_s, count, few, few_forward_s),
+            AttentionPoint(dtype, "backward", seq, head_dim, flops["backward"], backward_s,
+                           flops["backward"] / backward_s, count, few, few_backward_s))
