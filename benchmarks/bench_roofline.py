@@ -41,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from tensorledger.bench import probe, profile_toml
+from tensorledger.bench import probe_apart, profile_toml
 from tensorledger.hardware import Hardware, load_hardware_file
 from tensorledger.hardware.catalog import parse_hardware_toml
 from tensorledger.ledger.calibrate import (
@@ -158,7 +158,9 @@ def _profile(path: str | None, once: bool, recipes: tuple[str, ...]) -> Hardware
     run then fits its own calibration in its rounds."""
     if path:
         return load_hardware_file(path)
-    result = probe("cpu", progress=_say)  # every dtype the recipes run
+    # every dtype the recipes run, in a process of its own: the steps timed here then run
+    # their attention as a fresh process does (bench.probe_apart)
+    result = probe_apart(device="cpu", progress=_say)
     text = profile_toml(result)
     if once:
         fitted = calibrate(parse_hardware_toml(text, "probe", "local"), progress=_say,

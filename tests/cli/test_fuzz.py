@@ -370,6 +370,7 @@ def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     import tensorledger.ledger.calibrate as calibration
 
     monkeypatch.setattr(bench, "probe", _fake_probe)
+    monkeypatch.setattr(bench, "probe_apart", _fake_probe)  # --calibrate's probe
     monkeypatch.setattr(collectives, "probe_collectives", _fake_collectives)
     monkeypatch.setattr(calibration, "calibrate", _fake_calibrate)
     monkeypatch.setenv("TENSORLEDGER_HOME", str(tmp_path / "home"))

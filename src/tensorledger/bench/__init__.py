@@ -13,6 +13,7 @@ from __future__ import annotations
 from tensorledger.bench.harness import Measurement, measure, synchronize
 from tensorledger.bench.matmul import MatmulBenchmark, bench_matmul
 from tensorledger.bench.probe import ProbeResult, probe, profile_toml
+from tensorledger.bench.probe_apart import probe_apart
 
 __all__ = [
     "MatmulBenchmark",
@@ -21,6 +22,7 @@ __all__ = [
     "bench_matmul",
     "measure",
     "probe",
+    "probe_apart",
     "profile_toml",
     "synchronize",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -57,7 +57,7 @@ def probe_command(
 ) -> None:
     """Measure this device's matmul FLOP/s per dtype, memory bandwidth and per-op overhead
     (and with --collectives its collectives)."""
-    from tensorledger.bench import probe, profile_toml
+    from tensorledger.bench import probe, probe_apart, profile_toml
     from tensorledger.bench.probe_kernels import KernelPlan
     from tensorledger.report.bench import collectives_view, probe_view
 
@@ -88,10 +88,15 @@ def probe_command(
             ranks or 2, device=device, sizes=QUICK_SIZES if quick else DEFAULT_SIZES,
             budget_s=0.05 if quick else 0.2,
             progress=lambda step: status.print(f"probing collectives: {step} ...", style="dim"))
-    result = probe(device, sizes=(64, 128, 256, 512) if quick else None,
-                   attention_seqs=(64, 128) if quick else None, budget_s=0.1 if quick else 0.5,
-                   max_spread=max_spread, kernels=KernelPlan.quick() if quick else None,
-                   progress=lambda step: status.print(f"probing {step} ...", style="dim"))
+    options: dict[str, Any] = {"sizes": (64, 128, 256, 512) if quick else None,
+                               "attention_seqs": (64, 128) if quick else None,
+                               "budget_s": 0.1 if quick else 0.5, "max_spread": max_spread,
+                               "kernels": KernelPlan.quick() if quick else None}
+    # the calibration's steps run in this process after the probe: the probe in a process of
+    # its own leaves this one's thread count as it was (bench.probe_apart)
+    result = (probe_apart if calibrate else probe)(
+        device=device, progress=lambda step: status.print(f"probing {step} ...", style="dim"),
+        **options)
     target = output or local_profile_path()
     text = profile_toml(result, collectives=measured)
     if calibrate:
