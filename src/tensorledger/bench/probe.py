@@ -363,29 +363,6 @@ def _settle_matmul(timer: _Timer, dtype: str, n: int, rounds: Sequence[Measureme
                          say=lambda why: say(f"matmul {dtype} {n}×{n}, again ({why})"))
 
 
-def _attention_point(timer: _Timer, seq: int, budget_s: float) -> MatmulPoint:
-    """Causal attention forward and backward at (batch 4, heads 8, seq, head dim 64), fp32.
-
-    Its FLOPs are counted by the trace's own rules (attention counted in full, the backward
-    2.5× the forward), so the rate is on the scale the roofline divides traced FLOPs by.
-    """
-    from torch.nn.functional import scaled_dot_product_attention
-
-    from tensorledger.trace import trace
-
-    device = timer.device
-    q, k, v = (torch.randn(4, 8, seq, 64, device=device, requires_grad=True) for _ in range(3))
-    grad = torch.randn(4, 8, seq, 64, device=device)
-
-    def step() -> None:
-        out = scaled_dot_product_attention(q, k, v, is_causal=True)
-        out.backward(grad)  # type: ignore[no-untyped-call]
-
-    flops = sum(r.flops for r in trace(step).records if r.category == "attention")
-    result = timer(step, f"attention fp32 {seq}", budget_s=budget_s, min_repeats=3, warmup=1)
-    return MatmulPoint("fp32", seq, flops, result.median_s, flops / result.median_s)
-
-
 #: The model the per-op overhead is timed on: the reference Transformer (einops, RoPE,
 #: RMSNorm, SwiGLU, GQA) at widths where no kernel costs anything, so its time per op is
 #: what a real model's code adds to each op: the module calls, einops' rearranges and
@@ -470,25 +447,6 @@ def _curve(points: Sequence[tuple[float, float]]) -> tuple[tuple[float, float], 
     return tuple(sorted(best.items()))
 
 
-def _attention_sweep(timer: _Timer, seqs: Sequence[int], budget_s: float,
-                     slow_call_s: float, say: Progress) -> list[MatmulPoint]:
-    """fp32 causal attention's forward and backward at each of ``seqs`` (the kept points),
-    without the timer's one-thread check (see ``probe_kernels.probe_attention``)."""
-    attention: list[MatmulPoint] = []
-    team, timer.team = timer.team, False
-    try:
-        for seq in sorted(seqs):
-            say(f"attention fp32, sequence {seq}")
-            point = _attention_point(timer, seq, budget_s)
-            if timer.kept(f"attention fp32 {seq}"):
-                attention.append(point)
-            if point.median_s > slow_call_s:
-                break
-    finally:
-        timer.team = team
-    return attention
-
-
 def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16"),
           sizes: Sequence[int] | None = None, buffer_bytes: int | None = None,
           budget_s: float = 0.5, slow_call_s: float = 1.0, bandwidth_sweep: bool = True,
@@ -519,6 +477,7 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
     # inputs rotate through twice the last-level cache, as a step's activations do; a GPU's
     # cache is small beside its tensors, so there the same buffers serve
     cold = 0 if dev.type == "cuda" else 2 * _last_level_cache_bytes()
+    from tensorledger.bench.probe_attention import attention_sweep
     from tensorledger.bench.probe_kernels import default_plan, probe_attention, probe_kernels
 
     if attention_seqs is None:
@@ -527,7 +486,7 @@ def probe(device: str = "cpu", *, dtypes: Sequence[str] = ("fp32", "bf16", "fp16
     plan = kernels or default_plan(dev.type, dtypes, attention_seqs)
     # attention first, before any one-thread check changes the thread count (a CPU's fused
     # attention runs slower for the rest of the process after that: probe_attention)
-    attention = _attention_sweep(timer, attention_seqs, budget_s, slow_call_s, say)
+    attention = attention_sweep(timer, attention_seqs, budget_s, slow_call_s, say)
     fused = probe_attention(timer, plan, budget_s=budget_s / 4, slow_call_s=slow_call_s,
                             say=say)
     points, skipped, set_aside = _matmul_sweep(timer, dtypes, sizes, budget_s, max(1, rounds),

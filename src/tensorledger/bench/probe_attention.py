@@ -14,6 +14,8 @@ the slope between the two calls, the call's own time the rest (:attr:`AttentionP
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,9 +24,10 @@ import torch
 from tensorledger.bench.probe_tensors import by_direction, kernel_calls, torch_dtype
 
 if TYPE_CHECKING:
-    from tensorledger.bench.probe import _Timer
+    from tensorledger.bench.probe import MatmulPoint, _Timer
 
-__all__ = ["AttentionPoint", "attention_label", "attention_points", "few_heads_label"]
+__all__ = ["AttentionPoint", "attention_label", "attention_points", "attention_sweep",
+           "few_heads_label", "without_team_check"]
 
 
 @dataclass(frozen=True)
@@ -132,3 +135,58 @@ def attention_points(timer: _Timer, dtype: str, seq: int, head_dim: int, *, batc
                            flops["forward"] / forward_s, count, few, few_forward_s),
             AttentionPoint(dtype, "backward", seq, head_dim, flops["backward"], backward_s,
                            flops["backward"] / backward_s, count, few, few_backward_s))
+
+
+@contextmanager
+def without_team_check(timer: _Timer) -> Iterator[None]:
+    """``timer`` with its one-thread check off inside the block.  A CPU's fused attention
+    kernel runs slower for the rest of a process once its thread count has changed (at 32
+    tokens of width 16, 16 heads: 21 µs before ``torch.set_num_threads(1)`` and back, 40 µs
+    after, where matmuls, norms and elementwise ops run as before), so the probe times
+    attention first and without that check."""
+    team, timer.team = timer.team, False
+    try:
+        yield
+    finally:
+        timer.team = team
+
+
+def _fp32_point(timer: _Timer, seq: int, budget_s: float) -> MatmulPoint:
+    """Causal attention forward and backward at (batch 4, heads 8, seq, head dim 64), fp32,
+    as one step from Python.
+
+    Its FLOPs are counted by the trace's own rules (attention counted in full, the backward
+    2.5× the forward), so the rate is on the scale the roofline divides traced FLOPs by.
+    """
+    from torch.nn.functional import scaled_dot_product_attention
+
+    from tensorledger.bench.probe import MatmulPoint
+
+    device = timer.device
+    q, k, v = (torch.randn(4, 8, seq, 64, device=device, requires_grad=True) for _ in range(3))
+    grad = torch.randn(4, 8, seq, 64, device=device)
+
+    def step() -> None:
+        out = scaled_dot_product_attention(q, k, v, is_causal=True)
+        out.backward(grad)  # type: ignore[no-untyped-call]
+
+    flops = sum(by_direction(step, "attention", "flops", (q, k, v)).values())
+    result = timer(step, f"attention fp32 {seq}", budget_s=budget_s, min_repeats=3, warmup=1)
+    return MatmulPoint("fp32", seq, flops, result.median_s, flops / result.median_s)
+
+
+def attention_sweep(timer: _Timer, seqs: Sequence[int], budget_s: float, slow_call_s: float,
+                    say: Callable[[str], None]) -> list[MatmulPoint]:
+    """fp32 causal attention's forward and backward together at each of ``seqs``, the
+    ``attention.fp32`` curve (the points kept), without the one-thread check; the sweep
+    stops after a call slower than ``slow_call_s``."""
+    attention: list[MatmulPoint] = []
+    with without_team_check(timer):
+        for seq in sorted(seqs):
+            say(f"attention fp32, sequence {seq}")
+            point = _fp32_point(timer, seq, budget_s)
+            if timer.kept(f"attention fp32 {seq}"):
+                attention.append(point)
+            if point.median_s > slow_call_s:
+                break
+    return attention

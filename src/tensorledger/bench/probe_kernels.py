@@ -46,6 +46,7 @@ from tensorledger.bench.probe_attention import (
     attention_label,
     attention_points,
     few_heads_label,
+    without_team_check,
 )
 from tensorledger.bench.probe_tensors import by_direction, copies, torch_dtype
 from tensorledger.dtypes import resolve_dtype
@@ -424,17 +425,13 @@ def _loop_point(timer: _Timer, dtype: str, loop: int, elements: int, cold_bytes:
 
 def probe_attention(timer: _Timer, plan: KernelPlan, *, budget_s: float, slow_call_s: float,
                     say: Callable[[str], None]) -> tuple[list[AttentionPoint], list[str]]:
-    """Time ``plan``'s attention kernels, ``budget_s`` each: the points, and the dtypes the
-    device has no attention kernel for.  A head width's sequence sweep stops after a call
-    slower than ``slow_call_s``.  A CPU's fused attention kernel runs slower for the rest of
-    a process once its thread count has changed (at 32 tokens of width 16, 16 heads: 21 µs
-    before ``torch.set_num_threads(1)`` and back, 40 µs after, where matmuls, norms and
-    elementwise ops run as before), so the probe times attention first and without the
-    timer's one-thread check."""
+    """Time ``plan``'s attention kernels, ``budget_s`` each, without the one-thread check
+    (``probe_attention.without_team_check``): the points, and the dtypes the device has no
+    attention kernel for.  A head width's sequence sweep stops after a call slower than
+    ``slow_call_s``."""
     attention: list[AttentionPoint] = []
     skipped: list[str] = []
-    team, timer.team = timer.team, False
-    try:
+    with without_team_check(timer):
         for dtype in plan.attention_dtypes:
             try:
                 for head_dim in sorted(plan.head_dims):
@@ -448,8 +445,6 @@ def probe_attention(timer: _Timer, plan: KernelPlan, *, budget_s: float, slow_ca
                             break
             except RuntimeError:  # no kernel for this dtype on this device
                 skipped.append(f"attention {dtype}")
-    finally:
-        timer.team = team
     return attention, skipped
 
 
