@@ -65,7 +65,8 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> CallClock:
                 return out
             return run
 
-        return {d: moved(d, call) for d, call in real(step, category).items()}
+        return {d: call._replace(run=moved(d, call.run))
+                for d, call in real(step, category).items()}
 
     monkeypatch.setattr(attention, "kernel_calls", timed)
     return clock
@@ -187,8 +188,10 @@ def test_a_replayed_kernel_computes_what_the_step_did() -> None:
 
     calls = kernel_calls(step, "attention")
     assert sorted(calls) == ["backward", "forward"]
-    forward = calls["forward"]()
-    backward = calls["backward"]()
+    assert calls["forward"].op == "aten._scaled_dot_product_flash_attention_for_cpu"
+    assert calls["backward"].op == calls["forward"].op + "_backward"
+    forward = calls["forward"].run()
+    backward = calls["backward"].run()
     assert forward[0].requires_grad is False and backward[0].requires_grad is False
     torch.testing.assert_close(forward[0], outputs[0])
     for replayed, tensor in zip(backward, (q, k, v), strict=True):

@@ -18,7 +18,7 @@ from tests.bench.test_probe_noise import SMALL, FakeClock
 PLAN = KernelPlan(attention_dtypes=("fp32", "bf16"), seqs=(24, 40), head_dims=(8, 16),
                   batch=3, heads=5, stream_dtypes=("bf16",),
                   casts=(("fp32", "bf16"), ("bf16", "fp32")), buffers=(1000, 3000, 10**6),
-                  loops=(), norm_tokens=())
+                  loops=(), norm_tokens=(), op_rows=())
 
 
 #: The clock moves 2 ms a reading: every sample is one call of 2 ms (above the harness's

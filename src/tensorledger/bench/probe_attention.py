@@ -111,8 +111,8 @@ def _calls(timer: _Timer, dtype: str, shape: tuple[int, int, int, int], label: s
     kernels = kernel_calls(step, "attention")
     for tensor in (q, k, v):
         tensor.grad = None
-    forward, backward = (timer(kernels[d], label.format(d), budget_s=budget_s, min_repeats=3,
-                               warmup=1) for d in ("forward", "backward"))
+    forward, backward = (timer(kernels[d].run, label.format(d), budget_s=budget_s,
+                               min_repeats=3, warmup=1) for d in ("forward", "backward"))
     return flops, forward.median_s, backward.median_s
 
 

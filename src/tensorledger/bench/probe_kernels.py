@@ -18,6 +18,8 @@ runs and the matmul curve does not tell.
 - elementwise ops in bf16 whose operands' layouts cut the kernel into short inner loops (an
   add of a head-split view to a contiguous tensor: loops of the head width), by loop length
   (:mod:`tensorledger.trace.layout`);
+- GELU, log-softmax and the embedding's backward in bf16, each kernel replayed alone
+  (:mod:`tensorledger.bench.probe_ops`);
 - autocast's casts, fp32 → bf16 (weights before their matmuls) and bf16 → fp32 (gradients
   after), a new tensor each time;
 - the decode step's matrix products, a few rows (the batch's tokens) against a weight, in
@@ -48,6 +50,7 @@ from tensorledger.bench.probe_attention import (
     few_heads_label,
     without_team_check,
 )
+from tensorledger.bench.probe_ops import OP_KINDS, OpPoint, op_label, op_points
 from tensorledger.bench.probe_tensors import by_direction, copies, torch_dtype
 from tensorledger.dtypes import resolve_dtype
 from tensorledger.hardware.kernels import (
@@ -57,6 +60,7 @@ from tensorledger.hardware.kernels import (
     linear_curve,
     matvec_curve,
     norm_curve,
+    op_curve,
     stream_curve,
     strided_curve,
 )
@@ -65,7 +69,8 @@ if TYPE_CHECKING:
     from tensorledger.bench.probe import _Timer
 
 __all__ = ["AttentionPoint", "KernelPlan", "KernelProbe", "LinearPoint", "LoopPoint",
-           "MatvecPoint", "NormPoint", "StreamPoint", "default_plan", "probe_kernels"]
+           "MatvecPoint", "NormPoint", "OpPoint", "StreamPoint", "default_plan",
+           "probe_attention", "probe_kernels"]
 
 #: The low-precision dtypes whose elementwise ops and casts from and to fp32 are timed.
 _LOW = ("bf16",)
@@ -99,6 +104,9 @@ class KernelPlan:
     linear_tokens: int = 256
     norm_width: int = 256  # a layer norm's (tokens, width), in each of stream_dtypes
     norm_tokens: tuple[int, ...] = (64, 256, 1024, 4096)
+    op_kinds: tuple[str, ...] = OP_KINDS  # ops timed by name (probe_ops), in stream_dtypes
+    op_width: int = 1024
+    op_rows: tuple[int, ...] = (16, 64, 256, 1024, 4096)
 
     @classmethod
     def quick(cls) -> KernelPlan:
@@ -106,13 +114,14 @@ class KernelPlan:
         return cls(seqs=(64, 128), head_dims=(16, 64), buffers=(2**14, 2**18, 2**21),
                    matvec_dtypes=("fp32", "bf16"), matvec_rows=(1, 4, 16),
                    loops=(4, 16, 64, 256), linear_dtypes=("fp32", "bf16"),
-                   linear_widths=(64, 256, 1024), norm_tokens=(256, 4096))
+                   linear_widths=(64, 256, 1024), norm_tokens=(256, 4096),
+                   op_rows=(64, 1024))
 
     @classmethod
     def none(cls) -> KernelPlan:
         """Nothing timed."""
         return cls(attention_dtypes=(), seqs=(), head_dims=(), stream_dtypes=(), casts=(),
-                   buffers=(), loops=(), norm_tokens=())
+                   buffers=(), loops=(), norm_tokens=(), op_rows=())
 
 
 def default_plan(device_type: str, dtypes: Sequence[str],
@@ -206,6 +215,7 @@ class KernelProbe:
     loops: tuple[LoopPoint, ...] = ()
     linear: tuple[LinearPoint, ...] = ()
     norms: tuple[NormPoint, ...] = ()
+    ops: tuple[OpPoint, ...] = ()
 
     @property
     def curves(self) -> dict[str, tuple[tuple[float, float], ...]]:
@@ -235,6 +245,8 @@ class KernelProbe:
             add(linear_curve(li.dtype), float(li.flops), li.flop_per_s)
         for n in self.norms:
             add(norm_curve(n.dtype, n.direction), float(n.bytes_moved), n.bytes_per_s)
+        for o in self.ops:
+            add(op_curve(o.dtype, o.op), float(o.bytes_moved), o.bytes_per_s)
         return {name: tuple(sorted(points.items())) for name, points in found.items()}
 
 
@@ -262,11 +274,14 @@ def _norm_label(dtype: str, tokens: int, width: int) -> str:
     return f"layer norm {dtype} {tokens} × {width}"
 
 
-Point = AttentionPoint | StreamPoint | MatvecPoint | LoopPoint | LinearPoint | NormPoint
+Point = (AttentionPoint | StreamPoint | MatvecPoint | LoopPoint | LinearPoint | NormPoint
+         | OpPoint)
 
 
 def _point_label(point: Point) -> str:
     """The timer's label of the figure ``point`` came from."""
+    if isinstance(point, OpPoint):
+        return op_label(point.kind, point.dtype, point.rows, point.width, point.direction)
     if isinstance(point, NormPoint):
         return f"{_norm_label(point.dtype, point.tokens, point.width)} {point.direction}"
     if isinstance(point, LinearPoint):
@@ -484,6 +499,12 @@ def probe_kernels(timer: _Timer, plan: KernelPlan, *, budget_s: float, cold_byte
         for tokens in sorted(plan.norm_tokens):
             say(f"layer norm in {dtype}, {tokens} tokens × {plan.norm_width}")
             norms.extend(_norm_points(timer, dtype, tokens, plan.norm_width, budget_s))
+    ops: list[OpPoint] = []
+    for dtype in plan.stream_dtypes:
+        for kind in plan.op_kinds:
+            for rows in sorted(plan.op_rows):
+                say(f"{kind} in {dtype}, {rows} × {plan.op_width}")
+                ops.extend(op_points(timer, kind, dtype, rows, plan.op_width, budget_s))
     linear: list[LinearPoint] = []
     for dtype in plan.linear_dtypes:
         for width in sorted(plan.linear_widths):
@@ -491,7 +512,7 @@ def probe_kernels(timer: _Timer, plan: KernelPlan, *, budget_s: float, cold_byte
             linear.append(_linear_point(timer, dtype, plan.linear_tokens, width,
                                         plan.matvec_cold_bytes, budget_s))
     # a figure the timer set aside (still noisy after its retries) enters no curve
-    points: list[Point] = [*timed, *streams, *matvec, *loops, *linear, *norms]
+    points: list[Point] = [*timed, *streams, *matvec, *loops, *linear, *norms, *ops]
     labels = [label for p in points for label in (
         (_point_label(p), few_heads_label(p)) if isinstance(p, AttentionPoint) and p.few_heads
         else (_point_label(p),))]
@@ -505,4 +526,5 @@ def probe_kernels(timer: _Timer, plan: KernelPlan, *, budget_s: float, cold_byte
                        matvec=tuple(p for p in matvec if timer.kept(_point_label(p))),
                        loops=tuple(p for p in loops if timer.kept(_point_label(p))),
                        linear=tuple(p for p in linear if timer.kept(_point_label(p))),
-                       norms=tuple(p for p in norms if timer.kept(_point_label(p))))
+                       norms=tuple(p for p in norms if timer.kept(_point_label(p))),
+                       ops=tuple(p for p in ops if timer.kept(_point_label(p))))

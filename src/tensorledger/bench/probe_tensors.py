@@ -5,13 +5,13 @@ fill a cold working set."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from tensorledger.dtypes import resolve_dtype
 
-__all__ = ["by_direction", "copies", "kernel_calls", "torch_dtype"]
+__all__ = ["KernelCall", "by_direction", "copies", "kernel_calls", "torch_dtype"]
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -45,7 +45,12 @@ def copies(each_bytes: int, cold_bytes: int, at_least: int = 1) -> int:
     return max(at_least, -(-cold_bytes // each_bytes))
 
 
-def kernel_calls(step: Callable[[], None], category: str) -> dict[str, Callable[[], object]]:
+class KernelCall(NamedTuple):
+    op: str  # the aten op's packet, as the trace names it without its overload
+    run: Callable[[], object]  # a replay of the call on its own arguments, detached
+
+
+def kernel_calls(step: Callable[[], None], category: str) -> dict[str, KernelCall]:
     """The first aten call of ``category`` in each direction of one forward and backward
     ``step``, as a replay of that op on its own arguments (detached): timing one times the
     kernel as a step's per-op timer sees it, without the autograd graph, the Python module
@@ -70,9 +75,8 @@ def kernel_calls(step: Callable[[], None], category: str) -> dict[str, Callable[
     with _Capture():  # type: ignore[no-untyped-call]
         step()
 
-    def replay(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-               ) -> Callable[[], object]:
+    def replay(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> KernelCall:
         plain = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
-        return lambda: func(*plain, **kwargs)
+        return KernelCall(packet(str(func)), lambda: func(*plain, **kwargs))
 
     return {direction: replay(*call) for direction, call in seen.items()}

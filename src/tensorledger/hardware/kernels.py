@@ -17,6 +17,9 @@ how a rate is read from them.  ``tensorledger probe`` writes them
   its heads, as (FLOPs per sequence and head, calls a second): an op of h heads takes
   ``h · head FLOPs / head rate + 1 / calls a second``.  Where the probe found no such cost the
   curve is absent, and the op is priced at its heads' time alone.
+- ``op.<dtype>.<aten op>``: one op's own kernel (GELU, log-softmax, the embedding's
+  backward and their backwards: ``op.bf16.aten.gelu_backward``), replayed alone, as (bytes
+  moved by the trace's rules, bytes/s): the rate of an op the probe timed by name.
 - ``bandwidth.<dtype>``: elementwise ops on tensors of ``dtype`` (copy and triad writing new
   tensors, as the fp32 ``bandwidth`` curve), (bytes moved, bytes/s).
 - ``linear.<dtype>``: a linear layer's product, tokens × width against a 4·width × width
@@ -57,7 +60,7 @@ from collections.abc import Mapping
 
 __all__ = ["DIRECTIONS", "attention_call_curve", "attention_curve", "cast_curve",
            "linear_curve", "matvec_curve", "matvec_rows", "nearest_attention_curve",
-           "norm_curve", "stream_curve", "strided_curve"]
+           "norm_curve", "op_curve", "stream_curve", "strided_curve"]
 
 #: The directions of an attention kernel the probe times apart.
 DIRECTIONS = ("forward", "backward")
@@ -66,6 +69,15 @@ DIRECTIONS = ("forward", "backward")
 def attention_curve(key: str, direction: str, head_dim: int) -> str:
     """The name of the curve of attention in ``key`` (``bf16``), ``direction``, head width."""
     return f"attention-head.{key}.{direction}.d{head_dim}"
+
+
+def op_curve(key: str, op: str) -> str:
+    """The name of the curve of one op's own kernel in ``key``; ``op`` its packet.
+
+    >>> op_curve("bf16", "aten.gelu_backward")
+    'op.bf16.aten.gelu_backward'
+    """
+    return f"op.{key}.{op}"
 
 
 def attention_call_curve(key: str, direction: str, head_dim: int) -> str:

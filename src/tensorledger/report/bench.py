@@ -59,6 +59,9 @@ def probe_view(result: ProbeResult, path: str) -> View:
     for n in kernels.norms if kernels is not None else ():
         table.add_row(f"layer norm {n.dtype} {n.direction}", f"{n.tokens}×{n.width}",
                       format_duration(n.median_s), format_bandwidth(n.bytes_per_s))
+    for o in kernels.ops if kernels is not None else ():
+        table.add_row(f"{o.op} {o.dtype}", f"{o.rows}×{o.width}", format_duration(o.median_s),
+                      format_bandwidth(o.bytes_per_s))
     for lp in kernels.loops if kernels is not None else ():
         table.add_row(f"add {lp.dtype}, strided", f"inner loops of {lp.loop}",
                       format_duration(lp.median_s), format_bandwidth(lp.bytes_per_s))

@@ -30,6 +30,7 @@ from tensorledger.hardware.kernels import (
     matvec_rows,
     nearest_attention_curve,
     norm_curve,
+    op_curve,
     stream_curve,
     strided_curve,
 )
@@ -109,7 +110,9 @@ def stream_rate(op: Any, hardware: Hardware, moved: float) -> float | None:
     kernel runs in short inner loops (``OpRecord.inner_loop``, no longer than the longest
     the profile probed) streams no faster than ``strided.<dtype>`` at its loop.  A fused
     norm (layer norm, RMS norm) streams at the probed layer norm's rate of its dtype and
-    direction (``norm.<dtype>.<direction>``), where probed.
+    direction (``norm.<dtype>.<direction>``), where probed.  An op the probe timed by name
+    in its low precision (``op.<dtype>.<op>``: GELU, log-softmax, the embedding's backward)
+    streams at that curve's rate.
 
     >>> from types import SimpleNamespace as Rec
     >>> chip = Hardware(id="x", name="x", memory_bytes=1, memory_bandwidth_bytes_per_s=1.0,
@@ -127,12 +130,21 @@ def stream_rate(op: Any, hardware: Hardware, moved: float) -> float | None:
     >>> chip.curves["norm.bf16.backward"] = ((1e5, 4e9), (1e7, 1e10))
     >>> round(stream_rate(norm, chip, 1e6) / 1e9, 6)  # 10⁶ halfway in logs: √(4·10) GB/s
     6.324555
+    >>> gelu = Rec(op="aten.gelu_backward.default", category="elementwise",
+    ...            input_dtypes=("bf16", "bf16"), output_dtypes=("bf16",), inner_loop=0)
+    >>> chip.curves["op.bf16.aten.gelu_backward"] = ((1e5, 1e9), (1e7, 4e9))
+    >>> round(stream_rate(gelu, chip, 1e6) / 1e9, 6)  # halfway in logs: √(1·4) GB/s
+    2.0
     """
     if moved <= 0:
         return None
+    precision = op_precision(op)
+    own = hardware.curves.get(op_curve(precision, packet(op.op))) if precision else None
+    if own:  # the op's own kernel, probed by name
+        return beyond_the_curve(own, moved, hardware)
     direction = _FUSED_NORMS.get(packet(op.op))
     if direction is not None:
-        fused = hardware.curves.get(norm_curve(op_precision(op) or "fp32", direction))
+        fused = hardware.curves.get(norm_curve(precision or "fp32", direction))
         if fused:
             return beyond_the_curve(fused, moved, hardware)
     cast = cast_of(op)
