@@ -54,8 +54,9 @@ mutation: $(STAMP)
 	$(MUTMUT) run --max-children $(MUTATION_JOBS)
 	$(BIN)/mutmut export-cicd-stats
 	@$(BIN)/python -c 'import json; s = json.load(open("mutants/mutmut-cicd-stats.json")); \
-	tested = s["total"] - s["skipped"]; killed = s["killed"] + s["timeout"]; \
-	print(f"mutation score: {killed} of {tested} mutants killed = {100 * killed / tested:.1f}%", s)'
+	tested = s["total"] - s["skipped"]; killed = s["killed"]; timeouts = s["timeout"]; \
+	print(f"mutation score: {killed} of {tested} mutants killed = {100 * killed / tested:.1f}% " \
+	f"({timeouts} timeouts, not counted: check them by hand)", s)'
 	@$(BIN)/python scripts/mutation_score.py
 	@echo "mutants not killed (survived, no tests, suspicious):"
 	@$(BIN)/mutmut results
