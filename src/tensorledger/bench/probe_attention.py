@@ -67,6 +67,8 @@ class AttentionPoint:
         >>> timed = AttentionPoint("fp32", "forward", 32, 16, 16 * 65536, 20e-6, 0.0, 16, 2, 6e-6)
         >>> round(timed.head_s * 1e6, 9), round(timed.call_s * 1e6, 9)  # (20 − 6) / 14; 20 − 16
         (1.0, 4.0)
+        >>> round(timed.head_flop_per_s / 1e9, 6)  # 65,536 FLOPs a head in 1 µs
+        65.536
         >>> steep = AttentionPoint("fp32", "forward", 32, 16, 16 * 65536, 20e-6, 0.0, 16, 2, 1e-6)
         >>> round(steep.head_s * 1e6, 9), steep.call_s  # (20 − 1) / 14 above 20 / 16: the mean
         (1.25, 0.0)
@@ -77,6 +79,11 @@ class AttentionPoint:
     def call_s(self) -> float:
         """Seconds a call takes apart from its heads (0 where :attr:`head_s` is the mean)."""
         return self._fit()[1]
+
+    @property
+    def head_flop_per_s(self) -> float:
+        """A head's rate: its FLOPs over :attr:`head_s` (the ``attention-head`` curve's)."""
+        return self.head_flops / self.head_s
 
 
 def attention_label(dtype: str, seq: int, head_dim: int) -> str:

@@ -229,7 +229,7 @@ class KernelProbe:
 
         for a in self.attention:  # a head's rate, and a call's own cost as calls a second
             add(attention_curve(a.dtype, a.direction, a.head_dim), a.head_flops,
-                a.head_flops / a.head_s)
+                a.head_flop_per_s)
             if 0 < a.call_s <= 1:
                 add(attention_call_curve(a.dtype, a.direction, a.head_dim), a.head_flops,
                     1 / a.call_s)

@@ -47,7 +47,7 @@ def probe_view(result: ProbeResult, path: str) -> View:
         if a.call_s > 0:  # the call's own time, and its heads' rate (timed at two counts)
             table.add_row("  of which the call's own", f"and {a.few_heads} heads",
                           format_duration(a.call_s),
-                          f"{format_flop_rate(a.head_flops / a.head_s)} a head")
+                          f"{format_flop_rate(a.head_flop_per_s)} a head")
     for st in kernels.streams if kernels is not None else ():
         table.add_row(f"{st.kernel} {st.dtype} (new output)",
                       f"{st.elements} elements", format_duration(st.median_s),
