@@ -86,23 +86,31 @@ class AttentionPoint:
         return self.head_flops / self.head_s
 
 
-def attention_label(dtype: str, seq: int, head_dim: int) -> str:
-    return f"attention {dtype} {seq} d{head_dim}"
+def attention_label(dtype: str, seq: int, head_dim: int, direction: str,
+                    few_heads: int = 0) -> str:
+    """The timer's label of an attention figure: its call at the plan's heads, or with
+    ``few_heads`` its smaller call.
+
+    >>> attention_label("bf16", 40, 8, "forward"), attention_label("fp32", 16, 8, "forward", 2)
+    ('attention bf16 40 d8 forward', 'attention fp32 16 d8 forward, 2 heads')
+    """
+    label = f"attention {dtype} {seq} d{head_dim} {direction}"
+    return f"{label}, {few_heads} heads" if few_heads else label
 
 
 def few_heads_label(point: AttentionPoint) -> str:
     """The timer's label of ``point``'s smaller call."""
-    return (f"{attention_label(point.dtype, point.seq, point.head_dim)} {point.direction}, "
-            f"{point.few_heads} heads")
+    return attention_label(point.dtype, point.seq, point.head_dim, point.direction,
+                           point.few_heads)
 
 
-def _calls(timer: _Timer, dtype: str, shape: tuple[int, int, int, int], label: str,
-           budget_s: float) -> tuple[dict[str, int], float, float]:
+def _calls(timer: _Timer, dtype: str, shape: tuple[int, int, int, int],
+           label: Callable[[str], str], budget_s: float) -> tuple[dict[str, int], float, float]:
     """The traced FLOPs by direction and the medians of the forward and the backward
     kernels of causal attention at ``shape`` (:func:`~probe_tensors.kernel_calls`: the
     kernels alone, as a step's per-op timer sees them; the forward's inputs requiring grad,
-    so it keeps what the backward needs, as in a training step); ``label``: the figures'
-    label before their direction."""
+    so it keeps what the backward needs, as in a training step); ``label``: a direction's
+    figure's label."""
     from torch.nn.functional import scaled_dot_product_attention
 
     kind = torch_dtype(dtype)
@@ -118,7 +126,7 @@ def _calls(timer: _Timer, dtype: str, shape: tuple[int, int, int, int], label: s
     kernels = kernel_calls(step, "attention")
     for tensor in (q, k, v):
         tensor.grad = None
-    forward, backward = (timer(kernels[d].run, label.format(d), budget_s=budget_s,
+    forward, backward = (timer(kernels[d].run, label(d), budget_s=budget_s,
                                min_repeats=3, warmup=1) for d in ("forward", "backward"))
     return flops, forward.median_s, backward.median_s
 
@@ -128,15 +136,15 @@ def attention_points(timer: _Timer, dtype: str, seq: int, head_dim: int, *, batc
                      ) -> tuple[AttentionPoint, AttentionPoint]:
     """Causal attention in ``dtype`` at (``batch``, ``heads``, ``seq``, ``head_dim``) and at
     ``few_heads`` heads (none where not fewer): the forward and the backward."""
-    name = attention_label(dtype, seq, head_dim)
-    flops, forward_s, backward_s = _calls(timer, dtype, (batch, heads, seq, head_dim),
-                                          name + " {}", budget_s)
+    flops, forward_s, backward_s = _calls(
+        timer, dtype, (batch, heads, seq, head_dim),
+        lambda direction: attention_label(dtype, seq, head_dim, direction), budget_s)
     few = batch * few_heads if 0 < few_heads < heads else 0
     few_forward_s = few_backward_s = 0.0
     if few:
         _, few_forward_s, few_backward_s = _calls(
-            timer, dtype, (batch, few_heads, seq, head_dim), f"{name} {{}}, {few} heads",
-            budget_s)
+            timer, dtype, (batch, few_heads, seq, head_dim),
+            lambda direction: attention_label(dtype, seq, head_dim, direction, few), budget_s)
     count = batch * heads
     return (AttentionPoint(dtype, "forward", seq, head_dim, flops["forward"], forward_s,
                            flops["forward"] / forward_s, count, few, few_forward_s),

@@ -291,7 +291,7 @@ def _point_label(point: Point) -> str:
     if isinstance(point, MatvecPoint):
         return _matvec_label(point.dtype, point.rows, point.working_set)
     if isinstance(point, AttentionPoint):
-        return f"{attention_label(point.dtype, point.seq, point.head_dim)} {point.direction}"
+        return attention_label(point.dtype, point.seq, point.head_dim, point.direction)
     if point.kernel == "cast":
         source, target = point.dtype.split("-")
         read = point.elements * torch.empty((), dtype=torch_dtype(source)).element_size()

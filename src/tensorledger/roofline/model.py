@@ -22,11 +22,13 @@ price the causal-halved count, at the attention fraction FlashAttention's papers
 count.  A probed attention curve was measured against the full count and is used with it.
 
 Kernels by dtype on a probed profile (:mod:`tensorledger.roofline.kernel_rates`): an attention
-op reads the curve of its dtype, direction (forward or backward) and nearest head width; a
+op reads the curves of its dtype, direction (forward or backward) and nearest head width (a
+head's rate, and a call's own cost where probed); a
 matrix product the curve of a linear layer's product with both operands cold
 (``linear.<dtype>``); a cast (autocast's ``_to_copy``) its cast's bandwidth curve; an op whose
 every floating tensor is bf16 the bf16 bandwidth curve, or its strided curve where its kernel
-runs in short inner loops.  A profile without them prices those ops as before.
+runs in short inner loops; an op the probe timed by name (GELU, log-softmax, the embedding's
+backward, in bf16) its own curve.  A profile without them prices those ops as before.
 """
 
 from __future__ import annotations
