@@ -44,7 +44,8 @@ def test_the_threshold_and_the_rate_by_hand(monkeypatch: pytest.MonkeyPatch) -> 
     assert found is not None
     assert found.from_bytes == 32 * MIB
     assert found.bytes_per_s == pytest.approx(96 / (32 / 5 + 64 / 4) * 1e9)  # 4.286 GB/s
-    assert [p.size_bytes for p in found.points] == [8 * MIB, 16 * MIB, 32 * MIB, 64 * MIB]
+    assert [p.size_bytes for p in found.points] == [8 * MIB, 16 * MIB, 32 * MIB, 64 * MIB,
+                                                    128 * MIB]
     assert said[0] == "fresh pages, 8 MiB tensors"
 
 
@@ -53,14 +54,36 @@ def test_no_fresh_pages_where_none_cost_twice_or_a_figure_is_noisy(
     # a new 64 MiB tensor 1.9× a warm write: below twice, no threshold
     monkeypatch.setattr(pages, "_point", _timed({64 * MIB: 0.9 * 64 * MIB / 40e9}))
     assert fresh_pages(_timer(), budget_s=0.01, say=lambda _: None) is None
-    # the figures of 16 MiB set aside (still noisy after their retries): nothing at all
+    # every size's figures set aside (still noisy after their retries): nothing at all
     monkeypatch.setattr(pages, "_point", _timed({64 * MIB: 1.0}))
     timer = _timer()
-    timer.why["fresh pages: fresh write 16777216 B"] = "spread 40%"
+    for size in pages.PAGE_SIZES:
+        timer.why[f"fresh pages: fresh write {size} B"] = "spread 40%"
     assert fresh_pages(timer, budget_s=0.01, say=lambda _: None) is None
     # another device than a CPU: none measured
     cuda = _Timer(torch.device("meta"), FakeClock([1e-3]), 0.10, 0)
     assert fresh_pages(cuda, budget_s=0.01, say=lambda _: None) is None
+
+
+def test_a_noisy_size_is_left_out_and_the_others_decide(monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    # mapped from 32 MiB: 32 MiB 32 MiB / 5 GB/s beyond its bytes, 64 MiB 64 MiB / 4 GB/s,
+    # 128 MiB 128 MiB / 2 GB/s; 64 MiB's warm write set aside as noisy: the rate is
+    # (32 + 128) MiB over (32 / 5 + 128 / 2) MiB·s/GB = 160 / 70.4 GB/s
+    extra = {32 * MIB: 32 * MIB / 5e9, 64 * MIB: 64 * MIB / 4e9, 128 * MIB: 128 * MIB / 2e9}
+    monkeypatch.setattr(pages, "_point", _timed(extra))
+    timer = _timer()
+    timer.why["fresh pages: warm write 67108864 B"] = "spread 12%"
+    found = fresh_pages(timer, budget_s=0.01, say=lambda _: None)
+    assert found is not None
+    assert found.from_bytes == 32 * MIB
+    assert found.bytes_per_s == pytest.approx(160 / (32 / 5 + 128 / 2) * 1e9)  # 2.273 GB/s
+    assert [p.size_bytes for p in found.points] == [8 * MIB, 16 * MIB, 32 * MIB, 128 * MIB]
+    # the threshold's own size set aside: the next mapped size kept is the threshold
+    timer.why["fresh pages: fresh write 33554432 B"] = "spread 11%"
+    found = fresh_pages(timer, budget_s=0.01, say=lambda _: None)
+    assert found is not None and found.from_bytes == 128 * MIB
+    assert found.bytes_per_s == pytest.approx(2e9)  # 128 MiB alone, at its 2 GB/s
 
 
 def test_a_real_write_is_timed_warm_and_fresh() -> None:

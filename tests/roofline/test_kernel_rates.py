@@ -100,6 +100,34 @@ def test_the_nearest_head_width_is_taken_in_logs() -> None:
         "attention-head.bf16.forward.d16")
 
 
+def test_a_width_whose_curve_reaches_down_to_the_heads_flops_comes_first() -> None:
+    # own_model.py's bf16 backward: 4 sequences × 4 heads of width 24 at 64 tokens,
+    # 15,728,640 FLOPs = 16 heads of 983,040.  24 lies nearer 32 than 16 in logs
+    # (ln 4/3 < ln 3/2), but the probe kept d32's sizes from 2·10⁷ a head only
+    flops = 4 * 4 * 4 * 64 * 64 * 24 * 10 // 4  # the backward: 2.5 × the forward's 4·b·h·s²·d
+    assert flops == 15_728_640
+    op = SimpleNamespace(op="aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
+                         flops=flops, input_shapes=((4, 4, 64, 24),) * 3)
+    chip = _chip(**{"attention-head__bf16__backward__d16": ((1e5, 8e9), (1e8, 8e9)),
+                    "attention-head__bf16__backward__d32": ((2e7, 6e10), (3e8, 6e10))})
+    assert nearest_attention_curve(chip.curves, "bf16", "backward", 24) == (
+        "attention-head.bf16.backward.d32")
+    assert nearest_attention_curve(chip.curves, "bf16", "backward", 24, flops / 16) == (
+        "attention-head.bf16.backward.d16")
+    # 16 heads of 983,040 FLOPs at d16's 8 GFLOP/s: 1.96608 ms (d32's 60 would say 262 µs)
+    assert flops / attention_rate(op, chip, "bf16") == pytest.approx(16 * 983_040 / 8e9)
+    # at 2·10⁷ a head (a long sequence) both curves reach down: the nearer width, d32
+    assert nearest_attention_curve(chip.curves, "bf16", "backward", 24, 2e7) == (
+        "attention-head.bf16.backward.d32")
+    # a curve of no points reaches nowhere; where none reaches, the nearest width is read
+    empty = {"attention-head.bf16.backward.d16": (),
+             "attention-head.bf16.backward.d32": ((2e7, 6e10),)}
+    assert nearest_attention_curve(empty, "bf16", "backward", 16, 1e6) == (
+        "attention-head.bf16.backward.d16")
+    assert nearest_attention_curve(empty, "bf16", "backward", 16, 3e7) == (
+        "attention-head.bf16.backward.d32")
+
+
 def test_the_attention_rate_is_read_at_the_flops_of_one_sequence_and_head() -> None:
     # slope 1 in logs from 10³ to 10⁵ FLOPs a head: d16 at 10⁶ × FLOPs, d64 at 2·10⁶ × FLOPs
     chip = _chip(**{"attention-head__bf16__forward__d16": ((1e3, 1e9), (1e5, 1e11)),

@@ -127,15 +127,43 @@ def matvec_rows(curves: Mapping[str, object], key: str) -> tuple[int, ...]:
 
 
 def nearest_attention_curve(curves: Mapping[str, object], key: str, direction: str,
-                            head_dim: int) -> str | None:
+                            head_dim: int, head_flops: float | None = None) -> str | None:
     """The probed attention curve of ``key`` and ``direction`` whose head width lies nearest
-    ``head_dim`` (in logs: 24 is nearer 16 than 64); None where none was probed."""
+    ``head_dim`` (in logs: 24 is nearer 32 than 16, 16 nearer than 64); None where none was
+    probed.  Given ``head_flops`` (an op's FLOPs per sequence and head), the widths whose
+    curve reaches down to it (its smallest point no larger) come first: read below its
+    smallest point a curve keeps that point's rate, far above a small head's where the probe
+    set its small sizes aside as noisy (``examples/own_model.py``'s bf16 backward, width 24
+    at 64 tokens, read from d32's smallest kept point, 21 times its FLOPs a head: 482 µs
+    against 1.4 to 2.0 ms measured).
+
+    >>> curves = {"attention-head.bf16.backward.d16": ((1e5, 6e9), (1e8, 1e11)),
+    ...           "attention-head.bf16.backward.d32": ((2e7, 6e10), (3e8, 2e11))}
+    >>> nearest_attention_curve(curves, "bf16", "backward", 24)  # ln(32/24) < ln(24/16)
+    'attention-head.bf16.backward.d32'
+    >>> nearest_attention_curve(curves, "bf16", "backward", 24, 1e6)  # below d32's 2·10⁷
+    'attention-head.bf16.backward.d16'
+    >>> nearest_attention_curve(curves, "bf16", "backward", 24, 1e4)  # below both: nearest
+    'attention-head.bf16.backward.d32'
+    """
     prefix = attention_curve(key, direction, 0)[:-1]  # "attention-head.bf16.forward.d"
     widths = [int(name[len(prefix):]) for name in curves
               if name.startswith(prefix) and name[len(prefix):].isdigit()
               and int(name[len(prefix):]) > 0]
     if not widths:
         return None
+    if head_flops is not None:
+        widths = [w for w in widths
+                  if _reaches_down(curves[attention_curve(key, direction, w)], head_flops)
+                  ] or widths
     wanted = max(head_dim, 1)
     best = min(widths, key=lambda w: (abs(math.log(w / wanted)), w))
     return attention_curve(key, direction, best)
+
+
+def _reaches_down(points: object, size: float) -> bool:
+    """Whether a curve's smallest probed size is no larger than ``size`` (a curve of no
+    points reaches nowhere)."""
+    if not isinstance(points, (tuple, list)) or not points:
+        return False
+    return bool(points[0][0] <= size)

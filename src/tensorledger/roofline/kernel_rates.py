@@ -88,12 +88,12 @@ def attention_rate(op: Any, hardware: Hardware, key: str) -> float | None:
     direction = "backward" if "backward" in op.op else "forward"
     shapes = getattr(op, "input_shapes", ())
     head_dim = shapes[0][-1] if shapes and shapes[0] else 0
-    name = nearest_attention_curve(hardware.curves, key, direction, head_dim)
-    if name is None or op.flops <= 0:
-        return None
     query: tuple[int, ...] = tuple(shapes[0]) if shapes else ()
     heads = max(math.prod(query[:-2]) if len(query) > 2 else 1, 1)
     per_head = op.flops / heads
+    name = nearest_attention_curve(hardware.curves, key, direction, head_dim, per_head)
+    if name is None or op.flops <= 0:
+        return None
     rate = interpolate(hardware.curves[name], per_head)
     width = int(name.rsplit(".d", 1)[1])  # the head width whose curve was read
     calls = hardware.curves.get(attention_call_curve(key, direction, width))
