@@ -40,11 +40,13 @@ def test_each_ops_bytes_by_hand() -> None:
     for o in found.ops:
         assert o.median_s == pytest.approx(MEDIAN_S)
         assert o.bytes_per_s == pytest.approx(o.bytes_moved / MEDIAN_S)
-    # one curve an op, by its bytes, named by its aten op
+    # one curve an op, by its bytes, named by its aten op (and GELU's tanh kernel apart)
     (size, rate), = found.curves["op.bf16.aten.gelu_backward"]
     assert (size, rate) == (768.0, pytest.approx(768 / MEDIAN_S))
     assert sorted(name for name in found.curves if name.startswith("op.")) == sorted(
-        f"op.bf16.{o.op}" for o in found.ops)
+        f"op.bf16.{o.op}" + (".tanh" if o.kind == "gelu-tanh" else "") for o in found.ops)
+    assert {(o.op, o.variant) for o in found.ops if o.kind == "gelu-tanh"} == {
+        ("aten.gelu", "tanh"), ("aten.gelu_backward", "tanh")}
 
 
 def test_an_op_figure_set_aside_enters_no_curve() -> None:
@@ -98,3 +100,28 @@ def test_the_probe_table_shows_each_op_at_its_rate() -> None:
     assert format_bandwidth(512 / 1e-3) in rows["aten.gelu bf16"]
     assert format_bandwidth(768 / 1e-3) in rows["aten.gelu_backward bf16"]
     assert "4×32" in rows["aten.embedding_dense_backward bf16"]
+    # the tanh kernel's rows apart, named by their variant
+    assert format_bandwidth(768 / 1e-3) in rows["aten.gelu_backward (tanh) bf16"]
+
+
+def test_a_traced_tanh_gelu_is_priced_from_its_own_kernels_curve() -> None:
+    """GELU's tanh approximation (GPT-2's ``gelu_new``) is traced with its variant, and priced
+    from the tanh kernel's curve, the exact GELU from its own: both (16, 32) bf16 backwards
+    move 3,072 B; flat curves at 1 GB/s (tanh) and 4 GB/s (exact) give 3.072 and 0.768 µs."""
+    from tensorledger.hardware import Hardware
+    from tensorledger.roofline.kernel_rates import stream_rate
+    from tensorledger.trace import trace
+
+    x = torch.randn(16, 32, dtype=torch.bfloat16, requires_grad=True)
+    grad = torch.randn(16, 32, dtype=torch.bfloat16)
+    chip = Hardware(id="x", name="x", memory_bytes=1, memory_bandwidth_bytes_per_s=1.0,
+                    dense_flop_per_s={"fp32": 1.0},
+                    curves={"op.bf16.aten.gelu_backward": ((768.0, 4e9), (30720.0, 4e9)),
+                            "op.bf16.aten.gelu_backward.tanh": ((768.0, 1e9), (30720.0, 1e9))})
+    for approximate, variant, seconds in (("tanh", "tanh", 3.072e-6), ("none", "", 0.768e-6)):
+        records = trace(lambda a=approximate: torch.nn.functional.gelu(
+            x, approximate=a).backward(grad)).records
+        backward, = (r for r in records if r.op.startswith("aten.gelu_backward"))
+        forward, = (r for r in records if r.op.startswith("aten.gelu."))
+        assert (forward.variant, backward.variant) == (variant, variant)
+        assert 3072 / stream_rate(backward, chip, 3072) == pytest.approx(seconds)

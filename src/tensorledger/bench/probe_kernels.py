@@ -246,7 +246,7 @@ class KernelProbe:
         for n in self.norms:
             add(norm_curve(n.dtype, n.direction), float(n.bytes_moved), n.bytes_per_s)
         for o in self.ops:
-            add(op_curve(o.dtype, o.op), float(o.bytes_moved), o.bytes_per_s)
+            add(op_curve(o.dtype, o.op, o.variant), float(o.bytes_moved), o.bytes_per_s)
         return {name: tuple(sorted(points.items())) for name, points in found.items()}
 
 

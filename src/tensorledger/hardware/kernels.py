@@ -71,13 +71,14 @@ def attention_curve(key: str, direction: str, head_dim: int) -> str:
     return f"attention-head.{key}.{direction}.d{head_dim}"
 
 
-def op_curve(key: str, op: str) -> str:
-    """The name of the curve of one op's own kernel in ``key``; ``op`` its packet.
+def op_curve(key: str, op: str, variant: str = "") -> str:
+    """The name of the curve of one op's own kernel in ``key``; ``op`` its packet,
+    ``variant`` the kernel a non-tensor argument chose (``OpRecord.variant``), if any.
 
-    >>> op_curve("bf16", "aten.gelu_backward")
-    'op.bf16.aten.gelu_backward'
+    >>> op_curve("bf16", "aten.gelu_backward"), op_curve("bf16", "aten.gelu", "tanh")
+    ('op.bf16.aten.gelu_backward', 'op.bf16.aten.gelu.tanh')
     """
-    return f"op.{key}.{op}"
+    return f"op.{key}.{op}.{variant}" if variant else f"op.{key}.{op}"
 
 
 def attention_call_curve(key: str, direction: str, head_dim: int) -> str:

@@ -60,7 +60,8 @@ def probe_view(result: ProbeResult, path: str) -> View:
         table.add_row(f"layer norm {n.dtype} {n.direction}", f"{n.tokens}×{n.width}",
                       format_duration(n.median_s), format_bandwidth(n.bytes_per_s))
     for o in kernels.ops if kernels is not None else ():
-        table.add_row(f"{o.op} {o.dtype}", f"{o.rows}×{o.width}", format_duration(o.median_s),
+        kernel = f"{o.op} ({o.variant})" if o.variant else o.op  # GELU's tanh kernel apart
+        table.add_row(f"{kernel} {o.dtype}", f"{o.rows}×{o.width}", format_duration(o.median_s),
                       format_bandwidth(o.bytes_per_s))
     for lp in kernels.loops if kernels is not None else ():
         table.add_row(f"add {lp.dtype}, strided", f"inner loops of {lp.loop}",

@@ -111,8 +111,8 @@ def stream_rate(op: Any, hardware: Hardware, moved: float) -> float | None:
     the profile probed) streams no faster than ``strided.<dtype>`` at its loop.  A fused
     norm (layer norm, RMS norm) streams at the probed layer norm's rate of its dtype and
     direction (``norm.<dtype>.<direction>``), where probed.  An op the probe timed by name
-    in its low precision (``op.<dtype>.<op>``: GELU, log-softmax, the embedding's backward)
-    streams at that curve's rate.
+    in its low precision (``op.<dtype>.<op>``: GELU, log-softmax, the embedding's backward;
+    GELU's tanh approximation apart, ``op.<dtype>.<op>.tanh``) streams at that curve's rate.
 
     >>> from types import SimpleNamespace as Rec
     >>> chip = Hardware(id="x", name="x", memory_bytes=1, memory_bandwidth_bytes_per_s=1.0,
@@ -135,11 +135,17 @@ def stream_rate(op: Any, hardware: Hardware, moved: float) -> float | None:
     >>> chip.curves["op.bf16.aten.gelu_backward"] = ((1e5, 1e9), (1e7, 4e9))
     >>> round(stream_rate(gelu, chip, 1e6) / 1e9, 6)  # halfway in logs: √(1·4) GB/s
     2.0
+    >>> tanh = Rec(**{**vars(gelu), "variant": "tanh"})
+    >>> chip.curves["op.bf16.aten.gelu_backward.tanh"] = ((1e5, 5e8), (1e7, 2e9))
+    >>> round(stream_rate(tanh, chip, 1e6) / 1e9, 6)  # its own curve: √(0.5·2) GB/s
+    1.0
     """
     if moved <= 0:
         return None
     precision = op_precision(op)
-    own = hardware.curves.get(op_curve(precision, packet(op.op))) if precision else None
+    variant = getattr(op, "variant", "")  # GELU's tanh approximation is its own kernel
+    own = (hardware.curves.get(op_curve(precision, packet(op.op), variant)) if precision
+           else None)
     if own:  # the op's own kernel, probed by name
         return beyond_the_curve(own, moved, hardware)
     direction = _FUSED_NORMS.get(packet(op.op))

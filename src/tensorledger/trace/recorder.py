@@ -521,6 +521,7 @@ class Recorder:
             # recomputation (backward ops are attributed through autograd nodes, no stack)
             recomputed=phase == "backward" and (bool(self._stack) or _recomputing > 0),
             inner_loop=loop,
+            variant=kernel_variant(kwargs),
         ))
 
     def _read(self, tensor: torch.Tensor, read: dict[int, int]) -> None:
@@ -561,3 +562,16 @@ def trace(step: Callable[..., Any], *args: Any, **kwargs: Any) -> Trace:
     except Exception as error:  # a step that fails is reported as one, not as a traceback
         raise TraceError(f"the traced step raised {type(error).__name__}: {error}") from error
     return recorder.trace
+
+
+def kernel_variant(kwargs: dict[str, Any] | None) -> str:
+    """The kernel a non-tensor argument chose (``OpRecord.variant``): GELU's ``approximate``
+    where it is not the default, else ``""``.
+
+    >>> kernel_variant({"approximate": "tanh"}), kernel_variant({"approximate": "none"})
+    ('tanh', '')
+    >>> kernel_variant(None), kernel_variant({"dim": 1})
+    ('', '')
+    """
+    chosen = (kwargs or {}).get("approximate", "none")
+    return chosen if isinstance(chosen, str) and chosen != "none" else ""

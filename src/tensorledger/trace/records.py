@@ -90,6 +90,9 @@ class OpRecord:
     # the elements of its kernel's inner loop where its operands' layouts cut the output into
     # many (``trace.layout.inner_loop``); 0: one loop over the whole output
     inner_loop: int = 0
+    # the kernel a non-tensor argument chose, where it changes the rate: "tanh" for GELU's
+    # tanh approximation (4 times slower than the exact one in bf16 on a CPU); "" for the rest
+    variant: str = ""
 
     @property
     def bytes(self) -> int:
