@@ -1,0 +1,82 @@
+"""``collectives.py`` pinned where the mutation run of issue 42 found no test: a group of one in
+every field, empty messages, the faster algorithm of a group laid out by hand, a tie between
+ring and tree, and the refusals of a malformed ``ranks_per_node``.  Every figure is worked out
+by hand beside it from the H100 entry's topology: 8 devices a node, NVLink 450 GB/s with a
+0.6 µs hop, a 50 GB/s NIC a device with a 2.7 µs hop."""
+
+from __future__ import annotations
+
+import pytest
+
+from tensorledger.errors import InputError
+from tensorledger.hardware import get_hardware
+from tensorledger.roofline.collectives import (
+    Algorithm,
+    CollectiveKind,
+    CollectiveTime,
+    algorithm_bandwidth,
+    collective_time,
+)
+
+AR, AG = CollectiveKind.ALL_REDUCE, CollectiveKind.ALL_GATHER
+US = 1e-6
+H100 = get_hardware("h100")  # its id: "h100-sxm"
+
+
+def test_a_group_of_one_has_no_algorithm_bandwidth() -> None:
+    # bus factor 2·0/1 = 0: nothing moves, so the algbw that a busbw means is 0 (no division)
+    assert algorithm_bandwidth(AR, 1, 5e9) == 0.0
+    assert algorithm_bandwidth(AG, 1, 0.0) == 0.0
+
+
+def test_a_group_of_one_in_every_field() -> None:
+    t = collective_time(AG, 3e6, 1, H100, algorithm=Algorithm.RING)
+    assert t == CollectiveTime(kind=AG, algorithm=Algorithm.RING, hardware="h100-sxm", ranks=1,
+                               ranks_per_node=1, nodes=1, size_bytes=3e6, bus_factor=0.0,
+                               sent_bytes_per_rank=0.0, link="none", link_bytes_per_s=0.0,
+                               steps=0, inter_node_steps=0, latency_time_s=0.0,
+                               bandwidth_time_s=0.0, time_s=0.0, algbw_bytes_per_s=0.0,
+                               busbw_bytes_per_s=0.0)
+
+
+def test_an_empty_message_costs_its_hops_alone() -> None:
+    # 0 bytes are a valid size: 8 ranks on one node, 2·7 = 14 hops of 0.6 µs, nothing to move
+    t = collective_time(AR, 0.0, 8, H100)
+    assert t.latency_time_s == pytest.approx(14 * 0.6 * US)
+    assert (t.bandwidth_time_s, t.algbw_bytes_per_s) == (0.0, 0.0)
+    # half a byte is a size too (a mean over ranks can be fractional): 7 hops + 0.5·7/8 / 450e9
+    half = collective_time(AG, 0.5, 8, H100)
+    assert half.time_s == pytest.approx(7 * 0.6 * US + 0.5 * 7 / 8 / 450e9)
+
+
+def test_an_exact_tie_keeps_the_ring() -> None:
+    # 2 ranks on one node, 0 bytes: the ring's 2 hops of 0.6 µs (2·(2−1) steps, none across
+    # nodes) and the tree's 2·(1 hop inside + ⌊log₂ 1⌋ = 0 between) are both 1.2 µs; the tree
+    # is taken only when strictly faster
+    best = collective_time(AR, 0.0, 2, H100, algorithm=Algorithm.BEST)
+    assert best.algorithm is Algorithm.RING
+    assert best.time_s == pytest.approx(1.2 * US)
+
+
+def test_best_prices_both_algorithms_on_the_given_layout() -> None:
+    # 16 ranks, one on each of 16 nodes: every link is a device's own NIC, 50 GB/s.
+    # ring: 30 steps, all crossing (min(2·15, 30)), 30 · 2.7 = 81 µs + 2·15/16·S / 50 GB/s
+    # tree: no hop inside a node, ⌊log₂ 16⌋ = 4 between: 2·4·2.7 = 21.6 µs + 2·S / 50 GB/s
+    small = collective_time(AR, 1e3, 16, H100, ranks_per_node=1, algorithm=Algorithm.BEST)
+    # 21.6 µs + 2e3 / 50e9 = 21.64 µs against 81.04 µs: the tree
+    assert small.algorithm is Algorithm.TREE
+    assert (small.ranks_per_node, small.nodes) == (1, 16)
+    assert small.time_s == pytest.approx(21.6 * US + 2e3 / 50e9)
+    large = collective_time(AR, 1e10, 16, H100, ranks_per_node=1, algorithm=Algorithm.BEST)
+    # ring 81 µs + 1.875e10 / 50e9 = 0.375081 s against the tree's 0.4000216 s: the ring
+    assert large.algorithm is Algorithm.RING
+    assert (large.ranks_per_node, large.nodes, large.link_bytes_per_s) == (1, 16, 50e9)
+    assert large.time_s == pytest.approx(30 * 2.7 * US + 2 * 15 / 16 * 1e10 / 50e9)
+
+
+@pytest.mark.parametrize("per_node", [0, -2, True, 2.0])
+def test_a_malformed_ranks_per_node_is_refused(per_node: object) -> None:
+    # 0 and −2 lie outside 1..4 (−2 divides 4, and lies below a node's 8, so only the range
+    # refuses it); True and 2.0 are not whole numbers of ranks, though 4 % True and 4 % 2.0 are 0
+    with pytest.raises(InputError, match="whole number from 1 to 4"):
+        collective_time(AR, 1e6, 4, H100, ranks_per_node=per_node)  # type: ignore[arg-type]
