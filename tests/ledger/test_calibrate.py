@@ -394,6 +394,15 @@ def test_calibrate_times_every_step_in_rounds(monkeypatch: pytest.MonkeyPatch) -
     assert plain.step_s - less.step_s == pytest.approx(made_s)
     assert sum(m for _, _, m in plain.classes.values()) - sum(
         m for _, _, m in less.classes.values()) <= made_s * (1 + 1e-9)
+    # a profile that prices attention from a head's rate and a call's own cost: its
+    # attention ops count no pieces (their query blocks are in the heads' time), each other
+    # class counts what it did
+    calls = {f"attention-call.fp32.{d}.d16": ((1.0, 1e6),) for d in ("forward", "backward")}
+    called = calibration._run(timed, dataclasses.replace(
+        session.hardware, curves={**session.hardware.curves, **calls}))
+    assert plain.pieces["attention"] > 0 and called.pieces["attention"] == 0
+    assert {c: n for c, n in called.pieces.items() if c != "attention"} == {
+        c: n for c, n in plain.pieces.items() if c != "attention"}
     # two steps profiled a round: two profiles a round, fitted all the same
     twice = calibration.CalibrationRounds(chip, profiled=2)
     twice.round(0.01)

@@ -376,3 +376,24 @@ def test_a_decode_products_working_set_is_its_weight_where_the_step_reads_less()
         assert decode_product(mm, chip, "fp32", reread) == (10**7, pytest.approx(80e9 / 10**0.5))
     # read again after 100 MB: 8 GB/s
     assert decode_product(mm, chip, "fp32", 1e8) == (10**7, pytest.approx(8e9))
+
+
+def test_a_calibration_counts_no_pieces_of_an_op_priced_from_its_own_kernel() -> None:
+    # a bf16 attention forward of 4 × 4 heads at 64 tokens: 4 · 4 · ⌈64 / 32⌉ = 32 query
+    # blocks, at 1 µs a piece: 32 µs beside its kernel where only the head curve prices it;
+    # with a call's own cost probed (attention-call), the heads and the call already hold
+    # what the blocks cost, and no piece is added
+    op = Op(op="aten._scaled_dot_product_flash_attention_for_cpu.default", category="attention",
+            flops=6_291_456, bytes_read=0, bytes_written=0, input_dtypes=("bf16",) * 3,
+            output_dtypes=("bf16",), input_shapes=((4, 4, 64, 24),) * 3)
+    fit = Calibration(scale={"attention-bf16": 1.0}, op_cost_s=0.0, between_ops_s={},
+                      piece_cost_s={"attention-bf16": 1e-6})
+    heads = {"attention-head__bf16__forward__d16": ((1e5, 1e10), (1e7, 1e10))}
+    alone = dataclasses.replace(_chip(**heads), calibration=fit)
+    called = dataclasses.replace(
+        _chip(**heads, **{"attention-call__bf16__forward__d16": ((1e5, 1e5), (1e7, 1e5))}),
+        calibration=fit)
+    assert predict_op(0, op, alone).overhead_s == pytest.approx(32e-6)
+    assert predict_op(0, op, called).overhead_s == pytest.approx(0.0)
+    # its kernel: 16 heads of 393,216 FLOPs at 10 GFLOP/s = 629 µs, + 10 µs a call
+    assert predict_op(0, op, called).compute_time_s == pytest.approx(16 * 393_216 / 1e10 + 1e-5)

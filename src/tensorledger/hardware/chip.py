@@ -85,7 +85,8 @@ class Calibration:
     slower than a stream), plus ``call_cost_s[class]`` (a kernel's own fixed cost: setting up
     its loops and threads) and ``piece_cost_s[class]`` for each of its pieces (the rows a copy
     writes, the batch × heads × query blocks of an attention, the FLOPs of a costly
-    elementwise op, the bytes a matmul moves: ``roofline.cost_classes.pieces``),
+    elementwise op, the bytes a matmul moves: ``roofline.cost_classes.pieces``; none for an
+    op the profile prices from its own kernel's curves, ``kernel_rates.own_kernel_curve``),
     plus the cost of entering any op (``entry``: ``op_cost_s``, or by the step's footprint;
     a view's times its op's ``view_weights``, ``view_entry``);
     between ops the framework spends ``between_ops_s[phase]`` (Python, module code, autograd,

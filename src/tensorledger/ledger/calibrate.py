@@ -41,7 +41,7 @@ from tensorledger.ledger.calibration_fit import (
 )
 from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.roofline.cost_classes import cost_class, pieces
-from tensorledger.roofline.kernel_rates import op_precision
+from tensorledger.roofline.kernel_rates import op_precision, own_kernel_curve
 
 if TYPE_CHECKING:
     from tensorledger.bench.harness import Measurement
@@ -199,19 +199,22 @@ def _run(timed: _Timed, hardware: Hardware) -> Run:
     pages = fresh_pages_by_class([op.category for op in prediction.ops], timed.records,
                                  hardware)
     fresh_s = sum(pages.values())
-    for op, traced in zip(prediction.ops, timed.records, strict=True):
+    # an op priced from its own kernel's curves counts no pieces (as predict_op reads it)
+    parts = [0.0 if own_kernel_curve(traced, hardware, op.compute_key) else pieces(traced)
+             for op, traced in zip(prediction.ops, timed.records, strict=True)]
+    for op, part in zip(prediction.ops, parts, strict=True):
         kernel[op.category] += op.time_s - op.overhead_s
         by_phase[Calibration.group(op.phase), op.category] += op.time_s - op.overhead_s
         ops[Calibration.group(op.phase)] += 1
-        counted[op.category] += pieces(traced)
+        counted[op.category] += part
     return Run(step_s=step_s - fresh_s,
                classes={c.category: (c.ops, kernel[c.category],
                                      max(c.measured_s - pages.get(c.category, 0.0), 0.0))
                         for c in result.categories if c.ops},
                kernel_by_phase=dict(by_phase), ops_by_phase=dict(ops), pieces=dict(counted),
                ops=tuple((op.category, Calibration.group(op.phase), op.compute_time_s,
-                          op.memory_time_s, op.ideal_time_s, float(op.bytes), pieces(traced))
-                         for op, traced in zip(prediction.ops, timed.records, strict=True)),
+                          op.memory_time_s, op.ideal_time_s, float(op.bytes), part)
+                         for op, part in zip(prediction.ops, parts, strict=True)),
                ops_s=max(result.measured_ops_s - fresh_s, 0.0), between_s=result.residual_s,
                views=views)
 

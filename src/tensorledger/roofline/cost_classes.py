@@ -102,7 +102,9 @@ def pieces(op: Any) -> float:
     and backward matmuls of seven calibration models came out at 1.15 × the probed time +
     22 µs a call + 0.10 ns a byte, which priced the tiny preset's matmuls 12% over and a
     held-aside model's 12% under, where scale and call cost alone priced them 25% over and
-    19% under); 0 for other ops, or where shapes are not known.
+    19% under); 0 for other ops, or where shapes are not known.  An op a profile prices from
+    its own kernel's curves counts none (``kernel_rates.own_kernel_curve``, read by the
+    roofline and the calibration alike).
 
     >>> from types import SimpleNamespace as Rec
     >>> pieces(Rec(category="copy", output_shapes=((16, 2, 32, 2, 8),)))  # 16·2·32·2 rows

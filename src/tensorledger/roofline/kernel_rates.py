@@ -36,7 +36,7 @@ from tensorledger.hardware.kernels import (
 )
 
 __all__ = ["LOW_PRECISIONS", "attention_rate", "cast_of", "decode_product", "op_precision",
-           "stream_rate"]
+           "own_kernel_curve", "stream_rate"]
 
 #: The floating dtypes an op is priced and calibrated apart in (fp32 is the default).
 LOW_PRECISIONS = ("bf16", "fp16")
@@ -100,6 +100,38 @@ def attention_rate(op: Any, hardware: Hardware, key: str) -> float | None:
     if not calls:
         return rate
     return float(op.flops / (op.flops / rate + 1 / interpolate(calls, per_head)))
+
+
+def own_kernel_curve(op: Any, hardware: Hardware, key: str) -> bool:
+    """Whether the profile prices ``op`` from curves of its own kernel that already hold
+    what a calibration's pieces count (``cost_classes.pieces``): an attention op's from a
+    head's rate and a call's own cost (``attention-call.<key>.<direction>.*``), which grow
+    with its heads as the query blocks do; a low-precision op the probe timed by name
+    (``op.<dtype>.<op>``, GELU's tanh kernel apart), its own rate by its bytes.  A
+    calibration then fits no cost a piece on them, which would count their time twice.
+
+    >>> from types import SimpleNamespace as Rec
+    >>> chip = Hardware(id="x", name="x", memory_bytes=1, memory_bandwidth_bytes_per_s=1.0,
+    ...                 dense_flop_per_s={"fp32": 1.0},
+    ...                 curves={"attention-call.bf16.backward.d64": ((1e6, 1e4),),
+    ...                         "op.bf16.aten.gelu.tanh": ((1e6, 1e9),)})
+    >>> attention = Rec(op="aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
+    ...                 category="attention")
+    >>> own_kernel_curve(attention, chip, "bf16"), own_kernel_curve(attention, chip, "fp32")
+    (True, False)
+    >>> gelu = Rec(op="aten.gelu.default", category="elementwise", input_dtypes=("bf16",),
+    ...            output_dtypes=("bf16",), variant="tanh")
+    >>> own_kernel_curve(gelu, chip, "fp32"), own_kernel_curve(Rec(**{**vars(gelu),
+    ...                                                              "variant": ""}), chip, "fp32")
+    (True, False)
+    """
+    if op.category == "attention":
+        direction = "backward" if "backward" in op.op else "forward"
+        prefix = attention_call_curve(key, direction, 0)[:-1]  # "attention-call.bf16.forward.d"
+        return any(name.startswith(prefix) for name in hardware.curves)
+    precision = op_precision(op)
+    return bool(precision) and op_curve(precision, packet(op.op),
+                                        getattr(op, "variant", "")) in hardware.curves
 
 
 def stream_rate(op: Any, hardware: Hardware, moved: float) -> float | None:

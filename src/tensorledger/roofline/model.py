@@ -49,6 +49,7 @@ from tensorledger.roofline.kernel_rates import (
     attention_rate,
     decode_product,
     op_precision,
+    own_kernel_curve,
     stream_rate,
 )
 from tensorledger.summary import show_bytes, show_count, show_flops, show_time, summary
@@ -280,7 +281,9 @@ def predict_op(index: int, op: OpLike, hardware: Hardware,
         # training steps' matmuls neither scales its weight's time nor adds their bytes' cost
         compute = compute * factor
         memory = memory if decode is not None else memory * factor
-        parts = 0.0 if decode is not None else pieces(op)
+        # nor counts the pieces of an op priced from its own kernel's curves
+        parts = (0.0 if decode is not None or own_kernel_curve(op, hardware, key)
+                 else pieces(op))
         between = calibration.between(
             op.phase, footprint if group_footprint is None else group_footprint)
         entry = (calibration.view_entry(packet(op.op), footprint) if op.category == "view"
