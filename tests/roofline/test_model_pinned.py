@@ -1,0 +1,213 @@
+"""``roofline/model.py`` pinned where the mutation run of issue 42 found no test: the summaries,
+the model FLOPs' share of MFU, which peak an op or a step computes at on chips that lack one,
+the mean footprint, the overlapped time of several phases, a step's totals, and where a send's
+two ends lie.  Each expectation is worked out beside it; the chips are synthetic or the H100
+entry's datasheet (bf16 989.5e12, fp32 66.9e12 FLOP/s, 3.35e12 bytes/s)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from types import SimpleNamespace as Rec
+
+import pytest
+
+from tensorledger.errors import InputError
+from tensorledger.hardware import Hardware, get_hardware
+from tensorledger.roofline.model import (
+    OpPrediction,
+    RooflinePrediction,
+    _pair_per_node,
+    ceiling,
+    compute_key_for,
+    compute_key_for_default,
+    overlapped,
+    predict,
+    step_footprint,
+)
+
+H100 = dataclasses.replace(get_hardware("h100"), efficiency=None)  # the datasheet alone
+
+
+@dataclass(frozen=True)
+class Op:
+    op: str
+    category: str
+    flops: int
+    bytes_read: int
+    bytes_written: int
+    input_dtypes: tuple[str, ...] = ("bf16",)
+    output_dtypes: tuple[str, ...] = ("bf16",)
+    module: str = ""
+    phase: str = "forward"
+    recomputed: bool = False
+    input_shapes: tuple[tuple[int, ...], ...] = ()  # read of a forward step's matmuls
+
+    @property
+    def flops_causal_halved(self) -> int:
+        return self.flops
+
+
+def _chip(peaks: dict[str, float]) -> Hardware:
+    return Hardware(id="x", name="x", memory_bytes=1, memory_bandwidth_bytes_per_s=2.0,
+                    dense_flop_per_s=peaks)
+
+
+def _prediction_op(phase: str, time: float, link: float) -> OpPrediction:
+    return OpPrediction(0, "op", "", phase, "matmul", "fp32", 1, 1, 1.0, 1.0, 0.0, 0.0, 0.0,
+                        time, 1.0, "compute", time, "compute", link_time_s=link)
+
+
+def test_summaries() -> None:
+    op = OpPrediction(index=3, op="aten.mm.default", module="", phase="forward",
+                      category="matmul", compute_key="bf16", flops=1000, bytes=5_000_000,
+                      intensity_flop_per_byte=0.0002, ridge_flop_per_byte=1.0,
+                      compute_time_s=0.0, memory_time_s=0.002, overhead_s=0.0, time_s=0.002,
+                      attained_flop_per_s=5e5, bound="memory", ideal_time_s=0.001,
+                      ideal_bound="memory")
+    assert repr(op) == ("OpPrediction(#3 aten.mm.default, memory-bound, 2 ms expected, "
+                        "bound 1 ms, 1000 FLOPs, 5 MB)")
+    step = RooflinePrediction(hardware="chip", ops=(op, op), flops=1000, bytes=0, time_s=3.0,
+                              by_category=(), by_module=(), by_phase=(), tokens=None,
+                              tokens_per_s=None, mfu_peak_key="bf16", mfu=0.125,
+                              ideal_time_s=1.0, ideal_mfu=0.375, ideal_tokens_per_s=None,
+                              basis="probed")
+    assert repr(step) == ("RooflinePrediction(2 ops on chip, 3 s per step expected, bound 1 s, "
+                          "1000 FLOPs, MFU 0.125 (bf16))")
+
+
+def test_model_mfu_leaves_the_recomputed_forward_out() -> None:
+    base = dict(hardware="chip", ops=(), bytes=0, time_s=1.0, by_category=(), by_module=(),
+                by_phase=(), tokens=None, tokens_per_s=None, mfu_peak_key="bf16",
+                ideal_time_s=1.0, ideal_tokens_per_s=None, basis="probed")
+    step = RooflinePrediction(**base, flops=1000, mfu=0.4, ideal_mfu=0.8,  # type: ignore[arg-type]
+                              recomputed_flops=250)
+    assert step.model_flops == 750
+    assert step.model_mfu == pytest.approx(0.3)  # 0.4 · 750/1000
+    assert step.ideal_model_mfu == pytest.approx(0.6)  # 0.8 · 750/1000
+    none = RooflinePrediction(**base, flops=0, mfu=0.4, ideal_mfu=0.8)  # type: ignore[arg-type]
+    assert (none.model_mfu, none.ideal_model_mfu) == (0.0, 0.0)
+
+
+def test_compute_key_on_chips_without_an_fp32_peak() -> None:
+    relu = Op("aten.relu.default", "elementwise", 10, 4, 4)
+    # matrix peaks only: the slowest floating one stands in (fp16 at 1, not bf16 at 2;
+    # int8 is not floating)
+    assert compute_key_for(relu, _chip({"bf16": 2.0, "fp16": 1.0, "int8": 0.5})) == "fp16"
+    with pytest.raises(InputError, match="lists no floating-point peak"):
+        compute_key_for(relu, _chip({"int8": 1.0}))
+    # a matmul whose first dtype the chip lacks takes the next one it lists: int64 indices
+    # are no peak, fp8 not listed here, bf16 is
+    mm = Op("aten.mm.default", "matmul", 10, 4, 4, ("int64", "fp8"), ("bf16",))
+    assert compute_key_for(mm, _chip({"bf16": 2.0, "fp32": 1.0})) == "bf16"
+    # a dtype name no table knows is skipped, not an error
+    odd = Op("aten.mm.default", "matmul", 10, 4, 4, ("complex-ish",), ("fp16",))
+    assert compute_key_for(odd, _chip({"fp16": 3.0, "fp32": 1.0})) == "fp16"
+    # a matmul with no listed matrix dtype computes at fp32
+    assert compute_key_for(Op("aten.mm.default", "matmul", 10, 4, 4, ("fp8",), ("fp8",)),
+                           _chip({"bf16": 2.0, "fp32": 1.0})) == "fp32"
+
+
+def test_compute_key_for_default() -> None:
+    assert compute_key_for_default(_chip({"fp32": 1.0, "bf16": 2.0})) == "bf16"
+    assert compute_key_for_default(_chip({"int8": 3.0, "fp32": 1.0})) == "fp32"
+    assert compute_key_for_default(_chip({"int8": 3.0, "fp16": 1.0})) == "int8"  # the first
+
+
+def test_ceiling_is_the_lower_of_peak_and_bandwidth() -> None:
+    # peak 10 FLOP/s, bandwidth 2 bytes/s: 1 FLOP/byte → 2, 5 → 10 (the ridge), 8 → 10
+    assert ceiling(_chip({"fp32": 10.0}), "fp32", [1.0, 5.0, 8.0]) == (2.0, 10.0, 10.0)
+
+
+def test_step_footprint_leaves_ops_that_move_nothing_out() -> None:
+    assert step_footprint([0.0, 100.0]) == 100.0  # not 50: the op moving 0 is left out
+    assert step_footprint([0.0]) is None
+    assert step_footprint([]) is None
+    assert step_footprint([30.0, 10.0]) == 20.0
+
+
+def test_overlapped_time_of_two_phases() -> None:
+    # forward: compute 5 − 2 = 3, link 2 → 3; backward: compute 6 − 5 = 1, link 5 → 5; 8 in all
+    ops = [_prediction_op("forward", 5.0, 2.0), _prediction_op("backward", 6.0, 5.0)]
+    assert overlapped(ops) == pytest.approx(8.0)
+    # a phase of links alone counts its links: 4
+    assert overlapped([_prediction_op("optimizer", 4.0, 4.0)]) == pytest.approx(4.0)
+
+
+def test_a_step_by_hand_with_its_totals() -> None:
+    n = 1024
+    mm = Op("aten.mm.default", "matmul", 2 * n**3, 4 * n * n, 2 * n * n, module="a")
+    relu = Op("aten.relu.default", "elementwise", n * n, 2 * n * n, 2 * n * n, module="b",
+              phase="backward", recomputed=True)
+    p = predict([mm, relu], H100, tokens=64)
+    t_mm = 2 * n**3 / 989.5e12  # compute-bound: 2.17 µs (6 MiB at 3.35 TB/s is 1.88 µs)
+    t_relu = 4 * n * n / 3.35e12  # memory-bound: 1.25 µs
+    overhead = H100.op_overhead_s
+    assert p.time_s == pytest.approx(t_mm + t_relu + 2 * overhead)
+    assert p.ideal_time_s == pytest.approx(t_mm + t_relu)
+    assert p.tokens == 64 and p.tokens_per_s == pytest.approx(64 / p.time_s)
+    assert p.ideal_tokens_per_s == pytest.approx(64 / p.ideal_time_s)
+    # MFU at the bf16 peak (the matmul's FLOPs are bf16's): all FLOPs over time over peak
+    flops = 2 * n**3 + n * n
+    assert p.mfu_peak_key == "bf16" and p.flops == flops
+    assert p.mfu == pytest.approx(flops / p.time_s / 989.5e12)
+    assert p.ideal_mfu == pytest.approx(flops / p.ideal_time_s / 989.5e12)
+    assert p.bytes == 6 * n * n + 4 * n * n
+    assert p.recomputed_flops == n * n  # the relu, marked recomputed
+    assert p.basis.startswith("the datasheet alone") and p.bound_bandwidth == (
+        "datasheet bandwidth")
+    # totals by category, module and phase: one op each, slowest first, shares of the step
+    by_category = {t.name: t for t in p.by_category}
+    assert [t.name for t in p.by_category] == ["matmul", "elementwise"]
+    mm_total = by_category["matmul"]
+    assert (mm_total.ops, mm_total.flops, mm_total.bytes) == (1, 2 * n**3, 6 * n * n)
+    assert mm_total.share_of_step == pytest.approx((t_mm + overhead) / p.time_s)
+    assert (mm_total.compute_bound_ops, mm_total.memory_bound_ops,
+            mm_total.overhead_bound_ops) == (1, 0, 0)
+    assert mm_total.ideal_time_s == pytest.approx(t_mm)
+    relu_total = by_category["elementwise"]
+    assert (relu_total.compute_bound_ops, relu_total.memory_bound_ops) == (0, 1)
+    assert [t.name for t in p.by_module] == ["a", "b"]
+    assert [t.name for t in p.by_phase] == ["forward", "backward"]
+    # with mfu_dtype named, MFU is taken against that dtype's peak
+    fp32 = predict([mm], H100, mfu_dtype="fp32")
+    assert fp32.mfu_peak_key == "fp32"
+    assert fp32.mfu == pytest.approx(2 * n**3 / fp32.time_s / 66.9e12)
+    assert fp32.tokens is None and fp32.tokens_per_s is None and fp32.ideal_tokens_per_s is None
+
+
+def test_a_step_without_matrix_ops_takes_mfu_at_the_default_key() -> None:
+    relu = Op("aten.relu.default", "elementwise", 10, 40, 40)
+    assert predict([relu], H100).mfu_peak_key == "bf16"
+    # the most FLOPs decide between two matrix keys: 300 in fp32 against 200 in bf16
+    mm16 = Op("aten.mm.default", "matmul", 200, 4, 4)
+    mm32 = Op("aten.mm.default", "matmul", 300, 4, 4, ("fp32",), ("fp32",))
+    assert predict([mm16, mm32], H100).mfu_peak_key == "fp32"
+
+
+def test_an_empty_step() -> None:
+    p = predict([], H100, tokens=8)
+    assert (p.time_s, p.mfu, p.ideal_mfu) == (0.0, 0.0, 0.0)
+    assert p.tokens_per_s is None and p.ideal_tokens_per_s is None
+
+
+def test_a_profiles_bound_streams_at_its_fastest_bandwidth() -> None:
+    probed = dataclasses.replace(H100, curves={"bandwidth": ((1e6, 1e11),)})
+    p = predict([Op("aten.relu.default", "elementwise", 10, 40, 40)], probed)
+    assert p.bound_bandwidth.startswith("the fastest bandwidth measured")
+
+
+@pytest.mark.parametrize(("collective", "expected"), [
+    (Rec(ends=(3, 5), rank_stride=8), 2),  # ranks 3 and 5 both on node 0 of 8 devices
+    (Rec(ends=(7, 8), rank_stride=1), 1),  # 7 on node 0, 8 on node 1
+    (Rec(ends=(8, 15), rank_stride=8), 2),  # both on node 1
+    (Rec(rank_stride=1), 2),  # no ends: two consecutive ranks share a node
+    (Rec(rank_stride=8), 1),  # ranks 8 apart: one a node
+    (Rec(ends=(0, 1, 2), rank_stride=8), 1),  # not two ends: by the stride
+])
+def test_where_a_sends_two_ends_lie(collective: Rec, expected: int) -> None:
+    assert _pair_per_node(collective, H100) == expected
+
+
+def test_a_chip_without_nodes_places_no_send() -> None:
+    assert _pair_per_node(Rec(ends=(0, 1), rank_stride=1), _chip({"fp32": 1.0})) is None
