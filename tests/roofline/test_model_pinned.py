@@ -7,6 +7,7 @@ entry's datasheet (bf16 989.5e12, fp32 66.9e12 FLOP/s, 3.35e12 bytes/s)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from types import SimpleNamespace as Rec
 
@@ -23,8 +24,10 @@ from tensorledger.roofline.model import (
     compute_key_for_default,
     overlapped,
     predict,
+    predict_op,
     step_footprint,
 )
+from tensorledger.trace.records import CollectiveInfo
 
 H100 = dataclasses.replace(get_hardware("h100"), efficiency=None)  # the datasheet alone
 
@@ -211,3 +214,75 @@ def test_where_a_sends_two_ends_lie(collective: Rec, expected: int) -> None:
 
 def test_a_chip_without_nodes_places_no_send() -> None:
     assert _pair_per_node(Rec(ends=(0, 1), rank_stride=1), _chip({"fp32": 1.0})) is None
+
+
+# ------------------------------------------------------------ collectives priced on the links
+
+def _collective_op(kind: str, size: int, ranks: int, sent: int, received: int,
+                   stride: int = 1, ends: tuple[int, ...] = ()) -> Rec:
+    info = CollectiveInfo(kind=kind, group_size=ranks, size_bytes=size, bytes_sent=sent,
+                          bytes_received=received, rank_stride=stride, ends=ends)
+    return Rec(op="c10d.x", module="m", phase="backward", category="communication",
+               collective=info, flops=0, bytes_read=0, bytes_written=0,
+               input_dtypes=(), output_dtypes=())
+
+
+def test_an_all_reduce_on_the_links_in_every_field() -> None:
+    # 8 ranks a node apart by 1: one node, 2·7/8·10⁹ bytes at 450 GB/s + 14 hops of 0.6 µs
+    p = predict_op(5, _collective_op("all-reduce", 10**9, 8, 0, 0), H100)
+    t = 1.75e9 / 450e9 + 14 * 0.6e-6
+    assert p == OpPrediction(index=5, op="c10d.x", module="m", phase="backward",
+                             category="communication", compute_key="", flops=0, bytes=0,
+                             intensity_flop_per_byte=math.inf, ridge_flop_per_byte=0.0,
+                             compute_time_s=0.0, memory_time_s=0.0, overhead_s=0.0,
+                             time_s=pytest.approx(t), attained_flop_per_s=0.0, bound="link",
+                             ideal_time_s=pytest.approx(t), ideal_bound="link",
+                             link_time_s=pytest.approx(t))
+
+
+def test_a_group_placed_by_its_stride() -> None:
+    # 4 ranks 8 apart: one a node, a ring over 4 NICs of 50 GB/s: 3 hops of 2.7 µs and
+    # 3/4 · 4·10⁸ bytes
+    p = predict_op(0, _collective_op("all-gather", 4 * 10**8, 4, 0, 0, stride=8), H100)
+    assert p.time_s == pytest.approx(3 * 2.7e-6 + 0.75 * 4e8 / 50e9)
+
+
+def test_a_group_of_one_is_free() -> None:
+    p = predict_op(0, _collective_op("send-recv", 100, 1, 100, 0), H100)
+    assert (p.time_s, p.bound, p.ideal_bound, p.link_time_s) == (0.0, "free", "free", 0.0)
+
+
+def test_a_send_across_nodes_takes_one_nic() -> None:
+    # a pipeline's send from world rank 7 to 8 in a group of 4: two ranks on two nodes, one
+    # step crossing the network: 2.7 µs + 10⁶ bytes / 50 GB/s
+    p = predict_op(0, _collective_op("send-recv", 10**6, 4, 10**6, 0, ends=(7, 8)), H100)
+    assert p.time_s == pytest.approx(2.7e-6 + 1e6 / 50e9)
+    # from 6 to 7: one node, NVLink: 0.6 µs + 10⁶ / 450 GB/s
+    q = predict_op(0, _collective_op("send-recv", 10**6, 4, 10**6, 0, ends=(6, 7)), H100)
+    assert q.time_s == pytest.approx(0.6e-6 + 1e6 / 450e9)
+
+
+@pytest.mark.parametrize(("sent", "received", "priced_size"), [
+    (6, 6, 8.0),  # an even split: each rank sends 3/4 of its 8 bytes, 6 · 4 = 8 · 3
+    (8, 0, 8 * 4 / 3),  # the whole buffer to one rank: priced as sending 8 of 4/3 · 8
+    (0, 8, 8 * 4 / 3),  # receiving it: the busier direction, the same
+    (7, 0, 7 * 4 / 3),  # |7 · 4 − 8 · 3| = 4 = ranks: past an even split's rounding
+    (6.5, 0, 8.0),  # |26 − 24| = 2 < 4: an even split rounded
+])
+def test_an_uneven_all_to_all_is_priced_by_its_busier_direction(
+        sent: float, received: float, priced_size: float) -> None:
+    # 4 ranks on one node: 3 hops of 0.6 µs + 3/4 of the priced size at 450 GB/s
+    op = _collective_op("all-to-all", 8, 4, 0, 0)
+    op.collective = Rec(kind="all-to-all", group_size=4, size_bytes=8, bytes_sent=sent,
+                        bytes_received=received, rank_stride=1)
+    p = predict_op(0, op, H100)
+    bandwidth = p.time_s - 3 * 0.6e-6
+    assert bandwidth == pytest.approx(0.75 * priced_size / 450e9, rel=1e-6)
+
+
+def test_a_kind_the_links_do_not_price_is_an_op() -> None:
+    op = _collective_op("all-reduce", 8, 4, 0, 0)
+    op.collective = Rec(kind="barrier", group_size=4, size_bytes=8, bytes_sent=0,
+                        bytes_received=0, rank_stride=1)
+    p = predict_op(0, op, H100)
+    assert p.compute_key == "fp32" and p.link_time_s == 0.0  # priced as any other op
