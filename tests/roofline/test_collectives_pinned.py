@@ -6,6 +6,8 @@ by hand beside it from the H100 entry's topology: 8 devices a node, NVLink 450 G
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tensorledger.errors import InputError
@@ -80,3 +82,22 @@ def test_a_malformed_ranks_per_node_is_refused(per_node: object) -> None:
     # refuses it); True and 2.0 are not whole numbers of ranks, though 4 % True and 4 % 2.0 are 0
     with pytest.raises(InputError, match="whole number from 1 to 4"):
         collective_time(AR, 1e6, 4, H100, ranks_per_node=per_node)  # type: ignore[arg-type]
+
+
+def test_a_group_with_one_rank_a_node_needs_no_intra_node_keys() -> None:
+    # 4 ranks on 4 nodes never use NVLink: a chip listing only its NICs prices them, 3 hops of
+    # 2.7 µs and 3/4 · 4·10⁸ bytes at 50 GB/s
+    nics_only = replace(H100, intra_node_bytes_per_s=None, intra_node_latency_s=None)
+    t = collective_time(AG, 4e8, 4, nics_only, ranks_per_node=1)
+    assert t.time_s == pytest.approx(3 * 2.7 * US + 0.75 * 4e8 / 50e9)
+
+
+def test_a_group_with_several_ranks_a_node_needs_both_intra_node_keys() -> None:
+    no_bandwidth = replace(H100, intra_node_bytes_per_s=None)
+    with pytest.raises(InputError, match=r"^h100-sxm lists no intra_node_bandwidth, which a "
+                                          r"group with several ranks on a node uses; add it"):
+        collective_time(AG, 1e6, 2, no_bandwidth)
+    no_latency = replace(H100, intra_node_latency_s=None)
+    with pytest.raises(InputError, match=r"^h100-sxm lists no intra_node_latency, which a "
+                                          r"group with several ranks on a node uses; add it"):
+        collective_time(AG, 1e6, 2, no_latency)
