@@ -128,6 +128,10 @@ def test_a_call_matched_by_name_takes_the_category_the_trace_gave_its_op() -> No
                    peak_flop_per_s=1.0)
     assert none.matched_by == "op name"
     assert {x.category: x.measured_s for x in none.categories}["matmul"] == 4.0  # its rule
+    # two calls by name in one category in one run add up: 4 + 2 s
+    two = compare(prediction, [(Call("aten.linear", 4.0), Call("aten.linear", 2.0))],
+                  measured_step_s=10.0, peak_flop_per_s=1.0)
+    assert {x.category: x.measured_s for x in two.categories}["matmul"] == 6.0
 
 
 def test_rounds_need_steps_unless_there_are_no_runs() -> None:
@@ -194,6 +198,22 @@ def test_shares_without_rounds_give_their_interval() -> None:
     assert c.categories[0].measured_interval_s == pytest.approx((2.0, 12.0))
 
 
+def test_a_category_one_run_lacks_counts_zero_there() -> None:
+    # run 1 calls an untraced op for 2 s, run 2 does not: its median over the runs is the
+    # median of 2 and 0, 1 s
+    runs = [(Call("aten.mm", 3.0), Call("aten.foo_bar", 2.0)), (Call("aten.mm", 5.0),)]
+    c = compare(_prediction(_op(0, "aten.mm.default", "matmul", 1.0)), runs,
+                measured_step_s=20.0, peak_flop_per_s=1.0)
+    assert {x.category: x.measured_s for x in c.categories} == {"matmul": 4.0, "untraced": 1.0}
+
+
+def test_ops_that_fill_the_step_exactly_do_not_exceed_it() -> None:
+    # calls of 2 + 3 s in a step of 5 s: nothing between them, but nothing beyond the step
+    c = compare(THREE, [(Call("aten.mm", 2.0), Call("aten.relu", 3.0), Call("aten.add", 0.0))],
+                measured_step_s=5.0, peak_flop_per_s=1.0)
+    assert c.residual_s == 0.0 and not c.ops_exceed_step
+
+
 def test_a_prediction_of_no_time_has_no_mfu() -> None:
     c = compare(_prediction(_op(0, "aten.view.default", "view", 0.0)), [],
                 measured_step_s=2.0, peak_flop_per_s=1.0)
@@ -212,6 +232,11 @@ def test_median_interval_at_the_edge_of_its_coverage() -> None:
     # no coverage asked (tails of ½): k grows while P(B ≤ k − 1) ≤ ½; n = 1: P(B = 0) = ½,
     # then k = n stops it: the one value
     assert median_interval([4.0], coverage=0.0) == (4.0, 4.0)
+    # n = 22 at 95% (2²² = 4194304; a tail of 2.5% is 104857.6 of it): P(B ≤ 5) = (1 + 22 +
+    # 231 + 1540 + 7315 + 26334) = 35443 (0.85%), P(B ≤ 6) adds C(22, 6) = 74613: 110056
+    # (2.62%): k = 6, the 6th smallest and 6th largest (the last term alone, 26334 + 74613 =
+    # 100947, would have let a 7th in)
+    assert median_interval([float(v) for v in range(22)]) == (5.0, 16.0)
 
 
 def test_aligned_matches_each_stretch_between_anchors_on_its_own() -> None:
@@ -224,6 +249,17 @@ def test_aligned_matches_each_stretch_between_anchors_on_its_own() -> None:
     predicted = ["mm", "sub", "add", "add", "relu", "exp", "tanh", "out"]
     timed = ["mm", "add", "relu", "tanh", "exp", "out"]
     assert _aligned(predicted, timed) == {0: 0, 1: 2, 2: 4, 3: 6, 5: 7}
+    # a stretch at the start, before the first anchor: [x, x] against [x, y] (x is predicted
+    # twice, timed once): difflib pairs the first x
+    assert _aligned(["x", "x", "a"], ["x", "y", "a"]) == {0: 0, 2: 2}
+    # a block of two at an offset on both sides: anchors a (0, 0) and z (6, 5); the stretch
+    # [u, p, q, p, q] against [v, w, p, q] matches p, q at predicted 2, 3 and timed 3, 4
+    assert _aligned(["a", "u", "p", "q", "p", "q", "z"], ["a", "v", "w", "p", "q", "z"]) == {
+        0: 0, 3: 2, 4: 3, 5: 6}
+    # a stretch of 200 timed calls of one name: every call matched, none set aside as junk
+    # (difflib's autojunk would drop a name making more than 1% of 200 or more)
+    long = _aligned(["x"] * 201 + ["end"], ["x"] * 200 + ["end"])
+    assert long == {j: j for j in range(200)} | {200: 201}
     # a stretch at the end, after the last anchor: predicted [a, x, x] against timed
     # [a, x]: x is not an anchor (2 against 1); difflib pairs timed 1 with predicted 1
     assert _aligned(["a", "x", "x"], ["a", "x"]) == {0: 0, 1: 1}
