@@ -59,6 +59,8 @@ def test_a_copys_pieces_are_its_rows() -> None:
     copy = Rec(category="copy", output_shapes=((3, 5), (2, 4, 6), (), (4, 0)))
     assert pieces(copy) == 12.0
     assert pieces(Rec(category="copy")) == 0.0  # no shapes recorded
+    # a vector (5,) is one row of 5
+    assert pieces(Rec(category="copy", output_shapes=((5,),))) == 1.0
 
 
 @pytest.mark.parametrize(("queries", "expected"), [
@@ -68,6 +70,8 @@ def test_a_copys_pieces_are_its_rows() -> None:
     (192, 2 * 3 * 3),  # ⌈192/64⌉ = 3
     (767, 2 * 3 * 12),  # ⌈767/64⌉ = 12 (11.98)
     (768, 2 * 3 * 3),  # ⌈768/256⌉ = 3
+    (193, 2 * 3 * 4),  # ⌈193/64⌉ = 4 (3.02)
+    (769, 2 * 3 * 4),  # ⌈769/256⌉ = 4 (3.004)
     (1, 2 * 3 * 1),  # ⌈1/32⌉ = 1
     (33, 2 * 3 * 2),  # ⌈33/32⌉ = 2
 ])

@@ -204,3 +204,11 @@ def test_own_kernel_curve() -> None:
     assert not own_kernel_curve(_vector("aten.gelu.default", inputs=("fp32",),
                                         outputs=("fp32",)), chip, "fp32")  # no precision
     assert not own_kernel_curve(_vector("aten.add.Tensor"), chip, "bf16")  # not timed by name
+
+
+def test_only_a_call_curve_of_a_head_width_is_a_calls_own_cost() -> None:
+    # "attention-call.bf16.forward.d<width>" names a call's cost at a head width; a curve of
+    # another name under the same direction (here a whole-call total) is not one
+    chip = _chip({"attention-call.bf16.forward.total": ((1.0, 1e4),)})
+    forward = Rec(op="aten._scaled_dot_product_flash_attention.default", category="attention")
+    assert not own_kernel_curve(forward, chip, "bf16")
