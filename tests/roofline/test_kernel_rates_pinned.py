@@ -112,6 +112,8 @@ def test_a_short_inner_loop_up_to_the_longest_probed() -> None:
                   "strided.bf16": ((8.0, 5e9), (64.0, 40e9))})
     assert stream_rate(_vector(inner_loop=64), chip, 100.0) == pytest.approx(40e9)  # the last
     assert stream_rate(_vector(inner_loop=8), chip, 100.0) == pytest.approx(5e9)
+    # a loop of one element, below the first probed loop: the curve's first rate, 5 GB/s
+    assert stream_rate(_vector(inner_loop=1), chip, 100.0) == pytest.approx(5e9)
     assert stream_rate(_vector(inner_loop=65), chip, 100.0) == 60e9  # beyond the probed
     assert stream_rate(_vector(), chip, 100.0) == 60e9  # no loop recorded
     # a strided curve faster than the stream does not raise it: min(3, 40) GB/s
