@@ -101,3 +101,48 @@ def test_a_group_with_several_ranks_a_node_needs_both_intra_node_keys() -> None:
     with pytest.raises(InputError, match=r"^h100-sxm lists no intra_node_latency, which a "
                                           r"group with several ranks on a node uses; add it"):
         collective_time(AG, 1e6, 2, no_latency)
+
+
+def test_a_group_spanning_nodes_needs_the_inter_node_latency() -> None:
+    no_latency = replace(H100, inter_node_latency_s=None)
+    with pytest.raises(InputError, match=r"^h100-sxm lists no inter_node_latency, which a "
+                                          r"group of 16 ranks spanning 2 nodes uses; add it"):
+        collective_time(AR, 1e6, 16, no_latency)
+
+
+@pytest.mark.parametrize("ranks", [True, 2.0])
+def test_ranks_must_be_a_whole_number(ranks: object) -> None:
+    with pytest.raises(InputError, match="a group needs a whole number of ranks >= 1"):
+        collective_time(AR, 1e6, ranks, H100)  # type: ignore[arg-type]
+
+
+def test_two_ranks_a_node_take_nvlink_when_their_nics_are_faster() -> None:
+    # 4 ranks, 2 on each of 2 nodes, NICs of 300 GB/s: the network share of a node is 2 · 300
+    # = 600 GB/s, above NVLink's 450: the ring's slowest link is NVLink
+    fast = replace(H100, inter_node_bytes_per_s=300e9)
+    t = collective_time(AG, 1e9, 4, fast, ranks_per_node=2)
+    assert (t.nodes, t.link, t.link_bytes_per_s) == (2, "intra-node", 450e9)
+
+
+def test_a_collective_of_no_time_has_no_algorithm_bandwidth() -> None:
+    # hops of no latency and no bytes: 0 s, and the algbw of nothing in no time is 0
+    instant = replace(H100, intra_node_latency_s=0.0)
+    t = collective_time(AR, 0.0, 8, instant)
+    assert (t.time_s, t.algbw_bytes_per_s, t.busbw_bytes_per_s) == (0.0, 0.0, 0.0)
+
+
+def test_a_group_spanning_nodes_in_every_field() -> None:
+    # 16 ranks packed on 2 nodes of 8 (the first test of test_collectives.py): bus factor
+    # 2 · 15/16 = 1.875; the network share 8 · 50 = 400 GB/s below NVLink's 450; 30 steps, 2
+    # crossing: 28 · 0.6 + 2 · 2.7 = 22.2 µs; 1.875e9 / 400e9 = 4.6875 ms
+    t = collective_time(AR, 1e9, 16, H100)
+    time = 22.2 * US + 1.875e9 / 400e9
+    assert t == CollectiveTime(kind=AR, algorithm=Algorithm.RING, hardware="h100-sxm",
+                               ranks=16, ranks_per_node=8, nodes=2, size_bytes=1e9,
+                               bus_factor=1.875, sent_bytes_per_rank=1.875e9,
+                               link="inter-node (NIC)", link_bytes_per_s=400e9, steps=30,
+                               inter_node_steps=2, latency_time_s=pytest.approx(22.2 * US),
+                               bandwidth_time_s=pytest.approx(1.875e9 / 400e9),
+                               time_s=pytest.approx(time),
+                               algbw_bytes_per_s=pytest.approx(1e9 / time),
+                               busbw_bytes_per_s=pytest.approx(1.875e9 / time))

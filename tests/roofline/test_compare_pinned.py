@@ -256,10 +256,12 @@ def test_aligned_matches_each_stretch_between_anchors_on_its_own() -> None:
     # [u, p, q, p, q] against [v, w, p, q] matches p, q at predicted 2, 3 and timed 3, 4
     assert _aligned(["a", "u", "p", "q", "p", "q", "z"], ["a", "v", "w", "p", "q", "z"]) == {
         0: 0, 3: 2, 4: 3, 5: 6}
-    # a stretch of 200 timed calls of one name: every call matched, none set aside as junk
-    # (difflib's autojunk would drop a name making more than 1% of 200 or more)
-    long = _aligned(["x"] * 201 + ["end"], ["x"] * 200 + ["end"])
-    assert long == {j: j for j in range(200)} | {200: 201}
+    # a stretch of 200 timed calls, 199 of one name: predicted [x ×100, m, m] against timed
+    # [m, x ×199] before the anchor "end" (x and m are made unequally often).  The longest
+    # block is the run of 100 x (timed 1..100 → predicted 0..99); difflib's autojunk would
+    # drop x, a name making more than 1% of 200 calls or more, and pair the lone m instead
+    long = _aligned(["x"] * 100 + ["m", "m", "end"], ["m"] + ["x"] * 199 + ["end"])
+    assert long == {j: j - 1 for j in range(1, 101)} | {200: 102}
     # a stretch at the end, after the last anchor: predicted [a, x, x] against timed
     # [a, x]: x is not an anchor (2 against 1); difflib pairs timed 1 with predicted 1
     assert _aligned(["a", "x", "x"], ["a", "x"]) == {0: 0, 1: 1}
