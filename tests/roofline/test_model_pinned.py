@@ -25,6 +25,7 @@ from tensorledger.roofline.model import (
     overlapped,
     predict,
     predict_op,
+    ranks_per_node,
     step_footprint,
 )
 from tensorledger.trace.records import CollectiveInfo
@@ -127,6 +128,7 @@ def test_step_footprint_leaves_ops_that_move_nothing_out() -> None:
     assert step_footprint([0.0]) is None
     assert step_footprint([]) is None
     assert step_footprint([30.0, 10.0]) == 20.0
+    assert step_footprint([1.0, 3.0]) == 2.0  # an op moving one byte moves: the mean is 2
 
 
 def test_overlapped_time_of_two_phases() -> None:
@@ -286,3 +288,30 @@ def test_a_kind_the_links_do_not_price_is_an_op() -> None:
                         bytes_received=0, rank_stride=1)
     p = predict_op(0, op, H100)
     assert p.compute_key == "fp32" and p.link_time_s == 0.0  # priced as any other op
+
+
+def test_ranks_per_node_steps_down_to_a_divisor() -> None:
+    # 12 consecutive ranks on nodes of 8: 8 does not divide 12, nor 7; 6 does
+    assert ranks_per_node(12, 1, 8) == 6
+
+
+def test_a_send_in_a_group_of_two_is_placed_by_its_ends() -> None:
+    # a group of 2 consecutive ranks would share a node by its stride; its recorded ends,
+    # world ranks 7 and 8, lie on two: one NIC, 2.7 µs + 10⁶ / 50 GB/s
+    p = predict_op(0, _collective_op("send-recv", 10**6, 2, 10**6, 0, ends=(7, 8)), H100)
+    assert p.time_s == pytest.approx(2.7e-6 + 1e6 / 50e9)
+
+
+def test_an_uneven_all_to_all_of_two_ranks() -> None:
+    # 2 ranks on a node, 8 bytes each; this rank sends all 8 to the other: |8·2 − 8·1| = 8
+    # ≥ 2, priced as the even all-to-all of 8·2/1 = 16 bytes: one hop of 0.6 µs and 1/2 · 16
+    # bytes at 450 GB/s
+    op = _collective_op("all-to-all", 8, 2, 8, 0)
+    p = predict_op(0, op, H100)
+    assert p.time_s - 0.6e-6 == pytest.approx(0.5 * 16 / 450e9, rel=1e-6)
+
+
+def test_an_all_to_all_of_one_rank_is_free_whatever_it_records() -> None:
+    # a group of one moves nothing, even where its record says it sent 8 bytes
+    p = predict_op(0, _collective_op("all-to-all", 8, 1, 8, 8), H100)
+    assert (p.time_s, p.bound) == (0.0, "free")
