@@ -315,3 +315,33 @@ def test_an_all_to_all_of_one_rank_is_free_whatever_it_records() -> None:
     # a group of one moves nothing, even where its record says it sent 8 bytes
     p = predict_op(0, _collective_op("all-to-all", 8, 1, 8, 8), H100)
     assert (p.time_s, p.bound) == (0.0, "free")
+
+
+def test_the_step_names_its_chip_and_numbers_its_ops() -> None:
+    relu = Op("aten.relu.default", "elementwise", 10, 40, 40)
+    p = predict([relu, relu], get_hardware("h100"))  # with its efficiencies: 2.5 µs an op
+    assert p.hardware == "h100-sxm"
+    assert [o.index for o in p.ops] == [0, 1]
+    # a relu of 80 bytes takes some 80 / 3.35e12 = 24 ps, far under the 2.5 µs per-op cost
+    (total,) = p.by_category
+    assert (total.overhead_bound_ops, total.memory_bound_ops, total.compute_bound_ops) == (
+        2, 0, 0)
+
+
+def test_mfu_is_taken_at_the_key_of_the_most_matrix_flops_summed() -> None:
+    # bf16: 200 + 200 = 400 FLOPs against fp32's 300: bf16, though one fp32 product is larger
+    mm16 = Op("aten.mm.default", "matmul", 200, 4, 4)
+    mm32 = Op("aten.mm.default", "matmul", 300, 4, 4, ("fp32",), ("fp32",))
+    assert predict([mm16, mm32, mm16], H100).mfu_peak_key == "bf16"
+    # bf16 300 against fp32 200: bf16 by FLOPs (its name sorts before fp32's)
+    big16 = Op("aten.mm.default", "matmul", 300, 4, 4)
+    small32 = Op("aten.mm.default", "matmul", 200, 4, 4, ("fp32",), ("fp32",))
+    assert predict([small32, big16], H100).mfu_peak_key == "bf16"
+
+
+def test_a_step_of_no_time_gives_each_group_no_share() -> None:
+    # on a catalog chip with efficiencies a view launches no kernel and moves nothing: 0 s
+    view = Op("aten.view.default", "view", 0, 0, 0)
+    p = predict([view], get_hardware("h100"))
+    assert p.time_s == 0.0
+    assert [(t.name, t.share_of_step) for t in p.by_category] == [("view", 0.0)]
