@@ -276,6 +276,7 @@ def test_a_chip_that_is_no_table_is_refused() -> None:
     # a long value is cut to 30 characters and an ellipsis
     (f'memory = "{"9" * 40}GB"', f"memory = '{'9' * 29}… is out of range; it must be "
                                  'positive, from 1 to 1e+30 in its unit, such as "80GB"'),
+    ("name = 1", "name must be a string, not a number"),
     ("vendor = 1", "vendor must be a string, not a number"),
     ("notes = true", "notes must be a string, not a boolean"),
     ("source = []", "source must be a string, not an array"),

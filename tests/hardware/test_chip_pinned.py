@@ -106,6 +106,8 @@ def test_entering_an_op_by_footprint() -> None:
     assert flat.entry(10.0) == 4e-6  # no curve: op_cost_s
     # a view: its op's weight times entering any op; a view not named weighs 1
     assert CAL.view_entry("aten.t", 10.0) == pytest.approx(2.5 * 4e-6, rel=1e-12)
+    # at 100 bytes entering costs 8 µs (the last point), not op_cost_s: 2.5 × 8 µs
+    assert CAL.view_entry("aten.t", 100.0) == pytest.approx(2.5 * 8e-6, rel=1e-12)
     assert CAL.view_entry("aten.view", None) == 4e-6
 
 
@@ -170,6 +172,12 @@ def test_an_expected_flop_rate_probed_published_or_peak() -> None:
     assert alone.expected_flop_rate("attention.fp32", "fp32", 1e6) == 3e11
     # no curve: the peak times the published fraction (1 TFLOP/s × 0.25), else the peak
     assert alone.expected_flop_rate("linear.fp32", "fp32", 1e6) == 0.25e12
+    # the fraction of the key's own curve where it has one (bf16: 4 TFLOP/s × 0.5)
+    by_key = chip(dense_flop_per_s={"fp32": 1e12, "bf16": 4e12}, efficiency=Efficiency(
+        matmul={"bf16": ((1.0, 0.5),), "default": ((1.0, 0.25),)}, attention=None,
+        memory_bandwidth=0.5, op_overhead_s=0.0))
+    assert by_key.expected_flop_rate("matmul.bf16", "bf16", 1e6) == 2e12
+    assert by_key.expected_flop_rate("matmul.fp32", "fp32", 1e6) == 0.25e12
     assert chip().expected_flop_rate("matmul.fp32", "fp32", 1e6) == 1e12
     # a size of no FLOPs on a curve: the peak (attainable's ceiling)
     assert probed.expected_flop_rate("attention.fp32", "fp32", 0.0) == 1e12
@@ -207,6 +215,9 @@ def test_fresh_pages_from_the_threshold_on() -> None:
     assert pages.fresh_pages_s([32_000_000, 31_999_999]) == 32e6 / 4e9
     assert pages.fresh_pages_s([]) == 0.0
     assert chip(fresh_pages_from_bytes=32e6).fresh_pages_s([64_000_000]) == 0.0  # no rate
+    # the slowest rate a file may state, 1 byte/s: 20 bytes take 20 s
+    assert chip(fresh_pages_from_bytes=10.0, fresh_page_bytes_per_s=1.0).fresh_pages_s(
+        [20, 5]) == 20.0
 
 
 def test_a_chip_shown() -> None:
@@ -220,6 +231,8 @@ def test_peaks_by_dtype_name() -> None:
     assert h.compute_key(" BF16 ") == "bf16"
     assert h.compute_key("bfloat16") == "bf16"
     assert h.compute_key("e4m3") == "fp8"
+    # a peak-table key that names no dtype is a key all the same
+    assert h.compute_key(" FP6 ") == "fp6"
     assert h.peak_flop_per_s("float32") == 1e12
     assert h.intensity_flop_per_byte("bf16") == 4e12 / 100e9  # 40 FLOPs a byte
     with pytest.raises(InputError) as error:

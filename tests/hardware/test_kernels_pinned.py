@@ -55,6 +55,13 @@ def test_the_nearest_attention_curve_in_logs() -> None:
     # a width below 1 is read as 1: nearest 16
     assert nearest_attention_curve(curves, "bf16", "forward", 0) == (
         "attention-head.bf16.forward.d16")
+    # widths 1 and 3: a width of 0 is read as 1 (the curve of width 1), one of 2 lies nearer
+    # 3 (log 1.5 = 0.41 against log 2 = 0.69)
+    narrow = {"attention-head.fp32.forward.d3": (), "attention-head.fp32.forward.d1": ()}
+    assert nearest_attention_curve(narrow, "fp32", "forward", 0) == (
+        "attention-head.fp32.forward.d1")
+    assert nearest_attention_curve(narrow, "fp32", "forward", 2) == (
+        "attention-head.fp32.forward.d3")
     assert nearest_attention_curve(curves, "bf16", "backward", 64) == (
         "attention-head.bf16.backward.d32")
     assert nearest_attention_curve(curves, "fp16", "forward", 64) is None

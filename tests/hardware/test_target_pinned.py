@@ -41,6 +41,8 @@ def test_flash_from_compute_capability_8_0_and_on_rocm_and_xla(target: Target) -
 def test_flash_takes_both_half_types_causal_square_and_any_rectangle_unmasked() -> None:
     assert kernel(H100, "fp16", causal=True, queries=5, keys=5) == (
         "flash", "fp16, causal, head size 64")
+    # causal with no counts given: one query over one key, square
+    assert kernel(H100, causal=True) == ("flash", "bf16, causal, head size 64")
     # without is_causal, queries and keys may differ
     assert kernel(H100, queries=5, keys=9)[0] == "flash"
     # a head size of 256 is the largest flash takes
@@ -160,6 +162,16 @@ def test_a_forced_kernel_runs_where_the_inputs_admit_it() -> None:
     assert H100.forcing(" Flash ").forcing("auto") == H100
 
 
+def test_rocm_refuses_grouped_queries_forced_onto_memory_efficient_attention() -> None:
+    with pytest.raises(InputError) as error:
+        kernel(MI300X.forcing("efficient"), grouped=True)
+    assert str(error.value) == (
+        "--attention efficient: mi300x cannot run it on these inputs (grouped-query attention "
+        "(ROCm's memory-efficient kernel takes none)); drop --attention or force another "
+        "kernel")
+    assert kernel(H100.forcing("efficient"), grouped=True)[0] == "efficient"  # CUDA's takes it
+
+
 @pytest.mark.parametrize(("forced", "why"), [
     ("flash", "an attention mask"),
     ("efficient", "head sizes 12 and 12 (memory-efficient attention: multiples of 8 in bf16)"),
@@ -229,6 +241,10 @@ def test_the_target_of_a_probed_profile() -> None:
     assert target_of(chip("local", source=on_gpu)) == Target("local", "cuda", (8, 0))
     assert target_of(chip("local", vendor="AMD", source="probe on cpu")) is CPU
     assert target_of(chip("local")) is CPU
+    # a profile that states no source of its own: probed on no GPU, so the CPU
+    bare = Hardware(id="local", name="X", memory_bytes=1.0, memory_bandwidth_bytes_per_s=1.0,
+                    dense_flop_per_s={"fp32": 1.0})
+    assert target_of(bare) is CPU
     # a profile saved under another id is known by its name
     assert target_of(chip("box", name="Xeon (probed)", vendor="Google",
                           source=on_gpu)) == Target("box", "cuda", (8, 0))
