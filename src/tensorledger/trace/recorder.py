@@ -573,5 +573,5 @@ def kernel_variant(kwargs: dict[str, Any] | None) -> str:
     >>> kernel_variant(None), kernel_variant({"dim": 1})
     ('', '')
     """
-    chosen = (kwargs or {}).get("approximate", "none")
+    chosen = (kwargs or {}).get("approximate")
     return chosen if isinstance(chosen, str) and chosen != "none" else ""
