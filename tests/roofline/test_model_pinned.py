@@ -345,3 +345,26 @@ def test_a_step_of_no_time_gives_each_group_no_share() -> None:
     p = predict([view], get_hardware("h100"))
     assert p.time_s == 0.0
     assert [(t.name, t.share_of_step) for t in p.by_category] == [("view", 0.0)]
+
+
+def test_an_uncalibrated_op_has_no_time_between_ops() -> None:
+    assert predict_op(0, Op("aten.relu.default", "elementwise", 10, 40, 40), H100
+                      ).between_ops_s == 0.0
+
+
+def test_a_low_precision_op_falls_back_to_its_full_precision_class_with_its_phase() -> None:
+    from tensorledger.hardware import Calibration
+
+    # the fit has the optimizer's class (scale 2) and plain elementwise (3), no bf16 class:
+    # a bf16 add_ of the optimizer takes "elementwise-optimizer", its phase kept: 2
+    calibration = Calibration(scale={"elementwise-optimizer": 2.0, "elementwise": 3.0},
+                              op_cost_s=1e-6, between_ops_s={"forward-backward": 0.0,
+                                                             "optimizer": 0.0},
+                              view_weights={"aten.add_": 5.0})
+    chip = dataclasses.replace(H100, calibration=calibration)
+    add = Op("aten.add_.Tensor", "elementwise", 1000, 8000, 4000, phase="optimizer")
+    plain = predict_op(0, add, H100)  # the same op uncalibrated: memory-bound
+    calibrated = predict_op(0, add, chip)
+    assert calibrated.memory_time_s == pytest.approx(2 * plain.memory_time_s)
+    # entering it costs the op cost, 1 µs: a view's weight (5 for aten.add_) is a view's only
+    assert calibrated.overhead_s == pytest.approx(1e-6)
