@@ -137,6 +137,10 @@ def test_overlapped_time_of_two_phases() -> None:
     assert overlapped(ops) == pytest.approx(8.0)
     # a phase of links alone counts its links: 4
     assert overlapped([_prediction_op("optimizer", 4.0, 4.0)]) == pytest.approx(4.0)
+    # two collectives in one phase add up: links 2 + 3 = 5 against 1 of compute → 5
+    ops = [_prediction_op("forward", 1.0, 0.0), _prediction_op("forward", 2.0, 2.0),
+           _prediction_op("forward", 3.0, 3.0)]
+    assert overlapped(ops) == pytest.approx(5.0)
 
 
 def test_a_step_by_hand_with_its_totals() -> None:
