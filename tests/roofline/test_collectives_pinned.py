@@ -146,3 +146,11 @@ def test_a_group_spanning_nodes_in_every_field() -> None:
                                time_s=pytest.approx(time),
                                algbw_bytes_per_s=pytest.approx(1e9 / time),
                                busbw_bytes_per_s=pytest.approx(1.875e9 / time))
+
+
+def test_a_network_share_equal_to_nvlink_is_named_the_network() -> None:
+    # 2 ranks a node, NICs of 225 GB/s: 2 · 225 = 450 GB/s, NVLink's own: the same figure
+    # either way, and the link named is the network's (NVLink is taken only when slower)
+    even = replace(H100, inter_node_bytes_per_s=225e9)
+    t = collective_time(AG, 1e9, 4, even, ranks_per_node=2)
+    assert (t.link, t.link_bytes_per_s) == ("inter-node (NIC)", 450e9)
