@@ -372,3 +372,82 @@ def test_a_low_precision_op_falls_back_to_its_full_precision_class_with_its_phas
     assert calibrated.memory_time_s == pytest.approx(2 * plain.memory_time_s)
     # entering it costs the op cost, 1 µs: a view's weight (5 for aten.add_) is a view's only
     assert calibrated.overhead_s == pytest.approx(1e-6)
+
+
+# --------------------------------------------------------- one op's bounds on a chip by hand
+
+def _small(overhead: float = 0.0, **more: object) -> Hardware:
+    # fp32 at 10 FLOP/s, 2 bytes/s, a per-op cost of ``overhead`` s
+    return Hardware(id="x", name="x", memory_bytes=1, memory_bandwidth_bytes_per_s=2.0,
+                    dense_flop_per_s={"fp32": 10.0}, op_overhead_s=overhead,
+                    **more)  # type: ignore[arg-type]
+
+
+def _fp32(flops: int, read: int, written: int = 0, **more: object) -> Op:
+    return Op("aten.relu.default", "elementwise", flops, read, written, ("fp32",), ("fp32",),
+              **more)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("flops", "moved", "bound", "ideal_bound"), [
+    (0, 0, "free", "free"),  # nothing to do, no per-op cost
+    (0, 4, "memory", "memory"),  # 4 bytes at 2 bytes/s: 2 s
+    (30, 0, "compute", "compute"),  # 30 FLOPs at 10 a second: 3 s
+    (20, 4, "compute", "compute"),  # 2 s each: a tie is compute-bound, at the bound too
+    (10, 4, "memory", "memory"),  # 1 s against 2 s
+])
+def test_the_bounds_of_one_op(flops: int, moved: int, bound: str, ideal_bound: str) -> None:
+    p = predict_op(0, _fp32(flops, moved), _small())
+    assert (p.bound, p.ideal_bound) == (bound, ideal_bound)
+    # attained: FLOPs over the time, 0 without FLOPs
+    assert p.attained_flop_per_s == (pytest.approx(flops / p.time_s) if flops else 0.0)
+
+
+def test_an_op_whose_cost_equals_its_work_is_not_overhead_bound() -> None:
+    # 4 bytes at 2 bytes/s = 2 s of memory against a per-op cost of 2 s: memory-bound (the
+    # cost must exceed the work), 4 s in all
+    p = predict_op(0, _fp32(0, 4), _small(overhead=2.0))
+    assert (p.bound, p.time_s) == ("memory", pytest.approx(4.0))
+    q = predict_op(0, _fp32(0, 4), _small(overhead=2.5))
+    assert q.bound == "overhead"
+
+
+def test_a_calibration_factor_below_one_stops_at_the_compute_bound() -> None:
+    from tensorledger.hardware import Calibration
+
+    # 100 FLOPs at 10 a second: 10 s; halved by the fit, 5 s, below the roofline's 10 s, so
+    # the op takes 10 s (memory: 2 bytes, 1 s, halved 0.5 s; its bound 1 s)
+    half = Calibration(scale={"elementwise": 0.5}, op_cost_s=0.0,
+                       between_ops_s={"forward-backward": 0.0, "optimizer": 0.0})
+    p = predict_op(0, _fp32(100, 2), _small(calibration=half))
+    assert p.compute_time_s == pytest.approx(5.0)
+    assert p.time_s == pytest.approx(10.0)
+
+
+def test_new_tensors_pay_for_their_fresh_pages() -> None:
+    # tensors of 8 and 40 bytes made, pages fresh from 32 bytes at 4 bytes/s: the 40-byte
+    # one costs 10 s beside the op's 2 s of memory
+    chip = _small(fresh_pages_from_bytes=32.0, fresh_page_bytes_per_s=4.0)
+    op = Rec(op="aten.relu.default", category="elementwise", flops=0, bytes_read=4,
+             bytes_written=0, input_dtypes=("fp32",), output_dtypes=("fp32",), module="",
+             phase="backward", flops_causal_halved=0,
+             storages_created=(("a", 8), ("b", 40)))
+    p = predict_op(0, op, chip)
+    assert p.overhead_s == pytest.approx(10.0)
+    assert p.time_s == pytest.approx(12.0)
+
+
+def test_a_record_without_a_recomputed_mark_was_not_recomputed() -> None:
+    @dataclass(frozen=True)
+    class Bare:  # an op record without the ``recomputed`` field
+        op: str = "aten.relu.default"
+        category: str = "elementwise"
+        flops: int = 10
+        bytes_read: int = 4
+        bytes_written: int = 4
+        input_dtypes: tuple[str, ...] = ("fp32",)
+        output_dtypes: tuple[str, ...] = ("fp32",)
+        module: str = ""
+        phase: str = "backward"
+        flops_causal_halved: int = 10
+
+    assert predict([Bare()], H100).recomputed_flops == 0
