@@ -102,6 +102,8 @@ class OpLike(Protocol):
     def bytes_written(self) -> int: ...
     @property
     def flops_causal_halved(self) -> int: ...
+    @property
+    def input_shapes(self) -> tuple[tuple[int, ...], ...]: ...  # a decode product's operands
 
 
 _FLOATING = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp6", "fp4")
