@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 
 from tensorledger.costs.collectives import CollectiveRule
+from tensorledger.trace import Recorder
 from tensorledger.trace.collectives import _ends, collective_info, group_stride
 from tensorledger.trace.records import CollectiveInfo
 from tensorledger.workload.parallel import fake_process_group
@@ -116,5 +117,22 @@ def test_even_splits_where_the_split_sizes_cannot_be_read() -> None:
         # another kind with the same arguments: its own convention (all-gather: 90 each way)
         assert collective_info(_all_to_all("all-gather"), (rows, *splits, name), {},
                                None) == CollectiveInfo("all-gather", 4, 120, 90, 90)
+        # one row: this rank's row size read from row 0, the only one (12 bytes); rank 1 sends
+        # its row to rank 0 and receives rank 3's
+        one = torch.ones(1, 3, device="meta")
+        assert collective_info(_all_to_all(), (one, [0, 0, 0, 1], [1, 0, 0, 0], name), {},
+                               None) == CollectiveInfo("all-to-all", 4, 12, 12, 12)
     # a bare group size: no rank to tell which rows are this rank's own
     assert collective_info(_all_to_all(), (rows, *splits, 4), {}, None) == even
+
+
+def test_dtensor_s_all_to_all_of_two_dimensions_is_an_even_split() -> None:
+    # shard_dim_alltoall(input, gather_dim, shard_dim, group): two dims where the functional
+    # op has split sizes.  S = 8 · 4 · 4 · 4 bytes = 512; even: 512 · 3/4 = 384 each way.
+    # (Both dims nonzero used to reach len() of an int: the op was listed as uncovered.)
+    x = torch.ones(8, 4, 4, device="meta")
+    with fake_process_group(4) as world, Recorder() as recorder:
+        torch.ops._dtensor.shard_dim_alltoall(x, 1, 2, world.group_name)
+    (record,) = recorder.trace.records
+    assert record.covered
+    assert record.collective == CollectiveInfo("all-to-all", 4, 512, 384, 384)
