@@ -65,3 +65,12 @@ def test_a_nameless_module_keeps_its_empty_label() -> None:
     assert group_repeats(["", "h.0", "h.1"], [1, 2, 2]) == (("", (0,)), ("h.{0..1}", (1, 2)))
     assert truncate("", 2) == "" and truncate("a.b.c", None) == "a.b.c"
     assert truncate("a.b.c", 2) == "a.b" and truncate("a.b.c", 0) == ""
+
+
+def test_folded_groups_fold_again_by_signature_and_the_next_index() -> None:
+    # round one folds the first index: a.{0..1}.0 and a.{0..1}.1; round two the second
+    assert group_repeats(["a.0.0", "a.0.1", "a.1.0", "a.1.1"], [1, 1, 1, 1]) == (
+        ("a.{0..1}.{0..1}", (0, 1, 2, 3)),)
+    # the same names with the second index's pairs of other figures: folded once only
+    assert group_repeats(["b.0.c.0", "b.1.c.0", "b.0.c.1", "b.1.c.1"], [1, 1, 2, 2]) == (
+        ("b.{0..1}.c.0", (0, 1)), ("b.{0..1}.c.1", (2, 3)))
