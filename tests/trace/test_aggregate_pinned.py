@@ -207,3 +207,22 @@ def test_norms_hand_attention_and_unhalved_attention() -> None:
     assert found_fused is not None and (found_fused.modules, found_fused.ops,
                                         found_fused.flops) == (("M.a", "M.x"), 2, 46)
     assert unhalved_attention(_trace(_r(0, category="attention", flops=4, halved=2))) is None
+
+
+def test_the_summaries_one_line_and_drawn() -> None:
+    from rich.console import Console
+
+    trace = Trace(records=(_r(0, module="M.fc", flops=1200), _r(1, module="M.fc", flops=0)),
+                  uncovered={"aten.foo.default": 3}, device="meta")
+    root = by_module(trace)
+    # the root: repr of "" names it, two ops, 1200 FLOPs, one child (M)
+    assert repr(root) == "ModuleNode('', 2 ops, 1200 FLOPs, 1 children)"
+    summary = summarize(trace, params=10, tokens=5)
+    # 6 · 10 · 5 = 300: 1200 / 300 = 4.000 × 6·N·D
+    assert repr(summary) == "TraceSummary(2 ops, 1200 FLOPs, 4.000 × 6·N·D, 1 uncovered)"
+    assert repr(summarize(trace)) == "TraceSummary(2 ops, 1200 FLOPs, 1 uncovered)"
+    console = Console(record=True, width=120)
+    console.print(summary.__rich__())
+    assert "matmul" in console.export_text()
+    html = summary._repr_html_()
+    assert "matmul" in html
