@@ -107,6 +107,9 @@ def test_even_splits_where_the_split_sizes_cannot_be_read() -> None:
                                None) == even
         assert collective_info(_all_to_all(), (rows, splits[0], [1, 2, 7], name), {},
                                None) == even
+        # a dim (an int) where one list of split sizes should be, on either side
+        assert collective_info(_all_to_all(), (rows, 1, splits[1], name), {}, None) == even
+        assert collective_info(_all_to_all(), (rows, splits[0], 1, name), {}, None) == even
         # three arguments: the group read from elsewhere, no split sizes
         three = CollectiveRule("all-to-all", lambda args, kwargs: name,
                                lambda args, kwargs, out, ranks: 120)
