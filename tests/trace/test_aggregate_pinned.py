@@ -116,6 +116,10 @@ def test_a_class_s_total_covers_its_modules_and_those_under_them() -> None:
     assert total == ClassTotal("NF4", 2, 3, 3, 4, 6, 9)
     assert total.flops == 7 and total.bytes == 15
     assert class_total(trace, "Missing") is None
+    three = {"A": "NF4", "B": "NF4", "C": "NF4"}
+    # ops in B and C: two modules of the three ran
+    two = class_total(_trace(_r(0, module="B"), _r(1, module="C.x"), classes=three), "NF4")
+    assert two is not None and (two.modules, two.ops) == (2, 2)
     idle = _trace(_r(0, module="M.lin", flops=1), classes=classes)
     assert class_total(idle, "NF4") is None  # modules of the class, but no op ran in them
 
@@ -157,6 +161,8 @@ def test_collectives_summed_by_phase_kind_group_and_mesh_dimension() -> None:
         CollectiveTotal("forward", "all-gather", 8, 1, 16, 8, 4, "fsdp·ep"),
         CollectiveTotal("backward", "all-reduce", 4, 2, 120, 60, 30, ""),
         CollectiveTotal("warmup", "broadcast", 4, 1, 12, 6, 3, ""))
+    assert summarize(trace, mesh_dims=names).communication == communication(trace, names)
+    assert len(summarize(trace).communication) == 4
     # unnamed, the two all-gathers over 4 ranks are one row: 2 calls, 4 + 8 = 12 bytes
     assert communication(trace) == (
         CollectiveTotal("forward", "all-gather", 4, 2, 12, 6, 3, ""),
@@ -174,7 +180,9 @@ def test_norms_hand_attention_and_unhalved_attention() -> None:
         _r(2, module="M.ln2", category="normalization", flops=20),
         _r(3, module="M.rms", category="normalization", flops=30, phase="backward"),
         _r(4, module="M.lin", category="normalization", flops=99),  # not a norm module
-        _r(5, module="", category="normalization", flops=50), classes=classes)
+        _r(5, module="", category="normalization", flops=50),
+        _r(6, module="M.unnamed", category="normalization", flops=70),  # no class known
+        classes=classes)
     # three norm modules ran (M.idle ran nothing): LayerNorm twice, LlamaRMSNorm once; their
     # normalization ops 10 + 20 + 30
     assert norms(trace) == Norms(3, (("LayerNorm", 2), ("LlamaRMSNorm", 1)), 3, 60)
