@@ -235,3 +235,41 @@ def test_the_summaries_one_line_and_drawn() -> None:
     assert "matmul" in console.export_text()
     html = summary._repr_html_()
     assert "matmul" in html
+
+
+def test_collective_rows_sort_by_phase_kind_group_then_mesh_name() -> None:
+    def c(kind: str, size: int, group: int, stride: int = 1) -> CollectiveInfo:
+        return CollectiveInfo(kind, group, size, size // 2, size // 4, rank_stride=stride)
+
+    def comm(index: int, info: CollectiveInfo, phase: str = "forward") -> OpRecord:
+        return _r(index, phase=phase, category="communication", collective=info)
+
+    trace = _trace(
+        _r(0, flops=3),  # no collective, first: skipped, not the end of the list
+        comm(1, c("all-gather", 8, 4), "backward"),
+        comm(2, c("reduce-scatter", 100, 4)),
+        comm(3, c("all-gather", 200, 8)),
+        comm(4, c("all-gather", 400, 2)),
+        comm(5, c("all-gather", 16, 4, stride=2)),
+        comm(6, c("all-gather", 800, 4, stride=3)))
+    names = {2: "b", 3: "a"}  # stride 1 is unnamed
+    # forward before backward though backward ran first; then all-gather before
+    # reduce-scatter; then group 2, 4, 8 (not by bytes); then mesh name a before b (a's
+    # 800 bytes received 200, b's 16 received 4: not by bytes either)
+    assert communication(trace, names) == (
+        CollectiveTotal("forward", "all-gather", 2, 1, 400, 200, 100, ""),
+        CollectiveTotal("forward", "all-gather", 4, 1, 800, 400, 200, "a"),
+        CollectiveTotal("forward", "all-gather", 4, 1, 16, 8, 4, "b"),
+        CollectiveTotal("forward", "all-gather", 8, 1, 200, 100, 50, ""),
+        CollectiveTotal("forward", "reduce-scatter", 4, 1, 100, 50, 25, ""),
+        CollectiveTotal("backward", "all-gather", 4, 1, 8, 4, 2, ""))
+
+
+def test_ties_in_flops_go_to_the_category_that_moved_more_bytes() -> None:
+    # elementwise: 1 read + 10 written = 11; copy: 5 + 0 = 5; equal FLOPs
+    trace = _trace(_r(0, category="copy", flops=2, read=5),
+                   _r(1, category="elementwise", flops=2, read=1, written=10))
+    assert [t.category for t in by_category(trace)] == ["elementwise", "copy"]
+    # one FLOP of attention, not halved, is still unhalved attention
+    found = unhalved_attention(_trace(_r(0, category="attention", flops=1, halved=1)))
+    assert found is not None and (found.ops, found.flops) == (1, 1)
