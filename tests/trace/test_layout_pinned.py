@@ -23,6 +23,8 @@ def test_an_input_of_higher_rank_than_the_output_is_not_walked() -> None:
 def test_an_input_whose_strides_do_not_match_its_shape_is_not_walked() -> None:
     out = ((4, 2), (2, 1))
     assert inner_loop(out, [((4, 2), (1,))]) == 0
+    # the inputs after it are still walked: a column (one value per row) cuts loops of 2
+    assert inner_loop(out, [((4, 2), (1,)), ((4, 1), (2, 1))]) == 2
 
 
 def test_a_dimension_of_size_one_in_an_input_is_broadcast_whatever_its_stride() -> None:
