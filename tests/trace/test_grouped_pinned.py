@@ -52,33 +52,69 @@ def test_each_layout_s_shape_off_a_cuda_build(monkeypatch: pytest.MonkeyPatch) -
 
 
 @pytest.mark.parametrize(("a", "b", "offs", "message"), [
-    ((3, 16, 8), (3, 12, 20), None, "contraction dimension"),  # K: 8 against 12
-    ((2, 3, 16, 8), (3, 8, 20), None, "have to be 2 or 3d"),
+    # K: 8 against 12, batched and 2d-3d
+    ((3, 16, 8), (3, 12, 20), None, "contraction dimension of mat_a and mat_b must match"),
+    ((10, 8), (3, 6, 12), 3, "contraction dimension of mat_a and mat_b must match"),
+    ((2, 3, 16, 8), (3, 8, 20), None, "mat_a and mat_b have to be 2 or 3d"),
     ((3, 16, 8), (2, 8, 20), None, "batched dimension has to match"),  # G: 3 against 2
-    ((3, 16, 8), (8, 20), 2, "batch sizes have to match"),  # 3 matrices, 2 offsets
-    ((3, 16, 8), (3, 8, 20), 3, "no offset if both are 3d"),
-    ((12, 4), (12, 12), None, "Have to provide offsets"),
+    ((3, 16, 8), (8, 20), 2, "matrix batch sizes have to match"),  # 3 matrices, 2 offsets
+    ((10, 8), (3, 8, 20), 2, "matrix batch sizes have to match"),  # 3 matrices, 2 offsets
+    ((3, 16, 8), (3, 8, 20), 3,
+     "Have to provide offsets if there is a 2d matrix, or no offset if both are 3d"),
+    ((12, 4), (12, 12), None,
+     "Have to provide offsets if there is a 2d matrix, or no offset if both are 3d"),
 ])
 def test_what_cuda_refuses(a: tuple[int, ...], b: tuple[int, ...], offs: int | None,
                            message: str) -> None:
-    with pytest.raises(RuntimeError, match=message):
+    with pytest.raises(RuntimeError, match=f"^{message}$"):
         grouped_mm_output(_meta(*a), _meta(*b), None if offs is None else _offs(offs))
 
 
-def test_offsets_and_strides_cuda_refuses() -> None:
+def test_offsets_strides_and_dtypes_cuda_refuses() -> None:
     a, b = _meta(10, 8), _meta(3, 8, 12)
-    with pytest.raises(RuntimeError, match="Offsets have to be 1D int32"):
+    with pytest.raises(RuntimeError, match=r"^Offsets have to be 1D int32$"):
         grouped_mm_output(a, b, torch.empty(3, dtype=torch.int64, device="meta"))
-    with pytest.raises(RuntimeError, match="Offsets have to be 1D int32"):
+    with pytest.raises(RuntimeError, match=r"^Offsets have to be 1D int32$"):
         grouped_mm_output(a, b, torch.empty(3, 1, dtype=torch.int32, device="meta"))
     # every other column: strides (16, 2), neither row- nor column-major
-    with pytest.raises(RuntimeError, match="Invalid strides"):
+    with pytest.raises(RuntimeError, match=r"^Invalid strides/sizes, got \[16, 2\] for "
+                       r"strides and \[10, 8\] for sizes of mat_a$"):
         grouped_mm_output(_meta(10, 16)[:, ::2], b, _offs(3))
+    with pytest.raises(RuntimeError, match=r"for sizes of mat_b$"):
+        grouped_mm_output(a, _meta(3, 8, 24)[..., ::2], _offs(3))
     # column-major with a leading stride of 10 fp32 = 40 bytes: no multiple of 16
-    with pytest.raises(RuntimeError, match="multiple of 16 bytes"):
+    with pytest.raises(RuntimeError, match=
+                       r"^mat_a: strides should be multiple of 16 bytes$"):
         grouped_mm_output(_meta(8, 10).t(), b, _offs(3))
-    with pytest.raises(RuntimeError, match="Float32, BFloat16 or Float16"):
+    # rows of 9 fp32 = 36 bytes
+    with pytest.raises(RuntimeError, match=r"^mat_b: strides should be multiple of 16 bytes$"):
+        grouped_mm_output(a, _meta(3, 8, 9), _offs(3))
+    # one column of 8 rows, strides (1, 1): column-major (its stride 1 over one column is
+    # at least 1), a leading stride of 1 fp32 = 4 bytes: refused for alignment, not layout
+    with pytest.raises(RuntimeError, match=
+                       r"^mat_a: strides should be multiple of 16 bytes$"):
+        grouped_mm_output(_meta(8, 1), _meta(3, 1, 12), _offs(3))
+    # one row of 8 as a transposed column, strides (1, 1): read as column-major, lead 1
+    with pytest.raises(RuntimeError, match=
+                       r"^mat_a: strides should be multiple of 16 bytes$"):
+        grouped_mm_output(_meta(8, 1).t(), b, _offs(3))
+    with pytest.raises(RuntimeError, match=r"^Expected mat_a and mat_b to be "
+                       r"Float32, BFloat16 or Float16, got torch.float32 and torch.float64$"):
         grouped_mm_output(a, _meta(3, 8, 12, dtype=torch.float64), _offs(3))
+    with pytest.raises(RuntimeError, match=r"^expected mat1 and mat2 to have the same dtype"):
+        grouped_mm_output(a, _meta(3, 8, 12, dtype=torch.float16), _offs(3))
+    with pytest.raises(RuntimeError, match=r"^Bias not supported yet$"):
+        grouped_mm_output(a, b, _offs(3), bias=_meta(3, 12))
+    with pytest.raises(RuntimeError,
+                       match=r"^Grouped gemm output dtype must match `mat_a` dtype$"):
+        grouped_mm_output(a, b, _offs(3), out_dtype=torch.bfloat16)
+
+
+def test_a_single_row_is_row_major() -> None:
+    # (1, 8) contiguous, strides (8, 1): row-major with a leading stride of 8 fp32 = 32
+    # bytes (its stride 1 over the columns is not read as a column-major lead)
+    out = grouped_mm_output(_meta(1, 8), _meta(3, 8, 12), _offs(3))
+    assert tuple(out.shape) == (1, 12)
 
 
 def test_which_calls_the_mode_answers() -> None:
