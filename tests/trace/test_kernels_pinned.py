@@ -50,3 +50,24 @@ def test_the_math_kernel_computes_causal_attention_with_the_scale_given() -> Non
     scores = scores.masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), float("-inf"))
     expected = torch.softmax(scores, dim=-1) @ vf
     torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
+
+
+def test_memory_efficient_attention_pads_the_mask_to_16_keys() -> None:
+    # fp32 with a mask on an H100: not flash (a mask), memory-efficient
+    q = torch.ones(2, 2, 8, 8, device="meta")
+    k, v = torch.ones(2, 2, 10, 8, device="meta"), torch.ones(2, 2, 10, 8, device="meta")
+    mask = torch.ones(8, 10, dtype=torch.bool, device="meta")
+    with target_program(H100), Recorder() as recorder:
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert tuple(out.shape) == (2, 2, 8, 8)
+    records = recorder.trace.records
+    (pad,) = [r for r in records if r.op.startswith("aten.constant_pad_nd")]
+    # 10 keys: -10 mod 16 = 6 more, 16 in all (on the right only)
+    assert pad.output_shapes == ((8, 16),)
+    (kernel,) = [r for r in records
+                 if r.op == "aten._scaled_dot_product_efficient_attention.default"]
+    # q, k, v and the mask cut back to 10 keys and expanded to (batch, heads, queries, keys)
+    assert kernel.input_shapes == ((2, 2, 8, 8), (2, 2, 10, 8), (2, 2, 10, 8), (2, 2, 8, 10))
+    # as many key heads as query heads: nothing repeated (repeat_interleave on meta runs as
+    # unsqueeze, expand, clone, view: no clone here)
+    assert not any(r.op == "aten.clone.default" for r in records)
