@@ -8,6 +8,7 @@ import torch
 from tensorledger.hardware.target import Target
 from tensorledger.trace.kernels import target_program
 from tensorledger.trace.recorder import Recorder
+from tensorledger.trace.records import OpRecord
 
 H100 = Target("h100-sxm", "cuda", (9, 0))
 
@@ -52,22 +53,36 @@ def test_the_math_kernel_computes_causal_attention_with_the_scale_given() -> Non
     torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
 
 
-def test_memory_efficient_attention_pads_the_mask_to_16_keys() -> None:
-    # fp32 with a mask on an H100: not flash (a mask), memory-efficient
-    q = torch.ones(2, 2, 8, 8, device="meta")
-    k, v = torch.ones(2, 2, 10, 8, device="meta"), torch.ones(2, 2, 10, 8, device="meta")
+def _efficient_record(grad: bool) -> tuple[OpRecord, ...]:
+    # fp32 with a mask on an H100: not flash (a mask), memory-efficient; batch 3, heads 2
+    q = torch.ones(3, 2, 8, 8, device="meta", requires_grad=grad)
+    k, v = torch.ones(3, 2, 10, 8, device="meta"), torch.ones(3, 2, 10, 8, device="meta")
     mask = torch.ones(8, 10, dtype=torch.bool, device="meta")
     with target_program(H100), Recorder() as recorder:
         out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    assert tuple(out.shape) == (2, 2, 8, 8)
-    records = recorder.trace.records
+    assert tuple(out.shape) == (3, 2, 8, 8)
+    return recorder.trace.records
+
+
+def test_memory_efficient_attention_pads_the_mask_to_16_keys() -> None:
+    records = _efficient_record(grad=False)
     (pad,) = [r for r in records if r.op.startswith("aten.constant_pad_nd")]
     # 10 keys: -10 mod 16 = 6 more, 16 in all (on the right only)
     assert pad.output_shapes == ((8, 16),)
     (kernel,) = [r for r in records
                  if r.op == "aten._scaled_dot_product_efficient_attention.default"]
     # q, k, v and the mask cut back to 10 keys and expanded to (batch, heads, queries, keys)
-    assert kernel.input_shapes == ((2, 2, 8, 8), (2, 2, 10, 8), (2, 2, 10, 8), (2, 2, 8, 10))
+    assert kernel.input_shapes == ((3, 2, 8, 8), (3, 2, 10, 8), (3, 2, 10, 8), (3, 2, 8, 10))
+    # no gradient: no log-sum-exp kept (0 per head)
+    assert kernel.output_shapes[:2] == ((3, 2, 8, 8), (3, 2, 0))
     # as many key heads as query heads: nothing repeated (repeat_interleave on meta runs as
     # unsqueeze, expand, clone, view: no clone here)
     assert not any(r.op == "aten.clone.default" for r in records)
+
+
+def test_memory_efficient_attention_keeps_the_log_sum_exp_for_a_gradient() -> None:
+    records = _efficient_record(grad=True)
+    (kernel,) = [r for r in records
+                 if r.op == "aten._scaled_dot_product_efficient_attention.default"]
+    # the log-sum-exp of 8 queries, kept in blocks of 32: 32 per head
+    assert kernel.output_shapes[1] == (3, 2, 32)
