@@ -273,3 +273,30 @@ def test_ties_in_flops_go_to_the_category_that_moved_more_bytes() -> None:
     # one FLOP of attention, not halved, is still unhalved attention
     found = unhalved_attention(_trace(_r(0, category="attention", flops=1, halved=1)))
     assert found is not None and (found.ops, found.flops) == (1, 1)
+
+
+def test_summarize_passes_its_arguments_through() -> None:
+    trace = Trace(records=(_r(0, module="M.a.b", flops=4, phase="backward"),), uncovered={},
+                  device="fake:cpu", attention_convention="causal-halved")
+    summary = summarize(trace)
+    assert (summary.device, summary.attention_convention) == ("fake:cpu", "causal-halved")
+    assert (summary.program, summary.assumptions) == ("", ())
+    deep = summary.modules.children[0]
+    assert deep.name == "M" and deep.children[0].name == "M.a"  # every depth kept
+    shallow = summarize(trace, depth=1, program="h100", assumptions=("x",))
+    assert shallow.modules.children[0].children == ()  # folded at depth 1
+    assert (shallow.program, shallow.assumptions) == ("h100", ("x",))
+    assert shallow.modules.flops_backward == 4
+
+
+def test_siblings_whose_children_are_named_apart_stay_apart() -> None:
+    # M.h.0 holds x, M.h.1 holds y, with equal FLOPs: not repeats of one module
+    trace = _trace(_r(0, module="M.h.0.x", flops=4), _r(1, module="M.h.1.y", flops=4))
+    (h,) = group_modules(by_module(trace)).children[0].children
+    assert [(c.name, c.count) for c in h.children] == [("M.h.0", 1), ("M.h.1", 1)]
+    # with the same child, they fold, their backward FLOPs summed (3 + 3)
+    same = _trace(*[_r(i, module=f"M.h.{i}.x", flops=3, phase="backward") for i in range(2)])
+    (h,) = group_modules(by_module(same)).children[0].children
+    (folded,) = h.children
+    assert (folded.name, folded.count, folded.flops_backward) == ("M.h.{0..1}", 2, 6)
+    assert folded.children[0].flops_backward == 6
