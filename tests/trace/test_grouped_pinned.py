@@ -28,6 +28,14 @@ def test_a_cuda_build_pads_each_output_row_to_16_bytes(monkeypatch: pytest.Monke
     # batched (G, M, K)·(G, K, N) → (3, 16, 12): rows of 16, a matrix of 16 · 16 = 256
     out = grouped_mm_output(_meta(3, 16, 8, dtype=half), b)
     assert (tuple(out.shape), out.stride()) == ((3, 16, 12), (256, 16, 1))
+    assert out.device.type == "meta"  # on the operands' device
+    # batched with N = 20 fp16 = 40 bytes: padded to 48, rows of 24 (M = 16 plays no part)
+    wide = _meta(3, 20, 8, dtype=half).transpose(-1, -2)
+    out = grouped_mm_output(_meta(3, 16, 8, dtype=half), wide)
+    assert (tuple(out.shape), out.stride()) == ((3, 16, 20), (16 * 24, 24, 1))
+    # 4 rows of N = 12 fp32: 48 bytes a row, no padding (the rows' count plays no part)
+    out = grouped_mm_output(_meta(4, 8), _meta(3, 8, 12), _offs(3))
+    assert (tuple(out.shape), out.stride()) == ((4, 12), (12, 1))
     # fp32: 12 · 4 = 48 bytes, already a multiple of 16: no padding
     out = grouped_mm_output(_meta(10, 8), _meta(3, 8, 12), _offs(3))
     assert out.stride() == (12, 1)
