@@ -102,8 +102,9 @@ def _uneven_all_to_all(rule: CollectiveRule, args: Sequence[Any], group: Any, ra
     if rule.kind != "all-to-all" or len(args) < 4 or ranks < 2:
         return None
     tensor, outputs, inputs = args[0], args[1], args[2]
-    if not isinstance(tensor, torch.Tensor) or not inputs or not outputs:
-        return None
+    if (not isinstance(tensor, torch.Tensor) or not isinstance(inputs, list | tuple)
+            or not isinstance(outputs, list | tuple)):
+        return None  # no split sizes: DTensor's shard_dim_alltoall passes two dims there
     found = _process_group(group)
     if found is None or len(inputs) != ranks or len(outputs) != ranks:
         return None
