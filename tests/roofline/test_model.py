@@ -33,6 +33,7 @@ class Op:
     input_shapes: tuple[tuple[int, ...], ...] = ()
     causal_halved: int | None = None  # an attention op's FLOPs with the causal half left out
     inner_loop: int = 0  # its kernel's inner loop, where its operands' layouts cut it short
+    recomputed: bool = False  # run again in backward by activation checkpointing
 
     @property
     def flops_causal_halved(self) -> int:

@@ -29,27 +29,9 @@ from tensorledger.roofline.model import (
     step_footprint,
 )
 from tensorledger.trace.records import CollectiveInfo
+from tests.roofline.test_model import Op  # the op record the time model reads
 
 H100 = dataclasses.replace(get_hardware("h100"), efficiency=None)  # the datasheet alone
-
-
-@dataclass(frozen=True)
-class Op:
-    op: str
-    category: str
-    flops: int
-    bytes_read: int
-    bytes_written: int
-    input_dtypes: tuple[str, ...] = ("bf16",)
-    output_dtypes: tuple[str, ...] = ("bf16",)
-    module: str = ""
-    phase: str = "forward"
-    recomputed: bool = False
-    input_shapes: tuple[tuple[int, ...], ...] = ()  # read of a forward step's matmuls
-
-    @property
-    def flops_causal_halved(self) -> int:
-        return self.flops
 
 
 def _chip(peaks: dict[str, float]) -> Hardware:
