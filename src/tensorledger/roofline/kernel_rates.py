@@ -85,7 +85,7 @@ def attention_rate(op: Any, hardware: Hardware, key: str) -> float | None:
     >>> round(op.flops / attention_rate(op, chip, "fp32") * 1e6, 6)  # 64 · 1 + 5
     69.0
     """
-    direction = "backward" if "backward" in op.op else "forward"
+    direction = _direction(op)
     shapes = getattr(op, "input_shapes", ())
     head_dim = shapes[0][-1] if shapes and shapes[0] else 0
     query: tuple[int, ...] = tuple(shapes[0]) if shapes else ()
@@ -126,12 +126,23 @@ def own_kernel_curve(op: Any, hardware: Hardware, key: str) -> bool:
     (True, False)
     """
     if op.category == "attention":
-        direction = "backward" if "backward" in op.op else "forward"
-        prefix = attention_call_curve(key, direction, 0)[:-1]  # "attention-call.bf16.forward.d"
+        prefix = attention_call_curve(key, _direction(op), 0)[:-1]  # "attention-call.<key>.<dir>.d"
         return any(name.startswith(prefix) for name in hardware.curves)
+    return _own_curve(op, hardware) is not None
+
+
+def _direction(op: Any) -> str:
+    """An attention op's direction, by its name: ``"backward"`` or ``"forward"``."""
+    return "backward" if "backward" in op.op else "forward"
+
+
+def _own_curve(op: Any, hardware: Hardware) -> tuple[tuple[float, float], ...] | None:
+    """The curve of ``op``'s own kernel, timed by name in its low precision
+    (``op.<dtype>.<op>``; GELU's tanh approximation is its own kernel, ``.tanh``), else None."""
     precision = op_precision(op)
-    return bool(precision) and op_curve(precision, packet(op.op),
-                                        getattr(op, "variant", "")) in hardware.curves
+    if not precision:
+        return None
+    return hardware.curves.get(op_curve(precision, packet(op.op), getattr(op, "variant", "")))
 
 
 def stream_rate(op: Any, hardware: Hardware, moved: float) -> float | None:
@@ -175,9 +186,7 @@ def stream_rate(op: Any, hardware: Hardware, moved: float) -> float | None:
     if moved <= 0:
         return None
     precision = op_precision(op)
-    variant = getattr(op, "variant", "")  # GELU's tanh approximation is its own kernel
-    own = (hardware.curves.get(op_curve(precision, packet(op.op), variant)) if precision
-           else None)
+    own = _own_curve(op, hardware)
     if own:  # the op's own kernel, probed by name
         return beyond_the_curve(own, moved, hardware)
     direction = _FUSED_NORMS.get(packet(op.op))
