@@ -22,11 +22,14 @@ demo: $(STAMP)
 	$(BIN)/tensorledger fit --hardware h100 --count 8 --optimizer adamw --precision bf16-fp32-states
 	$(BIN)/tensorledger quantize --schemes nvfp4,mxfp4,mxfp8,fp8 --shape 1024x1024 --seed 0
 
+# One OpenMP thread a pytest worker: two workers on two cores, each with a thread team the
+# size of the machine, spin at each other's barriers (tests/bench and tests/ledger took a
+# fifth less CPU with one).  The torchrun tests set one thread a rank already.
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadfile
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done

@@ -9,6 +9,7 @@ README differs from what the commands print today (tests/test_readme.py runs the
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -55,10 +56,28 @@ def command_output() -> str:
     return "\n".join(line.rstrip() for line in _run(COMMAND, 120).rstrip().splitlines())
 
 
-def fit_output(command: tuple[str, ...]) -> str:
-    """One fine-tuning command and the paragraphs of its output the README quotes (printed
-    unwrapped, then wrapped at 96 columns)."""
-    lines = [line.strip() for line in _run(command, 1000).splitlines()]
+#: Printed between two commands' outputs by :func:`_run_each`.
+_SEPARATOR = "\x00 next command \x00"
+
+
+def _run_each(commands: tuple[tuple[str, ...], ...], columns: int) -> list[str]:
+    """What each of ``commands`` prints, run one after another in one process (torch and the
+    package imported once, not once a command)."""
+    env = {**os.environ, "COLUMNS": str(columns), "TERM": "dumb"}
+    run = ("import json, sys; from tensorledger.cli import main\n"
+           "for argv in json.loads(sys.argv[1]):\n"
+           "    code = main(argv)\n"
+           "    if code: sys.exit(code)\n"
+           f"    print({_SEPARATOR!r}, flush=True)")
+    done = subprocess.run([sys.executable, "-c", run, json.dumps(commands)], env=env,
+                          capture_output=True, text=True, check=True)
+    return done.stdout.split(_SEPARATOR + "\n")[:-1]
+
+
+def fit_output(command: tuple[str, ...], printed: str) -> str:
+    """One fine-tuning command and the paragraphs of ``printed``, its output, the README quotes
+    (printed unwrapped, then wrapped at 96 columns)."""
+    lines = [line.strip() for line in printed.splitlines()]
     quoted = [line for line in lines if line.startswith(_QUOTED)]
     shown = [f"$ tensorledger {' '.join(command)}"]
     for line in quoted:
@@ -78,7 +97,9 @@ def readme_with(sample: str, text: str, marker: str = MARKER) -> str:
 
 
 def fits_sample() -> str:
-    return "\n\n".join(fit_output(command) for command in FIT_COMMANDS)
+    printed = _run_each(FIT_COMMANDS, 1000)
+    return "\n\n".join(fit_output(command, text)
+                       for command, text in zip(FIT_COMMANDS, printed, strict=True))
 
 
 def main(argv: list[str]) -> int:

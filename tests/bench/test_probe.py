@@ -11,9 +11,19 @@ import pytest
 
 from tensorledger.bench import bench_matmul, probe, profile_toml
 from tensorledger.bench.probe import ProbeResult
+from tensorledger.bench.probe_kernels import KernelPlan
 from tensorledger.bench.probe_noise import one_thread
 from tensorledger.hardware import get_hardware, load_hardware_file
 from tests.conftest import NEEDS_NO_CUDA, assert_one_line_error
+
+#: One point of each kernel the plan times (its sweeps are tested in test_probe_kernels.py):
+#: these tests read the probe's arithmetic and its profile, not a curve's shape.
+SMALL_PLAN = KernelPlan(seqs=(16,), head_dims=(16,), buffers=(2**14,), matvec_rows=(1,),
+                        matvec_dtypes=("fp32",), matvec_weight=(64, 64), matvec_cold_bytes=2**20,
+                        loops=(4,), loop_elements=2**12, linear_dtypes=("fp32",),
+                        linear_widths=(32,), linear_tokens=16, norm_width=64, norm_tokens=(16,),
+                        op_width=64, op_rows=(16,))
+SMALL = {"sizes": (32, 64), "budget_s": 0.01, "attention_seqs": (16, 32), "kernels": SMALL_PLAN}
 
 
 @pytest.fixture(scope="module")
@@ -22,17 +32,18 @@ def small_probe():  # type: ignore[no-untyped-def]
     # no figure is set aside for its spread, and one thread leaves no team to stall (the noise
     # handling has its fake-clock tests: test_probe_settle.py, test_probe_noise.py)
     with one_thread():
-        return probe("cpu", dtypes=("fp32", "bf16"), sizes=(32, 64), buffer_bytes=2**20,
-                     budget_s=0.01, attention_seqs=(16, 32), max_spread=math.inf)
+        return probe("cpu", dtypes=("fp32", "bf16"), buffer_bytes=2**20, max_spread=math.inf,
+                     **SMALL)
 
 
 @pytest.fixture
 def any_noise(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The CLI's probe with every figure kept, on one thread (as ``small_probe``)."""
+    """The CLI's probe with every figure kept, on one thread, and its sizes, budget and
+    kernels those of ``small_probe`` (the CLI's plumbing is under test, not ``--quick``'s plan)."""
     import tensorledger.bench
 
     def any_spread(*args: Any, **options: Any) -> ProbeResult:
-        return probe(*args, **{**options, "max_spread": math.inf})
+        return probe(*args, **{**options, "max_spread": math.inf, **SMALL})
 
     monkeypatch.setattr(tensorledger.bench, "probe", any_spread)
     with one_thread():

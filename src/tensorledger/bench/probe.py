@@ -235,8 +235,13 @@ def _matmul_call(device: torch.device, dtype: str, n: int,
     comes from memory as an activation does in a training step, not from a warm cache."""
     torch_dtype = getattr(torch, resolve_dtype(dtype).torch_name or "float32")
     operand_bytes = n * n * torch.empty((), dtype=torch_dtype).element_size()
-    lefts = [torch.randn(n, n, device=device).to(torch_dtype)
-             for _ in range(max(1, -(-cold_bytes // operand_bytes)))]
+    # one block of copies of one random operand, cut apart: each copy its own memory, and
+    # the block written at the memory's speed (random numbers for twice the last-level cache
+    # took a fifth of a second a round; a small n wants thousands of copies)
+    count = max(1, -(-cold_bytes // operand_bytes))
+    one = torch.randn(n, n, device=device).to(torch_dtype)
+    lefts = torch.empty(count, n, n, device=device, dtype=torch_dtype).copy_(
+        one.expand(count, n, n)).unbind(0)
     b = torch.randn(n, n, device=device).to(torch_dtype)
     turn = itertools.cycle(lefts)
     return lambda: next(turn) @ b
