@@ -12,6 +12,7 @@ from tensorledger.ledger.calibration_fit import (
     Run,
     StepSample,
     _log_line,
+    _solve,
     calibration_toml,
     fit,
     nonnegative_least_squares,
@@ -206,3 +207,12 @@ def test_nonnegative_least_squares_of_no_rows_and_of_a_negative_column() -> None
     assert nonnegative_least_squares([]) == ()
     # −1 · x = −2 and −2 · x = −4: x = 2 (a column whose entries are negative)
     assert nonnegative_least_squares([(-1.0, -2.0), (-2.0, -4.0)]) == pytest.approx((2.0,))
+
+
+def test_elimination_pivots_on_the_largest_entry() -> None:
+    # 2·x = 2 and 4·y = 8: x = 1, y = 2; the second row's first entry is 0, a pivot no
+    # elimination can take
+    assert _solve([[2.0, 0.0], [0.0, 4.0]], [2.0, 8.0]) == pytest.approx([1.0, 2.0])
+    # orthogonal columns (their normal matrix is diagonal): x = 2 and y = 3 exactly
+    assert nonnegative_least_squares([(1.0, 0.0, 2.0), (0.0, 1.0, 3.0)]) == pytest.approx(
+        (2.0, 3.0))
