@@ -51,9 +51,9 @@ def test_a_cluster_step_defaults_to_nothing_recomputed_and_napkins_bubble() -> N
 
 
 def _work(single: bool = False, count: int = 8, data_parallel: int = 4, pp: int = 1,
-          checkpoint: bool = False) -> Any:
+          checkpoint: bool = False, schedule: str = "1f1b", chunks: int = 1) -> Any:
     layout = SimpleNamespace(count=count, single=single, data_parallel=data_parallel, pp=pp,
-                             schedule="1f1b", microbatches=4, chunks=1,
+                             schedule=schedule, microbatches=4, chunks=chunks,
                              describe=lambda: "FSDP × 8")
     return SimpleNamespace(layout=layout, tokens=100, checkpoint=checkpoint)
 
@@ -98,3 +98,10 @@ def test_a_pipelines_bubble_is_its_schedules_by_hand() -> None:
     assert pipeline_bubble_of(_work(pp=1)) == 0.0
     step = cluster_step(_work(pp=2), PREDICTION, 1e14)  # type: ignore[arg-type]
     assert step.pipeline_bubble == pytest.approx(1 / 5) and step.in_flight is None
+
+
+def test_a_pipelines_bubble_is_of_its_own_chunk_count() -> None:
+    # interleaved 1F1B, 2 ranks of 3 stages each, 4 micro-batches: (p − 1)/(v·m + p − 1)
+    # = 1/(12 + 1) = 1/13 (not the 1/9 of the schedule's default 2 chunks)
+    work = _work(pp=2, schedule="interleaved-1f1b", chunks=3)
+    assert pipeline_bubble_of(work) == pytest.approx(1 / 13)

@@ -219,6 +219,7 @@ def test_with_layers_cuts_only_longer_layer_lists() -> None:
                                "other": [1, 2, 3, 4]}
     assert source.hf_config is not None and source.hf_config["n_layers"] == 4  # a copy
     assert with_layers(TINY, 1).config is not None
+    assert with_layers(TINY, 1).hf_config is None  # a preset has no config.json
     assert dataclasses.replace(TINY.config, n_layers=1) == with_layers(TINY, 1).config
     with pytest.raises(ModelError, match="no layer count field"):
         with_layers(_hf({"hidden_size": 8}), 1)
@@ -235,6 +236,9 @@ def test_tensor_parallel_sizes_and_widths_of_a_config_json() -> None:
     # GPT-2's names; n_inner None (not a number) is left out, as are missing fields
     gpt2 = _hf({"n_head": 12, "n_inner": None, "vocab_size": 100, "n_embd": 48})
     assert _tp_sizes(gpt2) == (("attention heads", 12), ("vocabulary", 100))
+    # the MLP's width by GPT-2's and OPT's names
+    assert _tp_sizes(_hf({"n_inner": 3072})) == (("MLP hidden width", 3072),)
+    assert _tp_sizes(_hf({"ffn_dim": 2048})) == (("MLP hidden width", 2048),)
     assert _width(qwen, "hidden", 0) == 96 and _width(qwen, "vocab", 0) == 520
     assert _width(gpt2, "hidden", 0) == 48
     assert _width(_hf({"d_model": "wide"}), "hidden", 7) == 7  # not a number: the fallback

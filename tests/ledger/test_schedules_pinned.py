@@ -55,3 +55,17 @@ def test_where_torch_takes_m_but_not_the_extensions_counts_m_is_replayed() -> No
 def test_a_replay_is_held_for_every_pricer() -> None:
     first = ActionListPricer()._replayed("1f1b", 2, 2, 1)
     assert ActionListPricer()._replayed("1f1b", 2, 2, 1) is first
+
+
+def test_a_replay_holds_the_schedules_own_counts_and_placement() -> None:
+    # three chunks a rank (not the interleaved schedules' default of two): the lists of v = 3
+    figures = ActionListPricer().figures("interleaved-1f1b", 2, 4, 3)
+    assert not isinstance(figures, str)
+    assert (figures.schedule, figures.pp, figures.microbatches, figures.chunks) == (
+        "interleaved-1f1b", 2, 4, 3)
+    replay = order_timeline(action_lists("interleaved-1f1b", 2, 4, 3))
+    assert figures.bubble_fraction == replay.bubble_fraction
+    assert figures.rank_stages == ((0, 2, 4), (1, 3, 5))  # a loop: r, r + p, r + 2p
+    # ZBV's V: rank r holds stages r and 2p − 1 − r
+    zbv = ActionListPricer().figures("zbv", 2, 4, 2)
+    assert not isinstance(zbv, str) and zbv.rank_stages == ((0, 3), (1, 2))
