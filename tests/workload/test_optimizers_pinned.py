@@ -111,7 +111,7 @@ def test_adam8bit_two_steps_by_hand() -> None:
 
 @pytest.mark.parametrize(("name", "kind", "settings"), [
     ("sgd", torch.optim.SGD, {"momentum": 0, "foreach": False}),
-    ("sgd-momentum", torch.optim.SGD, {"momentum": 0.9}),
+    ("sgd-momentum", torch.optim.SGD, {"momentum": 0.9, "foreach": False}),
     ("adagrad", torch.optim.Adagrad, {"foreach": False}),
     ("rmsprop", torch.optim.RMSprop, {"foreach": False}),
     ("adam", torch.optim.Adam, {"weight_decay": 0, "foreach": False}),
