@@ -43,16 +43,24 @@ CALLS = {(1, False, False): (0.0, 0.0), (1, False, True): (0.0, 0.0),
          (2, True, False): (1.0, 6.0), (2, True, True): (1.0, 7.0)}
 
 
-def _fake_trace(refuse: Any = lambda tp, sp, checkpoint: False) -> Any:
+PRECISIONS: list[str] = []  # the recipe each fake trace was asked for
+
+
+def _fake_trace(refuse: Any = lambda tp, sp, checkpoint: False,
+                embedding: float = 50.0) -> Any:
+    PRECISIONS.clear()
+
     def trace(source: ModelSource, seq_len: int, precision: str, tp: int, sp: bool,
               checkpoint: bool) -> _Point:
+        PRECISIONS.append(precision)
         if refuse(tp, sp, checkpoint):
             raise ModelError("no such layout")
-        k = source.config.n_layers if source.config is not None else 1
+        k = (source.config.n_layers if source.config is not None
+             else (source.hf_config or {}).get("num_hidden_layers", 1))
         key = (tp, sp, checkpoint)
         return _Point(
             # parameters: other 60 + 40/t, each block 20 + 80/t
-            params=60 + 40 / tp + k * (20 + 80 / tp), embedding_params=50.0,
+            params=60 + 40 / tp + k * (20 + 80 / tp), embedding_params=embedding,
             flops=1000.0 + k * 500.0, forward_flops=300.0 + k * 200.0,
             largest_matmul=7.0 * k, saved=SAVED[key][0] + k * SAVED[key][1], temporary=3.0,
             sent=SENT[key][0] + k * SENT[key][1],
@@ -107,13 +115,19 @@ def test_a_preset_profile_from_its_points_by_hand(monkeypatch: pytest.MonkeyPatc
                                 ("MLP hidden width", 128), ("vocabulary", 128))
     assert profile.tensor_parallel and profile.sequence_parallel and not profile.whole
     assert profile.checkpoints == ("none", "full") and profile.notes == ()
+    assert PRECISIONS == ["fp32"] * 12  # every point traced in the recipe asked for
 
 
 def test_layouts_the_model_refuses_are_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
     # no tensor parallelism and no checkpointing traced: the checkpointed block is derived
     monkeypatch.setattr(profile_module, "_trace",
                         _fake_trace(lambda tp, sp, checkpoint: tp > 1 or checkpoint))
-    profile = measure_profile(TINY, seq_len=32, precision="fp32")
+    said: list[str] = []
+    profile = measure_profile(TINY, seq_len=32, precision="fp32", progress=said.append)
+    # one and two blocks: plain, checkpointed (refused), TP 2 (refused); nothing more tried
+    assert said == [f"profiling tiny: {k} block{'s' if k > 1 else ''}, TP {tp}{extra}"
+                    for tp, extra in ((1, ""), (1, ", checkpointed"), (2, ""))
+                    for k in (1, 2)]
     assert profile.block == Split(100.0)  # 100 a block at one rank, nothing measured split
     assert not profile.tensor_parallel and not profile.sequence_parallel
     assert profile.tp_sizes == () and profile.tp_sent_per_token == {}
@@ -148,7 +162,12 @@ def test_a_layout_the_model_refuses_at_one_rank_speaks(monkeypatch: pytest.Monke
 def test_a_factory_is_profiled_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(profile_module, "_trace", _fake_trace())
     factory = ModelSource(label="own.py:make", kind="factory", builder="factory", name="make")
-    profile = measure_profile(factory, seq_len=32, precision="fp32")
+    said: list[str] = []
+    profile = measure_profile(factory, seq_len=32, precision="fp32", progress=said.append)
+    assert said == ["profiling make: 1 block, TP 1"]  # as built, nothing else tried
+    assert profile.tp_sent_per_token == {} and profile.tp_collectives == {}
+    assert profile.block_saved == {(False, False): Split(50.0)}  # 10 + 1 · 40, built as is
+    assert profile.other_tp_sent_per_token == {} and not profile.sequence_parallel
     # one point, at one block: the whole model is "a block" (200 parameters: 100 + 100)
     assert profile.block == Split(200.0) and profile.embedding == Split(0.0, 0.0)
     assert profile.head == Split(0.0, 0.0)
@@ -241,5 +260,31 @@ def test_tensor_parallel_sizes_and_widths_of_a_config_json() -> None:
     assert _tp_sizes(_hf({"ffn_dim": 2048})) == (("MLP hidden width", 2048),)
     assert _width(qwen, "hidden", 0) == 96 and _width(qwen, "vocab", 0) == 520
     assert _width(gpt2, "hidden", 0) == 48
+    assert _width(_hf({"d_model": 32}), "hidden", 0) == 32  # T5's and OPT's name
     assert _width(_hf({"d_model": "wide"}), "hidden", 7) == 7  # not a number: the fallback
     assert _width(TINY, "hidden", 0) == 64 and _width(TINY, "vocab", 0) == 128
+
+
+def test_a_checkpointed_sequence_parallel_step_refused_is_left_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(profile_module, "_trace",
+                        _fake_trace(lambda tp, sp, checkpoint: sp and checkpoint))
+    profile = measure_profile(TINY, seq_len=32, precision="fp32")
+    assert set(profile.block_saved) == {(False, False), (False, True), (True, False)}
+    assert (True, True) not in profile.tp_sent_per_token
+
+
+def test_embeddings_beyond_the_rest_are_the_whole_rest(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 150 parameters named as embeddings beside a rest of 100 at one rank: the share is 1
+    monkeypatch.setattr(profile_module, "_trace", _fake_trace(embedding=150.0))
+    profile = measure_profile(TINY, seq_len=32, precision="fp32")
+    assert profile.embedding == Split(60.0, 40.0) and profile.head == Split(0.0, 0.0)
+
+
+def test_a_config_json_without_a_width_derives_no_checkpoint(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # no reference config (no checkpointed trace) and no hidden size: nothing to derive from
+    monkeypatch.setattr(profile_module, "_trace", _fake_trace())
+    profile = measure_profile(_hf({"num_hidden_layers": 2}), seq_len=32, precision="fp32")
+    assert profile.checkpoints == ("none",) and profile.notes == ()
+    assert profile.d_model == 0 and profile.vocab_size == 0 and not profile.sequence_parallel
