@@ -81,6 +81,8 @@ def test_cluster_step_of_one_device_and_of_independent_replicas() -> None:
     assert (step.ranks, step.data_parallel, step.layout) == (1, 1, "one device")
     step = cluster_step(one, PREDICTION, 1e14, count=3)  # type: ignore[arg-type]
     assert (step.ranks, step.data_parallel, step.layout) == (3, 3, "3 independent replicas")
+    step = cluster_step(one, PREDICTION, 1e14, count=2)  # type: ignore[arg-type]
+    assert (step.ranks, step.data_parallel, step.layout) == (2, 2, "2 independent replicas")
     step = cluster_step(one, PREDICTION, 1e14, count=1)  # type: ignore[arg-type]
     assert (step.ranks, step.data_parallel, step.layout) == (1, 1, "one device")
 
