@@ -134,7 +134,10 @@ def test_layouts_the_model_refuses_are_left_out(monkeypatch: pytest.MonkeyPatch)
     # derived: a block keeps its input, d = 64 values of 4 bytes (fp32) a token
     assert profile.block_saved == {(False, False): Split(40.0), (False, True): Split(256.0)}
     assert profile.checkpoints == ("none", "full")
-    assert len(profile.notes) == 1 and profile.notes[0].startswith("checkpoint full derived")
+    assert profile.notes == (
+        "checkpoint full derived, not traced (the workload checkpoints the reference model's "
+        "blocks only): a block keeps its input, d values a token in the stream's dtype, and "
+        "recomputes its first tensor-parallel all-reduce",)
 
 
 def test_tensor_parallel_but_no_checkpointing_derives_its_traffic(
@@ -149,6 +152,18 @@ def test_tensor_parallel_but_no_checkpointing_derives_its_traffic(
                                       (True, False): 6.0}
     assert (True, True) not in profile.block_saved
     assert profile.sequence_parallel
+
+
+def test_no_tensor_parallelism_tries_no_checkpointed_or_sequence_parallel_ranks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(profile_module, "_trace", _fake_trace(lambda tp, sp, checkpoint: tp > 1))
+    said: list[str] = []
+    profile = measure_profile(TINY, seq_len=32, precision="fp32", progress=said.append)
+    # plain and checkpointed at one rank, TP 2 tried and refused: nothing beyond it
+    assert said == [f"profiling tiny: {k} block{'s' if k > 1 else ''}, TP {tp}{extra}"
+                    for tp, extra in ((1, ""), (1, ", checkpointed"), (2, ""))
+                    for k in (1, 2)]
+    assert set(profile.block_saved) == {(False, False), (False, True)}
 
 
 def test_a_layout_the_model_refuses_at_one_rank_speaks(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -220,6 +235,8 @@ def _hf(raw: dict[str, Any], builder: str = "transformers", config: Any = None) 
 
 def test_layer_count_of_each_source() -> None:
     assert layer_count(TINY) == 2
+    # built by the reference model, its own config's count, whatever a config.json beside it
+    assert layer_count(_hf({"n_layer": 5}, builder="reference", config=TINY.config)) == 2
     assert layer_count(_hf({"n_layer": 6})) == 6
     # a bool is no count; the reference config's count then
     assert layer_count(_hf({"num_hidden_layers": True}, config=TINY.config)) == 2
