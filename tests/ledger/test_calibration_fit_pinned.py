@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from tensorledger.errors import InputError
 from tensorledger.hardware import Calibration
 from tensorledger.ledger.calibration_fit import (
     Run,
@@ -140,9 +141,9 @@ def test_an_empty_curve_weights_and_unreliable_list_are_left_out_of_the_table() 
 
 def test_a_fit_of_no_timed_step_is_refused_not_left_without_time_between_ops() -> None:
     # no run timed its step (every step_s is 0): no row for the time between ops, and the fit
-    # stops rather than return a calibration without it
+    # stops, saying why, rather than return a calibration without it
     untimed = StepSample(forward_backward=_run(0.0), train=_run(0.0))
-    with pytest.raises(ValueError):
+    with pytest.raises(InputError, match="none of these runs timed its step"):
         fit([untimed])
 
 

@@ -59,6 +59,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from tensorledger.errors import InputError
 from tensorledger.hardware import Calibration
 from tensorledger.hardware.catalog import BETWEEN_GROUPS, FACTOR_RANGE
 from tensorledger.roofline.model import step_footprint
@@ -194,6 +195,9 @@ def fit(samples: Sequence[StepSample], source: str = "") -> Calibration:
                 between.append((*(run.ops_by_phase.get(group, 0) * entering.footprint_ratio(
                     _footprint(run, group)) / run.step_s for group in BETWEEN_GROUPS),
                                 rest / run.step_s))
+    if not between:
+        raise InputError("a calibration fits the time between ops from whole steps' times, "
+                         "and none of these runs timed its step")
     return dataclasses.replace(draft, between_ops_s=dict(zip(
         BETWEEN_GROUPS, nonnegative_least_squares(between), strict=True)))
 
