@@ -114,11 +114,12 @@ def test_ties_in_recompute_time_go_to_fewer_flops() -> None:
 
 
 def _record(index: int, module: str, phase: str, created: tuple[tuple[int, int], ...] = (),
-            freed: tuple[int, ...] = ()) -> OpRecord:
+            freed: tuple[int, ...] = (), flops: int = 0, category: str = "matmul"
+            ) -> OpRecord:
     return OpRecord(index=index, op="aten.mm.default", module=module, phase=phase,
-                    category="matmul", input_shapes=(), input_dtypes=(), output_shapes=(),
-                    output_dtypes=(), flops=0, bytes_read=0, bytes_written=0, covered=True,
-                    flops_causal_halved=0, storages_created=created, storages_freed=freed)
+                    category=category, input_shapes=(), input_dtypes=(), output_shapes=(),
+                    output_dtypes=(), flops=flops, bytes_read=0, bytes_written=0, covered=True,
+                    flops_causal_halved=flops, storages_created=created, storages_freed=freed)
 
 
 def test_kept_for_backward_counts_saved_and_temporaries_but_not_state() -> None:
@@ -167,3 +168,74 @@ def test_profile_blocks_overheads_by_hand() -> None:
     # 2 + 20 = 1,041 B, of which saved 7 + 8 + 4 = 19 B, and block 1 owns its input 11
     # (8 B): 1,041 − 19 + 8 = 1,030 B; block 0 runs no backward op of its own here: 0
     assert [b.backward_overhead_bytes for b in p.blocks] == [0, 1030]
+
+
+BLOCKS_3 = ("M.blocks.0", "M.blocks.1", "M.blocks.2")
+
+
+def _three_blocks() -> Trace:
+    return Trace(
+        records=(
+            _record(0, "M.blocks.0", "forward", ((20, 100), (21, 8)), flops=10),
+            _record(1, "M.blocks.1", "forward", ((22, 50), (23, 4)), flops=20),
+            _record(2, "M.blocks.2", "forward", ((24, 30), (25, 2)), flops=40),
+            _record(3, "M.blocks.2", "forward", flops=5, category="pointwise"),
+            _record(4, "M.blocks.2", "forward", flops=7, category="pointwise"),
+            _record(5, "M", "forward", ((26, 6), (27, 1))),
+            _record(6, "M.blocks.2", "backward", ((28, 16),), freed=(26, 27, 24)),
+            _record(7, "M.blocks.1", "backward", ((29, 10),), freed=(23,)),
+            _record(8, "M.blocks.0", "backward", ((30, 5),), freed=(22, 20, 21)),
+            _record(9, "M", "backward", freed=(25, 28, 29, 30))),
+        uncovered={}, device="meta", storages_preexisting=((1, 1000),))
+
+
+THREE_TAGS = {1: "parameter", 20: "saved_activation", 21: "saved_activation",
+              22: "saved_activation", 24: "saved_activation", 25: "saved_activation",
+              26: "saved_activation", 27: "saved_activation"}
+
+
+def test_profile_blocks_of_three_by_hand() -> None:
+    times = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 0.0, 0.0, 0.0, 0.0]
+    p = profile_blocks(_three_blocks(), THREE_TAGS, times, paths=BLOCKS_3, hardware="h100")
+    assert p.hardware == "h100"
+    assert [b.path for b in p.blocks] == list(BLOCKS_3)
+    # outputs: 21 (saved: block 1's saved input), 23 (not saved), 25 (the model's output)
+    assert [(b.input_bytes, b.input_saved) for b in p.blocks] == [(0, False), (8, True),
+                                                                   (4, False)]
+    assert [b.interior_bytes for b in p.blocks] == [100, 50, 30]
+    # the matmuls' outputs: 100 + 8, 50 + 4, 30 + 2
+    assert [b.must_save_bytes for b in p.blocks] == [108, 54, 32]
+    # FLOPs 10, 20, 40 + 5 + 7 = 52, the cheap ones 5 + 7 = 12; seconds 1, 2, 4 + 8 + 16 = 28,
+    # the cheap ones 8 + 16 = 24
+    assert [(b.forward_flops, b.cheap_flops) for b in p.blocks] == [(10, 0), (20, 0), (52, 12)]
+    assert [(b.forward_time_s, b.cheap_time_s) for b in p.blocks] == [
+        (1.0, 0.0), (2.0, 0.0), (28.0, 24.0)]
+    # outside: the output 25 (2 B), the loss's 26 and 27 (6 + 1 B), those two freed by
+    # record 6, the blocks' first backward op: 7 B early
+    assert (p.outside_bytes, p.outside_early_bytes) == (9, 7)
+    # before the blocks' backward: 1,000 B of parameters + 4 (23, not saved) + 6 + 1 (early,
+    # so not counted as saved) = 1,011 B
+    assert p.overhead_bytes == 1011
+    # record 6 (block 2): live 1,000 + 100 + 8 + 50 + 4 + 2 + 16 = 1,180 B, saved 100 + 8 +
+    # 50 + 2 = 160 B, block 2 owning none of them: 1,020 B.  Record 7 (block 1): 23 freed,
+    # 29 made: 1,186 B live, saved 160 B, block 1 owning its 50 inside and its 8 B input:
+    # 1,186 − 160 + 58 = 1,084 B.  Record 8 (block 0): 22, 20, 21 freed, 30 made: 1,033 B
+    # live, saved 2 (the output, no block's), owning nothing: 1,031 B
+    assert [b.backward_overhead_bytes for b in p.blocks] == [1031, 1084, 1020]
+
+
+def test_profile_blocks_without_op_times_has_no_seconds() -> None:
+    p = profile_blocks(_three_blocks(), THREE_TAGS, paths=BLOCKS_3)
+    assert p.hardware == ""
+    assert [(b.forward_time_s, b.cheap_time_s) for b in p.blocks] == [(0.0, 0.0)] * 3
+
+
+def test_profile_blocks_names_the_first_block_that_made_nothing() -> None:
+    trace = Trace(records=(_record(0, "M.blocks.0", "forward", ((20, 8),)),
+                           _record(1, "M.blocks.1", "forward"),
+                           _record(2, "M.blocks.2", "forward"),
+                           _record(3, "M.blocks.0", "backward")),
+                  uncovered={}, device="meta")
+    with pytest.raises(InputError, match=r"^block M\.blocks\.1 created no tensor in the "
+                       "forward pass$"):
+        profile_blocks(trace, {}, paths=BLOCKS_3)
