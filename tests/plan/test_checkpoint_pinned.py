@@ -9,9 +9,15 @@ import pytest
 from tensorledger.errors import InputError
 from tensorledger.plan.checkpoint import (
     BlockProfile,
+    CheckpointPolicy,
     CheckpointProfile,
+    Segment,
+    _ordinal,
+    every_kth_block,
     kept_for_backward_bytes,
+    no_checkpointing,
     optimal_under_budget,
+    predict_policy,
     profile_blocks,
     synthetic_profile,
 )
@@ -239,3 +245,57 @@ def test_profile_blocks_names_the_first_block_that_made_nothing() -> None:
     with pytest.raises(InputError, match=r"^block M\.blocks\.1 created no tensor in the "
                        "forward pass$"):
         profile_blocks(trace, {}, paths=BLOCKS_3)
+
+
+def test_a_three_block_prediction_by_hand() -> None:
+    p = profile_blocks(_three_blocks(), THREE_TAGS, paths=BLOCKS_3)
+    # kept whole: 100 + (50 + 8, its saved input) + 30 (block 2's 4 B input is not saved), and
+    # the 9 B outside: 197 B
+    assert predict_policy(p, no_checkpointing(3)).saved_bytes == 197
+
+
+def _hand(interior: int, input_bytes: int, saved: bool, overhead: int) -> BlockProfile:
+    return BlockProfile(path="b", input_bytes=input_bytes, input_saved=saved,
+                        interior_bytes=interior, must_save_bytes=0, forward_flops=1,
+                        cheap_flops=0, forward_time_s=0.0, cheap_time_s=0.0,
+                        backward_overhead_bytes=overhead)
+
+
+# A: 100 B inside, no input, 100 B live in its backward; B: 20 B inside, a 10 B input it does
+# not save, 5 B in its backward; C: 20 B inside, a 10 B input it saves, 1,000 B in its backward
+A, B, C = _hand(100, 0, False, 100), _hand(20, 10, False, 5), _hand(20, 10, True, 1000)
+
+
+def _chain(*blocks: BlockProfile) -> CheckpointProfile:
+    return CheckpointProfile(blocks=blocks, outside_bytes=0, outside_early_bytes=0,
+                             overhead_bytes=0, hardware="by hand")
+
+
+def test_an_unsaved_input_is_not_kept_by_its_block() -> None:
+    # A and B kept whole: 100 + 20 (B's input not saved) = 120 B
+    assert predict_policy(_chain(A, B), no_checkpointing(2)).saved_bytes == 120
+
+
+def test_a_segment_starting_at_an_unsaved_input() -> None:
+    # A kept (100 B; its backward 100 B), B recomputed: it keeps its 10 B input, and its
+    # backward holds that input (not counted in its 5 B: it does not save it) beside the
+    # 100 B before it: 100 + 10 + 5 = 115 B; at the end 110 B kept
+    policy = CheckpointPolicy("b", 2, (Segment(1, 2),))
+    assert predict_policy(_chain(A, B), policy).peak_bytes == 115
+
+
+def test_a_segment_brings_back_only_what_its_blocks_save() -> None:
+    # one segment of A, B, C: C's backward has A's 100 B and B's 20 B back (not B's unsaved
+    # input) beside its own 1,000 B: 1,120 B
+    policy = CheckpointPolicy("abc", 3, (Segment(0, 3),))
+    assert predict_policy(_chain(A, B, C), policy).peak_bytes == 1120
+
+
+def test_every_kth_block_wants_a_whole_k() -> None:
+    with pytest.raises(InputError, match="k >= 1"):
+        every_kth_block(4, 2.0)  # type: ignore[arg-type]
+
+
+def test_ordinals_of_the_teens_past_a_hundred() -> None:
+    # 211 ends in 11: "th", whatever its last digit
+    assert _ordinal(211) == "211th"

@@ -29,3 +29,15 @@ def test_the_doctest_example_is_the_one_its_comments_describe() -> None:
     assert p.largest_matmul_flops_per_token == 200.0
     # 4 all-reduces of 512 B a token: 10 tokens, 1,280 B each
     assert tp_collectives(p, False, False, 10) == (4.0, 1280.0)
+
+
+def test_tp_collectives_of_a_split_the_profile_did_not_measure() -> None:
+    # the example measured no sequence-parallel block: nothing to price
+    assert tp_collectives(_example(), True, False, 10) == (0.0, 0.0)
+
+
+def test_tp_collectives_under_sequence_parallelism_pair_up() -> None:
+    p = dataclasses.replace(_example(), tp_sent_per_token={(True, False): 512.0},
+                            tp_collectives={(True, False): 4.0})
+    # 4 collectives under SP are 2 pairs (a gather and a scatter each): 512 · 10 / 2 B each
+    assert tp_collectives(p, True, False, 10) == (2.0, 2560.0)
