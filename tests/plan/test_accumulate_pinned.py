@@ -46,6 +46,7 @@ def _rows(plan) -> list[tuple]:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize(("count", "zero", "checkpoint", "recipe"), [
     (2, 0, "full", {"precision": "fp32", "optimizer": "sgd"}),
     (2, 2, "selective", {"attention": "eager"}),
+    (2, 3, "none", {"attention": "eager"}),
     (1, 0, "none", {}),
 ])
 def test_every_split_is_its_layout_priced(count: int, zero: int, checkpoint: str,
@@ -73,8 +74,10 @@ def test_a_split_that_meets_the_budget_exactly_fits() -> None:
 
 @pytest.mark.parametrize("zero", [5, True, -1])
 def test_zero_stages_are_0_to_3(zero: object) -> None:
+    # refused before anything else is looked at: a sequence of 64 tokens, past tiny's 32,
+    # would be refused next
     with pytest.raises(InputError, match="ZeRO stage must be 0, 1, 2 or 3"):
-        plan_accumulation(TINY, H100, seq_len=16, global_batch_seqs=8, count=2,
+        plan_accumulation(TINY, H100, seq_len=64, global_batch_seqs=8, count=2,
                           zero=zero)  # type: ignore[arg-type]
 
 

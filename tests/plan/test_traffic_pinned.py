@@ -42,3 +42,10 @@ def test_profiled_tp_bytes_of_an_unmeasured_split() -> None:
     # no (SP, full) block measured: 0 a block; the last stage's 7 B outside, × 16 tokens ×
     # 2 · 1/2
     assert _profiled_tp_bytes(PROFILE, choice, 4, True) == 16 * 7 * 1.0
+
+
+def test_profiled_tp_bytes_with_nothing_measured_outside_the_blocks() -> None:
+    profile = dataclasses.replace(PROFILE, other_tp_sent_per_token={})
+    choice = LayoutChoice(dp=1, tp=2, pp=1, micro_batch=1, accumulation=1)
+    # 16 tokens × 1 block · 512 B × 2 · 1/2, and 0 outside
+    assert _profiled_tp_bytes(profile, choice, 1, True) == 16 * 512 * 1.0
