@@ -11,7 +11,7 @@ from tensorledger.hardware import get_hardware
 from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
 from tensorledger.napkin.transformer import get_preset
 from tensorledger.plan.estimate import LayoutChoice, PlanSetup
-from tensorledger.plan.timing import ep_comm_s
+from tensorledger.plan.timing import ep_comm_s, ring_layer_s
 from tensorledger.roofline.collectives import CollectiveKind, collective_time
 
 H100 = get_hardware("h100")
@@ -50,3 +50,22 @@ def test_expert_all_to_alls_of_a_pipeline_stage() -> None:
     one = _a2a(8192.0) + _a2a(8192.0)
     expected = 3 * 4 * (2 * one + _a2a(48.0))
     assert ep_comm_s(setup, choice, 3) == expected
+
+
+def test_the_ring_exchange_of_a_layer_by_hand() -> None:
+    setup = PlanSetup(get_preset("tiny"), H100, 4, 16, 8, resolve_precision("fp32"),
+                      resolve_optimizer("adamw"), 80e9)
+    choice = LayoutChoice(dp=1, cp=4, tp=1, pp=1, zero=3, micro_batch=2)
+    # a rank's keys and values: 2 (K and V) · 2 sequences · 2 kv heads · 16/4 tokens · 16
+    # · 4 B = 2,048 B; their fp32 gradients the same 2,048 B
+    kv = grad = 2 * 2 * 2 * 4 * 16 * 4
+
+    def on_node(kind: CollectiveKind, size: float) -> float:
+        # 4 ranks 1 apart, all on one node of 8
+        return collective_time(kind, size, 4, H100, ranks_per_node=4).time_s
+
+    # forward's and backward's all-gathers of the 4 ranks' keys and values, and 4 passes of
+    # the gradients to the next rank
+    expected = (2 * on_node(CollectiveKind.ALL_GATHER, 4.0 * kv)
+                + 4 * on_node(CollectiveKind.SEND_RECV, float(grad)))
+    assert ring_layer_s(setup, choice) == expected

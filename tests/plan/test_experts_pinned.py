@@ -1,0 +1,58 @@
+"""experts.py pinned: the MoE blocks a rank holds, the layout the experts' gradients are
+reduced over, and an all-to-all's buffer, by hand."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tensorledger.hardware import get_hardware
+from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
+from tensorledger.napkin.transformer import get_preset
+from tensorledger.plan.estimate import LayoutChoice, PlanSetup
+from tensorledger.plan.experts import alltoall_buffer_bytes, expert_choice, moe_layers
+
+H100 = get_hardware("h100")
+_MOE = get_preset("tiny-moe")
+# tiny-moe (d 64, 6 experts, top 2) of 3 blocks, the first dense
+MOE3 = dataclasses.replace(_MOE, n_layers=3,
+                           moe=dataclasses.replace(_MOE.moe, first_dense_layers=1))
+
+
+def test_moe_layers_leave_out_the_dense_block_on_the_first_stage_only() -> None:
+    assert moe_layers(MOE3, 3, True) == 2  # 3 less the dense one
+    assert moe_layers(MOE3, 3, False) == 3  # a later stage: all its blocks are MoE ones
+    assert moe_layers(MOE3, 0, True) == 0  # never below none
+    assert moe_layers(get_preset("tiny"), 2, True) == 0  # a dense model has none
+
+
+@pytest.mark.parametrize(("zero", "shard", "expected_shard"), [(2, 4, 2), (3, 4, 2),
+                                                               (0, 1, 1)])
+def test_expert_choice_reduces_over_dp_over_ep(zero: int, shard: int,
+                                               expected_shard: int) -> None:
+    choice = LayoutChoice(dp=8, tp=2, pp=1, zero=zero, shard=shard, ep=2)
+    # 8 / 2 = 4 data-parallel ranks hold the same experts; ZeRO-2/3 shard them over
+    # shard / ep; ranks tp · ep = 4 apart; no expert parallelism within
+    assert expert_choice(choice) == dataclasses.replace(choice, dp=4, shard=expected_shard,
+                                                        tp=4, ep=1)
+
+
+def _setup(config, seq: int) -> PlanSetup:  # type: ignore[no-untyped-def]
+    return PlanSetup(config, H100, 4, seq, 8, resolve_precision("fp32"),
+                     resolve_optimizer("adamw"), 80e9)
+
+
+def test_an_all_to_all_buffer_takes_whole_tokens() -> None:
+    # 2 sequences of 15 tokens over cp 2: ⌊30 / 2⌋ = 15 tokens a rank, × 2 slots × 64 × 4 B
+    choice = LayoutChoice(dp=4, tp=1, pp=1, micro_batch=2, ep=2, cp=2)
+    assert alltoall_buffer_bytes(_setup(MOE3, 15), choice, 4) == 15 * 2 * 64 * 4
+    # 1 sequence of 15: ⌊15 / 2⌋ = 7 tokens
+    one = dataclasses.replace(choice, micro_batch=1)
+    assert alltoall_buffer_bytes(_setup(MOE3, 15), one, 4) == 7 * 2 * 64 * 4
+
+
+def test_an_all_to_all_buffer_needs_routed_experts() -> None:
+    with pytest.raises(AssertionError):
+        alltoall_buffer_bytes(_setup(get_preset("tiny"), 16),
+                              LayoutChoice(dp=4, tp=1, pp=1), 4)
