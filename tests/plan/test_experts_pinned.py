@@ -11,7 +11,12 @@ from tensorledger.hardware import get_hardware
 from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
 from tensorledger.napkin.transformer import get_preset
 from tensorledger.plan.estimate import LayoutChoice, PlanSetup
-from tensorledger.plan.experts import alltoall_buffer_bytes, expert_choice, moe_layers
+from tensorledger.plan.experts import (
+    alltoall_buffer_bytes,
+    expert_choice,
+    moe_layers,
+    padded_experts,
+)
 
 H100 = get_hardware("h100")
 _MOE = get_preset("tiny-moe")
@@ -56,3 +61,9 @@ def test_an_all_to_all_buffer_needs_routed_experts() -> None:
     with pytest.raises(AssertionError):
         alltoall_buffer_bytes(_setup(get_preset("tiny"), 16),
                               LayoutChoice(dp=4, tp=1, pp=1), 4)
+
+
+def test_padded_experts_are_whole_where_the_group_divides_them() -> None:
+    # tiny-moe's 6 experts on one ep rank over a group of 2: each rank 3 whole experts, so
+    # the count handed in (6,145, not even a multiple of 6) comes back as it is
+    assert padded_experts(6145, 2, 1, MOE3) == 6145
