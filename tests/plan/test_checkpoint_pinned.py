@@ -4,6 +4,8 @@ budget that is no whole number of bytes, and ties in recompute time broken by FL
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tensorledger.errors import InputError
@@ -299,3 +301,14 @@ def test_every_kth_block_wants_a_whole_k() -> None:
 def test_ordinals_of_the_teens_past_a_hundred() -> None:
     # 211 ends in 11: "th", whatever its last digit
     assert _ordinal(211) == "211th"
+
+
+def test_a_saved_storage_freed_only_at_the_end_is_not_early() -> None:
+    # the model's input, storage 10 (3 B, saved, from before the step), freed after the last
+    # of the 10 records: outside, late.  Its id is the records' count, which a free-at-end
+    # marker must not be confused with
+    trace = dataclasses.replace(_three_blocks(), storages_preexisting=((1, 1000), (10, 3)),
+                                storages_freed_at_end=(10,))
+    p = profile_blocks(trace, {**THREE_TAGS, 10: "saved_activation"}, paths=BLOCKS_3)
+    # outside 9 + 3 = 12 B, early still the loss's 7 B
+    assert (p.outside_bytes, p.outside_early_bytes) == (12, 7)

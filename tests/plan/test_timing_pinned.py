@@ -69,3 +69,14 @@ def test_the_ring_exchange_of_a_layer_by_hand() -> None:
     expected = (2 * on_node(CollectiveKind.ALL_GATHER, 4.0 * kv)
                 + 4 * on_node(CollectiveKind.SEND_RECV, float(grad)))
     assert ring_layer_s(setup, choice) == expected
+
+
+def test_expert_all_to_alls_of_a_model_of_one_key_value_head() -> None:
+    # one key/value head (no tensor parallelism could split it): the all-to-alls are the
+    # same as above, read from the rank's own unsplit closed form
+    config = dataclasses.replace(MOE3, n_kv_heads=1)
+    setup = PlanSetup(config, H100, 4, 16, 8, resolve_precision("mixed-bf16"),
+                      resolve_optimizer("adamw"), 80e9)
+    choice = LayoutChoice(dp=4, tp=1, pp=1, ep=2, micro_batch=1, accumulation=2)
+    expected = 2 * 2 * (2 * (_a2a(8192.0) + _a2a(4096.0)) + _a2a(48.0))
+    assert ep_comm_s(setup, choice, 3) == expected
