@@ -79,6 +79,9 @@ def _adapter_state(params: int, shard: int, zero: int) -> tuple[float, float]:
     # ZeRO-3 over a group of 1: nothing gathered
     (RankLoad(0, 1, 1, True, False, 1), 3, 1,
      (896, LAYER + EMBEDDING, _adapter_state(896, 1, 3), LAYER + EMBEDDING, 0.0)),
+    # ZeRO-1 over 2: the frozen base whole, nothing gathered
+    (RankLoad(0, 1, 1, True, False, 1), 1, 2,
+     (896, LAYER + EMBEDDING, _adapter_state(896, 2, 1), LAYER + EMBEDDING, 0.0)),
     # a first stage of no block: no adapter, no adapter state
     (RankLoad(0, 0, 0, True, False, 1), 3, 2,
      (0, EMBEDDING, (0.0, 0.0), EMBEDDING / 2, EMBEDDING)),
@@ -99,3 +102,20 @@ def test_adapter_states_are_remembered_apart_from_the_base_recipes() -> None:
     z = zero_bytes(896, 2, 3, "bf16", "adamw")
     assert base == (float(z.total_bytes), float(z.grads_bytes))
     assert model.adapter_states(setup, 896, 2, 3) == _adapter_state(896, 2, 3)
+
+
+# tiny with an odd vocabulary and width (127 × 65 = 8,255 embedding and head parameters), LoRA
+# on the query alone: TP 2 holds ⌈8,255 / 2⌉ = 4,128 of each, 2 B apiece
+ODD = dataclasses.replace(TINY, vocab_size=127, d_model=65)
+
+
+@pytest.mark.parametrize(("first", "last", "frozen"), [
+    (True, False, 4128 * 2),  # the embedding's half, rounded up
+    (False, True, (4128 + 65) * 2),  # the head's, and the final norm's 65 whole
+])
+def test_a_lora_stage_rounds_the_split_parts_up(first: bool, last: bool, frozen: int) -> None:
+    setup = PlanSetup(ODD, get_hardware("h100"), 4, 16, 4, resolve_precision("bf16"),
+                      resolve_optimizer("adamw"), 80e9, lora=lora_shape(ODD, 8, ("query",)))
+    choice = LayoutChoice(dp=2, tp=2, pp=2, zero=3, shard=2)
+    load = RankLoad(0, 0, 0, first, last, 1 if first else 0)
+    assert search_model(setup).lora_stage(setup, choice, load, 3)[1] == frozen
