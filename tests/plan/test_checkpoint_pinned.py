@@ -312,3 +312,10 @@ def test_a_saved_storage_freed_only_at_the_end_is_not_early() -> None:
     p = profile_blocks(trace, {**THREE_TAGS, 10: "saved_activation"}, paths=BLOCKS_3)
     # outside 9 + 3 = 12 B, early still the loss's 7 B
     assert (p.outside_bytes, p.outside_early_bytes) == (12, 7)
+
+
+def test_a_segment_starting_at_a_saved_input() -> None:
+    # A kept (100 B), C recomputed: it keeps its 10 B input, which its own 1,000 B backward
+    # figure already counts (C saves it): 100 + 10 − 10 + 1,000 = 1,100 B
+    policy = CheckpointPolicy("c", 2, (Segment(1, 2),))
+    assert predict_policy(_chain(A, C), policy).peak_bytes == 1100

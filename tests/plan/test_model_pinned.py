@@ -10,6 +10,7 @@ import pytest
 
 from tensorledger.hardware import get_hardware
 from tensorledger.napkin.adapters import adapter_counts, lora_shape
+from tensorledger.napkin.context import context_parallel_rank
 from tensorledger.napkin.parallel import zero_bytes
 from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
 from tensorledger.napkin.transformer import get_preset
@@ -33,6 +34,10 @@ def test_a_qlora_search_counts_its_adapters_at_the_stored_width() -> None:
     # the head's adapter on a 256 × 128 head: 8 · (256 + 128) = 3,072 parameters; the head's
     # FLOPs a token 4 · 256 · 128 (forward and the input's gradient) + 6 · 3,072
     assert model.head_flops_per_token == 4.0 * 256 * 128 + 6.0 * 8 * (256 + 128)
+    # torchao's dequantisation of a use: 2 blocks × the
+    # block's matrices ( q 65,536, k and v 32,768 each, o 65,536, gate, up and down 32,768
+    # each: 294,912 elements) × (2 + 2/64) FLOPs an element
+    assert model.dequantize_flops_per_use == 2 * 294_912 * (2 + 2 / 64)
 
 
 # tiny (d 64, V 128, 2 blocks of 36,864 matrix elements: q 64·64, k and v 64·32 each, o 64·64,
@@ -119,3 +124,14 @@ def test_a_lora_stage_rounds_the_split_parts_up(first: bool, last: bool, frozen:
     choice = LayoutChoice(dp=2, tp=2, pp=2, zero=3, shard=2)
     load = RankLoad(0, 0, 0, first, last, 1 if first else 0)
     assert search_model(setup).lora_stage(setup, choice, load, 3)[1] == frozen
+
+
+
+def test_the_ring_of_a_sequence_parallel_tensor_parallel_rank() -> None:
+    setup = PlanSetup(TINY, get_hardware("h100"), 4, 16, 4, resolve_precision("fp32"),
+                      resolve_optimizer("adamw"), 80e9)
+    ring = search_model(setup).ring(setup, 2, 2, True, False, 2)
+    assert ring == context_parallel_rank(TINY, 2, 16, 2, dtype_bytes=4, tp=2, autocast=False,
+                                         checkpointed=False, sequence_parallel=True)
+    # napkin's ring at TP 2 exchanges each rank's one key/value head (of 2)
+    assert ring.exchanged_heads == 1

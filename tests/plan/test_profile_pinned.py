@@ -41,3 +41,11 @@ def test_tp_collectives_under_sequence_parallelism_pair_up() -> None:
                             tp_collectives={(True, False): 4.0})
     # 4 collectives under SP are 2 pairs (a gather and a scatter each): 512 · 10 / 2 B each
     assert tp_collectives(p, True, False, 10) == (2.0, 2560.0)
+
+
+def test_tp_indivisible_of_sizes_tp_divides() -> None:
+    p = dataclasses.replace(_example(), tensor_parallel=True,
+                            tp_sizes=(("attention heads", 8), ("MLP width", 12)))
+    assert p.tp_indivisible(2) is None  # 8 and 12 both even
+    assert p.tp_indivisible(4) is None  # 4 divides 8 and 12
+    assert p.tp_indivisible(8) == ("MLP width", 12)  # 8 divides 8, not 12
