@@ -319,3 +319,25 @@ def test_a_segment_starting_at_a_saved_input() -> None:
     # figure already counts (C saves it): 100 + 10 − 10 + 1,000 = 1,100 B
     policy = CheckpointPolicy("c", 2, (Segment(1, 2),))
     assert predict_policy(_chain(A, C), policy).peak_bytes == 1100
+
+
+def test_a_blocks_saved_input_is_its_own_though_the_one_before_is_not() -> None:
+    # the three-block trace with block 0's output 21 not saved and block 1's output 23 saved
+    tags = {**{k: v for k, v in THREE_TAGS.items() if k != 21}, 23: "saved_activation"}
+    p = profile_blocks(_three_blocks(), tags, paths=BLOCKS_3)
+    assert [b.input_saved for b in p.blocks] == [False, False, True]
+    # before the blocks' backward: 1,000 + 8 (21, not saved) + 6 + 1 (the loss's, early)
+    assert p.overhead_bytes == 1015
+    # record 6 (block 2): live 1,000 + 100 + 8 + 50 + 4 + 2 + 16 = 1,180 B, saved 100 + 50 + 4
+    # + 2 = 156 B, block 2 owning its saved input 23 (4 B): 1,028 B.  Record 7 (block 1): 23
+    # freed, 29 made: 1,186 B, saved 152 B, block 1 owning its 50 B inside: 1,084 B.
+    # Record 8 (block 0): 1,033 B live, saved 2 B: 1,031 B
+    assert [b.backward_overhead_bytes for b in p.blocks] == [1031, 1084, 1028]
+
+
+def test_a_storage_saved_in_backward_lies_outside_the_blocks() -> None:
+    # storage 28 (16 B), made by block 2's backward, tagged saved: no block's inside
+    p = profile_blocks(_three_blocks(), {**THREE_TAGS, 28: "saved_activation"},
+                       paths=BLOCKS_3)
+    assert [b.interior_bytes for b in p.blocks] == [100, 50, 30]
+    assert p.outside_bytes == 9 + 16
