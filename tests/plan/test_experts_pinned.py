@@ -14,6 +14,7 @@ from tensorledger.plan.estimate import LayoutChoice, PlanSetup
 from tensorledger.plan.experts import (
     alltoall_buffer_bytes,
     expert_choice,
+    moe_layer_saved_bytes,
     moe_layers,
     padded_experts,
 )
@@ -67,3 +68,11 @@ def test_padded_experts_are_whole_where_the_group_divides_them() -> None:
     # tiny-moe's 6 experts on one ep rank over a group of 2: each rank 3 whole experts, so
     # the count handed in (6,145, not even a multiple of 6) comes back as it is
     assert padded_experts(6145, 2, 1, MOE3) == 6145
+
+
+def test_moe_layer_saved_bytes_split_over_tp_without_ep() -> None:
+    # tiny-moe, 16 tokens in fp32 at TP 2 (no EP: the routed experts split too): 32 slots;
+    # router 16·6·4 + 32·8 + 32·4 + 16·4 = 832; order 2·32·8 + 6·4 = 536; routed (32·64·4 +
+    # 4·32·32·4 + 32·4 + 2·32·64·4) / 2 = 20,544; shared 4·16·48·4 / 2 = 6,144; balance 6·4
+    assert moe_layer_saved_bytes(_MOE, 16, 4, False, tp=2) == (
+        832 + 536 + 20_544 + 6_144 + 24, 0)

@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from tensorledger.plan.profile import Split, _example, tp_collectives
+from tensorledger.hardware import get_hardware
+from tensorledger.napkin.activations import ActivationMemory
+from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
+from tensorledger.plan.estimate import PlanSetup
+from tensorledger.plan.model import search_model
+from tensorledger.plan.profile import Split, _example, profile_activations, tp_collectives
 
 
 def test_params_take_the_heads_split_part_whole() -> None:
@@ -49,3 +54,25 @@ def test_tp_indivisible_of_sizes_tp_divides() -> None:
     assert p.tp_indivisible(2) is None  # 8 and 12 both even
     assert p.tp_indivisible(4) is None  # 4 divides 8 and 12
     assert p.tp_indivisible(8) == ("MLP width", 12)  # 8 divides 8, not 12
+
+
+def test_profile_activations_of_a_micro_batch_by_hand() -> None:
+    p = dataclasses.replace(_example(), block_saved={(False, True): Split(10.0, 20.0)},
+                            other_saved={False: Split(3.0, 4.0)})
+    # 2 sequences of 16 tokens = 32 tokens at TP 2: a block 32 · (10 + 20/2) = 640 B, the loss
+    # 32 · (3 + 4/2) = 160 B, the token ids 8 · 32 = 256 B; 4 blocks
+    assert profile_activations(p, 2, 16, 2, False, True, 2, True) == ActivationMemory(
+        model="example", batch=2, seq_len=16, dtype_bytes=2, checkpointed=True,
+        norms_bytes_per_layer=0, attention_bytes_per_layer=0, mlp_bytes_per_layer=0,
+        per_layer_bytes=640, layers_bytes=4 * 640, embeddings_bytes=256, final_norm_bytes=0,
+        loss_bytes=160, total_bytes=4 * 640 + 256 + 160, korthikanti_layer_bytes=0,
+        autocast=True)
+
+
+def test_a_search_of_a_profile_has_no_selective_recompute_and_its_heads_flops() -> None:
+    p = dataclasses.replace(_example(), head=Split(10.0, 100.0))
+    setup = PlanSetup(p, get_hardware("h100"), 2, 16, 4, resolve_precision("fp32"),
+                      resolve_optimizer("adamw"), 80e9)
+    model = search_model(setup)
+    assert model.attention_forward_per_token == 0.0
+    assert model.head_flops_per_token == 6.0 * 100  # 3 × 2 FLOPs a split head parameter

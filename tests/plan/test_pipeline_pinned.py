@@ -1,0 +1,27 @@
+"""pipeline.py's closed forms pinned: 1F1B with exactly a micro-batch a stage, GPipe with
+fewer, and every field of the figures they return."""
+
+from __future__ import annotations
+
+from tensorledger.plan.pipeline import ScheduleFigures, SchedulePricer
+
+
+def test_1f1b_with_a_micro_batch_a_stage() -> None:
+    # p = m = 4: bubble (4 − 1)/(4 + 4 − 1) = 3/7; stage s holds min(4 − s, 4)
+    assert SchedulePricer().figures("1f1b", 4, 4, 1) == ScheduleFigures(
+        schedule="1f1b", pp=4, microbatches=4, chunks=1, bubble_fraction=3 / 7,
+        stage_in_flight=(4, 3, 2, 1), rank_stages=((0,), (1,), (2,), (3,)),
+        source="closed form (equal to torch's action lists)")
+
+
+def test_1f1b_refuses_fewer_micro_batches_than_stages() -> None:
+    assert SchedulePricer().figures("1f1b", 4, 3, 1) == (
+        "1f1b needs a micro-batch per stage at least; 3 < 4 stages")
+
+
+def test_gpipe_takes_fewer_micro_batches_than_stages() -> None:
+    # bubble 3/(2 + 3) = 3/5; every stage holds both micro-batches
+    assert SchedulePricer().figures("gpipe", 4, 2, 1) == ScheduleFigures(
+        schedule="gpipe", pp=4, microbatches=2, chunks=1, bubble_fraction=3 / 5,
+        stage_in_flight=(2, 2, 2, 2), rank_stages=((0,), (1,), (2,), (3,)),
+        source="closed form (equal to torch's action lists)")
