@@ -76,3 +76,10 @@ def test_moe_layer_saved_bytes_split_over_tp_without_ep() -> None:
     # 4·32·32·4 + 32·4 + 2·32·64·4) / 2 = 20,544; shared 4·16·48·4 / 2 = 6,144; balance 6·4
     assert moe_layer_saved_bytes(_MOE, 16, 4, False, tp=2) == (
         832 + 536 + 20_544 + 6_144 + 24, 0)
+
+
+def test_moe_layer_saved_bytes_without_renormalised_weights() -> None:
+    # no renormalisation of the top-k weights: no sum saved, 16 · 4 B fewer than the 54,768 B
+    # of tiny-moe's 16 fp32 tokens (the doctest's)
+    plain = dataclasses.replace(_MOE, moe=dataclasses.replace(_MOE.moe, norm_topk=False))
+    assert moe_layer_saved_bytes(plain, 16, 4, False) == (54_768 - 16 * 4, 0)
