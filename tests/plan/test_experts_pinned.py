@@ -83,3 +83,12 @@ def test_moe_layer_saved_bytes_without_renormalised_weights() -> None:
     # of tiny-moe's 16 fp32 tokens (the doctest's)
     plain = dataclasses.replace(_MOE, moe=dataclasses.replace(_MOE.moe, norm_topk=False))
     assert moe_layer_saved_bytes(plain, 16, 4, False) == (54_768 - 16 * 4, 0)
+
+
+def test_moe_layer_saved_bytes_of_one_expert_a_token_without_a_balance_loss() -> None:
+    # top 1 (nothing to renormalise), no balance loss; 16 fp32 tokens, 16 slots: router
+    # 16·6·4 + 16·8 + 16·4 = 576; order 2·16·8 + 6·4 = 280; routed 16·64·4 + 4·16·32·4 +
+    # 16·4 + 2·16·64·4 = 20,544; shared 4·16·48·4 = 12,288
+    one = dataclasses.replace(_MOE, moe=dataclasses.replace(_MOE.moe, top_k=1,
+                                                            aux_loss_coef=0.0))
+    assert moe_layer_saved_bytes(one, 16, 4, False) == (576 + 280 + 20_544 + 12_288, 0)
