@@ -92,3 +92,12 @@ def test_moe_layer_saved_bytes_of_one_expert_a_token_without_a_balance_loss() ->
     one = dataclasses.replace(_MOE, moe=dataclasses.replace(_MOE.moe, top_k=1,
                                                             aux_loss_coef=0.0))
     assert moe_layer_saved_bytes(one, 16, 4, False) == (576 + 280 + 20_544 + 12_288, 0)
+
+
+def test_moe_layer_saved_bytes_under_autocast_without_shared_experts() -> None:
+    # no shared expert: only the router's input is cast (16 · 64 · 2 B = 2,048); the bf16
+    # copies 2 · (64·6 router + 3·6·64·32 experts) = 74,496 B; in bf16: router 832, order
+    # 536, routed 32·64·2 + 4·32·32·2 + 32·2 + 2·32·64·2 = 20,544, balance 24
+    alone = dataclasses.replace(_MOE, moe=dataclasses.replace(_MOE.moe, n_shared=0))
+    assert moe_layer_saved_bytes(alone, 16, 2, True) == (
+        832 + 536 + 20_544 + 24 + 2_048 + 74_496, 74_496)
