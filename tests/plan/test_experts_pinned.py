@@ -101,3 +101,13 @@ def test_moe_layer_saved_bytes_under_autocast_without_shared_experts() -> None:
     alone = dataclasses.replace(_MOE, moe=dataclasses.replace(_MOE.moe, n_shared=0))
     assert moe_layer_saved_bytes(alone, 16, 2, True) == (
         832 + 536 + 20_544 + 24 + 2_048 + 74_496, 74_496)
+
+
+def test_moe_layer_saved_bytes_are_whole_bytes_under_autocast() -> None:
+    # EP 4 over 6 experts (a rank holds ⌊6/4⌋ = 1 expert's weights): 16 bf16 tokens, 32
+    # slots; router 832; order 3·32·8 + 1·4 = 772; routed whole on the rank 20,544; shared
+    # 4·16·48·2 = 6,144; balance 24; casts 16·64·2·3 = 6,144; copies 2 · (64·6 + 3·1·64·32 +
+    # 3·64·48) = 31,488
+    saved, copies = moe_layer_saved_bytes(_MOE, 16, 2, True, ep=4)
+    assert (saved, copies) == (832 + 772 + 20_544 + 6_144 + 24 + 6_144 + 31_488, 31_488)
+    assert type(saved) is int and type(copies) is int
