@@ -3,7 +3,7 @@ fewer, and every field of the figures they return."""
 
 from __future__ import annotations
 
-from tensorledger.plan.pipeline import ScheduleFigures, SchedulePricer
+from tensorledger.plan.pipeline import ScheduleFigures, SchedulePricer, describe_stages
 
 
 def test_1f1b_with_a_micro_batch_a_stage() -> None:
@@ -25,3 +25,22 @@ def test_gpipe_takes_fewer_micro_batches_than_stages() -> None:
         schedule="gpipe", pp=4, microbatches=2, chunks=1, bubble_fraction=3 / 5,
         stage_in_flight=(2, 2, 2, 2), rank_stages=((0,), (1,), (2,), (3,)),
         source="closed form (equal to torch's action lists)")
+
+
+def test_known_says_what_is_priced() -> None:
+    pricer = SchedulePricer()
+    assert not pricer.known("1f1b", 4, 4, 1)
+    pricer.figures("1f1b", 4, 4, 1)
+    assert pricer.known("1f1b", 4, 4, 1)
+
+
+def test_the_floor_of_a_zbv_pipeline() -> None:
+    # no bubble, one micro-batch in flight on each of the 2 · 2 stages, ZBV's V placement
+    assert SchedulePricer().floor("zbv", 2, 8, 2) == ScheduleFigures(
+        schedule="zbv", pp=2, microbatches=8, chunks=2, bubble_fraction=0.0,
+        stage_in_flight=(1, 1, 1, 1), rank_stages=((0, 3), (1, 2)),
+        source="a floor: one micro-batch in flight a stage")
+
+
+def test_describe_stages_folds_a_pair() -> None:
+    assert describe_stages((7, 8, 8, 7)) == "7,8×2,7"
