@@ -3,7 +3,13 @@ fewer, and every field of the figures they return."""
 
 from __future__ import annotations
 
-from tensorledger.plan.pipeline import ScheduleFigures, SchedulePricer, describe_stages
+from tensorledger.plan.pipeline import (
+    ScheduleFigures,
+    SchedulePricer,
+    describe_stages,
+    schedule_chunks,
+    stage_splits,
+)
 
 
 def test_1f1b_with_a_micro_batch_a_stage() -> None:
@@ -44,3 +50,18 @@ def test_the_floor_of_a_zbv_pipeline() -> None:
 
 def test_describe_stages_folds_a_pair() -> None:
     assert describe_stages((7, 8, 8, 7)) == "7,8×2,7"
+
+
+def test_schedule_chunks_of_a_fixed_count() -> None:
+    assert schedule_chunks("1f1b", 1) == (1,)
+    assert schedule_chunks("1f1b", 2) == ()  # one stage a rank
+    assert schedule_chunks("zbv", 2) == (2,)
+    assert schedule_chunks("zbv", 3) == ()  # exactly 2 (a V)
+    assert schedule_chunks("looped-bfs", 2) == (2,)
+    assert schedule_chunks("looped-bfs", 1) == ()  # a multi-stage schedule needs 2 or more
+    assert schedule_chunks("looped-bfs") == (2, 4)
+
+
+def test_stage_splits_of_one_block_a_stage() -> None:
+    assert stage_splits(4, 4) == ((1, 1, 1, 1),)
+    assert stage_splits(3, 4) == ()  # more stages than blocks
