@@ -8,6 +8,7 @@ from tensorledger.plan.pipeline import (
     SchedulePricer,
     describe_stages,
     schedule_chunks,
+    shorter_ends_cut,
     stage_splits,
 )
 
@@ -65,3 +66,15 @@ def test_schedule_chunks_of_a_fixed_count() -> None:
 def test_stage_splits_of_one_block_a_stage() -> None:
     assert stage_splits(4, 4) == ((1, 1, 1, 1),)
     assert stage_splits(3, 4) == ()  # more stages than blocks
+
+
+def test_shorter_ends_of_two_stages() -> None:
+    # 4 blocks + 1 + 1 over 2 stages: 3 each, less one at each end
+    assert shorter_ends_cut(4, 2, 1, 1) == (2, 2)
+
+
+def test_stage_splits_take_one_block_shorter_ends_only() -> None:
+    # 9 over 4: as even as they go (2, 2, 3, 2); 9 + 1 + 1 and 9 + 1 do not divide by 4
+    assert stage_splits(9, 4) == ((2, 2, 3, 2),)
+    # 7 over 4: (1, 2, 2, 2), and 7 + 1 = 8 cut 2, 2, 2, 1 (a stage of one block is one)
+    assert stage_splits(7, 4) == ((1, 2, 2, 2), (2, 2, 2, 1))
