@@ -89,3 +89,15 @@ def test_a_fixed_search_with_nothing_rejected() -> None:
     assert _why_none_fixed(_setup(), _Tally(), FixedDims(dp=2), WHERE) == (
         f"{WHERE} with DP 2 (fixed by you): no layout has these dimensions; fix fewer of them "
         "or others")
+
+
+def test_one_rejection_is_kept_of_each_kind_numbers_aside() -> None:
+    tally = _Tally()
+    tally.reject(DDP, "divisibility", "tp 16 spans nodes (8 devices per node)")
+    tally.reject(DDP, "divisibility", "tp 32 spans nodes (8 devices per node)")
+    # a detail whose number is already a "#" is the same kind as well
+    tally.reject(DDP, "divisibility", "tp # spans nodes (# devices per node)")
+    tally.reject(DDP, "divisibility", "pp 4 exceeds the 2 layers")
+    assert [r.detail for r in tally.kept["divisibility"]] == [
+        "tp 16 spans nodes (8 devices per node)", "pp 4 exceeds the 2 layers"]
+    assert tally.counts["divisibility"] == 4
