@@ -28,11 +28,16 @@ ZERO3 = LayoutChoice(dp=2, tp=1, pp=1, zero=3, shard=2, micro_batch=2, accumulat
 DDP = LayoutChoice(dp=2, tp=1, pp=1)
 
 
-def test_no_layout_names_the_least_memory_rejection_and_the_budget() -> None:
+def _two_memory_rejections() -> _Tally:
     tally = _Tally()
     # 2e18 B kept first, then 1e18 B: the kept list is sorted, the least first
     tally.reject(DDP, "memory per rank", "more", 2e18)
     tally.reject(ZERO3, "memory per rank", "less", 1e18)
+    return tally
+
+
+def test_no_layout_names_the_least_memory_rejection_and_the_budget() -> None:
+    tally = _two_memory_rejections()
     # 1e18 / 1e9 = 1,000,000,000.0 GB (over 1,000,000,001 it would be 999,999,999.0)
     assert _why_none(_setup(), tally, None) == (
         f"{WHERE} fits in no layout: memory per rank binds, the least is 1000000000.0 GB "
@@ -57,9 +62,7 @@ def test_no_layout_without_any_rejection_says_no_layout() -> None:
 
 
 def test_a_fixed_search_names_its_dimensions_and_the_least_memory() -> None:
-    tally = _Tally()
-    tally.reject(DDP, "memory per rank", "more", 2e18)
-    tally.reject(ZERO3, "memory per rank", "less", 1e18)
+    tally = _two_memory_rejections()
     fixed = FixedDims(zero=3)
     # through _why_none too: a given FixedDims hands over to _why_none_fixed with `where`
     assert _why_none(_setup(), tally, None, fixed=fixed) == (
