@@ -341,3 +341,39 @@ def test_a_storage_saved_in_backward_lies_outside_the_blocks() -> None:
                        paths=BLOCKS_3)
     assert [b.interior_bytes for b in p.blocks] == [100, 50, 30]
     assert p.outside_bytes == 9 + 16
+
+
+def _one_block_under_overhead(cheap_flops: int = 0) -> CheckpointProfile:
+    # one block: no input (the chain's first), 30 B inside, 100 FLOPs (cheap ones as given),
+    # so 30 B live in its backward; 30 B of overhead (nothing outside) beside whatever it keeps
+    return synthetic_profile(1, input_bytes=10, interior_bytes=30, forward_flops=100,
+                             cheap_flops=cheap_flops, overhead_bytes=30)
+
+
+def test_a_segment_that_keeps_exactly_the_room_left_and_meets_the_budget_fits() -> None:
+    # budget 30 less the 30 B overhead leaves 0 B of room: kept whole the block's 30 B do not
+    # fit; checkpointed it keeps 0 B (its input is none), exactly the room, and its backward
+    # has 30 B live, exactly the budget: it fits (<=, not <), recomputing its 100 FLOPs; peak
+    # the larger of 30 + 0 (overhead and kept) and 30 (the backward)
+    best = optimal_under_budget(_one_block_under_overhead(), 30, modes=("full",))
+    assert [(s.start, s.stop, s.mode) for s in best.policy.segments] == [(0, 1, "full")]
+    assert (best.peak_bytes, best.recompute_flops) == (30, 100)
+
+
+def test_a_selective_only_search_makes_selective_segments() -> None:
+    # only selective tried: the block's segment keeps its 0 B must-save (and no input) and
+    # recomputes its 10 cheap FLOPs, not the 100 of a full one
+    best = optimal_under_budget(_one_block_under_overhead(cheap_flops=10), 30,
+                                modes=("selective",))
+    assert [(s.start, s.stop, s.mode) for s in best.policy.segments] == [(0, 1, "selective")]
+    assert best.recompute_flops == 10
+
+
+def test_a_chain_of_no_blocks_whose_overhead_passes_the_budget_is_refused() -> None:
+    empty = CheckpointProfile(blocks=(), outside_bytes=0, outside_early_bytes=0,
+                              overhead_bytes=50, hardware="by hand")
+    # nothing to keep: the peak is the 50 B overhead alone, which a budget of 50 B meets
+    assert optimal_under_budget(empty, 50).peak_bytes == 50
+    # 40 B leaves −10 B of room: no policy, not the empty one with a peak past the budget
+    with pytest.raises(InputError):
+        optimal_under_budget(empty, 40)

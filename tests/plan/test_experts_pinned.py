@@ -111,3 +111,12 @@ def test_moe_layer_saved_bytes_are_whole_bytes_under_autocast() -> None:
     saved, copies = moe_layer_saved_bytes(_MOE, 16, 2, True, ep=4)
     assert (saved, copies) == (832 + 772 + 20_544 + 6_144 + 24 + 6_144 + 31_488, 31_488)
     assert type(saved) is int and type(copies) is int
+
+
+def test_moe_layer_saved_bytes_under_ep_keep_routed_experts_whole_at_tp_2() -> None:
+    # tiny-moe, 16 fp32 tokens at TP 2 with EP 2: a rank's routed experts are whole, so the
+    # routed part is not halved (the shared experts are); 32 slots; router 16·6·4 + 32·8 +
+    # 32·4 + 16·4 = 832; order 3·32·8 + (6/2)·4 = 780; routed 32·64·4 + 4·32·32·4 + 32·4 +
+    # 2·32·64·4 = 41,088; shared 4·16·48·4 / 2 = 6,144; balance 6·4 = 24
+    assert moe_layer_saved_bytes(_MOE, 16, 4, False, tp=2, ep=2) == (
+        832 + 780 + 41_088 + 6_144 + 24, 0)
