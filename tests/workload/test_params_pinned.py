@@ -76,3 +76,16 @@ def test_model_params_of_a_transformers_built_config_sums_its_tensors(tmp_path: 
     assert counted.source.startswith("sum of parameter numel of ")
     assert counted.source.endswith(", built on fake tensors")
     assert counted.active_params is None and counted.routing == ""
+
+
+def test_model_params_of_a_moe_preset_gives_active_count_and_routing() -> None:
+    """Mixtral 8x7B by hand (as in test_active_params): per layer attention
+    4096 · (4096 + 1024 + 1024 + 4096) = 41,943,040, router 8 · 4096 = 32,768, norms 8,192;
+    an expert 3 · 4096 · 14,336 = 176,160,768; outside the layers 2 · 32,000 · 4096 + 4096."""
+    per_layer_dense = 41_943_040 + 32_768 + 8_192
+    expert = 3 * 4096 * 14_336
+    outside = 2 * 32_000 * 4096 + 4096
+    counted = model_params("mixtral-8x7b")
+    assert counted.params == 32 * (per_layer_dense + 8 * expert) + outside
+    assert counted.active_params == 32 * (per_layer_dense + 2 * expert) + outside
+    assert counted.routing == "2 of 8 routed experts per token, shared ones always"
