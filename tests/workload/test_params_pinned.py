@@ -72,7 +72,7 @@ def test_model_params_of_a_transformers_built_config_sums_its_tensors(tmp_path: 
     path = tmp_path / "config.json"
     path.write_text(json.dumps(raw))
     counted = model_params(str(path))
-    assert counted.params == 1_176
+    assert counted.params == 1_176 and counted.model == str(path)
     assert counted.source.startswith("sum of parameter numel of ")
     assert counted.source.endswith(", built on fake tensors")
     assert counted.active_params is None and counted.routing == ""

@@ -32,9 +32,9 @@ def test_the_default_learning_rate_is_one_thousandth() -> None:
     assert torch.allclose(p.detach(), torch.full((2,), 0.999), rtol=0, atol=1e-7)
 
 
-def test_bf16_fp32_states_steps_with_the_given_rate_and_frees_its_shadows() -> None:
+def test_bf16_fp32_states_steps_with_rate_and_kernel_and_frees_its_shadows() -> None:
     p = _param(1.0, torch.bfloat16)
-    opt = RecipeOptimizer([p], "sgd", "bf16-fp32-states", lr=0.5)
+    opt = RecipeOptimizer([p], "sgd", "bf16-fp32-states", lr=0.5, kernel="foreach")
     # before the first step every shadow is an empty fp32 tensor on the parameter's device
     assert [(s.numel(), s.dtype, s.device) for s in opt._shadows] == [
         (0, torch.float32, p.device)]
@@ -42,6 +42,8 @@ def test_bf16_fp32_states_steps_with_the_given_rate_and_frees_its_shadows() -> N
     # 1 − 0.5 · 1 = 0.5, exact in bf16
     assert p.detach().tolist() == [0.5, 0.5] and p.dtype == torch.bfloat16
     assert [s.numel() for s in opt._shadows] == [0]
+    # the inner optimizer, made at the first step, runs the kernel asked for
+    assert opt._inner[0].defaults["foreach"] is True
     assert opt.master_tensors() == []
 
 
