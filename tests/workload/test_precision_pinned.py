@@ -3,6 +3,8 @@ w − lr · g, so each expected weight is hand arithmetic."""
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import nn
 
@@ -114,3 +116,14 @@ def test_state_tensors_of_adam_are_two_moments_and_a_step() -> None:
     opt.step()
     # exp_avg and exp_avg_sq of 2 elements each, a 0-dim step counter
     assert sorted(t.numel() for t in opt.state_tensors()) == [1, 2, 2]
+
+
+def test_autocast_asks_for_bf16_on_cuda_too() -> None:
+    """CPU autocast defaults to bf16 anyway; CUDA's default is fp16, so the dtype must be
+    asked for.  The context is only made (not entered): without CUDA, torch warns and
+    disables it, but keeps the dtype asked for."""
+    mixed = RecipeOptimizer([_param(1.0)], "sgd", "mixed-bf16")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        ctx = mixed.autocast("cuda")
+    assert isinstance(ctx, torch.autocast) and ctx.fast_dtype == torch.bfloat16
