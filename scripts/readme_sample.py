@@ -43,17 +43,9 @@ FIT_MARKER = "Real output of these commands"
 _QUOTED = ("peak of the steady-state step", "parameters offloaded", "NVIDIA ")
 
 
-def _run(command: tuple[str, ...], columns: int) -> str:
-    env = {**os.environ, "COLUMNS": str(columns), "TERM": "dumb"}
-    run = "import sys; from tensorledger.cli import main; sys.exit(main(sys.argv[1:]))"
-    done = subprocess.run([sys.executable, "-c", run, *command], env=env,
-                          capture_output=True, text=True, check=True)
-    return done.stdout
-
-
 def command_output() -> str:
     """What the demo command prints at 120 columns, trailing spaces stripped."""
-    return "\n".join(line.rstrip() for line in _run(COMMAND, 120).rstrip().splitlines())
+    return "\n".join(line.rstrip() for line in _run_each((COMMAND,), 120)[0].rstrip().splitlines())
 
 
 #: Printed between two commands' outputs by :func:`_run_each`.
