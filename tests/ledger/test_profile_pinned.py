@@ -47,7 +47,7 @@ PRECISIONS: list[str] = []  # the recipe each fake trace was asked for
 
 
 def _fake_trace(refuse: Any = lambda tp, sp, checkpoint: False,
-                embedding: float = 50.0) -> Any:
+                embedding: float = 50.0, rest: tuple[float, float] = (60.0, 40.0)) -> Any:
     PRECISIONS.clear()
 
     def trace(source: ModelSource, seq_len: int, precision: str, tp: int, sp: bool,
@@ -59,8 +59,8 @@ def _fake_trace(refuse: Any = lambda tp, sp, checkpoint: False,
              else (source.hf_config or {}).get("num_hidden_layers", 1))
         key = (tp, sp, checkpoint)
         return _Point(
-            # parameters: other 60 + 40/t, each block 20 + 80/t
-            params=60 + 40 / tp + k * (20 + 80 / tp), embedding_params=embedding,
+            # parameters: other 60 + 40/t (``rest``), each block 20 + 80/t
+            params=rest[0] + rest[1] / tp + k * (20 + 80 / tp), embedding_params=embedding,
             flops=1000.0 + k * 500.0, forward_flops=300.0 + k * 200.0,
             largest_matmul=7.0 * k, saved=SAVED[key][0] + k * SAVED[key][1], temporary=3.0,
             sent=SENT[key][0] + k * SENT[key][1],
@@ -296,6 +296,17 @@ def test_embeddings_beyond_the_rest_are_the_whole_rest(monkeypatch: pytest.Monke
     monkeypatch.setattr(profile_module, "_trace", _fake_trace(embedding=150.0))
     profile = measure_profile(TINY, seq_len=32, precision="fp32")
     assert profile.embedding == Split(60.0, 40.0) and profile.head == Split(0.0, 0.0)
+
+
+def test_a_rest_of_no_parameters_at_one_rank_holds_no_embedding(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the rest: 40 − 40/t, 0 at one rank and 20 at two: Split.measured(0, 20) is whole 40,
+    # split −40.  With no parameters at one rank to share out, none are the embedding's, however
+    # the two ranks split them (50 named as embeddings or not)
+    monkeypatch.setattr(profile_module, "_trace", _fake_trace(rest=(40.0, -40.0)))
+    profile = measure_profile(TINY, seq_len=32, precision="fp32")
+    assert profile.embedding == Split(0.0, 0.0)
+    assert profile.head == Split(40.0, -40.0)
 
 
 def test_a_config_json_without_a_width_derives_no_checkpoint(
