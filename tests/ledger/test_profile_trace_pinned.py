@@ -49,6 +49,9 @@ def test_a_one_block_reference_point_by_hand() -> None:
     # trace does not count as saved): one sequence, its 4-byte loss weight spread over 10
     closed = activation_memory(CONFIG, 1, SEQ, 4)
     assert point.saved == (closed.total_bytes - 8 * SEQ) / SEQ
+    # beyond them at the forward's highest, at the loss: the head's logits, 10·40·4 = 1,600 B
+    # (the log-softmax saves its own output, not its input), and the 4-byte loss
+    assert point.temporary == (SEQ * 40 * 4 + 4) / SEQ
     assert point.sent == 0.0 and point.collectives == 0.0  # one rank
 
 
@@ -103,3 +106,6 @@ def test_a_model_without_products_has_a_largest_of_zero() -> None:
     # part named as an embedding), and no product at all
     assert point.params == 64.0 and point.embedding_params == 0.0
     assert point.largest_matmul == 0.0 and point.flops == 0.0
+    # beyond the saved tensors at the loss: the logits, 10 tokens · 8 · 4 = 320 B, and the
+    # 4-byte loss
+    assert point.temporary == (10 * 8 * 4 + 4) / 10
