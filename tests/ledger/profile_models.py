@@ -23,13 +23,15 @@ class Gpt2Names(nn.Module):
     "embed" in it, and no numbered module: a table made by a product of two buffers (no
     gradient, the same FLOPs whatever the batch), attention of the stream with itself, a head."""
 
+    left: torch.Tensor
+    right: torch.Tensor
+
     def __init__(self) -> None:
         super().__init__()
         self.wte = nn.Embedding(VOCAB, WIDTH)
         self.wpe = nn.Embedding(ROWS, WIDTH)
-        self.transformer = nn.Module()
-        self.transformer.wte = nn.Embedding(VOCAB, WIDTH)
-        self.transformer.wpe = nn.Embedding(ROWS, WIDTH)
+        self.transformer = nn.ModuleDict({"wte": nn.Embedding(VOCAB, WIDTH),
+                                          "wpe": nn.Embedding(ROWS, WIDTH)})
         self.register_buffer("left", torch.ones(ROWS, INNER))
         self.register_buffer("right", torch.ones(INNER, WIDTH))
         self.head = nn.Linear(WIDTH, VOCAB, bias=False)
@@ -38,8 +40,9 @@ class Gpt2Names(nn.Module):
         seq = input_ids.shape[1]
         positions = torch.arange(seq, device=input_ids.device)
         table = self.left @ self.right
-        x = (self.wte(input_ids) + self.wpe(positions) + self.transformer.wte(input_ids)
-             + self.transformer.wpe(positions) + table[:seq])
+        inner = self.transformer
+        x = (self.wte(input_ids) + self.wpe(positions) + inner["wte"](input_ids)
+             + inner["wpe"](positions) + table[:seq])
         stream = x[:, None]  # one head of width WIDTH
         x = F.scaled_dot_product_attention(stream, stream, stream)[:, 0]
         return self.head(x)  # type: ignore[no-any-return]
@@ -47,6 +50,9 @@ class Gpt2Names(nn.Module):
 
 class Table(nn.Module):
     """A numbered block whose one product is of two buffers: no gradient, no backward product."""
+
+    left: torch.Tensor
+    right: torch.Tensor
 
     def __init__(self) -> None:
         super().__init__()

@@ -16,6 +16,7 @@ from tensorledger.napkin.activations import activation_memory
 from tensorledger.workload.source import ModelSource, resolve_source
 
 TINY = resolve_source("tiny")
+assert TINY.config is not None
 # one block; every width differs: d 16, 4 heads of 6 (24 ≠ d), 2 KV heads (12), SwiGLU's 20,
 # vocabulary 40, rotary positions; untied, no biases, RMSNorm
 CONFIG = dataclasses.replace(TINY.config, n_layers=1, d_model=16, n_heads=4, n_kv_heads=2,
