@@ -153,6 +153,7 @@ def test_the_optimizer_step_is_host_work_not_device_time() -> None:
     ({"precision": "fp8-tensorwise"}, "gathers torchao's fp8 weights"),
 ])
 def test_combinations_not_traced_are_refused(options: dict[str, object], message: str) -> None:
+    options = dict(options)  # pytest hands every run the same dict: pop from a copy
     layout = resolve_layout(**options.pop("layout", {}))  # type: ignore[arg-type]
     with pytest.raises(InputError, match=message):
         resolve_workload("tiny", batch=2, layout=layout, offload=("params",),
