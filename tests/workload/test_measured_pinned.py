@@ -30,5 +30,5 @@ def test_the_measured_step_carries_its_workload_and_its_forwards_saves() -> None
 
 
 def test_a_forward_step_has_no_optimizer_step_to_measure() -> None:
-    with pytest.raises(AssertionError, match=r"^a training step$"):
+    with pytest.raises(AssertionError, match=r"^a training step"):
         measure_step_memory(_tiny("forward"))
