@@ -131,9 +131,11 @@ class _HFModel5(_HFModel):
         self.enabled_by.append("activation")
 
 
-@pytest.mark.parametrize(("model", "enabled_by"), [(_HFModel(), ["gradient"]),
-                                                   (_HFModel5(), ["activation"])])
-def test_hf_layers_checkpoint_in_the_target(model: _HFModel, enabled_by: list[str]) -> None:
+@pytest.mark.parametrize(("kind", "enabled_by"), [(_HFModel, ["gradient"]),
+                                                  (_HFModel5, ["activation"])])
+def test_hf_layers_checkpoint_in_the_target(kind: type[_HFModel], enabled_by: list[str]
+                                            ) -> None:
+    model = kind()  # made here: a parametrized instance would carry one run's state to the next
     # warnings are errors in the tests: the enable method's warning must be silenced
     assert checkpoint_hf_layers(model) is model
     assert model.enabled_by == enabled_by  # transformers 5's method first, else the old one
