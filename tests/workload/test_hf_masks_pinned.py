@@ -14,7 +14,12 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from tensorledger.workload.hf_masks import NO_PACKING_ASSUMED, NO_PADDING_ASSUMED, padding_as_given
+from tensorledger.workload.hf_masks import (
+    NO_PACKING_ASSUMED,
+    NO_PADDING_ASSUMED,
+    _is_fake,
+    padding_as_given,
+)
 
 
 class _Masking(types.ModuleType):
@@ -175,3 +180,11 @@ def test_without_transformers_nothing_is_imported(monkeypatch: pytest.MonkeyPatc
     with padding_as_given(notes):
         pass
     assert notes == []
+
+
+def test_fake_means_a_fake_or_meta_tensor() -> None:
+    with FakeTensorMode():
+        fake = torch.ones(1)
+    assert _is_fake(fake) is True and _is_fake(torch.ones(1, device="meta")) is True
+    assert _is_fake(torch.ones(1)) is False
+    assert _is_fake([[0, 1]]) is False  # no tensor at all (no is_meta): not fake

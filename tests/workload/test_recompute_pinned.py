@@ -78,9 +78,10 @@ def test_checkpoint_in_target_passes_every_argument_and_recomputes_in_the_target
 
 def test_checkpoint_in_target_without_a_target() -> None:
     probe = Probe()
-    y = checkpoint_in_target(probe, torch.tensor([2.0]))
+    y = checkpoint_in_target(probe, torch.tensor([2.0]), scale=4.0)
+    assert y.item() == 16.0  # 4 · 2 · 2
     y.sum().backward()
-    assert probe.w.grad is not None and probe.w.grad.item() == 6.0  # 3 · 2
+    assert probe.w.grad is not None and probe.w.grad.item() == 8.0  # 4 · 2
     assert probe.calls == [(1, None), (1, None)]
 
 
