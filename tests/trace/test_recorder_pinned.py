@@ -1,0 +1,107 @@
+"""trace.recorder pinned: storages re-sized outside any op, nested optimizer steps, the module an
+attention decision is told in, keyword arguments of a traced step."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from tensorledger.hardware.target import Target
+from tensorledger.trace.kernels import target_program
+from tensorledger.trace.recorder import Recorder, trace
+
+H100 = Target("h100-sxm", "cuda", (9, 0))
+
+
+def test_a_storage_resized_outside_an_op_is_freed_and_created_at_the_next_op() -> None:
+    x = torch.ones(4, 8)  # 4 * 8 fp32 = 128 bytes, met first as an input: pre-existing, id 0
+    with Recorder() as recorder:
+        y = x * 2  # y's storage: id 1, 128 bytes
+        storage = y.untyped_storage()
+        storage.resize_(0)  # as FSDP2 frees a gathered parameter
+        recorder.storage_resized(storage)
+        storage.resize_(64)  # and gathers it again, here in 64 bytes
+        recorder.storage_resized(storage)
+        _ = x + 1  # a new output: id 3
+    mul, add = recorder.trace.records
+    assert mul.storages_created == ((1, 128),)
+    assert recorder.trace.storages_preexisting == ((0, 128),)
+    # both told at the next op: id 1's 128 bytes freed, the re-sized storage created anew as
+    # id 2 (64 bytes) before the op's own output (id 3, 128 bytes)
+    assert add.storages_freed == (1,)
+    assert add.storages_created == ((2, 64), (3, 128))
+
+
+def test_a_storage_resized_before_recording_is_not_counted() -> None:
+    x = torch.ones(4, 8)
+    recorder = Recorder()
+    recorder.storage_resized(torch.ones(16).untyped_storage())  # not recording yet: ignored
+    with recorder:
+        _ = x + 1
+    (add,) = recorder.trace.records
+    # x is pre-existing (id 0), the output id 1: the 64 bytes told before were not registered
+    assert recorder.trace.storages_preexisting == ((0, 128),)
+    assert add.storages_created == ((1, 128),)
+    assert add.storages_freed == ()
+
+
+class _Outer(torch.optim.Optimizer):
+    """An optimizer whose step runs another's (a wrapper, as a LoRA or ZeRO optimizer is)."""
+
+    def __init__(self, params: list[torch.nn.Parameter]) -> None:
+        super().__init__(params, {})
+        self.inner = torch.optim.SGD(params, lr=0.5)
+
+    def step(self, closure: Callable[[], Any] | None = None) -> None:  # type: ignore[override]
+        self.inner.step()  # the inner step's hooks run inside the outer's
+        with torch.no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    p.mul_(0.5)  # after the inner step, still the optimizer's work
+
+
+def test_a_step_inside_a_step_leaves_the_optimizer_phase_when_the_outer_one_ends() -> None:
+    w = torch.nn.Parameter(torch.ones(3))
+    optimizer = _Outer([w])
+
+    def step() -> None:
+        (w * 2).sum().backward()
+        optimizer.step()
+        with torch.no_grad():
+            _ = w + 1  # after the step: glue code, "other"
+
+    result = trace(step)
+    by_op = [(r.op, r.phase) for r in result.records]
+    assert ("aten.mul_.Tensor", "optimizer") in by_op  # the outer step's own op, after the inner
+    assert by_op[-1] == ("aten.add.Tensor", "other")
+
+
+def test_an_attention_decision_is_told_with_the_module_it_ran_in() -> None:
+    class Attention(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.scaled_dot_product_attention(x, x, x, is_causal=True)
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = Attention()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.attn(x)
+
+    x = torch.ones(2, 4, 8, 16, dtype=torch.bfloat16, device="meta")
+    with target_program(H100), Recorder() as recorder:
+        Block()(x)
+    ((module, kernel, _),) = recorder.trace.attention_kernels
+    # the innermost module (two deep), not its parent
+    assert (module, kernel) == ("Block.attn", "flash")
+
+
+def test_a_traced_step_receives_its_keyword_arguments() -> None:
+    def step(x: torch.Tensor, *, scale: float) -> None:
+        _ = x * scale
+
+    result = trace(step, torch.ones(2, 3, device="meta"), scale=2.0)
+    assert [r.op for r in result.records] == ["aten.mul.Tensor"]
