@@ -200,3 +200,67 @@ def test_autocast_leaves_fp64_inputs_in_fp64() -> None:
     with torch.autocast("cpu", dtype=torch.bfloat16), target_program(H100):
         out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
     assert out.dtype == torch.float64
+
+
+L4 = Target("l4", "cuda", (8, 9))
+MI300X = Target("mi300x", "rocm")
+
+
+def _kernel(target: Target, *args: torch.Tensor, **kwargs: Any) -> str:
+    with target_program(target), Recorder() as recorder:
+        torch.nn.functional.scaled_dot_product_attention(*args, **kwargs)
+    ((_, kernel, _),) = recorder.trace.attention_kernels
+    return kernel
+
+
+def test_a_gradient_through_a_head_of_256_keeps_an_l4_off_flash() -> None:
+    # compute capability 8.9: flash's backward takes heads of at most 192
+    plain = torch.ones(1, 2, 8, 256, dtype=torch.bfloat16, device="meta")
+    learnt = plain.clone().requires_grad_()
+    assert _kernel(L4, plain, plain, plain) == "flash"  # no gradient: 256 is allowed
+    assert _kernel(L4, learnt, plain, plain) == "efficient"
+    with torch.no_grad():  # a gradient is asked for only where autograd records
+        assert _kernel(L4, learnt, plain, plain) == "flash"
+
+
+def test_causal_attention_with_fewer_queries_than_keys_is_not_flash() -> None:
+    q = torch.ones(1, 2, 4, 16, dtype=torch.bfloat16, device="meta")  # 4 queries
+    kv = torch.ones(1, 2, 8, 16, dtype=torch.bfloat16, device="meta")  # 8 keys
+    assert _kernel(H100, q, kv, kv) == "flash"
+    assert _kernel(H100, q, kv, kv, is_causal=True) == "efficient"
+
+
+def test_grouped_keys_keep_rocm_off_memory_efficient_attention() -> None:
+    q = torch.ones(1, 4, 8, 16, device="meta")  # fp32: not flash; 4 query heads
+    kv = torch.ones(1, 2, 8, 16, device="meta")  # 2 key heads
+    assert _kernel(MI300X, q, q, q) == "efficient"
+    assert _kernel(MI300X, q, kv, kv, enable_gqa=True) == "math"
+
+
+def test_calls_the_kernels_cannot_take_are_left_to_pytorch() -> None:
+    from tensorledger.trace.kernels import sdpa_on
+
+    four = torch.ones(2, 4, 8, 16, device="meta")
+    three = torch.ones(4, 8, 16, device="meta")
+    # a 3-d query, key or value: None, whichever it is
+    assert sdpa_on(H100, three, four, four) is None
+    assert sdpa_on(H100, four, three, four) is None
+    assert sdpa_on(H100, four, four, three) is None
+    # grouped key heads (2 of 4) without enable_gqa: PyTorch's own error, not a kernel
+    grouped = torch.ones(2, 2, 8, 16, device="meta")
+    assert sdpa_on(H100, four, grouped, grouped) is None
+
+
+def test_meta_attention_off_target_runs_the_cpu_kernel_with_its_mask_and_scale() -> None:
+    q = torch.ones(2, 4, 8, 16, device="meta")
+    mask = torch.zeros(8, 8, device="meta")  # an additive mask, 8 queries x 8 keys
+    with Recorder() as recorder, _Calls() as calls:
+        torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=mask, scale=0.3)
+    cpu = "aten._scaled_dot_product_flash_attention_for_cpu.default"
+    (record,) = [r for r in recorder.trace.records if r.op == cpu]
+    assert record.input_shapes == ((2, 4, 8, 16),) * 3 + ((8, 8),)  # the mask read too
+    assert calls.kernel(cpu)[1]["scale"] == 0.3
+    ((module, kernel, reason),) = recorder.trace.attention_kernels
+    assert (module, kernel) == ("", "cpu-flash")  # the root: no module ran it
+    # the reason says where (meta) and which kernel's shapes (the CPU's fused one)
+    assert reason.startswith("meta:") and "CPU fused kernel" in reason
