@@ -264,3 +264,16 @@ def test_meta_attention_off_target_runs_the_cpu_kernel_with_its_mask_and_scale()
     assert (module, kernel) == ("", "cpu-flash")  # the root: no module ran it
     # the reason says where (meta) and which kernel's shapes (the CPU's fused one)
     assert reason.startswith("meta:") and "CPU fused kernel" in reason
+
+
+def test_a_boolean_mask_becomes_an_additive_one_in_the_inputs_dtype_and_device() -> None:
+    q = torch.ones(2, 4, 8, 16, dtype=torch.bfloat16, device="meta")
+    mask = torch.ones(8, 8, dtype=torch.bool, device="meta")  # a mask: memory-efficient
+    with target_program(H100), Recorder() as recorder:
+        torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+    # the additive mask's zeros are made first, on the inputs' device (meta), in bf16
+    first = recorder.trace.records[0]
+    assert (first.op, first.output_dtypes) == ("aten.zeros.default", ("bf16",))
+    assert recorder.trace.device == "meta"
+    (kernel,) = [r for r in recorder.trace.records if r.op == EFFICIENT]
+    assert kernel.input_dtypes == ("bf16",) * 4  # q, k, v and the mask, not an fp32 mask

@@ -105,3 +105,65 @@ def test_a_traced_step_receives_its_keyword_arguments() -> None:
 
     result = trace(step, torch.ones(2, 3, device="meta"), scale=2.0)
     assert [r.op for r in result.records] == ["aten.mul.Tensor"]
+
+
+def test_an_out_argument_met_first_is_pre_existing_and_written_not_read() -> None:
+    x, y = torch.ones(4), torch.zeros(4)  # 4 fp32 each: 16 bytes
+    with Recorder() as recorder:
+        torch.mul(x, 2, out=y)
+    (mul,) = recorder.trace.records
+    # x read first (id 0), then y registered as the destination (id 1): both existed before
+    assert recorder.trace.storages_preexisting == ((0, 16), (1, 16))
+    assert mul.storages_created == ()
+    assert (mul.bytes_read, mul.bytes_written) == (16, 16)  # x read, y written
+
+
+# An op with an optional buffer written in place; called without it, the dispatcher hands on
+# one argument, so the buffer's position (1) is past the end of ``args``.
+_LIB = torch.library.Library("tl_recorder_pinned", "DEF")
+_LIB.define("doubled(Tensor x, Tensor(a!)? buffer=None) -> Tensor")
+
+
+def _doubled(x: torch.Tensor, buffer: torch.Tensor | None = None) -> torch.Tensor:
+    if buffer is not None:
+        buffer.copy_(x)
+    return x * 2
+
+
+_LIB.impl("doubled", _doubled, "CompositeExplicitAutograd")
+
+
+def test_an_optional_in_place_argument_left_out_is_no_argument() -> None:
+    x, buffer = torch.ones(4), torch.zeros(4)
+    with Recorder() as recorder:
+        torch.ops.tl_recorder_pinned.doubled(x)
+        torch.ops.tl_recorder_pinned.doubled(x, buffer)
+    without, with_buffer = recorder.trace.records
+    assert without.input_shapes == ((4,),)
+    assert without.bytes_written == 16  # the output alone: 4 fp32
+    # the buffer: read as an input, written in place (16 bytes) beside the output's 16
+    assert with_buffer.input_shapes == ((4,), (4,))
+    assert with_buffer.bytes_written == 32
+
+
+class _Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = torch.nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # a module that is no attribute of this one: named after its class, under its caller
+        return torch.nn.ReLU()(self.inner(x))
+
+
+def test_roots_are_numbered_once_each_and_unregistered_modules_named_by_the_caller() -> None:
+    first, second = _Net(), _Net()
+    x = torch.ones(2, 3)
+    with torch.no_grad(), Recorder() as recorder:
+        first(x)
+        first(x)  # the same root again: the same name, no new number
+        second(x)  # a second root of the class: #2
+    modules = [r.module for r in recorder.trace.records if r.op == "aten.relu.default"]
+    # the ReLU runs in _Net's forward (the stack: _Net alone), after _Net.inner has returned
+    assert modules == ["_Net.ReLU", "_Net.ReLU", "_Net#2.ReLU"]
+    assert recorder.trace.module_classes["_Net#2.inner"] == "Linear"
