@@ -167,3 +167,18 @@ def test_roots_are_numbered_once_each_and_unregistered_modules_named_by_the_call
     # the ReLU runs in _Net's forward (the stack: _Net alone), after _Net.inner has returned
     assert modules == ["_Net.ReLU", "_Net.ReLU", "_Net#2.ReLU"]
     assert recorder.trace.module_classes["_Net#2.inner"] == "Linear"
+
+
+def test_a_resized_storage_that_dies_frees_each_of_its_ids_once() -> None:
+    x = torch.ones(4, 8)
+    with Recorder() as recorder:
+        y = x * 2  # id 1, 128 bytes
+        storage = y.untyped_storage()
+        storage.resize_(0)
+        recorder.storage_resized(storage)  # id 1 freed
+        storage.resize_(64)
+        recorder.storage_resized(storage)  # id 2 created
+        del y, storage  # the storage dies: id 2 freed, and id 1 not a second time
+        _ = x + 1
+    _, add = recorder.trace.records
+    assert sorted(add.storages_freed) == [1, 2]
