@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import torch
 
 from tensorledger.hardware.target import Target
@@ -182,3 +183,73 @@ def test_a_resized_storage_that_dies_frees_each_of_its_ids_once() -> None:
         _ = x + 1
     _, add = recorder.trace.records
     assert sorted(add.storages_freed) == [1, 2]
+
+
+def test_dtype_names_are_the_library_s_and_torch_s_where_it_has_none(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import tensorledger.trace.recorder as recorder_module
+
+    monkeypatch.setattr(recorder_module, "_DTYPE_NAMES", {})  # worked out afresh, not cached
+    with Recorder() as recorder:
+        _ = torch.ones(2, dtype=torch.bfloat16) * 2
+        _ = torch.ones(2, dtype=torch.complex64) * 2  # a dtype the library does not list
+        _ = torch.ones(2, dtype=torch.bfloat16) * 3  # bf16 again: from the cache
+    names = [r.output_dtypes for r in recorder.trace.records if r.op == "aten.mul.Tensor"]
+    # torch.bfloat16 is the library's bf16; torch.complex64 keeps torch's name, less "torch."
+    assert names == [("bf16",), ("complex64",), ("bf16",)]
+
+
+def test_copy_reads_its_source_and_only_writes_its_destination() -> None:
+    x, y = torch.ones(4), torch.zeros(4)  # 16 bytes each
+    with Recorder() as recorder:
+        y.copy_(x)
+    (copy,) = recorder.trace.records
+    assert (copy.bytes_read, copy.bytes_written) == (16, 16)  # not 32 read: y is not read
+
+
+def test_a_pointwise_op_on_a_sparse_tensor_is_recorded() -> None:
+    # a sparse tensor has no strides: its layout is read as contiguous, not an error
+    indices = torch.tensor([[0, 1], [1, 0]])
+    sparse = torch.sparse_coo_tensor(indices, torch.ones(2), (2, 2), check_invariants=True)
+    with Recorder() as recorder:
+        _ = sparse * 2
+    (mul,) = recorder.trace.records
+    assert (mul.op, mul.category, mul.output_shapes) == ("aten.mul.Tensor", "elementwise",
+                                                        ((2, 2),))
+
+
+class _Child(torch.nn.Module):
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return h.exp()
+
+
+class _Parent(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.child = _Child()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.child(x * 3)  # x * 3 is the parent's, built before the child ran
+
+
+def test_the_backward_of_a_child_s_input_belongs_to_the_parent() -> None:
+    x = torch.ones(3, requires_grad=True)
+    result = trace(lambda: _Parent()(x).sum().backward())
+    backward = [(r.op, r.module) for r in result.records
+                if r.phase == "backward" and r.op == "aten.mul.Tensor"]
+    # exp's backward (grad * exp) in the child, then x * 3's (grad * 3) in the parent
+    assert backward == [("aten.mul.Tensor", "_Parent.child"), ("aten.mul.Tensor", "_Parent")]
+
+
+class _Diamond(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x.sin()
+        return x.cos() + y * y  # y * y: one node reached twice, before the cosine's
+
+
+def test_every_backward_node_of_a_module_is_tagged_past_one_reached_twice() -> None:
+    x = torch.ones(3, requires_grad=True)
+    result = trace(lambda: _Diamond()(x).sum().backward())
+    modules = {r.module for r in result.records
+               if r.phase == "backward" and r.op != "aten.expand.default"}  # sum's: the root
+    assert modules == {"_Diamond"}  # the cosine's backward too (neg, sin, mul)
