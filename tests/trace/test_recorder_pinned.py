@@ -253,3 +253,42 @@ def test_every_backward_node_of_a_module_is_tagged_past_one_reached_twice() -> N
     modules = {r.module for r in result.records
                if r.phase == "backward" and r.op != "aten.expand.default"}  # sum's: the root
     assert modules == {"_Diamond"}  # the cosine's backward too (neg, sin, mul)
+
+
+def test_a_recorder_records_one_block_neither_nested_in_itself_nor_twice() -> None:
+    from tensorledger.errors import TraceError
+
+    recorder = Recorder()
+    with recorder, pytest.raises(TraceError, match="one step"):
+        recorder.__enter__()  # already recording
+    with pytest.raises(TraceError, match="one step"):
+        recorder.__enter__()  # finished: its trace is made
+
+
+class _Failing(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _ = x * 2
+        raise ValueError("a forward that fails")
+
+
+def test_a_module_whose_forward_raises_leaves_the_module_stack() -> None:
+    x = torch.ones(3)
+    with Recorder() as recorder:
+        with pytest.raises(ValueError, match="fails"):
+            _Failing()(x)  # the step catches it and goes on
+        _ = x + 1
+    mul, add = recorder.trace.records
+    assert mul.module == "_Failing"
+    assert add.module == ""  # the root again: the failed module was left
+
+
+def test_a_block_without_ops_has_no_device_and_frees_after_the_last_op_are_kept() -> None:
+    with Recorder() as empty:
+        pass
+    assert empty.trace.device == "none"
+    assert empty.trace.records == ()
+    x = torch.ones(4)
+    with Recorder() as recorder:
+        y = x * 2  # id 1 (x is id 0)
+        del y  # freed after the last op: told at the end
+    assert recorder.trace.storages_freed_at_end == (1,)
