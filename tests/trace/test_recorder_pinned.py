@@ -292,3 +292,10 @@ def test_a_block_without_ops_has_no_device_and_frees_after_the_last_op_are_kept(
         y = x * 2  # id 1 (x is id 0)
         del y  # freed after the last op: told at the end
     assert recorder.trace.storages_freed_at_end == (1,)
+
+
+def test_the_device_is_the_first_op_s_output_s() -> None:
+    x = torch.ones(4)  # on the CPU
+    with Recorder() as recorder:
+        _ = x.to("meta")  # the first op reads the CPU, writes meta
+    assert recorder.trace.device == "meta"
