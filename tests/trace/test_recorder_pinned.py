@@ -132,6 +132,9 @@ def _doubled(x: torch.Tensor, buffer: torch.Tensor | None = None) -> torch.Tenso
 
 
 _LIB.impl("doubled", _doubled, "CompositeExplicitAutograd")
+# An op that hands back a view of its input, though its schema does not say so.
+_LIB.define("same(Tensor x) -> Tensor")
+_LIB.impl("same", lambda x: x.view(x.shape), "CompositeExplicitAutograd")
 
 
 def test_an_optional_in_place_argument_left_out_is_no_argument() -> None:
@@ -299,3 +302,18 @@ def test_the_device_is_the_first_op_s_output_s() -> None:
     with Recorder() as recorder:
         _ = x.to("meta")  # the first op reads the CPU, writes meta
     assert recorder.trace.device == "meta"
+
+
+def test_views_without_a_cost_rule_are_covered_views_that_move_nothing() -> None:
+    indices = torch.tensor([[0, 1], [1, 0]])
+    sparse = torch.sparse_coo_tensor(indices, torch.ones(2), (2, 2), check_invariants=True)
+    x = torch.ones(4)
+    with Recorder() as recorder:
+        _ = sparse._values()  # its schema returns an alias; no rule in the registry
+        _ = torch.ops.tl_recorder_pinned.same(x)  # no alias in its schema, but its output is x's
+    found = {r.op: r for r in recorder.trace.records}
+    for op in ("aten._values.default", "tl_recorder_pinned.same.default"):
+        record = found[op]
+        assert (record.category, record.covered) == ("view", True)
+        assert (record.bytes_read, record.bytes_written) == (0, 0)
+    assert recorder.trace.uncovered == {}
