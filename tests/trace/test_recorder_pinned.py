@@ -148,6 +148,9 @@ def test_an_optional_in_place_argument_left_out_is_no_argument() -> None:
     # the buffer: read as an input, written in place (16 bytes) beside the output's 16
     assert with_buffer.input_shapes == ((4,), (4,))
     assert with_buffer.bytes_written == 32
+    # no cost rule and not a view: "other", listed as uncovered (twice)
+    assert (without.category, without.covered) == ("other", False)
+    assert recorder.trace.uncovered == {"tl_recorder_pinned.doubled.default": 2}
 
 
 class _Net(torch.nn.Module):
