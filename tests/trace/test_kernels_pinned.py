@@ -143,6 +143,7 @@ def test_a_causal_call_reaches_the_kernel_causal(dtype: torch.dtype, op: str) ->
     # 2 matmuls of 2 * S * S * D per head: 2 * 2 * 8 * 8 * 16 * (2 * 4) = 32768
     assert causal.flops == full.flops == 32768
     assert causal.flops_causal_halved == 32768 // 2   # the causal one is halved
+    assert isinstance(causal.flops_causal_halved, int)  # a count, written as an integer
     assert full.flops_causal_halved == 32768          # the other is not
 
 

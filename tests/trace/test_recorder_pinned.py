@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import torch
 
+from tensorledger.costs.registry import register
 from tensorledger.hardware.target import Target
 from tensorledger.trace.kernels import target_program
 from tensorledger.trace.recorder import Recorder, trace
@@ -132,6 +133,10 @@ def _doubled(x: torch.Tensor, buffer: torch.Tensor | None = None) -> torch.Tenso
 
 
 _LIB.impl("doubled", _doubled, "CompositeExplicitAutograd")
+# An op whose cost rule cannot read its arguments (it asks for a sixth).
+_LIB.define("misread(Tensor x) -> Tensor")
+_LIB.impl("misread", lambda x: x * 2, "CompositeExplicitAutograd")
+register("tl_recorder_pinned.misread", category="matmul")(lambda args, kwargs, out: args[5])
 # An op that hands back a view of its input, though its schema does not say so.
 _LIB.define("same(Tensor x) -> Tensor")
 _LIB.impl("same", lambda x: x.view(x.shape), "CompositeExplicitAutograd")
@@ -320,3 +325,23 @@ def test_views_without_a_cost_rule_are_covered_views_that_move_nothing() -> None
         assert (record.category, record.covered) == ("view", True)
         assert (record.bytes_read, record.bytes_written) == (0, 0)
     assert recorder.trace.uncovered == {}
+
+
+def test_an_op_its_rule_cannot_read_is_uncovered_with_no_flops() -> None:
+    x = torch.ones(4)
+    with Recorder() as recorder:
+        _ = torch.ops.tl_recorder_pinned.misread(x)
+    (record,) = recorder.trace.records
+    # listed, not counted as zero: covered is False, its FLOPs 0 in both counts
+    assert record.covered is False
+    assert (record.flops, record.flops_causal_halved) == (0, 0)
+    assert recorder.trace.uncovered == {"tl_recorder_pinned.misread.default": 1}
+
+
+def test_a_fill_rule_writes_without_reading_its_input() -> None:
+    x = torch.ones(4)  # 16 bytes
+    with Recorder() as recorder:
+        _ = torch.zeros_like(x)  # reads only x's shape
+    (record,) = recorder.trace.records
+    assert (record.op, record.bytes_read, record.bytes_written) == (
+        "aten.zeros_like.default", 0, 16)
