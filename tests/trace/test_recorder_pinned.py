@@ -345,3 +345,15 @@ def test_a_fill_rule_writes_without_reading_its_input() -> None:
     (record,) = recorder.trace.records
     assert (record.op, record.bytes_read, record.bytes_written) == (
         "aten.zeros_like.default", 0, 16)
+
+
+def test_an_in_place_foreach_op_s_inner_loop_is_its_first_operand_s() -> None:
+    a = torch.ones(4, 8)  # strides (8, 1)
+    b = torch.ones(8, 4).t()  # (4, 8) with strides (1, 4): read down the columns
+    with Recorder() as recorder:
+        torch._foreach_mul_([a], [b])  # returns nothing: the loop is a's, written in place
+    (record,) = recorder.trace.records
+    assert record.output_shapes == ()
+    # a's rows (8 elements, stride 1) merge with its columns (8 = 1 * 8), but b's do not
+    # (1 != 4 * 8): loops of 8.  From b's layout it would be 4 (columns of 4)
+    assert record.inner_loop == 8
