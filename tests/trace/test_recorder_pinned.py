@@ -357,3 +357,26 @@ def test_an_in_place_foreach_op_s_inner_loop_is_its_first_operand_s() -> None:
     # a's rows (8 elements, stride 1) merge with its columns (8 = 1 * 8), but b's do not
     # (1 != 4 * 8): loops of 8.  From b's layout it would be 4 (columns of 4)
     assert record.inner_loop == 8
+
+
+def test_gelu_s_variant_is_named_only_where_it_is_not_the_default() -> None:
+    x = torch.ones(4)
+    with Recorder() as recorder:
+        torch.nn.functional.gelu(x)
+        torch.nn.functional.gelu(x, approximate="tanh")
+    assert [r.variant for r in recorder.trace.records] == ["", "tanh"]
+
+
+def test_a_checkpointed_block_s_forward_is_run_again_in_backward_as_recomputation() -> None:
+    from torch.utils.checkpoint import checkpoint
+
+    linear = torch.nn.Linear(8, 8)
+    x = torch.ones(4, 8, requires_grad=True)
+
+    def block(t: torch.Tensor) -> torch.Tensor:
+        return linear(t).relu()  # relu saves its output: rebuilt in backward
+
+    result = trace(lambda: checkpoint(block, x, use_reentrant=False).sum().backward())
+    addmms = [(r.phase, r.recomputed) for r in result.records if r.op == "aten.addmm.default"]
+    # once in the forward, once more in backward (inside the Linear's forward, run again)
+    assert addmms == [("forward", False), ("backward", True)]
