@@ -12,7 +12,7 @@ import torch
 from tensorledger.costs.registry import register
 from tensorledger.hardware.target import Target
 from tensorledger.trace.kernels import target_program
-from tensorledger.trace.recorder import Recorder, trace
+from tensorledger.trace.recorder import Recorder, recomputation, trace
 
 H100 = Target("h100-sxm", "cuda", (9, 0))
 
@@ -380,3 +380,45 @@ def test_a_checkpointed_block_s_forward_is_run_again_in_backward_as_recomputatio
     addmms = [(r.phase, r.recomputed) for r in result.records if r.op == "aten.addmm.default"]
     # once in the forward, once more in backward (inside the Linear's forward, run again)
     assert addmms == [("forward", False), ("backward", True)]
+    # relu's gradient is backward's own work, outside any module's forward: no recomputation
+    assert [r.recomputed for r in result.records
+            if r.op == "aten.threshold_backward.default"] == [False]
+
+
+class _RunsAgainInBackward(torch.autograd.Function):
+    """A backward that runs forward work again by itself, as transformers' checkpointing does
+    (its layer's ``forward`` called directly, no module hook): told by ``recomputation()``."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x * 1
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        with recomputation():
+            _ = grad.exp()  # the recomputed forward
+        return grad * 2  # the backward's own
+
+
+def test_ops_inside_recomputation_in_backward_are_recomputed() -> None:
+    x = torch.ones(3, requires_grad=True)
+    result = trace(lambda: _RunsAgainInBackward.apply(x).sum().backward())
+    flags = {r.op: r.recomputed for r in result.records if r.phase == "backward"}
+    assert flags["aten.exp.default"] is True
+    assert flags["aten.mul.Tensor"] is False
+
+
+def test_a_storage_read_through_two_views_counts_its_larger_view_once() -> None:
+    x = torch.ones(4)  # 16 bytes
+    with Recorder() as recorder:
+        _ = x + x[:1]  # the whole of x, then one element of it: 16 bytes, not 4, not 20
+    (add,) = [r for r in recorder.trace.records if r.op == "aten.add.Tensor"]
+    assert add.bytes_read == 16
+
+
+def test_a_one_byte_read_is_counted() -> None:
+    flag = torch.ones(1, dtype=torch.uint8)  # 1 byte
+    with Recorder() as recorder:
+        _ = flag + 1
+    (add,) = recorder.trace.records
+    assert add.bytes_read == 1
