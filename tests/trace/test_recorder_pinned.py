@@ -422,3 +422,17 @@ def test_a_one_byte_read_is_counted() -> None:
         _ = flag + 1
     (add,) = recorder.trace.records
     assert add.bytes_read == 1
+
+
+def test_a_storage_resized_to_one_byte_is_created() -> None:
+    flag = torch.ones(1, dtype=torch.uint8)
+    with Recorder() as recorder:
+        y = flag + 1  # id 1 (flag is id 0): 1 byte
+        storage = y.untyped_storage()
+        storage.resize_(0)
+        recorder.storage_resized(storage)  # id 1 freed
+        storage.resize_(1)
+        recorder.storage_resized(storage)  # 1 byte again: id 2
+        _ = flag + 2  # id 3
+    _, second = recorder.trace.records
+    assert second.storages_created == ((2, 1), (3, 1))
