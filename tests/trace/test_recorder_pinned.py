@@ -219,15 +219,17 @@ def test_copy_reads_its_source_and_only_writes_its_destination() -> None:
 
 
 @pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
-def test_a_pointwise_op_on_a_tensor_without_strides_is_recorded() -> None:
-    # a sparse CSR tensor has no strides (torch raises): its layout is read as contiguous
+def test_a_pointwise_op_reading_a_tensor_without_strides_is_recorded() -> None:
+    # a sparse CSR operand has no strides (torch raises): its layout is read without them
     csr = torch.eye(3).to_sparse_csr()
+    dense = torch.ones(3, 3)
     with Recorder() as recorder:
-        _ = csr * 2
-    (mul,) = recorder.trace.records
-    assert (mul.op, mul.category, mul.output_shapes) == ("aten.mul.Tensor", "elementwise",
+        out = dense + csr  # a dense result: a new storage, so no view, and its inner loop read
+    (add,) = recorder.trace.records
+    assert out.layout == torch.strided
+    assert (add.op, add.category, add.output_shapes) == ("aten.add.Tensor", "elementwise",
                                                         ((3, 3),))
-    assert mul.inner_loop == 0  # no strides: not priced as a strided loop
+    assert add.bytes_written == 36  # 3 * 3 fp32
 
 
 class _Child(torch.nn.Module):
