@@ -398,8 +398,9 @@ class Recorder:
 
     def _freed(self, address: int, number: int) -> None:
         known = self._live.get(address)
-        if known is not None and known[0] == number:
-            del self._live[address]
+        if known is None or known[0] != number:
+            return  # its free was told already, when it was re-sized (storage_resized)
+        del self._live[address]
         if self._active:
             self._pending_frees.append(number)
 
