@@ -1,0 +1,155 @@
+"""Pins for ``formats/blocks.py`` and the scheme comparison of ``formats/metrics.py``.
+
+Packing at its edges (1 and 8 bits, codes wider than their field), the E8M0 exponent's clamp
+and dtype, MX blocks holding inf or NaN beside finite ones (in a 2-D tensor, so a block index
+and a row index differ), every field of an MX result, a plain cast's defaults and saturation
+count, and ``compare_schemes`` passing axis, rounding and seed to each scheme, each with a
+small tensor (at most a few hundred elements).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tensorledger.errors import InputError
+from tensorledger.formats import FloatFormat, resolve_format
+from tensorledger.formats.blocks import (
+    SCHEMES,
+    mx_scale_exponents,
+    pack_codes,
+    quantize_cast,
+    quantize_mx,
+    unpack_codes,
+)
+from tensorledger.formats.metrics import compare_schemes, error_metrics
+
+
+def test_one_bit_codes_pack_eight_to_a_byte() -> None:
+    codes = torch.tensor([1, 0, 1, 1, 0, 0, 0, 0, 1], dtype=torch.uint8)
+    # little end first: bits 0, 2 and 3 set in the first byte: 1 + 4 + 8 = 13; then the ninth
+    packed = pack_codes(codes, 1)
+    assert packed.tolist() == [13, 1]
+    assert torch.equal(unpack_codes(packed, 1, 9), codes)
+
+
+@pytest.mark.parametrize("bits", [0, 9])
+def test_codes_of_no_bits_or_of_more_than_8_are_refused(bits: int) -> None:
+    with pytest.raises(InputError, match=f"cannot pack {bits}-bit codes; expected 1 to 8"):
+        pack_codes(torch.zeros(4, dtype=torch.uint8), bits)
+
+
+def test_packing_keeps_only_each_codes_own_bits() -> None:
+    # 4-bit fields: 0x1F keeps 0xF and 0xF2 keeps 0x2; the byte is 0x2F = 47, not a carry of
+    # the fifth bit into the next code
+    assert pack_codes(torch.tensor([0x1F, 0xF2], dtype=torch.uint8), 4).tolist() == [0x2F]
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_packed_and_unpacked_codes_are_bytes_whatever_came_in(bits: int) -> None:
+    codes = torch.tensor([3, 12, 7], dtype=torch.int64)  # int64 codes, each within 4 bits
+    packed = pack_codes(codes, bits)
+    assert packed.dtype == torch.uint8
+    # 4 bits: 3 | 12 << 4 = 195, then 7; 8 bits: one byte each
+    assert packed.tolist() == ([195, 7] if bits == 4 else [3, 12, 7])
+    unpacked = unpack_codes(packed, bits, 3)
+    assert unpacked.dtype == torch.uint8 and unpacked.tolist() == [3, 12, 7]
+
+
+def test_scale_exponents_are_int64_and_clamped_to_e8m0() -> None:
+    e4m3 = resolve_format("fp8_e4m3fn")  # largest 448: emax 8
+    amax = torch.tensor([1e300, 1e-300, 2.0**-119, 2.0**-120], dtype=torch.float64)
+    got = mx_scale_exponents(amax, e4m3)
+    assert got.dtype == torch.int64
+    # 1e300 ≈ 2^996.6: 996 - 8 = 988 → 127; 1e-300: -997 - 8 → -127;
+    # 2^-119 - 8 = -127 exactly, 2^-120 - 8 = -128 → -127
+    assert got.tolist() == [127, -127, -127, -127]
+    assert mx_scale_exponents(amax.float()[2:], e4m3).dtype == torch.int64  # fp32 amax too
+    assert mx_scale_exponents(amax, e4m3, "up").tolist() == [127, -127, -127, -127]
+
+
+def test_mx_refuses_an_element_format_of_more_than_8_bits() -> None:
+    wide = FloatFormat("e5m3", 5, 3)  # 1 + 5 + 3 = 9 bits: no uint8 code holds it
+    with pytest.raises(InputError, match="e5m3 is not an MX element format"):
+        quantize_mx(torch.ones(32), wide)
+
+
+def test_mx_blocks_with_inf_or_nan_decode_to_nan_and_leave_the_others_alone() -> None:
+    # 3 rows × 64 columns: 2 blocks of 32 per row (rows ≠ blocks)
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(8)) * 4
+    x[1, 40], x[1, 41] = math.inf, -3e38  # row 1, block 1: an inf beside a large finite value
+    x[2, 3] = math.nan  # row 2, block 0
+    bad = torch.zeros(3, 2, dtype=torch.bool)
+    bad[1, 1] = bad[2, 0] = True
+    q = quantize_mx(x, "fp8_e4m3fn")
+    # the same tensor with the two blocks zeroed: every other block is quantized alone
+    clean = x.clone().reshape(3, 2, 32)
+    clean[bad] = 0.0
+    reference = quantize_mx(clean.reshape(3, 64), "fp8_e4m3fn")
+    got = q.dequantized.reshape(3, 2, 32)
+    assert got[bad].isnan().all()  # -3e38 too: the block's scale is NaN
+    assert torch.equal(got[~bad], reference.dequantized.reshape(3, 2, 32)[~bad])
+    assert q.scales is not None and q.scale_codes is not None and q.codes is not None
+    assert q.scales[bad].isnan().all() and not q.scales[~bad].isnan().any()
+    assert q.scale_codes[bad].tolist() == [255, 255]  # E8M0's NaN
+    # the elements of a NaN block are rounded as zeros: only their sign bits are set
+    assert (q.codes[bad] & 0x7F).eq(0).all()
+    assert q.saturated == reference.saturated  # no inf counted as clipped
+
+
+def test_every_field_of_an_mx_result() -> None:
+    x = torch.linspace(-3.0, 5.0, 64)  # two blocks of 32
+    q = quantize_mx(x, "fp4_e2m1")
+    assert (q.scheme, q.element_format, q.block_shape, q.scale_format) == (
+        "mx_fp4_e2m1_floor", "fp4_e2m1", (32,), "e8m0")
+    assert q.scales is not None and q.scale_codes is not None and q.codes is not None
+    # block 0 ends near 0.81, amax 3: floor(log2 3) - 2 = -1; block 1 amax 5: 2 - 2 = 0
+    assert q.scales.dtype == torch.float32 and q.scales.tolist() == [0.5, 1.0]
+    assert q.scale_codes.dtype == torch.uint8 and q.scale_codes.tolist() == [126, 127]
+    assert q.codes.shape == (2, 32) and q.codes.dtype == torch.uint8
+    assert (q.tensor_scale, q.elements) == (None, 64)
+    # 64 codes of 4 bits = 32 bytes, one E8M0 byte per block: 34 bytes, 34 · 8 / 64 = 4.25
+    assert (q.packed_bytes, q.bits_per_value) == (34, 4.25)
+
+
+def test_mx_stochastic_rounding_draws_from_the_seed() -> None:
+    x = torch.randn(4, 32, generator=torch.Generator().manual_seed(9))
+    first = quantize_mx(x, "fp4_e2m1", rounding="stochastic", seed=11).dequantized
+    assert torch.equal(first, quantize_mx(x, "fp4_e2m1", rounding="stochastic",
+                                          seed=11).dequantized)
+    assert not torch.equal(first, quantize_mx(x, "fp4_e2m1", rounding="stochastic",
+                                              seed=12).dequantized)
+
+
+def test_a_plain_cast_does_not_saturate_unless_asked_and_counts_what_overflows() -> None:
+    x = torch.tensor([448.0, 449.0, -1000.0, 1.0])  # E4M3's largest is 448
+    q = quantize_cast(x, "fp8_e4m3fn")
+    # 449 rounds to 448 (spacing 32 there) but lies beyond it: counted; 448 itself is not
+    assert q.saturated == 2
+    assert q.dequantized[:2].tolist() == [448.0, 448.0] and q.dequantized[2].isnan()
+    assert quantize_cast(x, "fp8_e4m3fn", saturate=True).dequantized.tolist() == [
+        448.0, 448.0, -448.0, 1.0]
+
+
+def test_compare_schemes_passes_axis_rounding_and_seed_to_each_scheme() -> None:
+    x = torch.randn(40, 3, generator=torch.Generator().manual_seed(10))  # axis 0: 40 long
+    got = compare_schemes(x, ["mxfp4", "nvfp4"], axis=0, rounding="stochastic", seed=5)
+    assert (got.source, got.shape, got.elements, got.fp32_bytes) == ("tensor", (40, 3), 120, 480)
+    assert (got.axis, got.rounding) == (0, "stochastic")
+    mx = quantize_mx(x, "fp4_e2m1", axis=0, rounding="stochastic", seed=5, scheme="mxfp4")
+    row = got.results[0]
+    assert row.error == error_metrics(x, mx.dequantized)  # the same draws along axis 0
+    assert (row.scheme, row.description) == ("mxfp4", SCHEMES["mxfp4"].description)
+    assert (row.element_format, row.block_shape, row.scale_format) == ("fp4_e2m1", (32,), "e8m0")
+    assert (row.packed_bytes, row.bits_per_value) == (mx.packed_bytes, mx.bits_per_value)
+    assert 0 < mx.saturated < 120  # the floor rule clips some amaxes
+    assert row.saturated_fraction == mx.saturated / 120
+    assert got.results[1].scale_format == "fp8_e4m3fn"
+
+
+def test_compare_schemes_names_its_source() -> None:
+    got = compare_schemes(torch.ones(4), ["bf16"], source="w.npy")
+    assert (got.source, got.axis, got.rounding) == ("w.npy", -1, "nearest")
+    assert math.isinf(got.best.error.sqnr_db)  # ones are exact in bf16
