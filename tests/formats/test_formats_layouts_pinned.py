@@ -1,0 +1,93 @@
+"""Pins for ``formats/spec.py`` and ``formats/quantize.py`` at layouts the registry lacks.
+
+``FloatFormat`` takes any layout, and every function resolves a ``FloatFormat`` as itself, so
+a 9-bit format (E5M3) and an unsigned fp4 check what the registry's formats cannot: that codes
+are only made for at most 8 bits, and that an unsigned format reads no sign.  Beside them:
+the bit strings and kinds of E5M2 (where exponent and mantissa widths differ by more than one),
+``pow2`` at the ends of fp64's normal range and for int32 exponents, and per-tensor scaling
+under a float64 default dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from tensorledger.formats import FloatFormat, cast_scalar, code_values
+from tensorledger.formats.blocks import CAST_CHUNK, quantize_cast, quantize_per_tensor
+from tensorledger.formats.quantize import cast, pow2
+
+E5M3 = FloatFormat("e5m3", 5, 3)  # 1 + 5 + 3 = 9 bits: bias 15, largest 1.875 · 2^15 = 61,440
+UNSIGNED_E2M1 = FloatFormat("ue2m1", 2, 1, "finite", signed=False)  # 3 bits, no sign
+
+
+def test_a_9_bit_format_gets_no_code_from_cast_scalar() -> None:
+    got = cast_scalar(1.3, E5M3)  # spacing 2^-3 in [1, 2): 1.25 and 1.375, 1.25 nearer
+    assert (got.result, got.outcome, got.code) == (1.25, "rounded", None)
+
+
+def test_a_chunked_cast_to_a_9_bit_format_gives_no_codes() -> None:
+    x = torch.full((CAST_CHUNK + 3,), 1.3)  # two chunks: CAST_CHUNK and 3
+    got = quantize_cast(x, E5M3)
+    assert got.codes is None
+    assert cast(x[:4], E5M3).codes is None  # one chunk: the same
+    assert bool(got.dequantized.eq(1.25).all())
+
+
+def test_an_unsigned_format_reads_no_sign_bit() -> None:
+    # codes 0..7: exponent field 0 (subnormals 0, 0.5), then 1.0, 1.5, 2, 3, 4, 6
+    values = [UNSIGNED_E2M1.decode(code) for code in range(8)]
+    assert values == [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+
+
+def test_e5m2_bit_strings_split_1_5_2() -> None:
+    values = code_values("fp8_e5m2")
+    # 0x7C = 0.11111.00: +inf; 0xFD = 1.11111.01: a NaN; 0x3E = 0.01111.10 = 1.5
+    assert (values[0x7C].bits, values[0x7C].kind) == ("0.11111.00", "inf")
+    assert (values[0xFC].bits, values[0xFC].kind) == ("1.11111.00", "inf")
+    assert (values[0xFD].bits, values[0xFD].kind) == ("1.11111.01", "nan")
+    assert (values[0x3E].bits, values[0x3E].value) == ("0.01111.10", 1.5)
+
+
+def test_e8m0_bit_strings_are_its_eight_exponent_bits() -> None:
+    values = code_values("e8m0")  # no sign, no mantissa: one field
+    assert (values[127].bits, values[127].value) == ("01111111", 1.0)  # 2^(127 - 127)
+
+
+def test_pow2_clamps_to_fp64s_normal_range() -> None:
+    exponents = torch.tensor([-1100, -1023, -1022, 0, 1023, 1024])
+    got = pow2(exponents, torch.float64)
+    # biased exponent e + 1023 clamped to 1..2046: 2^-1022 at the bottom, 2^1023 at the top
+    assert got.tolist() == [2.0**-1022, 2.0**-1022, 2.0**-1022, 1.0, 2.0**1023, 2.0**1023]
+
+
+def test_pow2_of_int32_exponents() -> None:
+    exponents = torch.tensor([3, -3, 1000], dtype=torch.int32)
+    # 1000 + 1023 = 2023, shifted 52 places: beyond int32, so the shift must be in int64
+    assert pow2(exponents, torch.float64).tolist() == [8.0, 0.125, 2.0**1000]
+
+
+def test_pow2_into_fp32_is_fp32_down_to_its_smallest_subnormal() -> None:
+    got = pow2(torch.tensor([-149, -127, 127]), torch.float32)
+    assert got.dtype == torch.float32
+    assert got.tolist() == [2.0**-149, 2.0**-127, 2.0**127]  # exact, by way of fp64
+
+
+@pytest.fixture
+def float64_default() -> Iterator[None]:
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
+@pytest.mark.usefixtures("float64_default")
+def test_the_per_tensor_scale_is_fp32_whatever_the_default_dtype() -> None:
+    got = quantize_per_tensor(torch.tensor([0.3, -1.0], dtype=torch.float32), "fp8_e4m3fn")
+    # s = 1 / 448 stored in fp32: 0.0022321429569..., not fp64's 0.0022321428571...
+    assert got.tensor_scale == float(torch.tensor(1 / 448, dtype=torch.float32))
+    assert got.tensor_scale != 1 / 448
