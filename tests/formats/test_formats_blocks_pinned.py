@@ -22,6 +22,7 @@ from tensorledger.formats.blocks import (
     pack_codes,
     quantize_cast,
     quantize_mx,
+    quantize_nvfp4,
     unpack_codes,
 )
 from tensorledger.formats.metrics import compare_schemes, error_metrics
@@ -153,3 +154,22 @@ def test_compare_schemes_names_its_source() -> None:
     got = compare_schemes(torch.ones(4), ["bf16"], source="w.npy")
     assert (got.source, got.axis, got.rounding) == ("w.npy", -1, "nearest")
     assert math.isinf(got.best.error.sqnr_db)  # ones are exact in bf16
+
+
+def test_nvfp4_tiles_over_rows_padded_to_16_equal_tiles_of_the_padded_tensor() -> None:
+    x = torch.randn(20, 40, generator=torch.Generator().manual_seed(12))  # 20 rows → 32
+    got = quantize_nvfp4(x, tile="16x16").dequantized
+    # zero rows change no tile's amax, so padding by hand gives the same first 20 rows
+    padded = torch.nn.functional.pad(x, (0, 0, 0, 12))
+    assert torch.equal(got, quantize_nvfp4(padded, tile="16x16").dequantized[:20])
+
+
+def test_nvfp4_tiles_of_a_batch_are_each_matrix_tiled() -> None:
+    first = torch.randn(20, 40, generator=torch.Generator().manual_seed(13))
+    x = torch.stack([first, -first])  # (2, 20, 40): one amax, so one tensor scale for all
+    got = quantize_nvfp4(x, tile="16x16")
+    alone = quantize_nvfp4(first, tile="16x16")
+    assert got.dequantized.shape == (2, 20, 40)
+    assert torch.equal(got.dequantized[0], alone.dequantized)
+    assert torch.equal(got.dequantized[1], -alone.dequantized)  # signs apart, the same
+    assert got.scales is not None and got.scales.shape == (2, 2, 3)  # ceil(20/16) × ceil(40/16)
