@@ -10,11 +10,13 @@ small tensor (at most a few hundred elements).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
 
-from tensorledger.errors import InputError
+from tensorledger.errors import InputError, ShapeError
 from tensorledger.formats import FloatFormat, resolve_format
 from tensorledger.formats.blocks import (
     SCHEMES,
@@ -23,9 +25,22 @@ from tensorledger.formats.blocks import (
     quantize_cast,
     quantize_mx,
     quantize_nvfp4,
+    quantize_per_tensor,
+    quantize_scheme,
+    resolve_scheme,
     unpack_codes,
 )
 from tensorledger.formats.metrics import compare_schemes, error_metrics
+
+
+@pytest.fixture
+def float64_default() -> Iterator[None]:
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
 
 
 def test_one_bit_codes_pack_eight_to_a_byte() -> None:
@@ -173,3 +188,78 @@ def test_nvfp4_tiles_of_a_batch_are_each_matrix_tiled() -> None:
     assert torch.equal(got.dequantized[0], alone.dequantized)
     assert torch.equal(got.dequantized[1], -alone.dequantized)  # signs apart, the same
     assert got.scales is not None and got.scales.shape == (2, 2, 3)  # ceil(20/16) × ceil(40/16)
+
+
+@pytest.mark.parametrize(("name", "direct"), [
+    ("mxfp4_up", lambda x, **kw: quantize_mx(x, "fp4_e2m1", rule="up", **kw)),
+    ("nvfp4", lambda x, **kw: quantize_nvfp4(x, **kw)),
+    ("fp8_e5m2_tensor", lambda x, **kw: quantize_per_tensor(x, "fp8_e5m2", **kw)),
+    ("fp6_e3m2", lambda x, **kw: quantize_cast(x, "fp6_e3m2", **kw)),
+])
+def test_a_scheme_by_name_is_its_quantizer_with_every_argument(name: str, direct: Any) -> None:
+    x = torch.randn(40, 3, generator=torch.Generator().manual_seed(14)) * 3
+    got = quantize_scheme(x, name, axis=0, rounding="stochastic", seed=5)
+    extra = {"axis": 0} if resolve_scheme(name).kind in ("mx", "nvfp4") else {}
+    want = direct(x, rounding="stochastic", seed=5, **extra)
+    assert torch.equal(got.dequantized, want.dequantized)
+    assert (got.scheme, got.element_format) == (name, want.element_format)
+    # and the draws matter: another seed or nearest rounding gives another tensor
+    assert not torch.equal(got.dequantized, quantize_scheme(x, name, axis=0, seed=5).dequantized)
+    assert not torch.equal(got.dequantized, quantize_scheme(x, name, axis=0,
+                                                            rounding="stochastic",
+                                                            seed=6).dequantized)
+
+
+@pytest.mark.parametrize("name", ["mxfp8", "nvfp4"])
+def test_a_0_d_tensor_quantizes_as_its_one_element(name: str) -> None:
+    scalar = torch.tensor(2.7)
+    got = quantize_scheme(scalar, name)
+    assert got.dequantized.shape == ()
+    assert got.dequantized.item() == quantize_scheme(scalar.reshape(1), name).dequantized.item()
+
+
+def test_an_axis_beyond_a_1_d_tensor_is_refused() -> None:
+    for axis in (1, -2):  # a 1-D tensor has axes 0 and -1 only
+        with pytest.raises(ShapeError, match=f"axis {axis} is out of range for a tensor of"):
+            quantize_mx(torch.ones(32), axis=axis)
+
+
+def test_a_block_amax_that_lands_on_the_largest_element_is_not_clipped() -> None:
+    x = torch.zeros(32)
+    x[0], x[1] = 6.0, -1.0  # floor(log2 6) - 2 = 0: scale 1, and 6 is E2M1's largest
+    q = quantize_mx(x, "fp4_e2m1")
+    assert q.saturated == 0 and q.dequantized[:2].tolist() == [6.0, -1.0]
+
+
+def test_nvfp4_tensor_scales_below_and_at_zero() -> None:
+    x = torch.zeros(16)
+    x[0], x[1] = 0.5, -0.25  # amax 0.5 < 1: s_enc = 448 · 6 / 0.5 = 5,376
+    assert quantize_nvfp4(x).tensor_scale == 5376.0
+    assert quantize_nvfp4(torch.zeros(16)).tensor_scale == 1.0  # all zero: s_enc = 1
+
+
+def test_nvfp4_block_scales_below_one_still_scale() -> None:
+    x = torch.zeros(32)
+    x[:16] = 1.0  # block 0: all ones
+    x[16] = 1000.0  # block 1: the tensor's amax
+    got = quantize_nvfp4(x)
+    # s_enc = 2688 / 1000 = 2.688; block 0: 1 / 6 · 2.688 = 0.448 → E4M3 0.4375 (7 · 2^-4);
+    # 1 · 2.688 / 0.4375 = 6.144 → E2M1 6; 6 · 0.4375 / 2.688 = 0.9765625
+    assert got.dequantized[:16].tolist() == pytest.approx([0.9765625] * 16, rel=1e-6)
+
+
+def test_every_field_of_an_nvfp4_tile_result() -> None:
+    first = torch.randn(20, 40, generator=torch.Generator().manual_seed(15))
+    got = quantize_nvfp4(torch.stack([first, -first]), tile="16x16")  # (2, 20, 40)
+    assert (got.scheme, got.element_format, got.block_shape, got.scale_format) == (
+        "nvfp4_16x16", "fp4_e2m1", (16, 16), "fp8_e4m3fn")
+    # codes blockwise: 20 rows padded to 32, 40 columns to 3 blocks of 16
+    assert got.codes is not None and got.codes.shape == (2, 32, 3, 16)
+    assert quantize_nvfp4(first).block_shape == (16,)
+
+
+@pytest.mark.usefixtures("float64_default")
+def test_the_nvfp4_tensor_scale_is_fp32_whatever_the_default_dtype() -> None:
+    x = torch.zeros(16)
+    x[0] = 5.0  # s_enc = 2688 / 5 = 537.6, which fp32 holds as 537.5999755859375
+    assert quantize_nvfp4(x).tensor_scale == 537.5999755859375
