@@ -30,7 +30,12 @@ from tensorledger.formats.blocks import (
     resolve_scheme,
     unpack_codes,
 )
-from tensorledger.formats.metrics import compare_schemes, error_metrics
+from tensorledger.formats.metrics import (
+    WORKING_MULTIPLE,
+    compare_schemes,
+    error_metrics,
+    quantize_memory_bytes,
+)
 
 
 @pytest.fixture
@@ -263,3 +268,11 @@ def test_the_nvfp4_tensor_scale_is_fp32_whatever_the_default_dtype() -> None:
     x = torch.zeros(16)
     x[0] = 5.0  # s_enc = 2688 / 5 = 537.6, which fp32 holds as 537.5999755859375
     assert quantize_nvfp4(x).tensor_scale == 537.5999755859375
+
+
+def test_quantize_memory_is_the_input_and_its_working_multiple() -> None:
+    assert WORKING_MULTIPLE == 6
+    # 2^25 fp32 elements: 4 bytes each, the input once and 6 times over: 7 · 4 · 2^25 bytes,
+    # 0.875 GiB
+    assert quantize_memory_bytes(2**25) == 7 * 4 * 2**25 == 0.875 * 2**30
+    assert quantize_memory_bytes(3) == 84  # 7 · 4 · 3
