@@ -147,6 +147,8 @@ def test_mx_stochastic_rounding_draws_from_the_seed() -> None:
 def test_a_plain_cast_does_not_saturate_unless_asked_and_counts_what_overflows() -> None:
     x = torch.tensor([448.0, 449.0, -1000.0, 1.0])  # E4M3's largest is 448
     q = quantize_cast(x, "fp8_e4m3fn")
+    assert (q.scheme, q.element_format, q.block_shape, q.scale_format) == (
+        "fp8_e4m3fn", "fp8_e4m3fn", (), None)
     # 449 rounds to 448 (spacing 32 there) but lies beyond it: counted; 448 itself is not
     assert q.saturated == 2
     assert q.dequantized[:2].tolist() == [448.0, 448.0] and q.dequantized[2].isnan()
