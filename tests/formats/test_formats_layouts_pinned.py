@@ -10,6 +10,7 @@ under a float64 default dtype.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import pytest
@@ -91,3 +92,25 @@ def test_the_per_tensor_scale_is_fp32_whatever_the_default_dtype() -> None:
     # s = 1 / 448 stored in fp32: 0.0022321429569..., not fp64's 0.0022321428571...
     assert got.tensor_scale == float(torch.tensor(1 / 448, dtype=torch.float32))
     assert got.tensor_scale != 1 / 448
+
+
+def test_an_fp64_input_is_rounded_once_in_fp64() -> None:
+    # 1 + 2^-4 + 2^-30: just above the tie between E4M3's 1 and 1.125 (spacing 2^-3), so it
+    # rounds up; read into fp32 first, the 2^-30 would be lost and the tie go to even, 1
+    x = torch.tensor([1 + 2.0**-4 + 2.0**-30], dtype=torch.float64)
+    assert cast(x, "fp8_e4m3fn").values.tolist() == [1.125]
+
+
+def test_a_copy_of_fp32_under_another_name_keeps_fp32_values_up_to_the_top() -> None:
+    # not "fp32", so it is rounded, not copied; its top binade's spacing is 2^(127 - 23), and
+    # |x| + 2^127 would overflow fp32, so the rounding must work in fp64
+    copy = FloatFormat("binary32", 8, 23)
+    x = torch.tensor([3e38, -3.4e38, 1.5, 1e-45])  # near the top, a plain value, a subnormal
+    got = cast(x, copy).values
+    assert got.dtype == torch.float32 and torch.equal(got, x)
+
+
+def test_nan_into_fp4_is_code_0() -> None:
+    got = cast(torch.tensor([math.nan, -math.nan]), "fp4_e2m1")
+    assert got.values.tolist() == [0.0, 0.0]
+    assert got.codes is not None and got.codes.tolist() == [0, 0]  # +0, whatever NaN's sign

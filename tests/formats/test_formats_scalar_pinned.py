@@ -17,10 +17,11 @@ import torch
 
 from tensorledger.errors import InputError
 from tensorledger.formats import format_properties, round_to_format
-from tensorledger.formats.blocks import Scheme, resolve_scheme
+from tensorledger.formats.blocks import Scheme, quantize_per_tensor, resolve_scheme
+from tensorledger.formats.metrics import error_metrics
 from tensorledger.formats.spec import read_cast_input
 from tensorledger.formats.tensors import random_tensor
-from tensorledger.formats.training import TEST_TENSOR, Fp8RecipeError, _test_tensor
+from tensorledger.formats.training import TEST_TENSOR, Fp8RecipeError, _error, _test_tensor
 
 
 @pytest.fixture
@@ -115,3 +116,15 @@ def test_describe_names_a_separate_gradient_format() -> None:
     assert rowwise.describe() == (
         "precision lab: fp8_e4m3fn, one scale per row: SQNR 32.0 dB, mean relative error "
         f"2.31% (on {TEST_TENSOR})")
+
+
+def test_the_recipe_error_scales_per_tensor_or_per_row() -> None:
+    # rows 1000 times apart: one scale for both squeezes the small row, one per row does not
+    x = torch.randn(2, 64, generator=torch.Generator().manual_seed(16))
+    x[1] *= 1000
+    per_tensor = _error(x, "fp8_e5m2", "tensor")
+    assert per_tensor == error_metrics(x, quantize_per_tensor(x, "fp8_e5m2").dequantized)
+    per_row = _error(x, "fp8_e5m2", "row")
+    rows = torch.stack([quantize_per_tensor(row, "fp8_e5m2").dequantized for row in x])
+    assert per_row == error_metrics(x, rows)
+    assert per_row.mean_rel_error < per_tensor.mean_rel_error
