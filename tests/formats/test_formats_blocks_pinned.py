@@ -278,3 +278,21 @@ def test_quantize_memory_is_the_input_and_its_working_multiple() -> None:
     # 0.875 GiB
     assert quantize_memory_bytes(2**25) == 7 * 4 * 2**25 == 0.875 * 2**30
     assert quantize_memory_bytes(3) == 84  # 7 · 4 · 3
+
+
+def test_nvfp4_refuses_a_tensor_too_small_for_its_fp32_scales() -> None:
+    # amax 1e-34: s_enc = 2688 / 1e-34 ≈ 2.7e37, and a block 10^5 times smaller gets the E4M3
+    # scale 0.0044, so s_enc / s_b ≈ 6e39 overflowed fp32: its zeros became NaN
+    x = torch.zeros(32)
+    x[0], x[16] = 1e-34, 1e-39
+    with pytest.raises(InputError, match=r"largest magnitude is 1e-34, below 2\^-106"):
+        quantize_nvfp4(x)
+    smallest = 2.0**-106  # the smallest amax scaled: every factor stays finite
+    x[0], x[16] = smallest, smallest * 1e-5
+    got = quantize_nvfp4(x)
+    assert bool(got.dequantized.isfinite().all()) and got.dequantized[1] == 0.0
+    assert got.dequantized[0] == pytest.approx(smallest, rel=0.01)  # one of the largest codes
+    below = float(torch.nextafter(torch.tensor(smallest), torch.tensor(0.0)))  # one fp32 ulp
+    x[0] = below
+    with pytest.raises(InputError, match="below 2\\^-106"):
+        quantize_nvfp4(x)
