@@ -296,3 +296,13 @@ def test_nvfp4_refuses_a_tensor_too_small_for_its_fp32_scales() -> None:
     x[0] = below
     with pytest.raises(InputError, match="below 2\\^-106"):
         quantize_nvfp4(x)
+
+
+def test_quantizers_take_floating_point_tensors_of_any_size_and_give_fp32() -> None:
+    for bad in (torch.arange(32), [1.0] * 32):  # integers; not a tensor at all
+        with pytest.raises(InputError, match="quantization needs a floating-point tensor"):
+            quantize_mx(bad)  # type: ignore[arg-type]
+    one = quantize_mx(torch.tensor([2.0]))  # one element: padded to a block of 32
+    assert one.dequantized.tolist() == [2.0]
+    half = quantize_mx(torch.tensor([1.5, -3.0], dtype=torch.float16), "fp8_e4m3fn")
+    assert half.dequantized.dtype == torch.float32 and half.dequantized.tolist() == [1.5, -3.0]

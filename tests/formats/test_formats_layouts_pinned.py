@@ -18,7 +18,7 @@ import torch
 
 from tensorledger.formats import FloatFormat, cast_scalar, code_values
 from tensorledger.formats.blocks import CAST_CHUNK, quantize_cast, quantize_per_tensor
-from tensorledger.formats.quantize import cast, pow2
+from tensorledger.formats.quantize import cast, pow2, round_magnitudes
 
 E5M3 = FloatFormat("e5m3", 5, 3)  # 1 + 5 + 3 = 9 bits: bias 15, largest 1.875 · 2^15 = 61,440
 UNSIGNED_E2M1 = FloatFormat("ue2m1", 2, 1, "finite", signed=False)  # 3 bits, no sign
@@ -114,3 +114,57 @@ def test_nan_into_fp4_is_code_0() -> None:
     got = cast(torch.tensor([math.nan, -math.nan]), "fp4_e2m1")
     assert got.values.tolist() == [0.0, 0.0]
     assert got.codes is not None and got.codes.tolist() == [0, 0]  # +0, whatever NaN's sign
+
+
+def test_a_given_generator_wins_over_a_seed() -> None:
+    x = torch.full((64,), 1.3)
+    drawn = cast(x, "fp8_e4m3fn", rounding="stochastic",
+                 generator=torch.Generator().manual_seed(1), seed=2)
+    again = cast(x, "fp8_e4m3fn", rounding="stochastic",
+                 generator=torch.Generator().manual_seed(1))
+    assert torch.equal(drawn.values, again.values)
+    assert not torch.equal(drawn.values, cast(x, "fp8_e4m3fn", rounding="stochastic",
+                                               seed=2).values)
+
+
+def test_stochastic_bf16_draws_fp64_uniforms_from_the_seed() -> None:
+    # bf16 rounds in fp64 (its spacing at the top needs it); 1 + 2^-9 lies a quarter of the
+    # way from 1 to 1 + 2^-7, so it rounds up where the uniform u >= 3/4
+    x = torch.full((256,), 1 + 2.0**-9)
+    got = cast(x, "bf16", rounding="stochastic", seed=3)
+    u = torch.rand(256, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    want = torch.where(u >= 0.75, 1 + 2.0**-7, 1.0).float()
+    assert torch.equal(got.values, want)
+    assert got.codes is None  # 16 bits: no codes, drawn or not
+
+
+def test_cast_results_say_what_they_are() -> None:
+    x = torch.tensor([1.5, -0.25], dtype=torch.float16)
+    for name, bits in (("fp32", 32), ("bf16", 16), ("fp8_e4m3fn", 8)):
+        got = cast(x, name, saturate=True, rounding="stochastic", seed=0)
+        assert (got.format, got.saturate, got.rounding) == (name, True, "stochastic")
+        assert got.values.dtype == torch.float32  # fp16 in, fp32 out
+        assert got.values.tolist() == [1.5, -0.25]  # both exact in every one of them
+        assert (got.codes is None) == (bits > 8)
+    codes = cast(x, "fp8_e4m3fn").codes
+    # 1.5 = 0.0111.100 = 0x3C; -0.25 = 1.0101.000 = 0xA8
+    assert codes is not None and codes.dtype == torch.uint8 and codes.tolist() == [0x3C, 0xA8]
+
+
+def test_fp64_is_kept_as_it_is_up_to_its_largest_value() -> None:
+    x = torch.tensor([1.7e308, -5e-324, 1.0], dtype=torch.float64)
+    got = cast(x, "fp64").values
+    assert got.dtype == torch.float64 and torch.equal(got, x)
+
+
+def test_round_magnitudes_rounds_to_nearest_unless_told() -> None:
+    fmt = FloatFormat("fp8_e4m3fn", 4, 3, "fn")
+    rounded, codes = round_magnitudes(torch.tensor([1.3, 17.0]), fmt, saturate=False)
+    # 1.3: spacing 1/8, 1.25 nearer; 17: spacing 2, a tie between 16 and 18, to even 16
+    assert rounded.tolist() == [1.25, 16.0]
+    assert codes is not None and codes.tolist() == [0x3A, 0x58]  # 0.0111.010, 0.1011.000
+
+
+def test_tf32_keeps_its_smallest_normal_in_a_tensor_cast() -> None:
+    x = torch.tensor([2.0**-126, 2.0**-127])  # tf32 flushes subnormals, not its smallest normal
+    assert cast(x, "tf32").values.tolist() == [2.0**-126, 0.0]
