@@ -20,6 +20,7 @@ from tensorledger.errors import InputError, ShapeError
 from tensorledger.formats import FloatFormat, resolve_format
 from tensorledger.formats.blocks import (
     SCHEMES,
+    Scheme,
     mx_scale_exponents,
     pack_codes,
     quantize_cast,
@@ -36,6 +37,8 @@ from tensorledger.formats.metrics import (
     error_metrics,
     quantize_memory_bytes,
 )
+
+E5M3 = FloatFormat("e5m3", 5, 3)  # 1 + 5 + 3 = 9 bits
 
 
 @pytest.fixture
@@ -306,3 +309,31 @@ def test_quantizers_take_floating_point_tensors_of_any_size_and_give_fp32() -> N
     assert one.dequantized.tolist() == [2.0]
     half = quantize_mx(torch.tensor([1.5, -3.0], dtype=torch.float16), "fp8_e4m3fn")
     assert half.dequantized.dtype == torch.float32 and half.dequantized.tolist() == [1.5, -3.0]
+
+
+def test_per_tensor_scaling_defaults_to_e4m3_and_names_itself_in_refusals() -> None:
+    got = quantize_per_tensor(torch.tensor([448.0, -1.0]))  # amax 448: scale 1
+    assert (got.element_format, got.tensor_scale) == ("fp8_e4m3fn", 1.0)
+    with pytest.raises(InputError, match=r"^per-tensor scaling needs a finite tensor"):
+        quantize_per_tensor(torch.tensor([1.0, math.inf]))
+
+
+def test_per_tensor_codes_only_for_formats_of_at_most_8_bits() -> None:
+    x = torch.tensor([1.5, -0.5])
+    assert quantize_per_tensor(x, "bf16").codes is None
+    assert quantize_per_tensor(x, E5M3).codes is None  # 9 bits
+    codes = quantize_per_tensor(x, "fp8_e4m3fn").codes
+    # amax 1.5: scale 1.5 / 448; 1.5 → 448 = 0.1111.110 (0x7E), -0.5 → -149.33 → -144
+    # (spacing 16 in [128, 256)) = 1.1110.001 (0xF1)
+    assert codes is not None and codes.tolist() == [0x7E, 0xF1]
+
+
+def test_a_plain_cast_stores_its_bits_per_value() -> None:
+    x = torch.ones(3)
+    assert quantize_cast(x, "fp8_e4m3fn").bits_per_value == 8.0  # 3 bytes · 8 / 3
+    assert quantize_cast(x, "fp4_e2m1").bits_per_value == 16 / 3  # 2 bytes · 8 / 3
+
+
+def test_a_cast_scheme_keeps_its_own_name() -> None:
+    mine = Scheme("bf16_weights", "cast", "bf16", "the weights in bf16")
+    assert quantize_scheme(torch.ones(4), mine).scheme == "bf16_weights"
