@@ -337,3 +337,15 @@ def test_a_plain_cast_stores_its_bits_per_value() -> None:
 def test_a_cast_scheme_keeps_its_own_name() -> None:
     mine = Scheme("bf16_weights", "cast", "bf16", "the weights in bf16")
     assert quantize_scheme(torch.ones(4), mine).scheme == "bf16_weights"
+
+
+def test_per_tensor_scaling_saturates_an_amax_its_fp32_scale_sends_past_the_top() -> None:
+    # into tf32 (largest (2 - 2^-10) · 2^127): s = amax / largest is an fp32 subnormal, so
+    # amax / s lands above the largest value, and the saturating cast brings it back to it
+    largest = (2 - 2.0**-10) * 2.0**127
+    x = torch.tensor([1.4203048944473267, -0.5])
+    scale = torch.tensor(float(x[0]) / largest, dtype=torch.float32)
+    assert float(x[0] / scale) > largest  # the overshoot the saturation catches
+    got = quantize_per_tensor(x, "tf32")
+    assert got.tensor_scale == float(scale)
+    assert got.dequantized[0] == torch.tensor(largest, dtype=torch.float32) * scale
