@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from tensorledger.formats import FloatFormat, cast_scalar, code_values
-from tensorledger.formats.blocks import CAST_CHUNK, quantize_cast, quantize_per_tensor
+from tensorledger.formats.blocks import CAST_CHUNK, quantize_cast, quantize_mx, quantize_per_tensor
+from tensorledger.formats.metrics import error_metrics
 from tensorledger.formats.quantize import cast, pow2, round_magnitudes
 
 E5M3 = FloatFormat("e5m3", 5, 3)  # 1 + 5 + 3 = 9 bits: bias 15, largest 1.875 · 2^15 = 61,440
@@ -168,3 +169,14 @@ def test_round_magnitudes_rounds_to_nearest_unless_told() -> None:
 def test_tf32_keeps_its_smallest_normal_in_a_tensor_cast() -> None:
     x = torch.tensor([2.0**-126, 2.0**-127])  # tf32 flushes subnormals, not its smallest normal
     assert cast(x, "tf32").values.tolist() == [2.0**-126, 0.0]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA tensor")
+def test_a_gpu_tensor_is_quantized_and_compared_on_the_cpu() -> None:
+    x = torch.randn(64, generator=torch.Generator().manual_seed(17))
+    on_gpu = x.cuda()
+    assert quantize_mx(on_gpu).dequantized.device.type == "cpu"
+    assert torch.equal(cast(on_gpu, "fp8_e4m3fn").values, cast(x, "fp8_e4m3fn").values)
+    q = torch.round(x * 4) / 4
+    # the metrics read each chunk onto the CPU: the same sums, in the same order
+    assert error_metrics(on_gpu, q.cuda()) == error_metrics(x, q)
