@@ -252,7 +252,7 @@ _E2M1 = resolve_format("fp4_e2m1")
 _E4M3 = resolve_format("fp8_e4m3fn")
 #: The smallest nonzero amax NVFP4 scales.  Below it the fp32 encode factor s_enc / s_b
 #: (448·6 / amax over E4M3's smallest block scale, 2^-9) can pass fp32's largest value, 2^128:
-#: 2688 · 2^106 · 2^9 ≈ 2^126.4 still fits.  An overflowed factor made every element 0 or NaN.
+#: 2688 · 2^106 · 2^9 ≈ 2^126.4 still fits.  An overflowed factor made a block's elements 0 or NaN.
 _NV_SMALLEST_AMAX = 2.0**-106
 
 
