@@ -98,7 +98,7 @@ def test_the_fp8_test_tensor_is_seeded_rows_of_spread_sigma() -> None:
     # row r has σ = 2^(-8 + 16 r / 255): 2^-8 for the first row, 2^8 for the last
     sigma = torch.tensor([2.0 ** (-8 + 16 * r / 255) for r in range(256)])
     assert torch.allclose(x, values * sigma[:, None], rtol=1e-6, atol=0.0)
-    assert (sigma[0], sigma[-1]) == (2.0**-8, 2.0**8)
+    assert (float(sigma[0]), float(sigma[-1])) == (2.0**-8, 2.0**8)
 
 
 @pytest.mark.usefixtures("float64_default")
