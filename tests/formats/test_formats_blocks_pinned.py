@@ -37,6 +37,7 @@ from tensorledger.formats.metrics import (
     error_metrics,
     quantize_memory_bytes,
 )
+from tensorledger.formats.quantize import cast
 
 E5M3 = FloatFormat("e5m3", 5, 3)  # 1 + 5 + 3 = 9 bits
 
@@ -349,3 +350,15 @@ def test_per_tensor_scaling_saturates_an_amax_its_fp32_scale_sends_past_the_top(
     got = quantize_per_tensor(x, "tf32")
     assert got.tensor_scale == float(scale)
     assert got.dequantized[0] == torch.tensor(largest, dtype=torch.float32) * scale
+
+
+@pytest.mark.parametrize("name", ["bf16", "tf32", "fp32", "fp16", "fp8_e4m3fn"])
+def test_per_tensor_scaling_rounds_like_a_saturating_cast_of_the_scaled_tensor(name: str) -> None:
+    # the second path: cast(|x| / s, saturate) · s with x's sign.  bf16, tf32 and fp32 need
+    # fp64 to round in; in fp32 they were left unrounded (bf16), or became NaN (tf32) or inf
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(18))
+    got = quantize_per_tensor(x, name)
+    scale = torch.tensor(got.tensor_scale)
+    want = cast(x.abs() / scale, name, saturate=True).values * scale * x.sign()
+    assert got.dequantized.dtype == torch.float32
+    assert torch.equal(got.dequantized, want)

@@ -33,7 +33,13 @@ from typing import Literal
 import torch
 
 from tensorledger.errors import InputError, ShapeError, UnknownNameError
-from tensorledger.formats.quantize import Rounding, cast, pow2, round_magnitudes
+from tensorledger.formats.quantize import (
+    Rounding,
+    _working_dtype,
+    cast,
+    pow2,
+    round_magnitudes,
+)
 from tensorledger.formats.spec import FloatFormat, resolve_format
 
 __all__ = [
@@ -333,10 +339,13 @@ def quantize_per_tensor(x: torch.Tensor, element: str | FloatFormat = "fp8_e4m3f
     scale = torch.tensor(amax / fmt.max_finite if amax > 0 else 1.0, dtype=torch.float32)
     scaled = source.abs().div_(scale)
     saturated = int(torch.count_nonzero(scaled > fmt.max_finite))
-    magnitudes, code = round_magnitudes(scaled, fmt, saturate=True, rounding=rounding,
+    # in fp64 where fp32 cannot hold the format's rounding constant (bf16, tf32, fp32), as
+    # cast() does: in fp32 those were left unrounded, or became inf or NaN
+    magnitudes, code = round_magnitudes(scaled.to(_working_dtype(torch.float32, fmt)), fmt,
+                                        saturate=True, rounding=rounding,
                                         generator=_generator(seed),
                                         want_codes=fmt.layout_bits <= 8)
-    dequantized = magnitudes.mul_(scale).copysign_(source)
+    dequantized = magnitudes.to(torch.float32).mul_(scale).copysign_(source)
     codes = None if code is None else _signed_codes(code, source, fmt)
     elements = source.numel()
     packed = packed_code_bytes(elements, fmt.bits) + 4
