@@ -362,3 +362,14 @@ def test_per_tensor_scaling_rounds_like_a_saturating_cast_of_the_scaled_tensor(n
     want = cast(x.abs() / scale, name, saturate=True).values * scale * x.sign()
     assert got.dequantized.dtype == torch.float32
     assert torch.equal(got.dequantized, want)
+
+
+def test_per_tensor_scaling_into_fp32_saturates_an_amax_that_overflows_on_division() -> None:
+    # s = 1.4203... / 3.4e38 is an fp32 subnormal, and amax / s passes fp32's largest value
+    # (inf); the saturating cast brings it back to the largest value
+    largest = torch.finfo(torch.float32).max
+    x = torch.tensor([1.4203048944473267, -0.5])
+    scale = torch.tensor(float(x[0]) / largest, dtype=torch.float32)
+    assert torch.isinf(x[0] / scale)  # the overflow the saturation catches
+    got = quantize_per_tensor(x, "fp32")
+    assert got.dequantized[0] == torch.tensor(largest) * scale
