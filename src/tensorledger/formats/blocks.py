@@ -15,7 +15,8 @@ fp32 tensor scale ≈ 4.5 bits per value).
 - **per-tensor fp8**: ``scale = amax / max_elem`` in fp32, ``x̂ = e4m3(x / scale) · scale``.
 
 Blocks that are all zero get the smallest scale; an MX block holding NaN or inf gets the NaN
-scale (0xFF) and decodes to NaN.  NVFP4 and per-tensor scaling need a finite tensor.
+scale (0xFF) and decodes to NaN.  NVFP4 and per-tensor scaling need a finite tensor, and NVFP4
+one whose largest magnitude is 0 or at least 2^-106 (its fp32 scales overflow below that).
 
 >>> import torch
 >>> q = quantize_nvfp4(torch.linspace(-1, 1, 64))
@@ -32,7 +33,13 @@ from typing import Literal
 import torch
 
 from tensorledger.errors import InputError, ShapeError, UnknownNameError
-from tensorledger.formats.quantize import Rounding, cast, pow2, round_magnitudes
+from tensorledger.formats.quantize import (
+    Rounding,
+    _working_dtype,
+    cast,
+    pow2,
+    round_magnitudes,
+)
 from tensorledger.formats.spec import FloatFormat, resolve_format
 
 __all__ = [
@@ -249,6 +256,10 @@ def quantize_mx(x: torch.Tensor, element: str | FloatFormat = "fp8_e4m3fn", *,
 _NV_BLOCK = 16
 _E2M1 = resolve_format("fp4_e2m1")
 _E4M3 = resolve_format("fp8_e4m3fn")
+#: The smallest nonzero amax NVFP4 scales.  Below it the fp32 encode factor s_enc / s_b
+#: (448·6 / amax over E4M3's smallest block scale, 2^-9) can pass fp32's largest value, 2^128:
+#: 2688 · 2^106 · 2^9 ≈ 2^126.4 still fits.  An overflowed factor made a block's elements 0 or NaN.
+_NV_SMALLEST_AMAX = 2.0**-106
 
 
 def _finite_amax(source: torch.Tensor, what: str) -> float:
@@ -284,6 +295,10 @@ def quantize_nvfp4(x: torch.Tensor, *, axis: int = -1, tile: Literal["1x16", "16
     amax = float(block_amax.max())
     if not math.isfinite(amax):
         raise InputError("NVFP4 needs a finite tensor; this one holds inf or NaN")
+    if 0 < amax < _NV_SMALLEST_AMAX:
+        raise InputError(f"NVFP4 cannot scale a tensor whose largest magnitude is {amax:.3g}, "
+                         "below 2^-106 (1.2e-32): its fp32 scales would overflow; scale the "
+                         "tensor up first")
     # fp32 arithmetic throughout, as a kernel would do it.
     s_enc = torch.tensor(448.0 * 6.0 / amax if amax > 0 else 1.0, dtype=torch.float32)
     block_scale = cast(block_amax / 6.0 * s_enc, _E4M3, saturate=True)
@@ -324,10 +339,13 @@ def quantize_per_tensor(x: torch.Tensor, element: str | FloatFormat = "fp8_e4m3f
     scale = torch.tensor(amax / fmt.max_finite if amax > 0 else 1.0, dtype=torch.float32)
     scaled = source.abs().div_(scale)
     saturated = int(torch.count_nonzero(scaled > fmt.max_finite))
-    magnitudes, code = round_magnitudes(scaled, fmt, saturate=True, rounding=rounding,
+    # in fp64 where fp32 cannot hold the format's rounding constant (bf16, tf32, fp32), as
+    # cast() does: in fp32 those were left unrounded, or became inf or NaN
+    magnitudes, code = round_magnitudes(scaled.to(_working_dtype(torch.float32, fmt)), fmt,
+                                        saturate=True, rounding=rounding,
                                         generator=_generator(seed),
                                         want_codes=fmt.layout_bits <= 8)
-    dequantized = magnitudes.mul_(scale).copysign_(source)
+    dequantized = magnitudes.to(torch.float32).mul_(scale).copysign_(source)
     codes = None if code is None else _signed_codes(code, source, fmt)
     elements = source.numel()
     packed = packed_code_bytes(elements, fmt.bits) + 4
