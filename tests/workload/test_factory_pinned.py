@@ -83,8 +83,10 @@ def test_the_guards_own_frames_are_never_the_place() -> None:
         tb = _traceback_of(lambda: factory._refuse_exit(5))
     finally:
         factory._guarded.pop()
-    assert factory._where(tb, ()).startswith("test_factory_pinned.py:")
-    assert factory._where(tb, (Path(factory.__file__),)).startswith("test_factory_pinned.py:")
+    # the innermost frame left is this test's (or, under mutmut, its trampoline's): not
+    # factory.py's, even when factory.py is one of the files asked for
+    assert factory._where(tb, ()).split(":")[0] not in ("", "factory.py")
+    assert factory._where(tb, (Path(factory.__file__),)).split(":")[0] not in ("", "factory.py")
 
 
 # ---- the module ------------------------------------------------------------------------------
