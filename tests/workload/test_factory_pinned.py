@@ -290,3 +290,38 @@ def test_both_companions_are_taken(tmp_path: Path) -> None:
         assert loaded.loss is not None and loaded.loss(None, None) == "loss"
     finally:
         sys.modules.pop(_module_name(path), None)
+
+
+def test_an_import_failure_is_placed_in_the_factory_file_not_deeper(tmp_path: Path) -> None:
+    path = tmp_path / "deep.py"
+    # line 2 runs code compiled as helper.py, which raises on its line 1: the innermost frame
+    # is helper.py's, but the place named is the factory file's own line
+    path.write_text("x = 1\nexec(compile('raise ValueError(1)', 'helper.py', 'exec'))\n")
+    with pytest.raises(ModelError, match=r"ValueError: 1 \(at deep\.py:2\)$"):
+        load_factory_file(path, "make")
+
+
+def test_a_failing_file_that_took_itself_out_of_sys_modules_is_still_one_line(
+        tmp_path: Path) -> None:
+    path = tmp_path / "gone.py"
+    path.write_text("import sys\ndel sys.modules[__name__]\nraise ValueError('after')\n")
+    with pytest.raises(ModelError, match=r"ValueError: after \(at gone\.py:3\)$"):
+        load_factory_file(path, "make")  # nothing left to pop: no KeyError
+    assert _module_name(path) not in sys.modules
+
+
+def test_a_callable_without_a_module_is_left_out_of_the_listing(tmp_path: Path) -> None:
+    path = tmp_path / "odd.py"
+    # an object that answers no __module__ (any object may sit in a user's file)
+    path.write_text("class Odd:\n"
+                    "    def __call__(self):\n        pass\n"
+                    "    def __getattribute__(self, name):\n"
+                    "        if name == '__module__':\n            raise AttributeError(name)\n"
+                    "        return object.__getattribute__(self, name)\n"
+                    "odd = Odd()\n")
+    try:
+        with pytest.raises(ModelError) as caught:
+            load_factory_file(path, "make")
+        assert str(caught.value).endswith("; functions there: Odd")  # the class, not `odd`
+    finally:
+        sys.modules.pop(_module_name(path), None)

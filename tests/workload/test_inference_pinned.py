@@ -135,13 +135,14 @@ def test_facts_of_a_layered_cache_count_a_shared_storage_once() -> None:
     keys, values = whole[:, :, :3], whole[:, :, 3:]  # views of one storage: 24 + 24 elements
     plain_k, plain_v = torch.zeros(1, 2, 3, dtype=torch.float16), torch.zeros(1, 2, 4,
                                                                                dtype=torch.float16)
-    cache = _Dynamic([_Sliding(keys, values), _Layer(plain_k, plain_v), _Layer(None, plain_v)],
+    cache = _Dynamic([_Sliding(keys, values), _Layer(plain_k, plain_v), _Layer(None, plain_v),
+                      SimpleNamespace(values=plain_v)],  # the last has no keys at all
                      length=torch.tensor(9))
     path = InferencePath(_work(builder="transformers", context=None),
                          nn.Linear(1, 1), "cpu")
     path.cache = cache
     facts = path.facts(bytes_before=0)
-    sliding, plain = facts.layers  # the layer without keys is left out
+    sliding, plain = facts.layers  # the layers without keys are left out
     # bf16 views: 24·2 + 24·2 = 96 tensor bytes, one storage of 96 bytes
     assert (sliding.kind, sliding.tokens, sliding.tensor_bytes, sliding.storage_bytes,
             sliding.dtype) == ("_Sliding", 3, 96, 96, "bf16")
@@ -222,3 +223,13 @@ def test_a_decode_step_copies_the_primed_layers_unless_it_owns_them() -> None:
     assert primed.layers == [layer] and path.primed is primed  # the primed cache stays
     owned = path.start(own=True)
     assert owned is primed and path.primed is None  # primed again if run after that
+
+
+def test_a_step_copies_the_primed_cache_unless_told_to_own_it() -> None:
+    model = _HFModel()
+    path = InferencePath(_work(builder="transformers"), model, "cpu")
+    primed = _Dynamic([_Layer(torch.zeros(1), torch.zeros(1))], length=3)
+    path.primed = primed
+    path.step(torch.zeros(1, 1, dtype=torch.long))  # own is False unless told
+    assert path.primed is primed and path.cache is not primed
+    assert model.seen[-1]["past_key_values"] is path.cache
