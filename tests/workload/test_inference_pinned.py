@@ -62,6 +62,20 @@ def test_a_context_of_one_is_primed_by_one_token_alone() -> None:
     assert model.calls == [((BATCH, 1), 0, 0)]  # no empty prompt before it
 
 
+def test_a_context_of_two_is_primed_by_one_token_then_one() -> None:
+    model = _Reference()
+    path = InferencePath(_work(context=2), model, "cpu")
+    path.prime()
+    assert model.calls == [((BATCH, 1), 0, 0), ((BATCH, 1), 0, 1)]  # context − 1 = 1, then 1
+
+
+def test_a_new_path_has_no_cache_yet_and_makes_tokens_on_its_device() -> None:
+    path = InferencePath(_work(), _Reference(), "meta")
+    assert path.cache is None and path.primed is None  # no step has run
+    tokens = path._tokens(5)
+    assert tokens.device.type == "meta" and tokens.shape == (BATCH, 5)
+
+
 def test_a_decode_step_starts_from_the_primed_cache_rewound() -> None:
     model = _Reference()
     path = InferencePath(_work(context=3), model, "cpu")
@@ -136,7 +150,8 @@ def test_facts_of_a_layered_cache_count_a_shared_storage_once() -> None:
     plain_k, plain_v = torch.zeros(1, 2, 3, dtype=torch.float16), torch.zeros(1, 2, 4,
                                                                                dtype=torch.float16)
     cache = _Dynamic([_Sliding(keys, values), _Layer(plain_k, plain_v), _Layer(None, plain_v),
-                      SimpleNamespace(values=plain_v)],  # the last has no keys at all
+                      SimpleNamespace(values=plain_v), SimpleNamespace(keys=plain_k)],
+                     # the last two have no keys, no values at all
                      length=torch.tensor(9))
     path = InferencePath(_work(builder="transformers", context=None),
                          nn.Linear(1, 1), "cpu")
