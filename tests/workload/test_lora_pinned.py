@@ -195,3 +195,56 @@ def test_the_fake_safe_moves_swap_to_and_put_it_back() -> None:
     with lora_module._fake_safe_moves():
         assert nn.Module.to is lora_module._to_in_place
     assert nn.Module.to is own
+
+
+# ---- apply_lora on a small module -------------------------------------------------------------
+class _Attention(nn.Module):
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__()
+        self.q = nn.Linear(4, 6, device=device)
+        self.v = nn.Linear(4, 5, device=device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.q(x).sum() + self.v(x).sum()
+
+
+def _lora_work(device: str, **lora: Any) -> Any:
+    return SimpleNamespace(lora=Lora(**{"rank": 2, "alpha": 5, "targets": ("q",)} | lora),
+                           device=device, source=SimpleNamespace(builder="factory", label="m"))
+
+
+def test_apply_lora_passes_rank_alpha_and_dropout_to_peft() -> None:
+    pytest.importorskip("peft")
+    model, applied = lora_module.apply_lora(_lora_work("cpu", dropout=0.25), _Attention())
+    q = model.base_model.model.q
+    # A (r × d_in) = 2 × 4, B (d_out × r) = 6 × 2: 8 + 12 = 20 trainable
+    assert tuple(q.lora_A["default"].weight.shape) == (2, 4)
+    assert applied.trainable_params == 20 and applied.targets == ("q",)
+    # all = 20 + the frozen q (4·6 + 6) and v (4·5 + 5) = 20 + 30 + 25 = 75
+    assert applied.all_params == 75 and applied.targets_from == "--lora-targets"
+    # alpha 5 over rank 2 (peft's own default alpha is 8: 5 tells them apart)
+    assert q.scaling["default"] == 5 / 2
+    assert q.lora_dropout["default"].p == 0.25 and applied.base is None
+    assert not hasattr(model.base_model.model.v, "lora_A")  # v was not named
+
+
+def test_apply_lora_off_fake_moves_the_adapters_with_torch_s_own_to() -> None:
+    pytest.importorskip("peft")
+    # on meta, the adapters are made on the CPU and moved to the base's device by Module.to;
+    # the in-place cast kept for fake tensors would leave them on the CPU
+    model, _ = lora_module.apply_lora(_lora_work("meta"), _Attention("meta"))
+    assert model.base_model.model.q.lora_A["default"].weight.device.type == "meta"
+
+
+def test_apply_lora_with_nf4_quantizes_the_base_first(monkeypatch: Any) -> None:
+    pytest.importorskip("peft")
+    seen: list[nn.Module] = []
+
+    def quantize(module: nn.Module) -> str:
+        seen.append(module)
+        return "the NF4 base"
+
+    monkeypatch.setattr(lora_module, "quantize_base", quantize)
+    module = _Attention()
+    _, applied = lora_module.apply_lora(_lora_work("cpu", nf4=True), module)
+    assert seen == [module] and applied.base == "the NF4 base"
