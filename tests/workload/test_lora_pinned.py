@@ -215,7 +215,10 @@ def _lora_work(device: str, **lora: Any) -> Any:
 
 def test_apply_lora_passes_rank_alpha_and_dropout_to_peft() -> None:
     pytest.importorskip("peft")
+    import peft
+
     model, applied = lora_module.apply_lora(_lora_work("cpu", dropout=0.25), _Attention())
+    assert applied.peft_version == peft.__version__
     q = model.base_model.model.q
     # A (r × d_in) = 2 × 4, B (d_out × r) = 6 × 2: 8 + 12 = 20 trainable
     assert tuple(q.lora_A["default"].weight.shape) == (2, 4)

@@ -159,6 +159,13 @@ def test_a_factory_is_a_py_file_and_a_function(tmp_path: Path) -> None:
     assert s.max_seq is None
 
 
+def test_a_factory_file_whose_name_holds_a_colon(tmp_path: Path) -> None:
+    file = tmp_path / "a:b.py"  # the function is what follows the last colon
+    file.write_text("")
+    s = resolve_source(f"{file}:make")
+    assert s.path == file and s.function == "make"
+
+
 def test_a_factory_of_no_function_name_or_no_file_is_refused(tmp_path: Path) -> None:
     file = tmp_path / "m.py"
     file.write_text("")
@@ -168,7 +175,8 @@ def test_a_factory_of_no_function_name_or_no_file_is_refused(tmp_path: Path) -> 
         resolve_source(f"{tmp_path / 'gone.py'}:make")
 
 
-@pytest.mark.parametrize("text", ["./cfg/pythia", "~/models/x", "C:\\m", "a/b", ".hidden"])
+@pytest.mark.parametrize("text", ["./cfg/pythia", "~/models/x", "C:\\m", "a/b", ".hidden",
+                                  "~mine"])
 def test_a_missing_path_says_the_path_is_missing(text: str) -> None:
     with pytest.raises(ConfigError, match=r"^model path .* does not exist"):
         resolve_source(text)
