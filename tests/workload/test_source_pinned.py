@@ -23,6 +23,12 @@ def _write(path: Path, fields: dict[str, Any]) -> Path:
     return path
 
 
+def _need_hf() -> None:
+    # found, not imported: resolving a source never imports transformers
+    if not source_module.hf_available():
+        pytest.skip("the Hugging Face extra is not installed")
+
+
 def _no_hf(monkeypatch: Any) -> None:
     monkeypatch.setattr(source_module, "hf_available", lambda: False)
 
@@ -48,7 +54,7 @@ def test_the_longest_sequence_is_learned_positions_or_none() -> None:
 
 # ---- config.json ------------------------------------------------------------------------------
 def test_a_folder_is_named_by_the_folder_and_reads_its_config_json(tmp_path: Path) -> None:
-    pytest.importorskip("transformers")
+    _need_hf()
     file = _write(tmp_path / "tiny-llama" / "config.json", TINY["llama"])
     s = resolve_source(str(file.parent))
     assert (s.kind, s.builder, s.name, s.path, s.head) == (
@@ -61,25 +67,25 @@ def test_a_folder_is_named_by_the_folder_and_reads_its_config_json(tmp_path: Pat
 
 
 def test_another_json_file_is_named_by_its_stem(tmp_path: Path) -> None:
-    pytest.importorskip("transformers")
+    _need_hf()
     file = _write(tmp_path / "my-model.json", TINY["llama"])
     assert resolve_source(str(file)).name == "my-model"
 
 
 def test_a_family_without_closed_forms_has_no_reference_config(tmp_path: Path) -> None:
-    pytest.importorskip("transformers")
+    _need_hf()
     s = resolve_source(str(_write(tmp_path / "q" / "config.json", TINY["qwen2"])))
     assert s.builder == "transformers" and s.config is None
 
 
 def test_learned_positions_of_a_gpt2_config(tmp_path: Path) -> None:
-    pytest.importorskip("transformers")
+    _need_hf()
     s = resolve_source(str(_write(tmp_path / "g" / "config.json", TINY["gpt2"])))
     assert s.learned_positions == 64 and s.max_seq == 64  # n_positions
 
 
 def test_filled_defaults_are_named_in_the_phrase(tmp_path: Path) -> None:
-    pytest.importorskip("transformers")
+    _need_hf()
     fields = {k: v for k, v in TINY["llama"].items() if k != "intermediate_size"}
     file = _write(tmp_path / "f" / "config.json", fields)
     with pytest.raises(ConfigError):  # refused unless defaults are asked for
@@ -92,7 +98,7 @@ def test_filled_defaults_are_named_in_the_phrase(tmp_path: Path) -> None:
 
 
 def test_another_head_is_named_and_has_no_reference_config(tmp_path: Path) -> None:
-    pytest.importorskip("transformers")
+    _need_hf()
     fields = {**TINY["llama"], "architectures": ["LlamaForSequenceClassification"]}
     s = resolve_source(str(_write(tmp_path / "c" / "config.json", fields)))
     assert s.head == "sequence-classification" and s.config is None
@@ -200,3 +206,40 @@ def test_hf_available_follows_the_installed_package(monkeypatch: Any) -> None:
     assert source_module.hf_available() is expected
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     assert source_module.hf_available() is False
+
+
+def test_a_config_the_reference_cannot_build_is_transformers_alone(tmp_path: Path) -> None:
+    _need_hf()
+    # GELU: the reference Llama supports SiLU only; transformers builds it, no closed forms
+    file = _write(tmp_path / "g" / "config.json", {**TINY["llama"], "hidden_act": "gelu"})
+    s = resolve_source(str(file))
+    assert s.builder == "transformers" and s.config is None and s.label == str(file)
+
+
+def test_without_the_extra_the_reference_refusal_names_the_file(tmp_path: Path,
+                                                                 monkeypatch: Any) -> None:
+    _no_hf(monkeypatch)
+    file = _write(tmp_path / "g" / "config.json", {**TINY["llama"], "hidden_act": "gelu"})
+    with pytest.raises(ConfigError) as caught:
+        resolve_source(str(file))
+    assert str(caught.value) == (f"{file}: field 'hidden_act' is 'gelu'; this model supports "
+                                 "'silu'")
+
+
+def test_a_missing_size_is_refused_naming_the_file(tmp_path: Path) -> None:
+    fields = {k: v for k, v in TINY["llama"].items() if k != "intermediate_size"}
+    file = _write(tmp_path / "m" / "config.json", fields)
+    with pytest.raises(ConfigError) as caught:
+        resolve_source(str(file))
+    assert str(caught.value).startswith(f"{file}: missing field 'intermediate_size'")
+
+
+def test_the_reference_config_is_named_after_the_folder(tmp_path: Path, monkeypatch: Any) -> None:
+    file = _write(tmp_path / "my-llama" / "config.json", TINY["llama"])
+    s = resolve_source(f" {file} ")
+    assert s.config is not None and s.config.name == "my-llama"
+    assert s.label == str(file)  # stripped
+    _no_hf(monkeypatch)
+    s = resolve_source(str(file))
+    assert s.builder == "reference" and s.label == str(file)
+    assert s.config is not None and s.config.name == "my-llama"
