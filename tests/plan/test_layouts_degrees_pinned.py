@@ -22,18 +22,21 @@ def _refused(tally: _Tally) -> list[tuple[LayoutChoice, str]]:
 
 
 def test_a_chip_with_no_node_size_is_a_node_of_one() -> None:
-    # rtx-4090's catalog entry gives no devices_per_node: one device a node, so tp 2 and 4
-    # (divisors of 4) both span nodes; tp 1 leaves 4 ranks: pp 1 (dp 4) and pp 2 (dp 2) of
-    # the tiny model's 2 layers, pp 4 exceeds them.  seq 16 < MIN_CP_TOKENS: cp 1 alone
+    # rtx-4090's catalog entry gives no devices_per_node: one device a node, so tp 2, 4 and 8
+    # (divisors of 8) all span nodes; tp 1 leaves 8 ranks: pp 1 (dp 8) and pp 2 (dp 4) of
+    # the tiny model's 2 layers, pp 4 (dp 2) and pp 8 (dp 1) exceed them.  seq 16 <
+    # MIN_CP_TOKENS: cp 1 alone; tp 1: no sequence parallelism
     tally = _Tally()
-    yielded = list(_degrees(_setup(get_preset("tiny"), "rtx-4090", 4), tally, FixedDims()))
-    assert yielded == [(4, 1, 1, 1, False), (2, 1, 1, 2, False)]
-    assert tally.counts["divisibility"] == 3  # tp 2, tp 4, pp 4
+    yielded = list(_degrees(_setup(get_preset("tiny"), "rtx-4090", 8), tally, FixedDims()))
+    assert yielded == [(8, 1, 1, 1, False), (4, 1, 1, 2, False)]
+    assert tally.counts["divisibility"] == 5  # pp 4, pp 8, tp 2, tp 4, tp 8
     # one of each kind kept, in the order met (tp ascending): tp 1's pp 4, then tp 2's
-    # (tp 4's is the same words)
+    # (the others are the same words)
     assert _refused(tally) == [
-        (LayoutChoice(dp=1, tp=1, pp=4), "pp 4 exceeds the 2 layers"),
+        (LayoutChoice(dp=2, tp=1, pp=4), "pp 4 exceeds the 2 layers"),
         (LayoutChoice(dp=1, tp=2, pp=1), "tp 2 spans nodes (1 devices per node)")]
+    # the rejection table's row: 8 // 4 = 2 ranks of data parallelism, a whole number
+    assert tally.kept["divisibility"][0].choice.describe() == "DP 2 · PP 4 none"
 
 
 def test_a_tp_that_does_not_divide_names_the_size_it_misses() -> None:
@@ -46,6 +49,37 @@ def test_a_tp_that_does_not_divide_names_the_size_it_misses() -> None:
             "tp 4 does not divide the 2 key/value heads") in refused
     assert (LayoutChoice(dp=1, tp=8, pp=1),
             "tp 8 does not divide the 4 attention heads") in refused
+    # tp 2 divides all: 8 / 2 = 4 ranks left, pp 1 gives dp 4, with and without SP (the
+    # 16 tokens are a multiple of 2)
+    yielded = list(_degrees(_setup(get_preset("tiny"), "h100", 8), _Tally(), FixedDims()))
+    assert (4, 1, 2, 1, False) in yielded and (4, 1, 2, 1, True) in yielded
+    assert (8, 1, 1, 1, True) not in yielded  # no SP at tp 1
+
+
+def test_sp_refused_where_tp_does_not_divide_a_ranks_tokens() -> None:
+    # tp 2 and cp 2 fixed on 4 devices, seq 6: 4 / 2 = 2 ranks left; pp 1: cp 2 leaves
+    # dp 1 and 6 // 2 = 3 tokens a rank, which tp 2 does not divide: SP refused, no SP
+    # searched.  pp 2 leaves 1 rank, which cp 2 does not divide: nothing
+    setup = PlanSetup(get_preset("tiny"), get_hardware("h100"), 4, 6, 8,
+                      resolve_precision("fp32"), resolve_optimizer("adamw"), 1e12)
+    tally = _Tally()
+    yielded = list(_degrees(setup, tally, FixedDims(tp=2, cp=2)))
+    assert yielded == [(1, 2, 2, 1, False)]
+    assert tally.counts["divisibility"] == 1
+    assert _refused(tally) == [
+        (LayoutChoice(dp=1, cp=2, tp=2, pp=1, sp=True),
+         "sp: tp 2 does not divide the 3 tokens of a rank's sequence")]
+
+
+def test_a_fixed_dp_skips_a_cp_that_leaves_another_and_tries_the_next() -> None:
+    # tiny at seq 16,384 on 2 devices, dp fixed at 1.  tp 1, pp 1: cp 1 (dp 2, skipped) and
+    # cp 2 (16,384 % 4 = 0, 8,192 tokens a rank >= MIN_CP_TOKENS: dp 1); pp 2: 1 rank,
+    # cp 1, dp 1; tp 2: 1 rank, dp 1, with and without SP (16,384 % 2 = 0)
+    setup = PlanSetup(get_preset("tiny"), get_hardware("h100"), 2, 16_384, 8,
+                      resolve_precision("fp32"), resolve_optimizer("adamw"), 1e12)
+    yielded = list(_degrees(setup, _Tally(), FixedDims(dp=1)))
+    assert yielded == [(1, 2, 1, 1, False), (1, 1, 1, 2, False), (1, 1, 2, 1, False),
+                       (1, 1, 2, 1, True)]
 
 
 def _no_tp_plan() -> ModelProfile:
