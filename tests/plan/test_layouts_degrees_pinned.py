@@ -5,10 +5,11 @@ checkpoint policies searched per attention kernel, and the Pareto walk's strict 
 from __future__ import annotations
 
 from tensorledger.hardware import get_hardware
+from tensorledger.napkin.adapters import LoraShape
 from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
 from tensorledger.napkin.transformer import get_preset
 from tensorledger.plan import FixedDims, LayoutChoice, PlanSetup
-from tensorledger.plan.layouts import _checkpoints, _degrees, _Tally, pareto_frontier
+from tensorledger.plan.layouts import _checkpoints, _cps, _degrees, _Tally, pareto_frontier
 from tensorledger.plan.profile import ModelProfile, Split
 
 
@@ -112,3 +113,22 @@ def test_eager_attention_searches_selective_checkpointing_too() -> None:
 def test_the_frontier_drops_a_slower_point_of_the_same_memory() -> None:
     # b is slower than a and needs no less memory (5 = 5): a beats it on both
     assert pareto_frontier([(1.0, 5.0, "a"), (2.0, 5.0, "b"), (3.0, 4.0, "c")]) == ["a", "c"]
+
+
+def _long(config: object, **kwargs: object) -> PlanSetup:
+    return PlanSetup(config, get_hardware("h100"), 2, 16_384, 8,  # type: ignore[arg-type]
+                     resolve_precision("fp32"), resolve_optimizer("adamw"), 1e12,
+                     **kwargs)  # type: ignore[arg-type]
+
+
+def test_context_parallelism_is_searched_for_a_reference_model_under_flash_alone() -> None:
+    # 2 ranks at seq 16,384: cp 2 cuts it into 4 chunks (16,384 % 4 = 0) of 8,192 tokens a
+    # rank (>= MIN_CP_TOKENS), so a reference model under flash attention searches cp 1, 2
+    assert _cps(_long(get_preset("tiny")), 2, FixedDims()) == (1, 2)
+    # eager attention, a LoRA fine-tune, a measured profile: cp 1 alone
+    assert _cps(_long(get_preset("tiny"), attention="eager"), 2, FixedDims()) == (1,)
+    lora = LoraShape(8, ("query", "value"))
+    assert _cps(_long(get_preset("tiny"), lora=lora), 2, FixedDims()) == (1,)
+    assert _cps(_long(_no_tp_plan()), 2, FixedDims()) == (1,)
+    # a fixed cp that does not divide the ranks: none
+    assert _cps(_long(get_preset("tiny")), 3, FixedDims(cp=2)) == ()
