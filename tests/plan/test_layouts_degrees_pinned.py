@@ -9,7 +9,14 @@ from tensorledger.napkin.adapters import LoraShape
 from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
 from tensorledger.napkin.transformer import get_preset
 from tensorledger.plan import FixedDims, LayoutChoice, PlanSetup
-from tensorledger.plan.layouts import _checkpoints, _cps, _degrees, _Tally, pareto_frontier
+from tensorledger.plan.layouts import (
+    _checkpoints,
+    _cps,
+    _degrees,
+    _shardings,
+    _Tally,
+    pareto_frontier,
+)
 from tensorledger.plan.profile import ModelProfile, Split
 
 
@@ -115,8 +122,8 @@ def test_the_frontier_drops_a_slower_point_of_the_same_memory() -> None:
     assert pareto_frontier([(1.0, 5.0, "a"), (2.0, 5.0, "b"), (3.0, 4.0, "c")]) == ["a", "c"]
 
 
-def _long(config: object, **kwargs: object) -> PlanSetup:
-    return PlanSetup(config, get_hardware("h100"), 2, 16_384, 8,  # type: ignore[arg-type]
+def _long(config: object, seq_len: int = 16_384, **kwargs: object) -> PlanSetup:
+    return PlanSetup(config, get_hardware("h100"), 2, seq_len, 8,  # type: ignore[arg-type]
                      resolve_precision("fp32"), resolve_optimizer("adamw"), 1e12,
                      **kwargs)  # type: ignore[arg-type]
 
@@ -130,5 +137,26 @@ def test_context_parallelism_is_searched_for_a_reference_model_under_flash_alone
     lora = LoraShape(8, ("query", "value"))
     assert _cps(_long(get_preset("tiny"), lora=lora), 2, FixedDims()) == (1,)
     assert _cps(_long(_no_tp_plan()), 2, FixedDims()) == (1,)
+    # 16,386 = 2 · 8,193: cp 2 would leave 8,193 tokens a rank, but 16,386 % 4 = 2: no
+    # 4 equal chunks, so cp 1 alone
+    assert _cps(_long(get_preset("tiny"), seq_len=16_386), 2, FixedDims()) == (1,)
     # a fixed cp that does not divide the ranks: none
     assert _cps(_long(get_preset("tiny")), 3, FixedDims(cp=2)) == ()
+
+
+def test_shardings_without_context_parallelism_start_with_plain_dp() -> None:
+    # dp 4, nothing fixed, cp left at its default (1): plain DP (ZeRO-0 over 1), then
+    # ZeRO-1, 2, 3 over each shard group above 1 (2 and 4)
+    assert list(_shardings(4, FixedDims())) == [
+        (0, 1), (1, 2), (2, 2), (3, 2), (1, 4), (2, 4), (3, 4)]
+
+
+def test_shardings_under_context_parallelism_are_fsdp_over_every_group() -> None:
+    # cp 2: ZeRO-2 and 3 alone, over each divisor of dp 4 (1 too: the cp ranks shard)
+    assert list(_shardings(4, FixedDims(), cp=2)) == [
+        (2, 1), (3, 1), (2, 2), (3, 2), (2, 4), (3, 4)]
+    assert list(_shardings(4, FixedDims(shard=2), cp=2)) == [(2, 2), (3, 2)]
+    assert list(_shardings(4, FixedDims(shard=3), cp=2)) == []  # 4 % 3 = 1
+    assert list(_shardings(4, FixedDims(zero=2), cp=2)) == [(2, 1), (2, 2), (2, 4)]
+    assert list(_shardings(4, FixedDims(zero=3), cp=2)) == [(3, 1), (3, 2), (3, 4)]
+    assert list(_shardings(4, FixedDims(zero=1), cp=2)) == []  # ZeRO-1 is no FSDP
