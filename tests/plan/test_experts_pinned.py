@@ -14,6 +14,7 @@ from tensorledger.plan.estimate import LayoutChoice, PlanSetup
 from tensorledger.plan.experts import (
     alltoall_buffer_bytes,
     expert_choice,
+    expert_degrees,
     moe_layer_saved_bytes,
     moe_layers,
     padded_experts,
@@ -120,3 +121,21 @@ def test_moe_layer_saved_bytes_under_ep_keep_routed_experts_whole_at_tp_2() -> N
     # 2·32·64·4 = 41,088; shared 4·16·48·4 / 2 = 6,144; balance 6·4 = 24
     assert moe_layer_saved_bytes(_MOE, 16, 4, False, tp=2, ep=2) == (
         832 + 780 + 41_088 + 6_144 + 24, 0)
+
+
+def test_expert_degrees_divide_the_experts_and_the_group_their_state_spans() -> None:
+    setup = PlanSetup(_MOE, H100, 12, 16, 12, resolve_precision("fp32"),
+                      resolve_optimizer("adamw"), 1e12)
+    # tiny-moe's 6 experts; ZeRO-0 over dp 6: gcd(6, 6) = 6, so 1 and each divisor above
+    # 1 of 6: 2, 3, 6
+    assert expert_degrees(setup, 6, 1, False, 0, 1, None) == (1, 2, 3, 6)
+    # ZeRO-2 and 3 over a shard group of 4 (dp 12): gcd(6, 4) = 2
+    assert expert_degrees(setup, 12, 1, False, 2, 4, None) == (1, 2)
+    assert expert_degrees(setup, 12, 1, False, 3, 4, None) == (1, 2)
+    # ZeRO-1, context parallelism, sequence parallelism: no expert parallelism
+    assert expert_degrees(setup, 6, 1, False, 1, 6, None) == (1,)
+    assert expert_degrees(setup, 6, 2, False, 0, 1, None) == (1,)
+    assert expert_degrees(setup, 6, 1, True, 0, 1, None) == (1,)
+    # a fixed ep alone, where searched
+    assert expert_degrees(setup, 6, 1, False, 0, 1, 3) == (3,)
+    assert expert_degrees(setup, 6, 1, False, 0, 1, 4) == ()

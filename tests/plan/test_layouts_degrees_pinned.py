@@ -4,6 +4,8 @@ checkpoint policies searched per attention kernel, and the Pareto walk's strict 
 
 from __future__ import annotations
 
+import dataclasses
+
 from tensorledger.hardware import get_hardware
 from tensorledger.napkin.adapters import LoraShape
 from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
@@ -13,10 +15,12 @@ from tensorledger.plan.layouts import (
     _checkpoints,
     _cps,
     _degrees,
+    _schedules,
     _shardings,
     _Tally,
     pareto_frontier,
 )
+from tensorledger.plan.pipeline import SchedulePricer
 from tensorledger.plan.profile import ModelProfile, Split
 
 
@@ -149,6 +153,11 @@ def test_shardings_without_context_parallelism_start_with_plain_dp() -> None:
     # ZeRO-1, 2, 3 over each shard group above 1 (2 and 4)
     assert list(_shardings(4, FixedDims())) == [
         (0, 1), (1, 2), (2, 2), (3, 2), (1, 4), (2, 4), (3, 4)]
+    # a shard group fixed at 1 is plain DP alone (ZeRO over 1 rank shards nothing)
+    assert list(_shardings(4, FixedDims(shard=1))) == [(0, 1)]
+    assert list(_shardings(4, FixedDims(zero=0))) == [(0, 1)]
+    assert list(_shardings(4, FixedDims(shard=2))) == [(1, 2), (2, 2), (3, 2)]
+    assert list(_shardings(4, FixedDims(zero=3, shard=4))) == [(3, 4)]
 
 
 def test_shardings_under_context_parallelism_are_fsdp_over_every_group() -> None:
@@ -160,3 +169,42 @@ def test_shardings_under_context_parallelism_are_fsdp_over_every_group() -> None
     assert list(_shardings(4, FixedDims(zero=2), cp=2)) == [(2, 1), (2, 2), (2, 4)]
     assert list(_shardings(4, FixedDims(zero=3), cp=2)) == [(3, 1), (3, 2), (3, 4)]
     assert list(_shardings(4, FixedDims(zero=1), cp=2)) == []  # ZeRO-1 is no FSDP
+
+
+class _Interleaved(SchedulePricer):
+    names = ("gpipe", "interleaved-1f1b")  # _schedules reads the names alone
+
+
+def _pipelined(config: object, pricer: SchedulePricer) -> PlanSetup:
+    return PlanSetup(config, get_hardware("h100"), 4, 16, 8,  # type: ignore[arg-type]
+                     resolve_precision("fp32"), resolve_optimizer("adamw"), 1e12,
+                     schedules=pricer)
+
+
+def test_no_pipeline_is_schedule_none_unless_a_schedule_is_fixed() -> None:
+    setup, point = _pipelined(get_preset("tiny"), SchedulePricer()), LayoutChoice(4, 1, 1)
+    assert list(_schedules(setup, 1, FixedDims(), _Tally(), point)) == [("none", 1, ())]
+    assert list(_schedules(setup, 1, FixedDims(schedule="1f1b"), _Tally(), point)) == []
+
+
+def test_a_schedule_of_more_stages_than_layers_is_refused() -> None:
+    # tiny's 2 layers over pp 2: GPipe's 2 · 1 = 2 stages fit (not more than 2), cut 1, 1;
+    # interleaved 1F1B's chunks 2 and 4 make 4 and 8 stages: both refused (one kept: the
+    # same words, numbers aside)
+    setup = _pipelined(get_preset("tiny"), _Interleaved())
+    point, tally = LayoutChoice(dp=2, tp=1, pp=2), _Tally()
+    assert list(_schedules(setup, 2, FixedDims(), tally, point)) == [("gpipe", 1, (1, 1))]
+    assert tally.counts["divisibility"] == 2
+    assert _refused(tally) == [
+        (LayoutChoice(dp=2, tp=1, pp=2, schedule="interleaved-1f1b", chunks=2),
+         "interleaved-1f1b × 2: 4 stages for 2 layers")]
+
+
+def test_fixed_stage_layers_are_the_one_cut() -> None:
+    # 5 layers over pp 2: the search would cut 2, 3 and more; fixed 1, 4 is the one taken.
+    # The chunks the cut implies, 2 stages / pp 2 = 1, leave interleaved 1F1B none
+    five = dataclasses.replace(get_preset("tiny"), n_layers=5)
+    setup = _pipelined(five, _Interleaved())
+    fixed = FixedDims(pp=2, stage_layers=(1, 4))
+    assert list(_schedules(setup, 2, fixed, _Tally(), LayoutChoice(2, 1, 2))) == [
+        ("gpipe", 1, (1, 4))]
