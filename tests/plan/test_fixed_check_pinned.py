@@ -43,6 +43,7 @@ def test_whole_degrees_must_make_the_count() -> None:
     assert _refusal(FixedDims(dp=2, cp=1, tp=2, pp=1), _setup()) == (
         f"DP 2 · CP 1 · TP 2 · PP 1 = 4 devices, not the 8 devices; {COUNT}")
     FixedDims(dp=2, cp=2, tp=2, pp=1).check(_setup())  # 2 · 2 · 2 · 1 = 8
+    FixedDims(dp=2, tp=2, pp=2).check(_setup())  # 2 · 2 · 2 = 8: no ranks left for cp
 
 
 def test_the_ranks_whole_degrees_leave_are_context_parallel_where_the_search_takes_them(
@@ -166,6 +167,8 @@ def test_the_shard_group_and_the_zero_stage() -> None:
     FixedDims(zero=0, shard=1).check(_setup())
     assert _refusal(FixedDims(zero=2, shard=1), _setup()) == (
         "ZeRO-2 needs a shard group above 1 rank")
+    assert _refusal(FixedDims(zero=2, shard=1, cp=1), _setup()) == (
+        "ZeRO-2 needs a shard group above 1 rank")
     FixedDims(zero=2, shard=1, cp=2).check(_setup())  # the cp ranks are the group
     FixedDims(zero=2, shard=2).check(_setup())
     assert _refusal(FixedDims(dp=4, shard=3), _setup()) == (
@@ -178,6 +181,8 @@ def test_the_shard_group_and_the_zero_stage() -> None:
     FixedDims(tp=2, shard=4).check(_setup())
     assert _refusal(FixedDims(zero=1, dp=1), _setup()) == (
         "ZeRO-1 needs a data-parallel degree above 1, not DP 1")
+    assert _refusal(FixedDims(zero=3, dp=1, cp=1), _setup()) == (
+        "ZeRO-3 needs a data-parallel degree above 1, not DP 1")
     FixedDims(zero=2, dp=1, cp=2).check(_setup())  # sharded over the cp ranks
     FixedDims(zero=0, dp=1).check(_setup())
     FixedDims(zero=1, dp=2).check(_setup())
