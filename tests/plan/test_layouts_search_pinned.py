@@ -1,0 +1,154 @@
+"""plan_layouts on two devices counted by hand: every layout the search walks, the feasible
+ones, the refusals by reason and the one kept of each kind, the fields of the plan it
+returns, its checks of ``top`` and ``tokens``, and the one line of a search nothing passes
+(the global batch, a fixed accumulation, a shard group no DP leaves)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tensorledger.errors import InputError
+from tensorledger.hardware import get_hardware
+from tensorledger.napkin.adapters import FULL_FINE_TUNE
+from tensorledger.napkin.headroom import device_headroom
+from tensorledger.napkin.transformer import get_preset
+from tensorledger.plan import FixedDims, LayoutChoice, plan_layouts
+from tensorledger.plan.experts import ASSUMPTION as EXPERTS_ASSUMPTION
+from tensorledger.plan.layouts import ASSUMPTIONS, NoLayoutError, _pipelines, plan_setup
+
+H100 = get_hardware("h100")
+TINY = get_preset("tiny")  # 2 layers, 4 heads, 2 key/value heads
+
+
+def _plan(count: int = 2, batch: int = 2, **kwargs: object):  # type: ignore[no-untyped-def]
+    return plan_layouts(TINY, H100, count, seq_len=16, global_batch_seqs=batch,
+                        budget_bytes=1e10, **kwargs)  # type: ignore[arg-type]
+
+
+def test_two_devices_walked_by_hand() -> None:
+    # degrees: DP 2; PP 2 (DP 1); TP 2 (DP 1) with and without SP.  Flash attention:
+    # checkpoints none and full (2 each).
+    # - DP 2, one sequence a rank (micro-batch 1): ZeRO-0 over 1, ZeRO-1/2/3 over 2:
+    #   4 shardings × 2 checkpoints = 8
+    # - PP 2, 2 sequences: micro-batches of 1 (m = 2) and 2 (m = 1); GPipe takes both
+    #   (2 × 2 = 4), 1F1B only m = 2 (2; m = 1 < 2 stages refused, once per checkpoint)
+    # - TP 2, SP off and on: micro-batches 1 and 2, 2 checkpoints: 2 × 4 = 8
+    plan = _plan()
+    assert plan.feasible == 8 + (4 + 2) + 8 == 22
+    assert plan.rejected_by_reason == {"divisibility": 2, "global batch": 0,
+                                       "memory per rank": 0}
+    assert plan.searched == 22 + 2  # every layout priced or refused
+    assert len(plan.ranked) == 10  # the default top: 10 of the 22
+    assert len(_plan(top=22).ranked) == 22
+    # the two 1F1B refusals are one kind: the first kept (checkpoint none, the first tried)
+    assert [(r.choice, r.reason, r.detail) for r in plan.rejected] == [
+        (LayoutChoice(dp=1, tp=1, pp=2, micro_batch=2, accumulation=1, schedule="1f1b",
+                      checkpoint="none", stage_layers=(1, 1)),
+         "divisibility", "1f1b needs a micro-batch per stage at least; 1 < 2 stages")]
+
+
+def test_the_plans_fields() -> None:
+    plan = _plan()
+    assert (plan.model, plan.hardware, plan.count, plan.seq_len) == ("tiny", "h100-sxm", 2, 16)
+    assert (plan.global_batch_seqs, plan.global_batch_tokens) == (2, 32)  # 2 · 16
+    # the defaults: bf16 master weights, AdamW, flash attention, the chip's efficiency
+    assert (plan.precision, plan.optimizer, plan.attention) == ("bf16-master", "adamw",
+                                                                "flash")
+    assert plan.efficiency is None and plan.tokens is None and plan.max_pp is None
+    assert plan.peak_flop_per_s == H100.peak_flop_per_s("bf16")
+    assert plan.budget_bytes == 1e10
+    assert plan.reserve == ""  # a budget given: no reserve taken off the device
+    assert plan.fixed is None and plan.lora is None
+    assert plan.step == FULL_FINE_TUNE
+    setup = plan_setup(TINY, H100, 2, seq_len=16, global_batch_seqs=2, budget_bytes=1e10)
+    # a dense reference model, no adapters: the closed form's four lines and the pipelines'
+    assert plan.assumptions == (*ASSUMPTIONS, _pipelines(setup))
+    assert plan.best == plan.ranked[0]
+
+
+def test_no_budget_takes_the_devices_reserve_off() -> None:
+    plan = plan_layouts(TINY, H100, 2, seq_len=16, global_batch_seqs=2)
+    assert plan.reserve == device_headroom(2).describe()
+    assert plan.budget_bytes == device_headroom(2).largest_peak(H100.memory_bytes)
+
+
+def test_a_moe_plan_adds_the_experts_assumption() -> None:
+    moe = get_preset("tiny-moe")
+    plan = plan_layouts(moe, H100, 2, seq_len=16, global_batch_seqs=2, budget_bytes=1e10)
+    assert plan.assumptions[-1] == EXPERTS_ASSUMPTION
+    assert len(plan.assumptions) == len(ASSUMPTIONS) + 2  # the pipelines', the experts'
+
+
+def test_a_fixed_plan_keeps_its_dimensions() -> None:
+    assert _plan(fixed=FixedDims(dp=2)).fixed == FixedDims(dp=2)
+    assert _plan(fixed=FixedDims()).fixed is None  # nothing given: nothing fixed
+
+
+def test_top_and_tokens_are_checked() -> None:
+    with pytest.raises(InputError) as caught:
+        _plan(top=0)
+    assert str(caught.value) == "top must be a whole number from 1 to 10,000, got 0"
+    with pytest.raises(InputError) as caught:
+        _plan(top=10_001)
+    assert str(caught.value) == "top must be a whole number from 1 to 10,000, got 10001"
+    assert len(_plan(top=10_000).ranked) == 22  # every feasible one
+    with pytest.raises(InputError) as caught:
+        _plan(tokens=0.0)
+    assert str(caught.value) == "tokens must be a positive number, got 0.0"
+    assert _plan(tokens=1e9).tokens == 1e9
+
+
+def _no_layout(**kwargs: object) -> str:
+    with pytest.raises(NoLayoutError) as caught:
+        plan_layouts(TINY, H100, 8, seq_len=16, budget_bytes=1e10,
+                     **kwargs)  # type: ignore[arg-type]
+    return str(caught.value)
+
+
+def test_a_global_batch_no_layout_takes() -> None:
+    # 8 devices, TP and PP at most 2 each (4 heads' tp 4 misses the 2 key/value heads; 2
+    # layers): DP is 2 at least
+    assert _no_layout(global_batch_seqs=1) == (
+        "tiny on 8 × h100-sxm: the global batch binds, 1 sequence is smaller than the "
+        "smallest data-parallel degree the layouts leave, 2; use a global batch that is a "
+        "multiple of 2 sequences, or fewer devices")
+    assert _no_layout(global_batch_seqs=3) == (
+        "tiny on 8 × h100-sxm: the global batch binds, 3 sequences is not a multiple of the "
+        "smallest data-parallel degree the layouts leave, 2; use a global batch that is a "
+        "multiple of 2 sequences, or fewer devices")
+
+
+def test_a_global_batch_refusal_is_kept_with_its_words() -> None:
+    # 3 sequences over 2 devices: DP 2 refused (3 % 2 = 1), the DP 1 layouts pass
+    plan = _plan(batch=3)
+    assert plan.rejected_by_reason["global batch"] == 1
+    assert [(r.choice, r.detail) for r in plan.rejected if r.reason == "global batch"] == [
+        (LayoutChoice(dp=2, tp=1, pp=1),
+         "3 sequences is not a multiple of the data-parallel degree 2")]
+    plan = _plan(count=4, batch=1)  # DP 4 (and DP 2 of TP 2 or PP 2) above 1 sequence
+    assert [r.detail for r in plan.rejected if r.reason == "global batch"] == [
+        "1 sequence is smaller than the data-parallel degree 4"]
+
+
+def test_a_fixed_accumulation_that_splits_no_rank() -> None:
+    # 16 sequences over 8 devices: DP 8 (the first degrees met: TP 1, PP 1) has 2 a rank,
+    # which do not split into 3 micro-batches; nor do DP 4's 4 or DP 2's 8
+    assert _no_layout(global_batch_seqs=16, fixed=FixedDims(accumulation=3)) == (
+        "tiny on 8 × h100-sxm with 3 micro-batches (fixed by you): global batch binds, 2 "
+        "sequences a data-parallel rank (DP 8) do not split into 3 micro-batches; fix "
+        "fewer dimensions or others")
+    plan = _plan(batch=4, fixed=FixedDims(accumulation=2))
+    # DP 2: 2 sequences a rank in 2 micro-batches of 1; DP 1: 4 in 2 of 2
+    assert {(e.choice.dp, e.choice.micro_batch, e.choice.accumulation)
+            for e in plan.ranked} == {(2, 1, 2), (1, 2, 2)}
+
+
+def test_a_fixed_shard_group_no_dp_leaves() -> None:
+    # a shard group of 2: DP 2 takes it (ZeRO-1, 2, 3); DP 1 of PP 2 or TP 2 leaves none
+    plan = _plan(fixed=FixedDims(shard=2))
+    details = [r.detail for r in plan.rejected if r.reason == "divisibility"]
+    assert "DP 1 leaves no shard group of 2" in details
+    assert {e.choice.dp for e in plan.ranked} == {2}
+    plan = _plan(fixed=FixedDims(zero=1))
+    details = [r.detail for r in plan.rejected if r.reason == "divisibility"]
+    assert "DP 1 leaves no shard group above 1 rank for ZeRO-1" in details
