@@ -9,12 +9,13 @@ import pytest
 
 from tensorledger.errors import InputError
 from tensorledger.hardware import get_hardware
-from tensorledger.napkin.adapters import FULL_FINE_TUNE
+from tensorledger.napkin.adapters import FULL_FINE_TUNE, LoraShape
 from tensorledger.napkin.headroom import device_headroom
 from tensorledger.napkin.transformer import get_preset
 from tensorledger.plan import FixedDims, LayoutChoice, plan_layouts
 from tensorledger.plan.experts import ASSUMPTION as EXPERTS_ASSUMPTION
 from tensorledger.plan.layouts import ASSUMPTIONS, NoLayoutError, _pipelines, plan_setup
+from tensorledger.plan.pipeline import SchedulePricer
 
 H100 = get_hardware("h100")
 TINY = get_preset("tiny")  # 2 layers, 4 heads, 2 key/value heads
@@ -152,3 +153,40 @@ def test_a_fixed_shard_group_no_dp_leaves() -> None:
     plan = _plan(fixed=FixedDims(zero=1))
     details = [r.detail for r in plan.rejected if r.reason == "divisibility"]
     assert "DP 1 leaves no shard group above 1 rank for ZeRO-1" in details
+
+
+def test_the_options_reach_the_search() -> None:
+    plan = _plan(precision="fp32", optimizer="sgd")
+    assert (plan.precision, plan.optimizer) == ("fp32", "sgd")
+    # a share of the peak given: every layout priced at it, not at the chip's curve
+    plan = _plan(efficiency=0.5)
+    assert plan.efficiency == 0.5
+    assert {e.time.efficiency for e in plan.ranked} == {0.5}
+    # eager attention adds checkpoint selective: 3 policies, not 2, for every layout
+    # (22 · 3 / 2 = 33) and each 1F1B refusal (2 · 3 / 2 = 3)
+    plan = _plan(attention="eager")
+    assert (plan.feasible, plan.rejected_by_reason["divisibility"]) == (33, 3)
+    assert plan.attention == "eager"
+    # no pipeline: DP 2's 8 and TP 2's 8 layouts, no 1F1B to refuse
+    plan = _plan(max_pp=1)
+    assert (plan.feasible, plan.rejected_by_reason["divisibility"]) == (16, 0)
+    assert plan.max_pp == 1
+
+
+class _GPipeAlone(SchedulePricer):
+    names = ("gpipe",)
+
+
+def test_the_schedules_and_the_adapters_reach_the_search() -> None:
+    # GPipe alone: PP 2's 4 GPipe layouts, no 1F1B's 2 and no refusal: 22 − 2 = 20
+    plan = _plan(schedules=_GPipeAlone())
+    assert (plan.feasible, plan.rejected_by_reason["divisibility"]) == (20, 0)
+    assert "(gpipe; a forward" in plan.assumptions[len(ASSUMPTIONS)]
+    lora = LoraShape(8, ("query", "value"))
+    plan = _plan(lora=lora)
+    assert plan.lora == lora
+    assert plan.step == "LoRA fine-tune, r=8 on query, value"
+
+
+def test_a_fraction_of_a_token_is_a_positive_number() -> None:
+    assert _plan(tokens=0.5).tokens == 0.5
