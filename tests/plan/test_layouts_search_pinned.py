@@ -190,3 +190,12 @@ def test_the_schedules_and_the_adapters_reach_the_search() -> None:
 
 def test_a_fraction_of_a_token_is_a_positive_number() -> None:
     assert _plan(tokens=0.5).tokens == 0.5
+
+
+def test_a_refused_layout_keeps_its_sequence_parallelism() -> None:
+    # SP fixed on 4 devices: TP 2 alone (TP 1 splits no sequence); PP 1 leaves DP 2, above
+    # the 1 sequence: refused as TP 2 + SP; PP 2 leaves DP 1, which passes
+    plan = _plan(count=4, batch=1, fixed=FixedDims(sp=True))
+    assert [(r.choice, r.detail) for r in plan.rejected if r.reason == "global batch"] == [
+        (LayoutChoice(dp=2, tp=2, pp=1, sp=True),
+         "1 sequence is smaller than the data-parallel degree 2")]
