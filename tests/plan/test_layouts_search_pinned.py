@@ -5,6 +5,8 @@ returns, its checks of ``top`` and ``tokens``, and the one line of a search noth
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from tensorledger.errors import InputError
@@ -13,6 +15,7 @@ from tensorledger.napkin.adapters import FULL_FINE_TUNE, LoraShape
 from tensorledger.napkin.headroom import device_headroom
 from tensorledger.napkin.transformer import get_preset
 from tensorledger.plan import FixedDims, LayoutChoice, plan_layouts
+from tensorledger.plan.estimate import rank_memory
 from tensorledger.plan.experts import ASSUMPTION as EXPERTS_ASSUMPTION
 from tensorledger.plan.layouts import ASSUMPTIONS, NoLayoutError, _pipelines, plan_setup
 from tensorledger.plan.pipeline import SchedulePricer
@@ -199,3 +202,33 @@ def test_a_refused_layout_keeps_its_sequence_parallelism() -> None:
     assert [(r.choice, r.detail) for r in plan.rejected if r.reason == "global batch"] == [
         (LayoutChoice(dp=2, tp=2, pp=1, sp=True),
          "1 sequence is smaller than the data-parallel degree 2")]
+
+
+def test_past_the_first_micro_batch_that_does_not_fit_none_does() -> None:
+    # one device, 4 sequences: micro-batches 1, 2, 4 under checkpoints none and full, each
+    # priced by rank_memory (the search's own pricing, asked directly); a budget of 1.6 MB
+    # sits between the none policy's micro-batches 1 and 2 and below full's 4
+    setup = plan_setup(TINY, H100, 1, seq_len=16, global_batch_seqs=4, budget_bytes=1.6e6)
+
+    def choice(micro: int, checkpoint: str) -> LayoutChoice:
+        return LayoutChoice(dp=1, tp=1, pp=1, micro_batch=micro, accumulation=4 // micro,
+                            checkpoint=checkpoint)
+
+    def memory(micro: int, checkpoint: str) -> float:
+        return rank_memory(setup, choice(micro, checkpoint)).total_bytes
+
+    assert memory(1, "none") <= 1.6e6 < memory(2, "none")
+    assert memory(2, "full") <= 1.6e6 < memory(4, "full")
+    plan = plan_layouts(TINY, H100, 1, seq_len=16, global_batch_seqs=4, budget_bytes=1.6e6)
+    # feasible: none × 1, full × 1 and 2; refused: none × 2 (priced), none × 4 (past it,
+    # not priced: infinite), full × 4 (priced)
+    assert plan.feasible == 3 and plan.rejected_by_reason["memory per rank"] == 3
+    assert plan.searched == 3 + 3
+    refused = [(r.choice, r.detail, r.memory_bytes) for r in plan.rejected]
+    # kept least first; a few MB print as 0.00 GB against a budget of 1.6e6 / 1e9 = 0.0016
+    assert refused == [
+        (choice(2, "none"), "0.00 GB > 0.0016 GB", memory(2, "none")),
+        (choice(4, "full"), "0.00 GB > 0.0016 GB", memory(4, "full")),
+        (choice(4, "none"), "more than 0.0 GB (micro-batch 2)", math.inf)]
+    assert {(e.choice.micro_batch, e.choice.checkpoint) for e in plan.ranked} == {
+        (1, "none"), (1, "full"), (2, "full")}
