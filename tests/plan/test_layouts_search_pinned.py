@@ -232,3 +232,24 @@ def test_past_the_first_micro_batch_that_does_not_fit_none_does() -> None:
         (choice(4, "none"), "more than 0.0 GB (micro-batch 2)", math.inf)]
     assert {(e.choice.micro_batch, e.choice.checkpoint) for e in plan.ranked} == {
         (1, "none"), (1, "full"), (2, "full")}
+
+
+def test_a_layout_that_fits_its_budget_exactly_is_feasible() -> None:
+    setup = plan_setup(TINY, H100, 1, seq_len=16, global_batch_seqs=4, budget_bytes=1e10)
+    one = LayoutChoice(dp=1, tp=1, pp=1, micro_batch=1, accumulation=4)
+    exact = rank_memory(setup, one).total_bytes  # the budget: not more than it
+    plan = plan_layouts(TINY, H100, 1, seq_len=16, global_batch_seqs=4, budget_bytes=exact)
+    assert one in {e.choice for e in plan.ranked}
+
+
+def test_refused_layouts_keep_their_context_parallelism_and_accumulation() -> None:
+    # CP 2 fixed on 4 devices: TP 1, PP 1 leaves DP 2, above the 1 sequence
+    plan = _plan(count=4, batch=1, fixed=FixedDims(cp=2))
+    assert [(r.choice, r.detail) for r in plan.rejected if r.reason == "global batch"] == [
+        (LayoutChoice(dp=2, cp=2, tp=1, pp=1),
+         "1 sequence is smaller than the data-parallel degree 2")]
+    # 2 micro-batches fixed, 2 sequences over 2 devices: DP 2 has 1 a rank
+    plan = _plan(fixed=FixedDims(accumulation=2))
+    assert [(r.choice, r.detail) for r in plan.rejected if r.reason == "global batch"] == [
+        (LayoutChoice(dp=2, tp=1, pp=1),
+         "1 sequence a data-parallel rank (DP 2) do not split into 2 micro-batches")]
