@@ -43,7 +43,11 @@ def test_two_devices_walked_by_hand() -> None:
                                        "memory per rank": 0}
     assert plan.searched == 22 + 2  # every layout priced or refused
     assert len(plan.ranked) == 10  # the default top: 10 of the 22
-    assert len(_plan(top=22).ranked) == 22
+    every = _plan(top=22).ranked
+    assert len(every) == 22
+    # TP 2 + SP: micro-batches 1 and 2 × 2 checkpoints, each its own layout
+    assert sum(e.choice.sp for e in every) == 4
+    assert len({e.choice for e in every}) == 22
     # the two 1F1B refusals are one kind: the first kept (checkpoint none, the first tried)
     assert [(r.choice, r.reason, r.detail) for r in plan.rejected] == [
         (LayoutChoice(dp=1, tp=1, pp=2, micro_batch=2, accumulation=1, schedule="1f1b",
@@ -253,3 +257,69 @@ def test_refused_layouts_keep_their_context_parallelism_and_accumulation() -> No
     assert [(r.choice, r.detail) for r in plan.rejected if r.reason == "global batch"] == [
         (LayoutChoice(dp=2, tp=1, pp=1),
          "1 sequence a data-parallel rank (DP 2) do not split into 2 micro-batches")]
+
+
+def test_a_pipeline_is_priced_at_its_floor_first_unless_its_schedule_is_known() -> None:
+    # GPipe over 2 stages of tiny on 2 devices, 4 sequences: micro-batches 1, 2, 4 (m = 4,
+    # 2, 1) under checkpoints none, then full.  Each number is rank_memory's, asked directly
+    # with and without the floor (one micro-batch in flight a stage)
+    budget = 8e5
+    setup = plan_setup(TINY, H100, 2, seq_len=16, global_batch_seqs=4, budget_bytes=budget)
+
+    def choice(micro: int, checkpoint: str) -> LayoutChoice:
+        return LayoutChoice(dp=1, tp=1, pp=2, micro_batch=micro, accumulation=4 // micro,
+                            checkpoint=checkpoint, schedule="gpipe", stage_layers=(1, 1))
+
+    def memory(micro: int, checkpoint: str, floor: bool = False) -> float:
+        return rank_memory(setup, choice(micro, checkpoint), floor=floor).total_bytes
+
+    # none × 1: its floor fits, its m = 4 is priced and does not fit; full × 1 reuses those
+    # figures (no floor asked) and fits; full × 2 (m = 2, not priced yet): its floor alone
+    # passes the budget
+    assert memory(1, "none", floor=True) <= budget < memory(1, "none")
+    assert memory(1, "full") <= budget
+    assert budget < memory(2, "full", floor=True)
+    plan = plan_layouts(TINY, H100, 2, seq_len=16, global_batch_seqs=4, budget_bytes=budget,
+                        fixed=FixedDims(pp=2, schedule="gpipe"))
+    assert [e.choice for e in plan.ranked] == [choice(1, "full")]
+    assert plan.rejected_by_reason["memory per rank"] == 5
+    # least first; the three past a micro-batch that did not fit are infinite, in the
+    # order met.  0.8 MB / 1e9 = 0.0008 GB
+    assert [(r.choice, r.detail, r.memory_bytes) for r in plan.rejected] == [
+        (choice(2, "full"), "at least 0.00 GB > 0.0008 GB", memory(2, "full", floor=True)),
+        (choice(1, "none"), "0.00 GB > 0.0008 GB", memory(1, "none")),
+        (choice(2, "none"), "more than 0.0 GB (micro-batch 1)", math.inf),
+        (choice(4, "none"), "more than 0.0 GB (micro-batch 1)", math.inf),
+        (choice(4, "full"), "more than 0.0 GB (micro-batch 2)", math.inf)]
+
+
+def test_a_known_schedule_is_priced_in_full_even_where_its_floor_would_not_fit() -> None:
+    # tiny-moe (6 experts) on 4 devices fixed at DP 2 · PP 2, GPipe, micro-batch 1 (2 a
+    # rank): the shardings and expert degrees in the search's order, (ZeRO, group, EP):
+    # (0, 1, 1), (0, 1, 2), (1, 2, 1), (2, 2, 1), (2, 2, 2), (3, 2, 1), (3, 2, 2)
+    moe = get_preset("tiny-moe")
+    budget = 8e5
+    setup = plan_setup(moe, H100, 4, seq_len=16, global_batch_seqs=4, budget_bytes=budget)
+
+    def choice(zero: int, shard: int, ep: int) -> LayoutChoice:
+        return LayoutChoice(dp=2, tp=1, pp=2, zero=zero, shard=shard, micro_batch=1,
+                            accumulation=2, schedule="gpipe", stage_layers=(1, 1), ep=ep)
+
+    def memory(zero: int, shard: int, ep: int, floor: bool = False) -> float:
+        return rank_memory(setup, choice(zero, shard, ep), floor=floor).total_bytes
+
+    # the first four fail at their floors; (2, 2, 2) passes it and fits, pricing GPipe's
+    # figures; (3, 2, 1)'s floor would not pass, but the figures are known: priced in full,
+    # it does not fit either; (3, 2, 2) fits
+    for degrees in ((0, 1, 1), (0, 1, 2), (1, 2, 1), (2, 2, 1)):
+        assert memory(*degrees, floor=True) > budget
+    assert memory(2, 2, 2) <= budget and memory(3, 2, 2) <= budget
+    assert budget < memory(3, 2, 1, floor=True) < memory(3, 2, 1)
+    plan = plan_layouts(moe, H100, 4, seq_len=16, global_batch_seqs=4, budget_bytes=budget,
+                        fixed=FixedDims(dp=2, pp=2, schedule="gpipe", checkpoint="none",
+                                        accumulation=2))
+    assert {e.choice for e in plan.ranked} == {choice(2, 2, 2), choice(3, 2, 2)}
+    refused = {r.choice: (r.detail, r.memory_bytes) for r in plan.rejected}
+    assert refused[choice(3, 2, 1)] == ("0.00 GB > 0.0008 GB", memory(3, 2, 1))
+    assert refused[choice(2, 2, 1)] == ("at least 0.00 GB > 0.0008 GB",
+                                        memory(2, 2, 1, floor=True))
