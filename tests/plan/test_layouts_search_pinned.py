@@ -5,6 +5,7 @@ returns, its checks of ``top`` and ``tokens``, and the one line of a search noth
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -323,3 +324,62 @@ def test_a_known_schedule_is_priced_in_full_even_where_its_floor_would_not_fit()
     assert refused[choice(3, 2, 1)] == ("0.00 GB > 0.0008 GB", memory(3, 2, 1))
     assert refused[choice(2, 2, 1)] == ("at least 0.00 GB > 0.0008 GB",
                                         memory(2, 2, 1, floor=True))
+
+
+# 2^31 − 1 is prime: a rank of 2 · (2^31 − 1) sequences splits into micro-batches of 1, 2,
+# 2^31 − 1 and twice that alone, so the first that does not fit is priced at ~1e17 bytes,
+# where dividing by 1e9 and by 1,000,000,001 differ in the printed digits (~0.1 GB); the
+# budget, 1,000,005,001 B, prints as 1.00001 GB by :g (over 1,000,000,001: 1)
+PRIME = 2_147_483_647
+LONG = dataclasses.replace(TINY, context_length=8192)
+
+
+def test_a_huge_refusal_prints_its_gigabytes_by_1e9() -> None:
+    budget = 1_000_005_001.0
+    setup = plan_setup(LONG, H100, 1, seq_len=8192, global_batch_seqs=2 * PRIME,
+                       budget_bytes=budget)
+    first = LayoutChoice(dp=1, tp=1, pp=1, micro_batch=PRIME, accumulation=2)
+    priced = rank_memory(setup, first).total_bytes
+    assert priced > 1e17  # 1e17 / 1e9 − 1e17 / 1,000,000,001 ≈ 0.1 GB
+    plan = plan_layouts(LONG, H100, 1, seq_len=8192, global_batch_seqs=2 * PRIME,
+                        budget_bytes=budget, fixed=FixedDims(checkpoint="none"))
+    assert [(r.choice, r.detail, r.memory_bytes) for r in plan.rejected] == [
+        (first, f"{priced / 1e9:.2f} GB > 1.00001 GB", priced),
+        (LayoutChoice(dp=1, tp=1, pp=1, micro_batch=2 * PRIME, accumulation=1),
+         f"more than {priced / 1e9:.1f} GB (micro-batch {PRIME})", math.inf)]
+
+
+def test_a_huge_floor_prints_its_gigabytes_by_1e9() -> None:
+    # 1F1B over 2 stages: micro-batches 1 and 2 (m = 2 · PRIME and PRIME) hold 2 and 1 in
+    # flight and fit; micro-batch PRIME (m = 2), not priced yet, fails at its floor
+    budget = 1_000_005_001.0
+    setup = plan_setup(LONG, H100, 2, seq_len=8192, global_batch_seqs=2 * PRIME,
+                       budget_bytes=budget)
+    first = LayoutChoice(dp=1, tp=1, pp=2, micro_batch=PRIME, accumulation=2,
+                         schedule="1f1b", stage_layers=(1, 1))
+    floor = rank_memory(setup, first, floor=True).total_bytes
+    assert floor > 5e16  # 5e16 / 1e9 − 5e16 / 1,000,000,001 ≈ 0.05 GB
+    plan = plan_layouts(LONG, H100, 2, seq_len=8192, global_batch_seqs=2 * PRIME,
+                        budget_bytes=budget,
+                        fixed=FixedDims(pp=2, schedule="1f1b", checkpoint="none"))
+    assert [(r.choice, r.detail, r.memory_bytes) for r in plan.rejected] == [
+        (first, f"at least {floor / 1e9:.2f} GB > 1.00001 GB", floor),
+        (LayoutChoice(dp=1, tp=1, pp=2, micro_batch=2 * PRIME, accumulation=1,
+                      schedule="1f1b", stage_layers=(1, 1)),
+         f"more than {floor / 1e9:.1f} GB (micro-batch {PRIME})", math.inf)]
+    # the digits those formats print differ from a division by 1,000,000,001
+    assert f"{floor / 1e9:.1f}" != f"{floor / 1_000_000_001:.1f}"
+
+
+def test_a_floor_equal_to_the_budget_passes_to_the_full_pricing() -> None:
+    # GPipe over 2 stages, one micro-batch of 4 (m = 1): its floor, one micro-batch in
+    # flight a stage, is its whole memory; a budget of exactly that fits (not more than it)
+    setup = plan_setup(TINY, H100, 2, seq_len=16, global_batch_seqs=4, budget_bytes=1e10)
+    one = LayoutChoice(dp=1, tp=1, pp=2, micro_batch=4, accumulation=1, schedule="gpipe",
+                       stage_layers=(1, 1))
+    floor = rank_memory(setup, one, floor=True).total_bytes
+    assert floor == rank_memory(setup, one).total_bytes
+    plan = plan_layouts(TINY, H100, 2, seq_len=16, global_batch_seqs=4, budget_bytes=floor,
+                        fixed=FixedDims(pp=2, schedule="gpipe", accumulation=1,
+                                        checkpoint="none"))
+    assert [e.choice for e in plan.ranked] == [one]
