@@ -383,3 +383,21 @@ def test_a_floor_equal_to_the_budget_passes_to_the_full_pricing() -> None:
                         fixed=FixedDims(pp=2, schedule="gpipe", accumulation=1,
                                         checkpoint="none"))
     assert [e.choice for e in plan.ranked] == [one]
+
+
+def test_the_frontier_carries_the_training_days_too() -> None:
+    plan = _plan(tokens=1e9)
+    # the fastest layout (least memory among the fastest) opens the frontier
+    assert plan.frontier[0] == plan.ranked[0]
+    assert all(e.train_days is not None and e.train_days > 0 for e in plan.frontier)
+
+
+def test_each_micro_batch_a_schedule_refuses_is_counted() -> None:
+    # 1F1B over 4 stages of a 4-layer tiny on 4 devices, 4 sequences: micro-batches 1, 2, 4
+    # make m = 4, 2, 1; m = 2 and m = 1 are below the 4 stages: both refused.  (TP 4,
+    # beside them, misses the 2 key/value heads; TP 2 leaves 2 ranks, no PP 4)
+    four = dataclasses.replace(TINY, n_layers=4)
+    plan = plan_layouts(four, H100, 4, seq_len=16, global_batch_seqs=4, budget_bytes=1e10,
+                        fixed=FixedDims(pp=4, schedule="1f1b", checkpoint="none"))
+    assert plan.rejected_by_reason["divisibility"] == 2 + 1
+    assert [(e.choice.micro_batch, e.choice.accumulation) for e in plan.ranked] == [(1, 4)]
