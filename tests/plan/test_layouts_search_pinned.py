@@ -49,6 +49,10 @@ def test_two_devices_walked_by_hand() -> None:
     # TP 2 + SP: micro-batches 1 and 2 × 2 checkpoints, each its own layout
     assert sum(e.choice.sp for e in every) == 4
     assert len({e.choice for e in every}) == 22
+    # ranked fastest first, the least memory first among equally fast
+    keys = [(e.time.step_s, e.memory.total_bytes) for e in every]
+    assert keys == sorted(keys)
+    assert sorted(keys, key=lambda k: k[1]) != keys  # not the order of memory alone
     # the two 1F1B refusals are one kind: the first kept (checkpoint none, the first tried)
     assert [(r.choice, r.reason, r.detail) for r in plan.rejected] == [
         (LayoutChoice(dp=1, tp=1, pp=2, micro_batch=2, accumulation=1, schedule="1f1b",
