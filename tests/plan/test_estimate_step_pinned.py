@@ -24,28 +24,29 @@ PEAK = H100.peak_flop_per_s("bf16")
 BANDWIDTH = H100.memory_bandwidth_bytes_per_s
 
 
-def _setup(count: int, attention: str = "flash") -> PlanSetup:
-    # fp32 (4-byte parameters and gradients), 4 sequences of 16 tokens (64 a step), half
-    # the peak
-    return PlanSetup(TINY, H100, count, 16, 4, resolve_precision("fp32"),
+def _setup(count: int, attention: str = "flash", batch: int = 4) -> PlanSetup:
+    # fp32 (4-byte parameters and gradients), sequences of 16 tokens (4 of them: 64 tokens a
+    # step), half the peak
+    return PlanSetup(TINY, H100, count, 16, batch, resolve_precision("fp32"),
                      resolve_optimizer("adamw"), 1e12, efficiency=0.5, attention=attention)
 
 
 def test_ddp_with_full_recomputation_term_by_term() -> None:
-    setup = _setup(2)
-    choice = LayoutChoice(dp=2, tp=1, pp=1, micro_batch=1, accumulation=2, checkpoint="full")
+    # 8 sequences (128 tokens) over DP 2: 4 a rank, in 4 micro-batches of 1
+    setup = _setup(2, batch=8)
+    choice = LayoutChoice(dp=2, tp=1, pp=1, micro_batch=1, accumulation=4, checkpoint="full")
     model = search_model(setup)
     memory = rank_memory(setup, choice)
     time = step_time(setup, choice, memory)
-    model_flops = float(model.flops_per_token) * 64
-    recompute = float(model.forward_per_token) * 64  # full: one more forward
+    model_flops = float(model.flops_per_token) * 128
+    recompute = float(model.forward_per_token) * 128  # full: one more forward
     assert (time.model_flops, time.recompute_flops) == (model_flops, recompute)
-    # a micro-batch on a rank: 1/(2 ranks · 2 micro-batches) of the FLOPs, against its
+    # a micro-batch on a rank: 1/(2 ranks · 4 micro-batches) of the FLOPs, against its
     # weight traffic: the parameters × 2 × (4 + 4) bytes
-    flops_micro = (model_flops + recompute) / (2 * 2)
+    flops_micro = (model_flops + recompute) / (2 * 4)
     bytes_micro = memory.stage_params * 2 * (4 + 4)
     assert time.intensity_flop_per_byte == pytest.approx(flops_micro / bytes_micro, rel=1e-12)
-    compute = 2 * max(flops_micro / (PEAK * 0.5), bytes_micro / BANDWIDTH)
+    compute = 4 * max(flops_micro / (PEAK * 0.5), bytes_micro / BANDWIDTH)
     assert time.compute_s == pytest.approx(compute, rel=1e-12)
     assert time.memory_bound == (flops_micro / bytes_micro < PEAK * 0.5 / BANDWIDTH)
     assert (time.imbalance, time.bubble_to_compute, time.tp_comm_s) == (1.0, 0.0, 0.0)
@@ -56,7 +57,7 @@ def test_ddp_with_full_recomputation_term_by_term() -> None:
     assert time.dp_exposed_s == pytest.approx(exposed, rel=1e-12)
     step = compute + exposed
     assert time.step_s == pytest.approx(step, rel=1e-12)
-    assert time.tokens_per_s == pytest.approx(64 / step, rel=1e-12)
+    assert time.tokens_per_s == pytest.approx(128 / step, rel=1e-12)
     assert time.mfu == pytest.approx(model_flops / (step * 2 * PEAK), rel=1e-12)
     assert time.hfu == pytest.approx((model_flops + recompute) / (step * 2 * PEAK), rel=1e-12)
     assert (time.efficiency, time.cp_comm_s, time.ep_comm_s) == (0.5, 0.0, 0.0)
