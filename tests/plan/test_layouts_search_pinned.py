@@ -18,7 +18,13 @@ from tensorledger.napkin.transformer import get_preset
 from tensorledger.plan import FixedDims, LayoutChoice, plan_layouts
 from tensorledger.plan.estimate import rank_memory
 from tensorledger.plan.experts import ASSUMPTION as EXPERTS_ASSUMPTION
-from tensorledger.plan.layouts import ASSUMPTIONS, NoLayoutError, _pipelines, plan_setup
+from tensorledger.plan.layouts import (
+    ASSUMPTIONS,
+    NoLayoutError,
+    _fine_tune,
+    _pipelines,
+    plan_setup,
+)
 from tensorledger.plan.pipeline import SchedulePricer
 
 H100 = get_hardware("h100")
@@ -198,6 +204,8 @@ def test_the_schedules_and_the_adapters_reach_the_search() -> None:
     plan = _plan(lora=lora)
     assert plan.lora == lora
     assert plan.step == "LoRA fine-tune, r=8 on query, value"
+    # the closed form's lines, the pipelines', then the fine-tune's
+    assert plan.assumptions[len(ASSUMPTIONS) + 1:] == _fine_tune(lora)
 
 
 def test_a_fraction_of_a_token_is_a_positive_number() -> None:
