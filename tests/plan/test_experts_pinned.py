@@ -14,7 +14,9 @@ from tensorledger.plan.estimate import LayoutChoice, PlanSetup
 from tensorledger.plan.experts import (
     alltoall_buffer_bytes,
     expert_choice,
+    expert_count,
     expert_degrees,
+    expert_matmul,
     moe_layer_saved_bytes,
     moe_layers,
     padded_experts,
@@ -139,3 +141,27 @@ def test_expert_degrees_divide_the_experts_and_the_group_their_state_spans() -> 
     # a fixed ep alone, where searched
     assert expert_degrees(setup, 6, 1, False, 0, 1, 3) == (3,)
     assert expert_degrees(setup, 6, 1, False, 0, 1, 4) == ()
+
+
+def test_expert_matmul_rows_and_routed_share_by_hand() -> None:
+    # MOE3: 3 blocks, the first dense (2 MoE blocks), d 64, 6 experts of d_expert 32, top 2
+    setup = PlanSetup(MOE3, H100, 12, 16, 12, resolve_precision("fp32"),
+                      resolve_optimizer("adamw"), 1e12)
+    # routed FLOPs a token: 3 × 2 blocks × 2 · 3 · 2 · 64 · 32 = 294,912, over 1e6
+    routed = 3.0 * 2 * 2 * 3 * 2 * 64 * 32
+    # EP 3, micro-batch 3: 3 · 16 = 48 tokens, 48 · 2 · 3 / 6 = 48 rows an expert, whole
+    share, flops = expert_matmul(setup, LayoutChoice(dp=6, tp=2, pp=1, micro_batch=3, ep=3),
+                                 1e6)
+    assert share == routed / 1e6
+    assert flops == 2.0 * 48 * 64 * 32
+    # no EP: 48 · 2 · 1 / 6 = 16 rows, the columns split over TP 2
+    _, flops = expert_matmul(setup, LayoutChoice(dp=6, tp=2, pp=1, micro_batch=3), 1e6)
+    assert flops == 2.0 * 16 * 64 * 32 / 2
+    # CP 2: 3 · 16 // 2 = 24 tokens a rank, 24 · 2 · 3 / 6 = 24 rows
+    _, flops = expert_matmul(setup, LayoutChoice(dp=3, cp=2, tp=2, pp=1, micro_batch=3,
+                                                 ep=3), 1e6)
+    assert flops == 2.0 * 24 * 64 * 32
+    dense = PlanSetup(get_preset("tiny"), H100, 12, 16, 12, resolve_precision("fp32"),
+                      resolve_optimizer("adamw"), 1e12)
+    assert expert_matmul(dense, LayoutChoice(dp=12, tp=1, pp=1), 1e6) == (0.0, 0.0)
+    assert (expert_count(MOE3), expert_count(get_preset("tiny"))) == (6, 0)
