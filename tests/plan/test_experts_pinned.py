@@ -20,6 +20,7 @@ from tensorledger.plan.experts import (
     moe_layer_saved_bytes,
     moe_layers,
     padded_experts,
+    with_experts,
 )
 
 H100 = get_hardware("h100")
@@ -165,3 +166,14 @@ def test_expert_matmul_rows_and_routed_share_by_hand() -> None:
                       resolve_optimizer("adamw"), 1e12)
     assert expert_matmul(dense, LayoutChoice(dp=12, tp=1, pp=1), 1e6) == (0.0, 0.0)
     assert (expert_count(MOE3), expert_count(get_preset("tiny"))) == (6, 0)
+
+
+def test_with_experts_pairs_each_sharding_with_its_expert_degrees() -> None:
+    setup = PlanSetup(_MOE, H100, 6, 16, 6, resolve_precision("fp32"),
+                      resolve_optimizer("adamw"), 1e12)
+    # DP 6, no SP: ZeRO-0 takes ep 1, 2, 3, 6 (gcd(6 experts, dp 6) = 6); ZeRO-1 none
+    assert list(with_experts(setup, [(0, 1), (1, 6)], 6, 1, False, None)) == [
+        (0, 1, 1), (0, 1, 2), (0, 1, 3), (0, 1, 6), (1, 6, 1)]
+    # SP on: ep 1 alone
+    assert list(with_experts(setup, [(0, 1), (1, 6)], 6, 1, True, None)) == [
+        (0, 1, 1), (1, 6, 1)]
