@@ -158,6 +158,9 @@ def test_expert_parallelism_refusals() -> None:
         "EP 2 does not divide the shard group of 3 (FSDP shards the other parameters over "
         "fsdp · ep)")
     FixedDims(ep=2, shard=1).check(_setup(12, config=MOE))  # a group of 1 shards nothing
+    assert _refusal(FixedDims(ep=3, shard=2), _setup(12, config=MOE)) == (
+        "EP 3 does not divide the shard group of 2 (FSDP shards the other parameters over "
+        "fsdp · ep)")
     FixedDims(ep=2, dp=4, shard=2).check(_setup(12, config=MOE))
 
 
@@ -169,6 +172,8 @@ def test_the_shard_group_and_the_zero_stage() -> None:
         "ZeRO-2 needs a shard group above 1 rank")
     assert _refusal(FixedDims(zero=2, shard=1, cp=1), _setup()) == (
         "ZeRO-2 needs a shard group above 1 rank")
+    assert _refusal(FixedDims(zero=1, shard=1), _setup()) == (
+        "ZeRO-1 needs a shard group above 1 rank")
     FixedDims(zero=2, shard=1, cp=2).check(_setup())  # the cp ranks are the group
     FixedDims(zero=2, shard=2).check(_setup())
     assert _refusal(FixedDims(dp=4, shard=3), _setup()) == (

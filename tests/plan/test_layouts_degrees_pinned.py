@@ -208,3 +208,12 @@ def test_fixed_stage_layers_are_the_one_cut() -> None:
     fixed = FixedDims(pp=2, stage_layers=(1, 4))
     assert list(_schedules(setup, 2, fixed, _Tally(), LayoutChoice(2, 1, 2))) == [
         ("gpipe", 1, (1, 4))]
+
+
+def test_a_fixed_pp_that_does_not_divide_the_ranks_left_is_no_layout() -> None:
+    # tiny on 4 devices, PP 4 fixed: TP 1 leaves 4 ranks, PP 4 exceeds the 2 layers
+    # (refused); TP 2 leaves 2, which PP 4 does not divide (neither searched nor refused);
+    # TP 4 misses the 2 key/value heads (refused)
+    tally = _Tally()
+    assert list(_degrees(_setup(get_preset("tiny"), "h100", 4), tally, FixedDims(pp=4))) == []
+    assert tally.counts["divisibility"] == 2

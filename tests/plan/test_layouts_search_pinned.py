@@ -165,8 +165,9 @@ def test_a_fixed_accumulation_that_splits_no_rank() -> None:
 def test_a_fixed_shard_group_no_dp_leaves() -> None:
     # a shard group of 2: DP 2 takes it (ZeRO-1, 2, 3); DP 1 of PP 2 or TP 2 leaves none
     plan = _plan(fixed=FixedDims(shard=2))
-    details = [r.detail for r in plan.rejected if r.reason == "divisibility"]
-    assert "DP 1 leaves no shard group of 2" in details
+    refused = [(r.choice, r.detail) for r in plan.rejected if r.reason == "divisibility"]
+    # PP 2 (DP 1) met first
+    assert (LayoutChoice(dp=1, tp=1, pp=2), "DP 1 leaves no shard group of 2") in refused
     assert {e.choice.dp for e in plan.ranked} == {2}
     plan = _plan(fixed=FixedDims(zero=1))
     details = [r.detail for r in plan.rejected if r.reason == "divisibility"]
@@ -265,6 +266,8 @@ def test_refused_layouts_keep_their_context_parallelism_and_accumulation() -> No
     assert [(r.choice, r.detail) for r in plan.rejected if r.reason == "global batch"] == [
         (LayoutChoice(dp=2, cp=2, tp=1, pp=1),
          "1 sequence is smaller than the data-parallel degree 2")]
+    # the layouts that pass (DP 1 of TP 2 or PP 2) shard over the cp ranks: ZeRO-2 or 3
+    assert {e.choice.zero for e in plan.ranked} == {2, 3}
     # 2 micro-batches fixed, 2 sequences over 2 devices: DP 2 has 1 a rank
     plan = _plan(fixed=FixedDims(accumulation=2))
     assert [(r.choice, r.detail) for r in plan.rejected if r.reason == "global batch"] == [
@@ -413,3 +416,11 @@ def test_each_micro_batch_a_schedule_refuses_is_counted() -> None:
                         fixed=FixedDims(pp=4, schedule="1f1b", checkpoint="none"))
     assert plan.rejected_by_reason["divisibility"] == 2 + 1
     assert [(e.choice.micro_batch, e.choice.accumulation) for e in plan.ranked] == [(1, 4)]
+
+
+def test_sequence_parallelism_leaves_the_experts_unsplit() -> None:
+    # tiny-moe on 4 devices with TP 2 + SP fixed: DP 2 takes no expert parallelism under SP
+    moe = get_preset("tiny-moe")
+    plan = plan_layouts(moe, H100, 4, seq_len=16, global_batch_seqs=4, budget_bytes=1e10,
+                        fixed=FixedDims(tp=2, sp=True), top=10_000)
+    assert plan.ranked and {e.choice.ep for e in plan.ranked} == {1}
