@@ -424,3 +424,16 @@ def test_sequence_parallelism_leaves_the_experts_unsplit() -> None:
     plan = plan_layouts(moe, H100, 4, seq_len=16, global_batch_seqs=4, budget_bytes=1e10,
                         fixed=FixedDims(tp=2, sp=True), top=10_000)
     assert plan.ranked and {e.choice.ep for e in plan.ranked} == {1}
+
+
+def test_the_smallest_dp_is_named_though_a_larger_one_is_refused_last() -> None:
+    # a 4-layer tiny on 24 devices at seq 16,384 (cp 2 leaves 8,192 tokens a rank): the
+    # degrees end at TP 2 · PP 4 (DP 3, cp 1 and 2 not both: 24 / 8 = 3 is odd), but TP 2 ·
+    # PP 3 · CP 2 left DP 2 before it; 1 sequence is below every DP
+    four = dataclasses.replace(TINY, n_layers=4, context_length=16_384)
+    with pytest.raises(NoLayoutError) as caught:
+        plan_layouts(four, H100, 24, seq_len=16_384, global_batch_seqs=1, budget_bytes=1e10)
+    assert str(caught.value) == (
+        "tiny on 24 × h100-sxm: the global batch binds, 1 sequence is smaller than the "
+        "smallest data-parallel degree the layouts leave, 2; use a global batch that is a "
+        "multiple of 2 sequences, or fewer devices")
