@@ -428,8 +428,9 @@ def test_sequence_parallelism_leaves_the_experts_unsplit() -> None:
 
 def test_the_smallest_dp_is_named_though_a_larger_one_is_refused_last() -> None:
     # a 4-layer tiny on 24 devices at seq 16,384 (cp 2 leaves 8,192 tokens a rank): the
-    # degrees end at TP 2 · PP 4 (DP 3, cp 1 and 2 not both: 24 / 8 = 3 is odd), but TP 2 ·
-    # PP 3 · CP 2 left DP 2 before it; 1 sequence is below every DP
+    # degrees end at TP 2 · PP 4 (3 ranks left: cp 2 does not divide them, cp 3 cuts 16,384
+    # into no 6 equal chunks: DP 3), but TP 2 · PP 3 · CP 2 left DP 2 before it; 1 sequence
+    # is below every DP
     four = dataclasses.replace(TINY, n_layers=4, context_length=16_384)
     with pytest.raises(NoLayoutError) as caught:
         plan_layouts(four, H100, 24, seq_len=16_384, global_batch_seqs=1, budget_bytes=1e10)
