@@ -16,7 +16,7 @@ from tensorledger.napkin.adapters import FULL_FINE_TUNE, LoraShape
 from tensorledger.napkin.headroom import device_headroom
 from tensorledger.napkin.transformer import get_preset
 from tensorledger.plan import FixedDims, LayoutChoice, plan_layouts
-from tensorledger.plan.estimate import rank_memory
+from tensorledger.plan.estimate import estimate, rank_memory
 from tensorledger.plan.experts import ASSUMPTION as EXPERTS_ASSUMPTION
 from tensorledger.plan.layouts import (
     ASSUMPTIONS,
@@ -183,9 +183,16 @@ def test_the_options_reach_the_search() -> None:
     assert {e.time.efficiency for e in plan.ranked} == {0.5}
     # eager attention adds checkpoint selective: 3 policies, not 2, for every layout
     # (22 · 3 / 2 = 33) and each 1F1B refusal (2 · 3 / 2 = 3)
-    plan = _plan(attention="eager")
+    plan = _plan(attention="eager", top=10_000)
     assert (plan.feasible, plan.rejected_by_reason["divisibility"]) == (33, 3)
     assert plan.attention == "eager"
+    # each layout priced with eager attention's s² scores kept (checkpoint none)
+    eager = plan_setup(TINY, H100, 2, seq_len=16, global_batch_seqs=2, budget_bytes=1e10,
+                       attention="eager")
+    assert all(e == estimate(eager, e.choice) for e in plan.ranked)
+    flash = plan_setup(TINY, H100, 2, seq_len=16, global_batch_seqs=2, budget_bytes=1e10)
+    kept = next(e for e in plan.ranked if e.choice.checkpoint == "none")
+    assert kept.memory.total_bytes > estimate(flash, kept.choice).memory.total_bytes
     # no pipeline: DP 2's 8 and TP 2's 8 layouts, no 1F1B to refuse
     plan = _plan(max_pp=1)
     assert (plan.feasible, plan.rejected_by_reason["divisibility"]) == (16, 0)
