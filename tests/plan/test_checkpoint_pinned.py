@@ -15,6 +15,8 @@ from tensorledger.plan.checkpoint import (
     CheckpointProfile,
     Segment,
     _ordinal,
+    _prune,
+    _State,
     every_kth_block,
     kept_for_backward_bytes,
     no_checkpointing,
@@ -377,3 +379,12 @@ def test_a_chain_of_no_blocks_whose_overhead_passes_the_budget_is_refused() -> N
     # 40 B leaves −10 B of room: no policy, not the empty one with a peak past the budget
     with pytest.raises(InputError):
         optimal_under_budget(empty, 40)
+
+
+def test_the_front_drops_a_state_that_keeps_more_bytes_for_the_same_time() -> None:
+    fast = _State(kept=100, time_s=1.0, flops=10, segments=())
+    tie = _State(kept=200, time_s=1.0, flops=10, segments=())  # more bytes, no faster
+    faster = _State(kept=300, time_s=0.5, flops=10, segments=())  # more bytes, but faster
+    # sorted by bytes kept: 100, 200, 300; 200 is not strictly faster than 100's (1.0, 10),
+    # 300's (0.5, 10) is: the staircase is 100 then 300
+    assert _prune([faster, tie, fast]) == [fast, faster]

@@ -14,9 +14,13 @@ from tensorledger.plan.estimate import LayoutChoice, PlanSetup
 from tensorledger.plan.experts import (
     alltoall_buffer_bytes,
     expert_choice,
+    expert_count,
+    expert_degrees,
+    expert_matmul,
     moe_layer_saved_bytes,
     moe_layers,
     padded_experts,
+    with_experts,
 )
 
 H100 = get_hardware("h100")
@@ -120,3 +124,56 @@ def test_moe_layer_saved_bytes_under_ep_keep_routed_experts_whole_at_tp_2() -> N
     # 2·32·64·4 = 41,088; shared 4·16·48·4 / 2 = 6,144; balance 6·4 = 24
     assert moe_layer_saved_bytes(_MOE, 16, 4, False, tp=2, ep=2) == (
         832 + 780 + 41_088 + 6_144 + 24, 0)
+
+
+def test_expert_degrees_divide_the_experts_and_the_group_their_state_spans() -> None:
+    setup = PlanSetup(_MOE, H100, 12, 16, 12, resolve_precision("fp32"),
+                      resolve_optimizer("adamw"), 1e12)
+    # tiny-moe's 6 experts; ZeRO-0 over dp 6: gcd(6, 6) = 6, so 1 and each divisor above
+    # 1 of 6: 2, 3, 6
+    assert expert_degrees(setup, 6, 1, False, 0, 1, None) == (1, 2, 3, 6)
+    # ZeRO-2 and 3 over a shard group of 4 (dp 12): gcd(6, 4) = 2
+    assert expert_degrees(setup, 12, 1, False, 2, 4, None) == (1, 2)
+    assert expert_degrees(setup, 12, 1, False, 3, 4, None) == (1, 2)
+    # ZeRO-1, context parallelism, sequence parallelism: no expert parallelism
+    assert expert_degrees(setup, 6, 1, False, 1, 6, None) == (1,)
+    assert expert_degrees(setup, 6, 2, False, 0, 1, None) == (1,)
+    assert expert_degrees(setup, 6, 1, True, 0, 1, None) == (1,)
+    # a fixed ep alone, where searched
+    assert expert_degrees(setup, 6, 1, False, 0, 1, 3) == (3,)
+    assert expert_degrees(setup, 6, 1, False, 0, 1, 4) == ()
+
+
+def test_expert_matmul_rows_and_routed_share_by_hand() -> None:
+    # MOE3: 3 blocks, the first dense (2 MoE blocks), d 64, 6 experts of d_expert 32, top 2
+    setup = PlanSetup(MOE3, H100, 12, 16, 12, resolve_precision("fp32"),
+                      resolve_optimizer("adamw"), 1e12)
+    # routed FLOPs a token: 3 × 2 blocks × 2 · 3 · 2 · 64 · 32 = 294,912, over 1e6
+    routed = 3.0 * 2 * 2 * 3 * 2 * 64 * 32
+    # EP 3, micro-batch 3: 3 · 16 = 48 tokens, 48 · 2 · 3 / 6 = 48 rows an expert, whole
+    share, flops = expert_matmul(setup, LayoutChoice(dp=6, tp=2, pp=1, micro_batch=3, ep=3),
+                                 1e6)
+    assert share == routed / 1e6
+    assert flops == 2.0 * 48 * 64 * 32
+    # no EP: 48 · 2 · 1 / 6 = 16 rows, the columns split over TP 2
+    _, flops = expert_matmul(setup, LayoutChoice(dp=6, tp=2, pp=1, micro_batch=3), 1e6)
+    assert flops == 2.0 * 16 * 64 * 32 / 2
+    # CP 2: 3 · 16 // 2 = 24 tokens a rank, 24 · 2 · 3 / 6 = 24 rows
+    _, flops = expert_matmul(setup, LayoutChoice(dp=3, cp=2, tp=2, pp=1, micro_batch=3,
+                                                 ep=3), 1e6)
+    assert flops == 2.0 * 24 * 64 * 32
+    dense = PlanSetup(get_preset("tiny"), H100, 12, 16, 12, resolve_precision("fp32"),
+                      resolve_optimizer("adamw"), 1e12)
+    assert expert_matmul(dense, LayoutChoice(dp=12, tp=1, pp=1), 1e6) == (0.0, 0.0)
+    assert (expert_count(MOE3), expert_count(get_preset("tiny"))) == (6, 0)
+
+
+def test_with_experts_pairs_each_sharding_with_its_expert_degrees() -> None:
+    setup = PlanSetup(_MOE, H100, 6, 16, 6, resolve_precision("fp32"),
+                      resolve_optimizer("adamw"), 1e12)
+    # DP 6, no SP: ZeRO-0 takes ep 1, 2, 3, 6 (gcd(6 experts, dp 6) = 6); ZeRO-1 none
+    assert list(with_experts(setup, [(0, 1), (1, 6)], 6, 1, False, None)) == [
+        (0, 1, 1), (0, 1, 2), (0, 1, 3), (0, 1, 6), (1, 6, 1)]
+    # SP on: ep 1 alone
+    assert list(with_experts(setup, [(0, 1), (1, 6)], 6, 1, True, None)) == [
+        (0, 1, 1), (1, 6, 1)]

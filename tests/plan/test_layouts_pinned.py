@@ -104,3 +104,40 @@ def test_one_rejection_is_kept_of_each_kind_numbers_aside() -> None:
     assert [r.detail for r in tally.kept["divisibility"]] == [
         "tp 16 spans nodes (8 devices per node)", "pp 4 exceeds the 2 layers"]
     assert tally.counts["divisibility"] == 4
+
+
+def test_memory_rejections_keep_the_five_least() -> None:
+    tally = _Tally()
+    for gb in (10, 20, 30, 40, 50):  # five kept: the list is full (KEPT_REJECTIONS = 5)
+        tally.reject(DDP, "memory per rank", f"{gb} GB", gb * 1e9)
+    # 45 GB < the largest kept, 50 GB: it goes in and 50 GB goes out; it is above the
+    # second kept (20 GB) and the second largest (40 GB), so a comparison with either of
+    # those, or with 0, would leave 50 GB in
+    tally.reject(DDP, "memory per rank", "45 GB", 45e9)
+    # 60 GB is above every kept one: counted, not kept
+    tally.reject(DDP, "memory per rank", "60 GB", 60e9)
+    assert [r.memory_bytes for r in tally.kept["memory per rank"]] == [
+        10e9, 20e9, 30e9, 40e9, 45e9]
+    assert [r.detail for r in tally.kept["memory per rank"]] == [
+        "10 GB", "20 GB", "30 GB", "40 GB", "45 GB"]
+    assert tally.counts["memory per rank"] == 7  # 5 + 1 + 1
+    assert tally.searched == 7
+
+
+def test_a_memory_rejection_of_no_bytes_sorts_first() -> None:
+    tally = _Tally()
+    tally.reject(DDP, "memory per rank", "half a byte", 0.5)
+    tally.reject(ZERO3, "memory per rank", "no bytes", 0.0)
+    # 0 B < 0.5 B: the least first, a zero read as zero (not as a byte or more)
+    assert [r.memory_bytes for r in tally.kept["memory per rank"]] == [0.0, 0.5]
+
+
+def test_five_kinds_of_other_rejection_are_kept_and_no_sixth() -> None:
+    tally = _Tally()
+    details = ["tp 16 spans nodes", "pp 4 exceeds the layers", "cp 3 splits no sequence",
+               "ep 5 splits no expert", "heads 7 over tp", "vocab 9 over tp"]
+    for detail in details:  # six kinds, numbers aside: each differs in its words
+        tally.reject(DDP, "divisibility", detail)
+    # KEPT_REJECTIONS = 5: the first five kept, all six counted
+    assert [r.detail for r in tally.kept["divisibility"]] == details[:5]
+    assert tally.counts["divisibility"] == 6

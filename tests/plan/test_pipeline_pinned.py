@@ -78,3 +78,10 @@ def test_stage_splits_take_one_block_shorter_ends_only() -> None:
     assert stage_splits(9, 4) == ((2, 2, 3, 2),)
     # 7 over 4: (1, 2, 2, 2), and 7 + 1 = 8 cut 2, 2, 2, 1 (a stage of one block is one)
     assert stage_splits(7, 4) == ((1, 2, 2, 2), (2, 2, 2, 1))
+
+
+def test_a_loop_places_stages_r_r_plus_p_and_so_on() -> None:
+    # 2 ranks of 3 stages each: rank 0 holds 0, 0 + 2, 0 + 4; rank 1 holds 1, 3, 5
+    assert SchedulePricer().placement("interleaved-1f1b", 2, 3) == ((0, 2, 4), (1, 3, 5))
+    # ZBV's V: rank r holds r and 2·2 − 1 − r
+    assert SchedulePricer().placement("zbv", 2, 2) == ((0, 3), (1, 2))

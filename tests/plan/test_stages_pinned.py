@@ -35,3 +35,12 @@ def test_stage_imbalance_of_stages_of_no_block() -> None:
     # no work at all: an imbalance of 1 and no rank holding a block
     figures = SchedulePricer().figures("gpipe", 2, 2, 1)
     assert stage_imbalance((0, 0), figures, 1.0, 0.0) == (1.0, 0)
+
+
+def test_imbalance_of_work_below_one_unit_a_token() -> None:
+    # a block costs 0.25 (any unit), no head: GPipe over 2 ranks, cut 1, 2: rank work 0.25
+    # and 0.5, total 0.75 (below 1 but above 0): 0.5 · 2 / 0.75 = 4/3, the most blocks 2
+    figures = SchedulePricer().figures("gpipe", 2, 2, 1)
+    imbalance, most = stage_imbalance((1, 2), figures, 0.25, 0.0)
+    assert imbalance == 0.5 * 2 / 0.75
+    assert most == 2
