@@ -1,0 +1,56 @@
+"""Context parallelism's own pieces (issue 42's mutation run of
+``tensorledger.workload.context_parallel``): the buffers it shards, the handlers it adds to
+torch's ring dispatcher, and the memory-efficient kernel's 32-row check, with no mesh."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch.distributed.tensor.experimental._context_parallel import _attention as cp_attention
+
+from tensorledger.errors import InputError
+from tensorledger.workload import context_parallel as cp
+
+
+def test_buffers_are_the_distinct_tensors_of_two_or_more_dimensions() -> None:
+    ids, targets, flat = torch.zeros(2, 8), torch.zeros(2, 8), torch.zeros(8)
+    # ids twice (one buffer), a 1-d tensor and a non-tensor left out, the order kept
+    unique = cp._unique([ids, flat, targets, ids, "x"])
+    assert len(unique) == 2 and unique[0] is ids and unique[1] is targets
+    assert cp._unique([torch.zeros(1, 1)])[0].shape == (1, 1)  # 2 dimensions: a buffer
+
+
+def test_the_cpu_ring_is_registered_once_for_forward_backward_and_the_checked_kernel() -> None:
+    cp.cpu_ring_attention()
+    aten = torch.ops.aten
+    forward = aten._scaled_dot_product_flash_attention_for_cpu.default
+    backward = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+    efficient = aten._scaled_dot_product_efficient_attention.default
+    assert set(cp._HANDLERS) == {forward, backward, efficient}
+    for op in (forward, backward, efficient):
+        assert cp_attention.custom_ops[op] is cp._HANDLERS[op]
+    before = dict(cp._HANDLERS)
+    cp.cpu_ring_attention()  # again: nothing replaced (the checked kernel is not wrapped twice)
+    assert dict(cp._HANDLERS) == before
+
+
+def test_memory_efficient_chunks_must_be_a_multiple_of_32_rows() -> None:
+    cp.cpu_ring_attention()
+    checked = cp._HANDLERS[torch.ops.aten._scaled_dot_product_efficient_attention.default]
+    # a query of 2 · 48 local rows: chunks of 48, 48 % 32 = 16: refused
+    query = SimpleNamespace(to_local=lambda: torch.zeros(1, 1, 96, 4))
+    with pytest.raises(InputError, match="chunks of 48 tokens"):
+        checked(None, (query,), {})
+
+
+def test_entering_again_inside_is_a_no_op_and_the_rotation_is_restored() -> None:
+    rotation = cp_attention._cp_options.rotate_method
+    cp._ENTERED.append(True)  # as if a step were already inside
+    try:
+        with cp.sequence_sharded(None, [torch.zeros(2, 8)], rotate="alltoall"):
+            assert cp_attention._cp_options.rotate_method == rotation  # nothing set anew
+    finally:
+        cp._ENTERED.pop()
+    assert not cp._ENTERED
