@@ -238,3 +238,59 @@ def test_tied_slots_are_grouped_in_module_order() -> None:
     assert tp._tied(model) == [[(model[0], "weight"), (model[1], "weight")]]
     model[2].bias = None  # an empty slot is no parameter
     assert len(tp._tied(model)) == 1
+
+
+class _Tied(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(8, 4)
+        self.head = nn.Linear(4, 8, bias=False)
+        self.head.weight = self.embedding.weight  # tied: one (8, 4) parameter
+
+
+def _mesh() -> object:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh("cpu", (2,))
+
+
+def test_tied_parameters_sharded_alike_are_tied_again() -> None:
+    from tensorledger.workload.parallel import fake_process_group
+
+    model = _Tied()
+    with fake_process_group(2):
+        # rowwise embedding and colwise head both shard the (8, 4) weight on dim 0
+        tp.apply_tensor_parallel(model, _mesh(), {"embedding": tp.TpStyle.ROWWISE,
+                                                  "head": tp.TpStyle.COLWISE}, sp=False)
+    assert model.head.weight is model.embedding.weight
+    assert model.embedding.weight.placements == (Shard(0),)
+
+
+def test_tied_parameters_sharded_unlike_are_refused() -> None:
+    from tensorledger.workload.parallel import fake_process_group
+
+    with fake_process_group(2), pytest.raises(InputError, match="unlike its twin"):
+        # a rowwise head shards its weight on dim 1, the embedding on dim 0
+        tp.apply_tensor_parallel(_Tied(), _mesh(), {"embedding": tp.TpStyle.ROWWISE,
+                                                    "head": tp.TpStyle.ROWWISE}, sp=False)
+
+
+def test_the_default_plan_is_laid_beside_expert_parallelism_only_when_asked() -> None:
+    from tensorledger.workload.parallel import fake_process_group
+
+    with fake_process_group(2):
+        with pytest.raises(InputError, match="without --ep"):
+            tp.apply_tensor_parallel(_model("tiny-moe"), _mesh(), None, sp=False)
+        model = _model("tiny-moe")
+        tp.apply_tensor_parallel(model, _mesh(), None, sp=False, experts=True)
+    assert model.blocks[0].mlp.shared.up.weight.placements == (Shard(0),)  # colwise: out rows
+
+
+def test_a_model_without_config_plan_or_base_model_has_no_plan() -> None:
+    # no _tp_plan, no config, no base_model: each missing attribute read as "none", not an error
+    with pytest.raises(InputError, match="Linear has no tensor-parallel plan"):
+        tp._hugging_face_plan(nn.Linear(2, 2))
+    model = nn.Linear(2, 2)
+    model.config = SimpleNamespace()  # a config without base_model_tp_plan
+    with pytest.raises(InputError, match="Linear has no tensor-parallel plan"):
+        tp._hugging_face_plan(model)
