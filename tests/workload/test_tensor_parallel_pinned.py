@@ -118,7 +118,10 @@ def test_a_mixture_of_experts_splits_its_shared_experts_only() -> None:
     assert "blocks.0.mlp" not in plan
     assert not [path for path in plan if "router" in path or "experts." in path]
     with pytest.raises(InputError, match="without --ep"):
-        tp.default_tp_plan(model, experts=False)
+        tp.default_tp_plan(model)  # experts defaults to off
+    with pytest.raises(InputError, match="without --ep"):
+        tp.reference_tp_plan([("blocks.0", model.blocks[0])], embedding=False, head=False,
+                             sp=False)  # the same default for a part
     with pytest.raises(InputError, match="--sp beside --ep"):
         tp.default_tp_plan(model, sp=True, experts=True)
 
@@ -294,3 +297,22 @@ def test_a_model_without_config_plan_or_base_model_has_no_plan() -> None:
     model.config = SimpleNamespace()  # a config without base_model_tp_plan
     with pytest.raises(InputError, match="Linear has no tensor-parallel plan"):
         tp._hugging_face_plan(model)
+
+
+def test_a_model_with_a_config_but_no_base_model_is_no_hugging_face_model() -> None:
+    model = nn.Linear(2, 2)
+    model.config = SimpleNamespace(base_model_tp_plan={"weight": "colwise"})
+    with pytest.raises(InputError, match="no default tensor-parallel plan for Linear"):
+        tp.default_tp_plan(model)  # both attributes needed: a config alone is not enough
+
+
+def test_tied_parameters_outside_the_plan_stay_tied() -> None:
+    from tensorledger.workload.parallel import fake_process_group
+
+    model = _Tied()
+    model.other = nn.Linear(4, 4)
+    with fake_process_group(2):
+        tp.apply_tensor_parallel(model, _mesh(), {"other": tp.TpStyle.COLWISE}, sp=False)
+    # neither twin is a DTensor (no placements on either): tied again as they were
+    assert model.head.weight is model.embedding.weight
+    assert not hasattr(model.embedding.weight, "placements")
