@@ -99,3 +99,43 @@ def test_the_import_log_is_dropped_inside_only() -> None:
         assert qlora._drop in logger.filters
         assert logger.filter(logging.LogRecord("x", logging.INFO, "", 0, "m", None, None)) is False
     assert qlora._drop not in logger.filters
+
+
+def test_five_kept_linears_show_four_and_one_more() -> None:
+    base = qlora.NF4Base(("a",), N, tuple((f"k{i}", "w") for i in range(5)), "1.0")
+    assert base.describe().endswith("k3 (w) and 1 more")  # 5 − 4 = 1
+
+
+def test_the_base_names_torchaos_version() -> None:
+    import torchao
+
+    model = nn.Sequential(nn.Linear(128, 128))  # 16,384 elements: one NF4 weight
+    assert qlora.quantize_base(model).torchao_version == str(torchao.__version__)
+
+
+def _record(index: int, module: str, phase: str, flops: int, read: int, written: int
+            ) -> object:
+    from tensorledger.trace.records import OpRecord
+
+    return OpRecord(index, "aten.mm.default", module, phase, "matmul", (), (), (), (), flops,
+                    read, written, True, flops, (), ())
+
+
+def test_the_dequantisation_note_by_hand() -> None:
+    from tensorledger.trace.records import Trace
+
+    records = (_record(0, "a.dequantize", "forward", 1000, 100, 50),
+               _record(1, "a", "forward", 3000, 600, 250),
+               _record(2, "a.dequantize", "backward", 1000, 100, 50),
+               _record(3, "b.dequantize", "backward", 0, 40, 10))
+    trace = Trace(records=records, uncovered={}, device="meta",
+                  module_classes={"a.dequantize": "NF4Dequantize",
+                                  "b.dequantize": "NF4Dequantize", "a": "Linear"})
+    # dequantisation: 2 weights; FLOPs 1,000 + 1,000 + 0 = 2,000 of the step's 5,000 (40.0%),
+    # forward 1,000, backward 1,000; bytes 150 + 150 + 50 = 350 of 1,200 moved (29.2%);
+    # format_sci writes counts this small whole
+    assert qlora.dequantization_note(trace) == (
+        "NF4 dequantisation (2 weights, in forward and again in backward): 2000 FLOPs (40.0% "
+        "of the step's; forward 1000, backward 1000), 350 B moved (29.2% of the step's)")
+    empty = Trace(records=(), uncovered={}, device="meta")
+    assert qlora.dequantization_note(empty) == "NF4 dequantisation: none ran in this step"

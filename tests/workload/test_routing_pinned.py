@@ -132,3 +132,45 @@ def test_a_routing_file_is_read(tmp_path: Path) -> None:
             rt.resolve_routing(str(path))
     with pytest.raises(InputError, match="JSON file of counts"):
         rt.resolve_routing(str(tmp_path / "missing.json"))
+
+
+def test_two_experts_are_skewed_too() -> None:
+    # 6 tokens · top-1 = 6 slots over 2: balanced 3; first round(1.5 · 3) = round(4.5) = 4
+    # (round half to even), the other 6 − 4 = 2; balanced would be 3, 3
+    assert rt.Routing(kind="skew", skew=0.5).counts(6, 2, 1) == (4, 2)
+
+
+def test_eight_experts_are_all_shown() -> None:
+    # 8 tokens · top-1 over 8: 1 each, all eight shown, no ellipsis
+    assert rt.BALANCED.describe(8, 8, 1).endswith("expert 1, 1, 1, 1, 1, 1, 1, 1 (8 tokens × top-1 of 8)")
+
+
+def test_a_skew_of_two_equals_signs_is_refused() -> None:
+    # the figure is all after the first "=": "0.5=1" is no number
+    with pytest.raises(InputError, match="got '0.5=1'"):
+        rt.resolve_routing("skew=0.5=1")
+
+
+def test_the_routing_files_errors_name_it(tmp_path: Path) -> None:
+    path = tmp_path / "h.json"
+    with pytest.raises(InputError, match="routing histogram .*h.json does not exist"):
+        rt.resolve_routing(str(path))
+    path.write_text("[1," + " " * (1 << 20))  # past 1 MiB: refused before it is parsed
+    with pytest.raises(InputError, match="at most 1"):
+        rt.resolve_routing(str(path))
+    path.write_text("[1,")  # bad JSON: the error names the file
+    with pytest.raises(Exception, match="h.json"):
+        rt.resolve_routing(str(path))
+    for bad in ("5", "[]"):  # a number, an empty list: no list of whole numbers
+        path.write_text(bad)
+        with pytest.raises(InputError, match="a routing file holds a JSON list"):
+            rt.resolve_routing(str(path))
+
+
+def test_the_most_experts_a_file_may_list(tmp_path: Path) -> None:
+    path = tmp_path / "h.json"
+    path.write_text(str([1] * rt.MAX_EXPERTS))  # 65,536 counts: at the limit, accepted
+    assert len(rt.resolve_routing(str(path)).histogram) == 1 << 16
+    path.write_text(str([1] * (rt.MAX_EXPERTS + 1)))
+    with pytest.raises(InputError, match="lists 65,537 experts"):
+        rt.resolve_routing(str(path))
