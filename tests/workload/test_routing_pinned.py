@@ -142,24 +142,25 @@ def test_two_experts_are_skewed_too() -> None:
 
 def test_eight_experts_are_all_shown() -> None:
     # 8 tokens · top-1 over 8: 1 each, all eight shown, no ellipsis
-    assert rt.BALANCED.describe(8, 8, 1).endswith("expert 1, 1, 1, 1, 1, 1, 1, 1 (8 tokens × top-1 of 8)")
+    assert rt.BALANCED.describe(8, 8, 1).endswith(
+        "expert 1, 1, 1, 1, 1, 1, 1, 1 (8 tokens × top-1 of 8)")
 
 
 def test_a_skew_of_two_equals_signs_is_refused() -> None:
     # the figure is all after the first "=": "0.5=1" is no number
-    with pytest.raises(InputError, match="got '0.5=1'"):
+    with pytest.raises(InputError, match=r"got '0\.5=1'"):
         rt.resolve_routing("skew=0.5=1")
 
 
 def test_the_routing_files_errors_name_it(tmp_path: Path) -> None:
     path = tmp_path / "h.json"
-    with pytest.raises(InputError, match="routing histogram .*h.json does not exist"):
+    with pytest.raises(InputError, match=r"routing histogram .*h\.json does not exist"):
         rt.resolve_routing(str(path))
     path.write_text("[1," + " " * (1 << 20))  # past 1 MiB: refused before it is parsed
     with pytest.raises(InputError, match="at most 1"):
         rt.resolve_routing(str(path))
     path.write_text("[1,")  # bad JSON: the error names the file
-    with pytest.raises(Exception, match="h.json"):
+    with pytest.raises(InputError, match=r"h\.json"):
         rt.resolve_routing(str(path))
     for bad in ("5", "[]"):  # a number, an empty list: no list of whole numbers
         path.write_text(bad)
