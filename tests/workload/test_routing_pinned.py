@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tensorledger.errors import InputError
+from tensorledger.errors import ConfigError, InputError
 from tensorledger.models import get_preset
 from tensorledger.workload import routing as rt
 from tensorledger.workload.source import ModelSource
@@ -160,7 +160,7 @@ def test_the_routing_files_errors_name_it(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="at most 1"):
         rt.resolve_routing(str(path))
     path.write_text("[1,")  # bad JSON: the error names the file
-    with pytest.raises(InputError, match=r"h\.json"):
+    with pytest.raises(ConfigError, match=r"h\.json: not valid JSON"):
         rt.resolve_routing(str(path))
     for bad in ("5", "[]"):  # a number, an empty list: no list of whole numbers
         path.write_text(bad)
