@@ -4,6 +4,8 @@ on small real CPU modules (no trace)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from torch import nn
@@ -80,3 +82,35 @@ def test_the_summary_names_what_was_converted() -> None:
         "(a dimension not a multiple of 16: c, d, e)")
     assert float8.AppliedFloat8("tensorwise", (), (), False).describe(lab=False) == (
         "torchao float8 (tensorwise scales): 0 linear layers run _scaled_mm")
+
+
+def test_on_cuda_torchao_casts_the_input_itself() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x = torch.empty(2, 16, device="cuda")  # a fake CUDA tensor: no GPU needed
+    torch.set_autocast_enabled("cuda", True)
+    try:
+        assert float8._cast_input(nn.Linear(16, 16), (x,)) is None  # left to Float8Linear
+    finally:
+        torch.set_autocast_enabled("cuda", False)
+
+
+def test_the_converted_linears_run_the_recipes_config() -> None:
+    from torchao.float8 import Float8LinearConfig
+
+    module, _ = float8.apply_float8(_mlp(), resolve_precision("fp8-rowwise"))
+    assert module[0].config == Float8LinearConfig.from_recipe_name("rowwise")
+    module, _ = float8.apply_float8(_mlp(), resolve_precision("fp8-tensorwise"), sharded=True)
+    # the tensorwise recipe's config with the FSDP2 fp8 all-gather switched on
+    assert module[0].config.enable_fsdp_float8_all_gather is True
+    assert module[0].config == replace(Float8LinearConfig.from_recipe_name("tensorwise"),
+                                       enable_fsdp_float8_all_gather=True)
+
+
+def test_the_summary_adds_the_precision_labs_error_by_default() -> None:
+    from tensorledger.formats.training import fp8_recipe_error
+
+    applied = float8.AppliedFloat8("rowwise", ("a",), (), False)
+    assert applied.describe() == (applied.describe(lab=False) + "; "
+                                  + fp8_recipe_error("rowwise").describe())
