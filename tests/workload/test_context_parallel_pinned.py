@@ -4,6 +4,7 @@ torch's ring dispatcher, and the memory-efficient kernel's 32-row check, with no
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from types import SimpleNamespace
 
 import pytest
@@ -22,7 +23,29 @@ def test_buffers_are_the_distinct_tensors_of_two_or_more_dimensions() -> None:
     assert cp._unique([torch.zeros(1, 1)])[0].shape == (1, 1)  # 2 dimensions: a buffer
 
 
-def test_the_cpu_ring_is_registered_once_for_forward_backward_and_the_checked_kernel() -> None:
+@pytest.fixture
+def fresh_ring() -> Iterator[None]:
+    """The handlers as torch left them, so that ``cpu_ring_attention`` registers anew here (an
+    earlier test of the process registered them already, and a second call returns at once)."""
+    aten = torch.ops.aten
+    ops, handlers = dict(cp_attention.custom_ops), dict(cp._HANDLERS)
+    cp._HANDLERS.clear()
+    for op in (aten._scaled_dot_product_flash_attention_for_cpu.default,
+               aten._scaled_dot_product_flash_attention_for_cpu_backward.default):
+        cp_attention.custom_ops.pop(op, None)
+    efficient = aten._scaled_dot_product_efficient_attention.default
+    cp_attention.custom_ops[efficient] = cp_attention._sdpa_handler  # torch's own
+    try:
+        yield
+    finally:
+        cp_attention.custom_ops.clear()
+        cp_attention.custom_ops.update(ops)
+        cp._HANDLERS.clear()
+        cp._HANDLERS.update(handlers)
+
+
+def test_the_cpu_ring_is_registered_once_for_forward_backward_and_the_checked_kernel(
+        fresh_ring: None) -> None:
     cp.cpu_ring_attention()
     aten = torch.ops.aten
     forward = aten._scaled_dot_product_flash_attention_for_cpu.default
@@ -36,13 +59,25 @@ def test_the_cpu_ring_is_registered_once_for_forward_backward_and_the_checked_ke
     assert dict(cp._HANDLERS) == before
 
 
-def test_memory_efficient_chunks_must_be_a_multiple_of_32_rows() -> None:
+def test_memory_efficient_chunks_must_be_a_multiple_of_32_rows(
+        fresh_ring: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[object, ...]] = []
+    efficient = torch.ops.aten._scaled_dot_product_efficient_attention.default
+    monkeypatch.setitem(cp_attention.custom_ops, efficient,
+                        lambda *args: calls.append(args) or "torch's")
     cp.cpu_ring_attention()
-    checked = cp._HANDLERS[torch.ops.aten._scaled_dot_product_efficient_attention.default]
-    # a query of 2 · 48 local rows: chunks of 48, 48 % 32 = 16: refused
+    checked = cp._HANDLERS[efficient]
+    assert cp_attention.custom_ops[efficient] is checked
+    # a query (B, H, S, D) of 2 · 48 local rows: chunks of 48, 48 % 32 = 16: refused
     query = SimpleNamespace(to_local=lambda: torch.zeros(1, 1, 96, 4))
     with pytest.raises(InputError, match="chunks of 48 tokens"):
-        checked(None, (query,), {})
+        checked("op", (query, torch.zeros(1)), {})  # the query is the first argument
+    # 2 · 64 rows, shape (1, 1, 128, 48): chunks of 64 = 2 · 32 pass on to torch's handler
+    query = SimpleNamespace(to_local=lambda: torch.zeros(1, 1, 128, 48))
+    assert checked("op", (query,), {"k": 1}) == "torch's"
+    assert calls == [("op", (query,), {"k": 1})]
+    # a plain tensor (no local shard) counts 0 rows: passed on
+    assert checked("op", (torch.zeros(1),), {}) == "torch's"
 
 
 def test_entering_again_inside_is_a_no_op_and_the_rotation_is_restored() -> None:
