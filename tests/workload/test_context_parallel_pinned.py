@@ -89,3 +89,23 @@ def test_entering_again_inside_is_a_no_op_and_the_rotation_is_restored() -> None
     finally:
         cp._ENTERED.pop()
     assert not cp._ENTERED
+
+
+def test_a_freshly_registered_ring_runs_tiny_cp2(fresh_ring: None) -> None:
+    from tensorledger.workload import resolve_workload, trace_workload
+    from tensorledger.workload.layout import resolve_layout
+
+    work = resolve_workload("tiny", batch=2, seq=128, precision="fp32", device="fake",
+                            layout=resolve_layout(cp=2))
+    records = trace_workload(work).trace.records
+    sent = sum(r.collective.bytes_sent for r in records
+               if r.collective is not None and r.module.endswith(".attention"))
+    # 64 tokens a rank; kv heads 2, head 16, fp32: K = 2·2·2·64·16·4 = 32,768; per layer the
+    # forward all-gather K, backward all-gather K and 2 permutes of K: 4·K; 2 layers: 262,144
+    assert sent == 262_144
+    forward = sum(r.flops_causal_halved for r in records
+                  if r.phase == "forward" and "scaled_dot_product" in r.op)
+    # causal-halved: c = 32, 2 blocks of 8·b·h·c²·d = 8·2·4·1024·16 = 1,048,576, 2 layers
+    assert forward == 4_194_304
+    backward = [r for r in records if r.phase == "backward" and "scaled_dot_product" in r.op]
+    assert len(backward) == 2 * 2  # 2 ring blocks a layer, 2 layers

@@ -316,3 +316,12 @@ def test_tied_parameters_outside_the_plan_stay_tied() -> None:
     # neither twin is a DTensor (no placements on either): tied again as they were
     assert model.head.weight is model.embedding.weight
     assert not hasattr(model.embedding.weight, "placements")
+
+
+def test_latent_attention_is_refused_before_the_mlp_is_looked_at() -> None:
+    from tensorledger.models.latent import LatentAttention
+
+    block = nn.Module()  # a block with latent attention and no mlp
+    object.__setattr__(block, "attention", LatentAttention.__new__(LatentAttention))
+    with pytest.raises(InputError, match="latent attention"):
+        tp.reference_tp_plan([("blocks.0", block)], embedding=False, head=False, sp=False)
