@@ -139,3 +139,15 @@ def test_the_dequantisation_note_by_hand() -> None:
         "of the step's; forward 1000, backward 1000), 350 B moved (29.2% of the step's)")
     empty = Trace(records=(), uncovered={}, device="meta")
     assert qlora.dequantization_note(empty) == "NF4 dequantisation: none ran in this step"
+
+
+def test_a_dtensor_is_not_unfolded() -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    from tensorledger.workload.parallel import fake_process_group
+
+    with fake_process_group(2):
+        sharded = distribute_tensor(torch.ones(4, 2), init_device_mesh("cpu", (2,)), [Shard(0)])
+        # a DTensor is a traceable wrapper too, but its memory is counted as the DTensor itself
+        assert qlora.flat_tensors(sharded) == [sharded]

@@ -175,3 +175,9 @@ def test_the_most_experts_a_file_may_list(tmp_path: Path) -> None:
     path.write_text(str([1] * (rt.MAX_EXPERTS + 1)))
     with pytest.raises(InputError, match="lists 65,537 experts"):
         rt.resolve_routing(str(path))
+
+
+def test_top_1_routing_is_a_mixture_too() -> None:
+    # one expert per token (Switch-style) of 8: still a mixture
+    assert rt.routing(ModelSource("m", "config", "transformers", "m", hf_config={
+        "num_local_experts": 8, "num_experts_per_tok": 1})) == (8, 1)
