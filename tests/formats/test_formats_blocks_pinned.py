@@ -10,7 +10,6 @@ small tensor (at most a few hundred elements).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -40,16 +39,6 @@ from tensorledger.formats.metrics import (
 from tensorledger.formats.quantize import cast
 
 E5M3 = FloatFormat("e5m3", 5, 3)  # 1 + 5 + 3 = 9 bits
-
-
-@pytest.fixture
-def float64_default() -> Iterator[None]:
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(before)
 
 
 def test_one_bit_codes_pack_eight_to_a_byte() -> None:

@@ -11,7 +11,6 @@ under a float64 default dtype.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -75,16 +74,6 @@ def test_pow2_into_fp32_is_fp32_down_to_its_smallest_subnormal() -> None:
     got = pow2(torch.tensor([-149, -127, 127]), torch.float32)
     assert got.dtype == torch.float32
     assert got.tolist() == [2.0**-149, 2.0**-127, 2.0**127]  # exact, by way of fp64
-
-
-@pytest.fixture
-def float64_default() -> Iterator[None]:
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(before)
 
 
 @pytest.mark.usefixtures("float64_default")

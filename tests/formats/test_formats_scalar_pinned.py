@@ -10,7 +10,6 @@ out by hand.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -22,16 +21,6 @@ from tensorledger.formats.metrics import error_metrics
 from tensorledger.formats.spec import read_cast_input
 from tensorledger.formats.tensors import random_tensor
 from tensorledger.formats.training import TEST_TENSOR, Fp8RecipeError, _error, _test_tensor
-
-
-@pytest.fixture
-def float64_default() -> Iterator[None]:
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(before)
 
 
 def test_fp64_rounds_a_float_to_itself() -> None:

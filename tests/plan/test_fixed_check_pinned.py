@@ -16,7 +16,7 @@ from tensorledger.napkin.adapters import LoraShape
 from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
 from tensorledger.napkin.transformer import get_preset
 from tensorledger.plan import FixedDims, PlanSetup
-from tensorledger.plan.profile import ModelProfile, Split
+from tests.plan.made_up import made_up_profile
 
 COUNT = "DP · CP · TP · PP must equal --count"
 
@@ -99,15 +99,6 @@ def test_a_schedule_needs_a_pipeline_and_a_pricer_that_prices_it() -> None:
         "given; priced: gpipe, 1f1b")
 
 
-def _profile() -> ModelProfile:
-    return ModelProfile(name="made-up", source="by hand", seq_len=16, precision="fp32",
-                        n_layers=4, d_model=8, vocab_size=100, context_length=512,
-                        embedding=Split(0.0, 1000.0), block=Split(20.0, 280.0),
-                        head=Split(500.0), block_flops_per_token=1800.0,
-                        other_flops_per_token=3000.0, block_forward_flops_per_token=600.0,
-                        other_forward_flops_per_token=1000.0,
-                        largest_matmul_flops_per_token=200.0)
-
 
 def test_context_parallelism_cuts_the_sequence_of_a_reference_model_under_flash() -> None:
     # cp 2 cuts a sequence into 2 · 2 = 4 chunks: 6 % 4 = 2
@@ -120,7 +111,7 @@ def test_context_parallelism_cuts_the_sequence_of_a_reference_model_under_flash(
     assert _refusal(FixedDims(cp=2), _setup(lora=lora)) == (
         "CP 2: context parallelism is not priced with --lora adapters yet; drop --cp or "
         "--lora")
-    assert _refusal(FixedDims(cp=2), _setup(config=_profile())) == (
+    assert _refusal(FixedDims(cp=2), _setup(config=made_up_profile())) == (
         "CP 2: context parallelism is priced from the reference models' closed form; "
         "made-up is planned from its profile")
     assert _refusal(FixedDims(cp=2), _setup(attention="eager")) == (

@@ -21,7 +21,7 @@ from tensorledger.plan.layouts import (
     pareto_frontier,
 )
 from tensorledger.plan.pipeline import SchedulePricer
-from tensorledger.plan.profile import ModelProfile, Split
+from tests.plan.made_up import made_up_profile
 
 
 def _setup(config: object, hardware: str, count: int) -> PlanSetup:
@@ -94,21 +94,12 @@ def test_a_fixed_dp_skips_a_cp_that_leaves_another_and_tries_the_next() -> None:
                        (1, 1, 2, 1, True)]
 
 
-def _no_tp_plan() -> ModelProfile:
-    return ModelProfile(name="made-up", source="by hand", seq_len=16, precision="fp32",
-                        n_layers=4, d_model=8, vocab_size=100, context_length=512,
-                        embedding=Split(0.0, 1000.0), block=Split(20.0, 280.0),
-                        head=Split(500.0), block_flops_per_token=1800.0,
-                        other_flops_per_token=3000.0, block_forward_flops_per_token=600.0,
-                        other_forward_flops_per_token=1000.0,
-                        largest_matmul_flops_per_token=200.0)
-
 
 def test_a_model_with_no_tp_plan_refuses_every_tp_above_one() -> None:
     # no tensor-parallel plan: tp 2 and tp 4 both refused (each counted), tp 1 searched with
     # pp 1, 2 and 4 (all within the 4 layers); a profile searches cp 1 alone
     tally = _Tally()
-    yielded = list(_degrees(_setup(_no_tp_plan(), "h100", 4), tally, FixedDims()))
+    yielded = list(_degrees(_setup(made_up_profile(), "h100", 4), tally, FixedDims()))
     assert yielded == [(4, 1, 1, 1, False), (2, 1, 1, 2, False), (1, 1, 1, 4, False)]
     assert tally.counts["divisibility"] == 2
     assert _refused(tally) == [
@@ -140,7 +131,7 @@ def test_context_parallelism_is_searched_for_a_reference_model_under_flash_alone
     assert _cps(_long(get_preset("tiny"), attention="eager"), 2, FixedDims()) == (1,)
     lora = LoraShape(8, ("query", "value"))
     assert _cps(_long(get_preset("tiny"), lora=lora), 2, FixedDims()) == (1,)
-    assert _cps(_long(_no_tp_plan()), 2, FixedDims()) == (1,)
+    assert _cps(_long(made_up_profile()), 2, FixedDims()) == (1,)
     # 16,386 = 2 · 8,193: cp 2 would leave 8,193 tokens a rank, but 16,386 % 4 = 2: no
     # 4 equal chunks, so cp 1 alone
     assert _cps(_long(get_preset("tiny"), seq_len=16_386), 2, FixedDims()) == (1,)

@@ -14,7 +14,7 @@ from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
 from tensorledger.napkin.transformer import get_preset
 from tensorledger.plan.layouts import plan_setup
 from tensorledger.plan.pipeline import SchedulePricer
-from tensorledger.plan.profile import ModelProfile, Split
+from tests.plan.made_up import made_up_profile
 
 H100 = get_hardware("h100")  # 80 GB
 TINY = get_preset("tiny")  # context 32
@@ -36,25 +36,17 @@ def test_counts_are_whole_numbers_in_range() -> None:
     plan_setup(TINY, H100, 2, seq_len=16, global_batch_seqs=1 << 32)
 
 
-def _profile() -> ModelProfile:
-    return ModelProfile(name="made-up", source="by hand", seq_len=16, precision="fp32",
-                        n_layers=4, d_model=8, vocab_size=100, context_length=512,
-                        embedding=Split(0.0, 1000.0), block=Split(20.0, 280.0),
-                        head=Split(500.0), block_flops_per_token=1800.0,
-                        other_flops_per_token=3000.0, block_forward_flops_per_token=600.0,
-                        other_forward_flops_per_token=1000.0,
-                        largest_matmul_flops_per_token=200.0)
-
 
 def test_a_profile_is_planned_at_its_own_sequence_and_recipe() -> None:
-    assert _refusal(_profile(), seq_len=32, precision="fp32") == (
+    assert _refusal(made_up_profile(), seq_len=32, precision="fp32") == (
         "made-up's profile was measured at seq 16 under fp32; measure it at seq 32 under "
         "fp32 to plan those")
-    assert _refusal(_profile(), precision="bf16-master") == (
+    assert _refusal(made_up_profile(), precision="bf16-master") == (
         "made-up's profile was measured at seq 16 under fp32; measure it at seq 16 under "
         "bf16-master to plan those")
     # the recipe is compared by its resolved name: "FP32" is fp32
-    setup = plan_setup(_profile(), H100, 2, seq_len=16, global_batch_seqs=2, precision="FP32")
+    setup = plan_setup(made_up_profile(), H100, 2, seq_len=16, global_batch_seqs=2,
+                       precision="FP32")
     assert setup.precision == resolve_precision("fp32")
 
 
