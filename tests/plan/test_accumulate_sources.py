@@ -11,24 +11,18 @@ import pytest
 from tensorledger.hardware import get_hardware
 from tensorledger.plan import plan_accumulation
 from tensorledger.plan.profile import ModelProfile, Split
+from tests.plan.made_up import made_up_profile
 
 H100 = get_hardware("h100")
 FACTORY = Path(__file__).resolve().parents[2] / "examples" / "own_model.py"
 
 
 def _profile() -> ModelProfile:
-    """A made-up model: 4 blocks of 300 parameters, an embedding of 1,000 and a head of 500
-    (2,700 in all); 10,200 training FLOPs a token (4 · 1,800 + 3,000); 100 bytes saved a
-    token and block, 50 outside them; its largest matmul 200 FLOPs a token."""
-    return ModelProfile(name="made-up", source="by hand", seq_len=512, precision="bf16-master",
-                        n_layers=4, d_model=8, vocab_size=100, context_length=512,
-                        embedding=Split(0.0, 1000.0), block=Split(20.0, 280.0),
-                        head=Split(500.0), block_flops_per_token=1800.0,
-                        other_flops_per_token=3000.0, block_forward_flops_per_token=600.0,
-                        other_forward_flops_per_token=1000.0,
-                        largest_matmul_flops_per_token=200.0,
-                        block_saved={(False, False): Split(100.0)},
-                        other_saved={False: Split(50.0)}, whole=True)
+    """The made-up model (tests/plan/made_up.py) at 512 tokens in bf16-master: 100 bytes saved
+    a token and block, 50 outside them."""
+    return made_up_profile(seq_len=512, precision="bf16-master",
+                           block_saved={(False, False): Split(100.0)},
+                           other_saved={False: Split(50.0)}, whole=True)
 
 
 def test_a_profile_is_split_and_priced_by_hand() -> None:

@@ -11,18 +11,12 @@ from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
 from tensorledger.napkin.transformer import get_preset
 from tensorledger.plan import PlanSetup
 from tensorledger.plan.layouts import ASSUMPTIONS, _assumptions, _fine_tune, _pipelines
-from tensorledger.plan.profile import ModelProfile, Split
+from tensorledger.plan.profile import ModelProfile
+from tests.plan.made_up import made_up_profile
 
 
 def _profile() -> ModelProfile:
-    return ModelProfile(name="made-up", source="by hand", seq_len=512, precision="bf16-master",
-                        n_layers=4, d_model=8, vocab_size=100, context_length=512,
-                        embedding=Split(0.0, 1000.0), block=Split(20.0, 280.0),
-                        head=Split(500.0), block_flops_per_token=1800.0,
-                        other_flops_per_token=3000.0, block_forward_flops_per_token=600.0,
-                        other_forward_flops_per_token=1000.0,
-                        largest_matmul_flops_per_token=200.0,
-                        notes=("note one", "note two"))
+    return made_up_profile(seq_len=512, precision="bf16-master", notes=("note one", "note two"))
 
 
 def test_the_pipelines_line_names_the_pricer_and_its_schedules() -> None:
