@@ -191,6 +191,10 @@ def test_norms_hand_attention_and_unhalved_attention() -> None:
     tie = {"M.b": "BNorm", "M.a": "ANorm"}
     assert norms(_trace(_r(0, module="M.b"), _r(1, module="M.a"), classes=tie)) == Norms(
         2, (("ANorm", 1), ("BNorm", 1)), 0, 0)  # one each: by name
+    by_count = {"M.a": "ANorm", "M.z1": "ZNorm", "M.z2": "ZNorm"}
+    assert norms(_trace(_r(0, module="M.a"), _r(1, module="M.z1"), _r(2, module="M.z2"),
+                        classes=by_count)) == Norms(
+        3, (("ZNorm", 2), ("ANorm", 1)), 0, 0)  # the most modules first, not by name
 
     hand = _trace(
         _r(0, module="M.attn", op="aten.bmm.default", flops=8),

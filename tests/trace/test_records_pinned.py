@@ -74,3 +74,11 @@ def test_folded_groups_fold_again_by_signature_and_the_next_index() -> None:
     # the same names with the second index's pairs of other figures: folded once only
     assert group_repeats(["b.0.c.0", "b.1.c.0", "b.0.c.1", "b.1.c.1"], [1, 1, 2, 2]) == (
         ("b.{0..1}.c.0", (0, 1)), ("b.{0..1}.c.1", (2, 3)))
+
+
+def test_an_index_that_cannot_fold_leaves_the_next_one_to_fold() -> None:
+    # position 1 holds 0 in both names, so no fold there (duplicate indices); the search
+    # moves on to position 2 (1 past it, not 2), where 0 and 1 fold
+    assert group_repeats(["a.0.0", "a.0.1"], [1, 1]) == (("a.0.{0..1}", (0, 1)),)
+    # alone at position 1 (different positions 2): each moves to position 2 and they fold
+    assert group_repeats(["a.0.0.w", "a.0.1.w"], [1, 1]) == (("a.0.{0..1}.w", (0, 1)),)
