@@ -109,3 +109,63 @@ def test_a_freshly_registered_ring_runs_tiny_cp2(fresh_ring: None) -> None:
     assert forward == 4_194_304
     backward = [r for r in records if r.phase == "backward" and "scaled_dot_product" in r.op]
     assert len(backward) == 2 * 2  # 2 ring blocks a layer, 2 layers
+
+
+def test_the_ring_hands_the_kernels_arguments_on_to_torchs_templates(
+        fresh_ring: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ring's handler unwraps a call (here a stand-in dispatcher gives its local arguments
+    back as written) and calls torch's ring template with them: the defaults the aten
+    schema gives where the call leaves them out, and every given one passed on."""
+    from torch.distributed.tensor import DTensor
+
+    seen: list[tuple[str, object, int, dict[str, object]]] = []
+
+    def template(name: str) -> object:
+        def called(group: object, seq_dim: int, op: object, **kwargs: object) -> tuple[str]:
+            seen.append((name, group, seq_dim, kwargs))
+            return (name,)
+        return called
+
+    monkeypatch.setattr(cp_attention, "_templated_ring_attention", template("forward"))
+    monkeypatch.setattr(cp_attention, "_templated_ring_attention_backward", template("backward"))
+    mesh = SimpleNamespace(get_group=lambda: "the cp group")
+    info = SimpleNamespace(compute_mesh=mesh, local_args=(), local_kwargs={},
+                           output_sharding=SimpleNamespace(needs_redistribute=False,
+                                                           output_spec="spec"))
+    dispatcher = SimpleNamespace(unwrap_to_op_info=lambda op, args, kwargs: info,
+                                 sharding_propagator=SimpleNamespace(propagate=lambda i: None),
+                                 wrap=lambda local, spec: (local, spec))
+    monkeypatch.setattr(DTensor, "_op_dispatcher", dispatcher)
+    cp.cpu_ring_attention()
+    aten = torch.ops.aten
+    forward = aten._scaled_dot_product_flash_attention_for_cpu.default
+    backward = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+    q, k, v = torch.zeros(1), torch.ones(1), torch.full((1,), 2.0)
+
+    # q, k, v alone: the schema's defaults, dropout 0, not causal, no scale (1/√d in torch)
+    info.local_args = (q, k, v)
+    assert cp._HANDLERS[forward](forward, (), {}) == (("forward",), "spec")
+    name, group, seq_dim, kwargs = seen.pop()
+    assert (name, group, seq_dim) == ("forward", "the cp group", 2)  # (B, H, S, D): dim 2
+    assert kwargs["query"] is q and kwargs["key"] is k and kwargs["value"] is v
+    assert (kwargs["dropout_p"], kwargs["is_causal"], kwargs["scale"]) == (0.0, False, None)
+
+    # every argument given: passed on as given
+    info.local_args, info.local_kwargs = (q, k, v, 0.25, True), {"scale": 0.125}
+    cp._HANDLERS[forward](forward, (), {})
+    kwargs = seen.pop()[3]
+    assert (kwargs["dropout_p"], kwargs["is_causal"], kwargs["scale"]) == (0.25, True, 0.125)
+
+    grad, out, lse = torch.zeros(2), torch.zeros(3), torch.zeros(4)
+    info.local_args = (grad, q, k, v, out, lse, 0.25, True)
+    assert cp._HANDLERS[backward](backward, (), {}) == (("backward",), "spec")
+    name, group, seq_dim, kwargs = seen.pop()
+    assert (name, group, seq_dim) == ("backward", "the cp group", 2)
+    assert kwargs["grad_out"] is grad and kwargs["out"] is out and kwargs["logsumexp"] is lse
+    assert (kwargs["dropout_p"], kwargs["is_causal"], kwargs["scale"]) == (0.25, True, 0.125)
+
+    # a sharding that would need a redistribution is never computed on
+    info.output_sharding.needs_redistribute = True
+    with pytest.raises(AssertionError):
+        cp._HANDLERS[forward](forward, (), {})
+    assert not seen
