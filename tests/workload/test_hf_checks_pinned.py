@@ -77,12 +77,12 @@ def test_each_size_is_whole_and_between_one_and_its_largest(standard: str) -> No
     with pytest.raises(ConfigError, match=rf"^w: field 'k' \({size.what}\) must be between 1 "
                                           rf"and {size.largest:,}, got {size.largest + 1:,}$"):
         hk._whole({"k": size.largest + 1}, "k", size, "w")
-    with pytest.raises(ConfigError, match="must be between 1 and .*, got 0$"):
+    with pytest.raises(ConfigError, match=r"must be between 1 and .*, got 0$"):
         hk._whole({"k": 0}, "k", size, "w")
     with pytest.raises(ConfigError, match=rf"^w: field 'k' \({size.what}\) must be a whole "
                                           r"number, got True$"):
         hk._whole({"k": True}, "k", size, "w")
-    with pytest.raises(ConfigError, match="must be a whole number, got 2.0$"):
+    with pytest.raises(ConfigError, match=r"must be a whole number, got 2\.0$"):
         hk._whole({"k": 2.0}, "k", size, "w")
 
 

@@ -36,7 +36,7 @@ def test_get_int_reads_the_value_or_its_default_and_refuses_the_rest() -> None:
     with pytest.raises(ConfigError, match=r"^c\.json: field 'n' must be a whole number, got "
                                           r"True$"):
         _fields(n=True).get_int("n")  # a bool is an int to Python, not a size
-    with pytest.raises(ConfigError, match="must be a whole number, got 2.0"):
+    with pytest.raises(ConfigError, match=r"must be a whole number, got 2\.0"):
         _fields(n=2.0).get_int("n")
 
 
@@ -164,7 +164,7 @@ def test_read_config_json_parses_a_file_and_refuses_one_too_large(tmp_path: Path
     assert hc.read_config_json(file) == {"a": [1, 2]}
     big = tmp_path / "big.json"
     big.write_text(" " * (hc.CONFIG_MAX_BYTES + 1) + "{}")  # one byte past the limit
-    with pytest.raises(ConfigError, match="config.json"):
+    with pytest.raises(ConfigError, match=r"config\.json"):
         hc.read_config_json(big)
     exact = tmp_path / "exact.json"
     exact.write_text(" " * (hc.CONFIG_MAX_BYTES - 2) + "{}")  # the limit exactly: read
