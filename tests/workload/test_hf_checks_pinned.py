@@ -167,9 +167,9 @@ def test_every_size_written_is_bounded_and_the_labels_too() -> None:
     assert hk.check_hf_config({"model_type": "t5"}).filled == ()
     with pytest.raises(ConfigError, match="'hidden_size'"):
         hk.check_hf_config({"model_type": "t5", "hidden_size": -1})
-    with pytest.raises(ConfigError, match=r"'num_labels' \(the number of labels\) must be "
-                                          r"between 1 and 65,536, got 65,537$"):
-        hk.check_hf_config({**LLAMA, "num_labels": 65537})  # 2^16 + 1
+    with pytest.raises(ConfigError, match=r"^c: field 'num_labels' \(the number of labels\) "
+                                          r"must be between 1 and 65,536, got 65,537$"):
+        hk.check_hf_config({**LLAMA, "num_labels": 65537}, "c")  # 2^16 + 1
     assert hk.check_hf_config({**LLAMA, "num_labels": 65536}).filled == ()
 
 
@@ -219,5 +219,19 @@ def test_the_padding_token_is_inside_the_vocabulary() -> None:
 def test_the_head_is_checked_on_the_filled_fields() -> None:
     checked = hk.check_hf_config({**LLAMA, "architectures": ["LlamaForSequenceClassification"]})
     assert checked.head == "sequence-classification"
-    with pytest.raises(ConfigError, match="a llama model is built here"):
-        hk.check_hf_config({**LLAMA, "architectures": ["LlamaForMaskedLM"]})
+    with pytest.raises(ConfigError, match=r"^c: field 'architectures' asks for 'LlamaForMaskedLM'"):
+        hk.check_hf_config({**LLAMA, "architectures": ["LlamaForMaskedLM"]}, "c")
+
+
+def test_computed_positions_have_no_longest_sequence() -> None:
+    # llama's rotary positions: max_position_embeddings is no table, so no bound on the step
+    assert hk.check_hf_config({**LLAMA, "max_position_embeddings": 64}).max_seq is None
+
+
+def test_defaults_pair_each_name_with_its_value() -> None:
+    assert hk._defaults(1, 2, 3, 4, 5) == {"hidden_size": 1, "num_hidden_layers": 2,
+                                           "num_attention_heads": 3, "vocab_size": 4,
+                                           "intermediate_size": 5}
+    assert hk._defaults(7, 8, names=("a", "b")) == {"a": 7, "b": 8}
+    with pytest.raises(ValueError, match="zip"):
+        hk._defaults(1, 2)  # two values for five names: refused, not cut short

@@ -104,6 +104,15 @@ def test_strategy_names_the_data_parallel_part(layout: Layout, strategy: str) ->
     (Layout(fsdp=3, cp=2, cp_rotate="alltoall", zero=2),
      "FSDP ZeRO-2 × 3 · CP × 2 (ring attention, alltoall; FSDP ZeRO-2 over fsdp·cp = 6 ranks)"),
     (Layout(ep=4), "EP × 4 (experts sharded, tokens by all-to-all)"),
+    (Layout(ep=2), "EP × 2 (experts sharded, tokens by all-to-all)"),
+    (Layout(ep=2, fsdp=3, tp=2, etp=2),
+     "FSDP ZeRO-3 × 3 · EP × 2 (experts sharded, tokens by all-to-all; FSDP of the experts over "
+     "fsdp = 3 ranks; each expert's hidden width split over tp (ETP 2)) · TP × 2"),
+    (Layout(ep=2, fsdp=3, tp=2),
+     "FSDP ZeRO-3 × 3 · EP × 2 (experts sharded, tokens by all-to-all; FSDP of the experts over "
+     "fsdp = 3 ranks; experts whole on each tp rank) · TP × 2"),
+    (Layout(pp=2, microbatches=4, schedule="looped-bfs", chunks=2),
+     "PP × 2 (looped-bfs × 2 chunks, 4 micro-batches)"),
     (Layout(ep=4, fsdp=2), "FSDP ZeRO-3 × 2 · EP × 4 (experts sharded, tokens by all-to-all; "
                            "FSDP of the experts over fsdp = 2 ranks)"),
     (Layout(ep=4, tp=2), "EP × 4 (experts sharded, tokens by all-to-all; experts whole on each "
@@ -127,6 +136,7 @@ def test_repr_is_the_description_and_the_ranks() -> None:
 
 def test_stage_counts_split_evenly_or_as_given() -> None:
     assert Layout(pp=2).stage_counts(6) == (3, 3)
+    assert all(type(n) is int for n in Layout(pp=2).stage_counts(6))  # whole blocks, not 3.0
     assert Layout(pp=2, chunks=3).stage_counts(12) == (2,) * 6  # 12 over 2 · 3 stages
     # first-1,last-1 over 4 stages of 6 layers: 1, the middle 4 over 2, 1
     assert Layout(pp=2, chunks=2, stage_layers=StageLayers.parse("first-1,last-1")
@@ -232,6 +242,9 @@ def test_expert_parallelism_beside_what_it_is_not_laid_out_with() -> None:
     _refused("--ep 2 beside --cp 3 is not laid out yet", ep=2, cp=3)
     _refused("--ep 2 beside --dp 3, --cp 5, --zero 1, --sp is not laid out yet", ep=2, dp=3,
              cp=5, zero=1, sp=True, tp=2)
+    _refused("--ep 2 beside --dp 2 is not laid out yet", ep=2, dp=2)  # the least degree
+    _refused("--ep 2 beside --cp 2 is not laid out yet", ep=2, cp=2)
+    _refused("--ep 2 beside --pp 2 shards each stage's", ep=2, pp=2, microbatches=2)
     # --dp beside --fsdp is HSDP: allowed
     assert resolve_layout(ep=2, dp=3, fsdp=5).count == 30
     _refused("--ep 2 beside --pp 3 shards each stage's other parameters over fsdp·ep with "
@@ -264,6 +277,8 @@ def test_check_experts() -> None:
 def test_check_expert_width() -> None:
     lo.check_expert_width(Layout(ep=2, tp=3, etp=3), 33, "m")  # 33 = 3 · 11
     lo.check_expert_width(Layout(ep=2, tp=3), 32, "m")  # etp 1: nothing split
+    with pytest.raises(InputError, match=r"^--etp 2 does not divide m's expert width 33"):
+        lo.check_expert_width(Layout(ep=2, tp=2, etp=2), 33, "m")  # 33 is odd
     with pytest.raises(InputError, match=r"^--etp 3 does not divide m's expert width 3,200; "
                                          r"use --etp 1 or a --tp dividing 3,200$"):
         lo.check_expert_width(Layout(ep=2, tp=3, etp=3), 3200, "m")  # 3200 % 3 = 2
@@ -278,12 +293,19 @@ def test_check_layout_pipeline() -> None:
                                          r"batch that divides by 3$"):
         lo.check_layout(Layout(pp=2, microbatches=3), TINY, batch=5, seq=8)
     lo.check_layout(Layout(microbatches=3), TINY, batch=5, seq=8)  # pp 1: no micro-batches
+    with pytest.raises(InputError, match=r"^--pp 2 × 3 chunks does not divide tiny's 2 layers"):
+        lo.check_layout(Layout(pp=2, chunks=3), TINY, batch=1, seq=8)  # 2 layers, 6 stages
+    # pp 1: stage layers are not asked for (one stage holds them all)
+    lo.check_layout(Layout(stage_layers=StageLayers.parse("first-1,last-1")), TINY, batch=1,
+                    seq=8)
 
 
 def test_check_layout_context_parallel() -> None:
     with pytest.raises(InputError, match=r"^--cp 2 cuts the token ids of a reference model"):
         lo.check_layout(Layout(cp=2), None, batch=1, seq=8)
     lo.check_layout(Layout(cp=3), TINY, batch=1, seq=12)  # 12 = 2 · 3 · 2
+    with pytest.raises(InputError, match=r"^--cp 2 splits each sequence into 2 × 2 chunks"):
+        lo.check_layout(Layout(cp=2), TINY, batch=1, seq=6)  # 6 % 4 = 2
     with pytest.raises(InputError, match=r"^--cp 3 splits each sequence into 2 × 3 chunks \(two "
                                          r"per rank, balancing the causal mask\); --seq 1,003 "
                                          r"does not divide by 6$"):

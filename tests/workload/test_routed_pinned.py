@@ -264,3 +264,80 @@ def test_data_dependent_errors_are_fakes_and_not_implemented() -> None:
     assert rd._data_dependent(DataDependentOutputException(op))
     assert rd._data_dependent(NotImplementedError())
     assert not rd._data_dependent(RuntimeError())
+
+
+def test_a_topk_of_a_shadowed_tensor_runs_on_its_shadow_not_as_a_router() -> None:
+    with FakeTensorMode(), rd.RoutedMode(4, 2) as mode:
+        steps = torch.arange(8) * 3  # 0, 3, …, 21: shadowed, not a router's scores
+        values, index = torch.topk(steps, 2)
+        # torch's topk of the shadow: the two largest, 21 and 18 at 7 and 6
+        assert (rd.known_values(values), rd.known_values(index)) == ([21, 18], [7, 6])
+    assert mode.routers == 0
+
+
+def test_a_topk_of_one_number_is_torchs_own() -> None:
+    with rd.RoutedMode(2, 1) as mode:  # a 0-dim tensor has width 1, not the router's 2
+        values, index = torch.topk(torch.tensor(3.0), 1)
+    assert (values.item(), index.item(), mode.routers) == (3.0, 0, 0)
+    with rd.RoutedMode(4, 1):
+        values, _ = torch.topk(torch.tensor(5.0), 1)
+    assert values.item() == 5.0
+
+
+def test_a_router_choosing_every_expert_is_routed() -> None:
+    source = torch.arange(4.0).repeat(2, 1)  # torch's own would pick 3, 2, 1, 0 in each row
+    with rd.RoutedMode(4, 4) as mode:
+        _, index = torch.topk(source, 4)
+    # 8 slots, 2 each: ids 0 0 1 1 2 2 3 3 as 4 × 2, transposed
+    assert index.tolist() == [[0, 1, 2, 3], [0, 1, 2, 3]] and mode.routers == 1
+
+
+def test_another_topk_keeps_torchs_sorted_flag() -> None:
+    torch.manual_seed(0)
+    scores = torch.randn(1000)
+    theirs = torch.topk(scores, 100, sorted=False).indices  # CPU: not in value order
+    with rd.RoutedMode(4, 2):
+        ours = torch.topk(scores, 100, sorted=False).indices
+    assert torch.equal(ours, theirs)
+
+
+def test_a_router_of_three_dimensions_along_either_end() -> None:
+    source = torch.zeros(2, 3, 4)  # 2 × 3 tokens over 4 experts
+    with rd.RoutedMode(4, 2):
+        _, index = torch.topk(source, 2)
+    # 12 slots, 3 each: ids 0 0 0 1 1 1 2 2 2 3 3 3 as 2 × 6, transposed to 6 × 2
+    assert index.shape == (2, 3, 2)
+    assert index.reshape(6, 2).tolist() == [[0, 2], [0, 2], [0, 2], [1, 3], [1, 3], [1, 3]]
+    with rd.RoutedMode(4, 2):
+        _, first = torch.topk(source.permute(2, 0, 1), 2, dim=0)  # experts first
+    assert first.shape == (2, 2, 3) and torch.equal(first.permute(1, 2, 0), index)
+
+
+def test_a_router_of_one_expert_routes_every_token_to_it() -> None:
+    with rd.RoutedMode(1, 1):
+        _, index = torch.topk(torch.zeros(6, 1), 1)
+    assert index.tolist() == [[0]] * 6  # 6 tokens, one expert each
+
+
+def test_a_routers_indices_on_meta_are_meta() -> None:
+    with rd.RoutedMode(4, 2) as mode:
+        _, index = torch.topk(torch.zeros(4, 4, device="meta"), 2)
+        assert index.is_meta and mode.shadows[index].tolist() == [[0, 2], [0, 2], [1, 3],
+                                                                   [1, 3]]
+
+
+def test_a_routers_indices_on_real_tensors_are_moved_to_its_device(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    moved: list[object] = []
+    real = rd.assignment
+
+    class Watched(torch.Tensor):
+        def to(self, *args: object, **kwargs: object) -> torch.Tensor:  # type: ignore[override]
+            moved.append(args)
+            return super().to(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rd, "assignment",
+                        lambda *args: real(*args).as_subclass(Watched))
+    with rd.RoutedMode(4, 2):
+        torch.topk(torch.zeros(4, 4), 2)
+    assert moved == [(torch.device("cpu"),)]  # the source's device: a CUDA router's is CUDA
