@@ -25,9 +25,11 @@ from tensorledger.workload.layout import SINGLE, Layout
 class Adam:
     """The recipe optimizer's interface over torch's Adam: its state is its tensors."""
 
-    def __init__(self, params: list[nn.Parameter]) -> None:
+    def __init__(self, params: list[nn.Parameter], renews: bool = False) -> None:
         self.inner = torch.optim.Adam(params, lr=0.1)
         self.steps = 0
+        self.params = params
+        self.renews = renews  # the step writes the first weight into a new storage
 
     def master_tensors(self) -> list[torch.Tensor]:
         return []
@@ -39,6 +41,8 @@ class Adam:
     def step(self) -> None:
         self.steps += 1
         self.inner.step()
+        if self.renews:
+            self.params[0].data = self.params[0].data.clone()
 
 
 class Sequential(nn.Sequential):
@@ -55,11 +59,13 @@ class Step:
     def __init__(self, *, backward: bool = True, optimizer: bool = True,
                  layout: Layout = SINGLE, inference: Any = None,
                  params_offloaded: Any = None, offloaded: Any = None, name: str = "train",
-                 lora: Any = None, float8: Any = None) -> None:
+                 lora: Any = None, float8: Any = None, gathers: bool = False,
+                 renews: bool = False) -> None:
         torch.manual_seed(0)
         self.module = Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
         self.parameters = list(self.module.parameters())
-        self.optimizer = Adam(self.parameters) if optimizer else None
+        self.optimizer = Adam(self.parameters, renews) if optimizer else None
+        self.gathers = gathers  # the loss gathers a tensor as FSDP2 does (free, then alloc)
         self.work = SimpleNamespace(
             layout=layout, step=SimpleNamespace(backward=backward, optimizer=optimizer,
                                                 name=name),
@@ -93,6 +99,11 @@ class Step:
 
     def params_moved(self, on_host: Callable[[torch.Tensor], None]) -> Any:
         self.on_host = on_host
+        # entering reads the parameters and the optimizer state (as a move to the device
+        # would), so the recorder knows them before the step's first op
+        state = [] if self.optimizer is None else self.optimizer.state_tensors()
+        for tensor in (*self.parameters, *state):
+            tensor.detach().sum()
         return self._entered("moved")
 
     @contextmanager
@@ -109,11 +120,19 @@ class Step:
         self.kept = [x]
         # made by ops, so the recorder knows them: what the host callbacks are told
         self.to_host = [torch.ones(2) * 3, torch.ones(2) * 5]
+        if self.gathers:
+            from torch.distributed.fsdp._fully_shard import _fsdp_param
+
+            self.gathered = torch.ones(3) * 2
+            _fsdp_param.free_storage(self.gathered)
+            _fsdp_param.alloc_storage(self.gathered)
         return self.module(x).square().sum()
 
     def forward(self, own_cache: bool = False) -> None:
         self.calls.append(f"forward own_cache={own_cache}")
         self.kept = [self.module(torch.ones(5, 3))]
+        if self.inference is not None:  # the step writes a new cache tensor
+            self.inference.after = [torch.zeros(4) + 1]
 
     def after_optimizer_step(self) -> None:
         self.calls.append("after_optimizer_step")
@@ -211,12 +230,13 @@ class Cache:
 
     def __init__(self) -> None:
         self.before = [torch.zeros(6), torch.zeros(10)]
+        self.after: list[torch.Tensor] = []
         self.cache = "the cache"
         self.held: list[int] = []
 
     def tensors(self, cache: str) -> list[torch.Tensor]:
         assert cache == "the cache"
-        return self.before
+        return [*self.before, *self.after]
 
     def facts(self, held: int) -> str:
         self.held.append(held)
@@ -229,7 +249,8 @@ def test_an_inference_step_holds_the_parameters_and_the_cache() -> None:
     _, tags, cached = rn._record(step)
     # the cache's two float32 tensors: 6 · 4 + 10 · 4 = 64 bytes held
     assert cached == "held 64" and cache.held == [64]
-    assert Counter(tags.values()) == {"parameter": 4, "kv_cache": 2}
+    # the two held and the one the step wrote
+    assert Counter(tags.values()) == {"parameter": 4, "kv_cache": 3}
     assert "forward own_cache=True" in step.calls
     assert step.calls.count("cache_before") == 2  # primed before the recorder, then held
 
@@ -249,6 +270,12 @@ def test_tag_skips_none_and_unknown_storages_and_keeps_the_first_tag() -> None:
     recorder.hold([known], "first")
     recorder.tag([None, known, torch.zeros(2)], "second")  # None skipped; zeros(2) unknown
     assert list(recorder.tags.values()) == ["first"]
+    later = rn.TaggingRecorder()
+    seen = torch.zeros(4)
+    later.hold([seen], "x")
+    later.tags.clear()
+    later.tag([None, seen], "after a None")  # a None is skipped, not the end of the list
+    assert list(later.tags.values()) == ["after a None"]
     fresh = rn.TaggingRecorder()
     fresh.hold([torch.zeros(1)], "x")
     other = torch.zeros(5)
@@ -373,14 +400,21 @@ def traced(monkeypatch: pytest.MonkeyPatch) -> Callable[..., tuple[rn.StepTrace,
         said: list[str] = []
         entered: list[object] = []
 
+        target = options.pop("target", "cpu")
+        mesh = object()
+
         @contextmanager
-        def laid_out(work: Any, notes: list[str]) -> Iterator[tuple[str, None]]:
+        def laid_out(work: Any, notes: list[str]) -> Iterator[tuple[str, object]]:
             entered.append(work)
             notes.append("a note of the layout")
-            yield "cpu", None
+            yield target, mesh
+
+        def prepare(work: Any, on: str, within: object) -> Step:
+            assert (work, on, within) == (step.work, target, mesh)
+            return step
 
         monkeypatch.setattr(rn, "laid_out", laid_out)
-        monkeypatch.setattr(rn, "prepare", lambda work, target, mesh: step)
+        monkeypatch.setattr(rn, "prepare", prepare)
         run = rn.trace_workload(step.work, progress=said.append, **options)  # type: ignore[arg-type]
         assert entered == [step.work]
         return run, step, said
@@ -405,6 +439,7 @@ def test_a_single_devices_training_step_warms_up_then_traces(traced: Any) -> Non
     assert run.offloaded_bytes is None and run.params_offloaded_bytes is None
     assert (run.frozen_tensors, run.trained_tensors) == ((), ())
     assert run.work is step.work and run.tokens == 5
+    assert {r.phase for r in run.trace.records} >= {"forward", "backward", "optimizer"}
 
 
 def test_the_first_step_is_traced_when_asked(traced: Any) -> None:
@@ -636,3 +671,150 @@ def test_trace_model_resolves_then_traces(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(rn, "trace_workload", lambda work: f"traced {work}")
     assert rn.trace_model("tiny", batch=2, seq=8) == "traced work"
     assert asked == [("tiny", {"batch": 2, "seq": 8})]
+
+
+# ---------------------------------------------------------------- more of the recorder
+
+
+def test_an_optimizer_step_that_renews_a_parameter_tags_it_a_parameter() -> None:
+    _, tags, _ = rn._record(Step(renews=True))
+    # the 4 parameters, and the first weight's new storage the optimizer step wrote
+    assert Counter(tags.values())["parameter"] == 5
+
+
+def test_gathered_events_tag_what_fsdp_allocates() -> None:
+    from torch.distributed.fsdp._fully_shard import _fsdp_param
+
+    recorder = rn.TaggingRecorder()
+    with recorder, rn.gathered_events(recorder, "fsdp"):
+        gathered = torch.ones(3) * 2
+        _fsdp_param.free_storage(gathered)
+        _fsdp_param.alloc_storage(gathered)
+    assert list(recorder.tags.values()) == ["parameter"]
+
+
+def test_fsdps_gathers_are_watched_under_fsdp_and_host_offload_only() -> None:
+    # one device: no FSDP, the gathered tensor stays untagged (4 parameters)
+    _, tags, _ = rn._record(Step(gathers=True))
+    assert Counter(tags.values())["parameter"] == 4
+    # a rank of FSDP: the gathered tensor is a parameter too
+    _, tags, _ = rn._record(Step(gathers=True, layout=Layout(fsdp=2)))
+    assert Counter(tags.values())["parameter"] == 5
+    # host offload on one device is a 1-rank FSDP2: watched, the shards the host's
+    _, tags, _ = rn._record(Step(gathers=True, params_offloaded=SimpleNamespace()))
+    seen = Counter(tags.values())
+    assert (seen["parameter"], seen["host_parameter"]) == (1, 4)
+
+
+def test_parts_of_a_ddp_module_are_its_models() -> None:
+    from torch.nn.parallel import DistributedDataParallel
+
+    inner = nn.Sequential(nn.Linear(3, 4))
+    wrapped = DistributedDataParallel.__new__(DistributedDataParallel)
+    nn.Module.__init__(wrapped)
+    wrapped.module = inner  # what DDP holds: the model whole
+    # named as the model's ("0"), not DDP's ("module"): 3 · 4 + 4 = 16
+    assert rn.parts_of(SimpleNamespace(module=wrapped, lora=None)) == (  # type: ignore[arg-type]
+        ("0", 16),)
+
+
+def test_parts_of_a_nested_path_keep_every_name_before_the_index() -> None:
+    module = nn.Module()
+    module.model = nn.Module()
+    module.model.layers = nn.ModuleList([nn.Linear(2, 2)])
+    # model.layers.0.weight and .bias: cut at the index, "model.layers": 2 · 2 + 2 = 6
+    assert rn.parts_of(SimpleNamespace(module=module, lora=None)) == (  # type: ignore[arg-type]
+        ("model.layers", 6),)
+
+
+class NF4Tensor(nn.Parameter):
+    """Named as torchao's NF4 weight: its type's name is what the tracer reads."""
+
+
+def test_adapter_tensors_mark_an_nf4_base() -> None:
+    step = Step()
+    step.lora = Lora(None)
+    nf4 = NF4Tensor(torch.zeros(3, 5), requires_grad=False)
+    step.parameters = [nf4, *step.parameters[1:]]
+    frozen, _ = rn._adapter_tensors(step)  # type: ignore[arg-type]
+    assert frozen == ((15, 4, True),)  # 3 · 5 elements, NF4
+
+
+# ---------------------------------------------------------------- trace_workload, more
+
+
+def test_a_cuda_target_measures_the_peak(traced: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: calls.append("synchronize"))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: calls.append("reset"))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 4242.0)
+    run, _, _ = traced(Step(), target="cuda")
+    assert run.measured_peak_bytes == 4242 and type(run.measured_peak_bytes) is int
+    assert calls == ["synchronize", "reset", "synchronize"]  # before and after the traced step
+    run, _, _ = traced(Step(), target="cpu")
+    assert run.measured_peak_bytes is None
+
+
+def test_trace_workload_hands_on_the_active_parameters_and_the_cache(
+        traced: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tensorledger.workload.params as params
+
+    monkeypatch.setattr(params, "routing", lambda source: (8, 2))
+    monkeypatch.setattr(params, "active_params", lambda named, experts, k: experts * 10 + k)
+    run, _, _ = traced(Step())
+    assert run.active_params == 82  # the stand-in's 8 · 10 + 2
+    cache = Cache()
+    run, _, _ = traced(Step(backward=False, optimizer=False, inference=cache, name="decode"))
+    assert run.cache == "held 64"
+
+
+def test_trace_workload_with_adapters_over_an_nf4_base(traced: Any,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    noted: list[Any] = []
+    monkeypatch.setattr(rn, "dequantization_note", lambda trace: noted.append(trace) or "deq")
+    step = Step()
+    step.lora = Lora("nf4")
+    step.parameters[0].requires_grad_(False)
+    run, _, _ = traced(step)
+    assert noted == [run.trace]  # the traced step's own trace
+    assert run.assumptions == ("a note of the layout", "lora note", "deq")
+    assert run.trained_tensors == ((4, 4), (8, 4), (2, 4))  # the rest, float32
+
+
+def test_a_pipeline_rank_runs_the_targets_program_and_names_the_model(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import tensorledger.workload.pipeline as pipeline
+    from tensorledger.errors import InputError
+    from tensorledger.napkin.transformer import TransformerConfig
+    from tensorledger.workload.schedules import StageLayers
+
+    asked: dict[str, Any] = {}
+    programs: list[object] = []
+
+    @contextmanager
+    def target_program(target: object) -> Iterator[None]:
+        programs.append(target)
+        yield
+
+    def trace_pipeline_step(*args: Any, **kwargs: Any) -> Any:
+        asked.update(kwargs)
+        return SimpleNamespace(param_numels=(1,), trace="T", tags={}, timeline=None)
+
+    monkeypatch.setattr(rn, "target_program", target_program)
+    monkeypatch.setattr(pipeline, "trace_pipeline_step", trace_pipeline_step)
+    config = TransformerConfig(vocab_size=128, context_length=64, d_model=64, n_layers=6,
+                               n_heads=4, name="six")
+    layout = Layout(pp=2, microbatches=4, schedule="interleaved-1f1b", chunks=2,
+                    stage_layers=StageLayers.parse("first-1,last-1"), tp=2)
+    work = SimpleNamespace(
+        source=SimpleNamespace(config=config), layout=layout, batch=8, seq=16, target="h100",
+        precision=SimpleNamespace(name="fp32"), optimizer=SimpleNamespace(name="sgd"),
+        checkpoint=None, optimizer_kernel="for-loop", routing=None, routing_note="")
+    run = rn.trace_pipeline_rank(work)  # type: ignore[arg-type]
+    assert programs == ["h100"] and run.work is work
+    # each stage laid out over the other degrees: one stage, no stage layers of its own
+    assert asked["within"] == Layout(tp=2)
+    assert asked["stage_layers"] == (1, 2, 2, 1)  # first-1,last-1 over 2 · 2 stages of 6
+    work.layout = Layout(pp=4, microbatches=4)
+    with pytest.raises(InputError, match=r"^--pp 4 does not divide six's 6 layers"):
+        rn.trace_pipeline_rank(work)  # type: ignore[arg-type]
