@@ -216,6 +216,10 @@ def test_a_shadow_written_from_what_no_shadow_holds_is_dropped() -> None:
         left = torch.arange(3)
         _ = left + weights.long()  # read, not written: its shadow stays
         assert rd.known_values(left) == [0, 1, 2]
+        # a written tensor that no shadow holds: nothing to drop, and no error
+        total = torch.zeros(3)
+        torch.add(left.float(), weights, out=total)  # left.float() is shadowed, weights not
+        assert rd.known_values(total) is None
 
 
 def test_mutated_lists_the_tensors_an_op_writes() -> None:
