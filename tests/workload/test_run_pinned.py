@@ -60,12 +60,13 @@ class Step:
                  layout: Layout = SINGLE, inference: Any = None,
                  params_offloaded: Any = None, offloaded: Any = None, name: str = "train",
                  lora: Any = None, float8: Any = None, gathers: bool = False,
-                 renews: bool = False) -> None:
+                 renews: bool = False, reads_first: bool = False) -> None:
         torch.manual_seed(0)
         self.module = Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
         self.parameters = list(self.module.parameters())
         self.optimizer = Adam(self.parameters, renews) if optimizer else None
         self.gathers = gathers  # the loss gathers a tensor as FSDP2 does (free, then alloc)
+        self.reads_first = reads_first  # entering reads the parameters and the state
         self.work = SimpleNamespace(
             layout=layout, step=SimpleNamespace(backward=backward, optimizer=optimizer,
                                                 name=name),
@@ -99,11 +100,12 @@ class Step:
 
     def params_moved(self, on_host: Callable[[torch.Tensor], None]) -> Any:
         self.on_host = on_host
-        # entering reads the parameters and the optimizer state (as a move to the device
-        # would), so the recorder knows them before the step's first op
-        state = [] if self.optimizer is None else self.optimizer.state_tensors()
-        for tensor in (*self.parameters, *state):
-            tensor.detach().sum()
+        if self.reads_first:
+            # entering reads the parameters and the optimizer state (as a move to the device
+            # would), so the recorder knows them before the step's first op
+            state = [] if self.optimizer is None else self.optimizer.state_tensors()
+            for tensor in (*self.parameters, *state):
+                tensor.detach().sum()
         return self._entered("moved")
 
     @contextmanager
@@ -818,3 +820,13 @@ def test_a_pipeline_rank_runs_the_targets_program_and_names_the_model(
     work.layout = Layout(pp=4, microbatches=4)
     with pytest.raises(InputError, match=r"^--pp 4 does not divide six's 6 layers"):
         rn.trace_pipeline_rank(work)  # type: ignore[arg-type]
+
+
+def test_what_the_recorder_knows_as_the_step_starts_is_tagged_at_once(traced: Any) -> None:
+    # the parameters and the warm-up's optimizer state are read on entering: tagged then, and
+    # the later tags (setdefault) keep those first categories
+    run, _, _ = traced(Step(reads_first=True))
+    seen = Counter(run.tags.values())
+    assert (seen["parameter"], seen["optimizer_state"], seen["gradient"]) == (4, 8, 4)
+    _, tags, _ = rn._record(Step(reads_first=True, params_offloaded=SimpleNamespace()))
+    assert Counter(tags.values())["host_parameter"] == 4
