@@ -219,7 +219,8 @@ def test_the_padding_token_is_inside_the_vocabulary() -> None:
 def test_the_head_is_checked_on_the_filled_fields() -> None:
     checked = hk.check_hf_config({**LLAMA, "architectures": ["LlamaForSequenceClassification"]})
     assert checked.head == "sequence-classification"
-    with pytest.raises(ConfigError, match=r"^c: field 'architectures' asks for 'LlamaForMaskedLM'"):
+    with pytest.raises(ConfigError, match=r"^c: field 'architectures' asks for "
+                                          r"'LlamaForMaskedLM'; a llama model is built here"):
         hk.check_hf_config({**LLAMA, "architectures": ["LlamaForMaskedLM"]}, "c")
 
 
