@@ -1,0 +1,118 @@
+"""rank_memory written out by hand on the made-up profile (tests/plan/made_up.py: 4 blocks of
+20 whole + 280 split parameters, an embedding of 1,000 and a head of 500 split; fp32, 16
+tokens a sequence, a vocabulary of 100), with saved bytes of its own: a block keeps 10 + 40/t
+bytes a token (2 + 6/t checkpointed), the loss end 6.  Every state is AdamW's in fp32: 4 bytes
+a parameter, 4 a gradient, 8 of moments (16 in all)."""
+
+from __future__ import annotations
+
+from tensorledger.hardware import get_hardware
+from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
+from tensorledger.plan.estimate import LayoutChoice, PlanSetup, RankMemory, rank_memory
+from tensorledger.plan.profile import ModelProfile, Split
+from tests.plan.made_up import made_up_profile
+
+H100 = get_hardware("h100")
+
+
+def _profile(**change: object) -> ModelProfile:
+    return made_up_profile(block_saved={(False, False): Split(10.0, 40.0),
+                                        (False, True): Split(2.0, 6.0)},
+                           other_saved={False: Split(6.0)}, **change)
+
+
+def _setup(count: int, profile: ModelProfile | None = None) -> PlanSetup:
+    return PlanSetup(profile or _profile(), H100, count, 16, 8, resolve_precision("fp32"),
+                     resolve_optimizer("adamw"), 1e12)
+
+
+def _only(zero: int = 0, shard: int = 1, dp: int = 1, whole: bool = False) -> RankMemory:
+    # micro-batches of 2 sequences: 32 tokens
+    setup = _setup(dp, _profile(whole=whole))
+    return rank_memory(setup, LayoutChoice(dp=dp, tp=1, pp=1, zero=zero, shard=shard,
+                                           micro_batch=2))
+
+
+def test_one_device_holds_everything_and_peaks_at_the_loss() -> None:
+    memory = _only()
+    # 4 blocks of 300, the embedding's 1,000 and the head's 500
+    assert (memory.stage, memory.rank, memory.layers) == ("only", 0, 4)
+    assert memory.stage_params == 4 * 300 + 1000 + 500 == 2700
+    assert memory.states_bytes == 16 * 2700 == 43_200
+    assert (memory.gathered_bytes, memory.buffers_bytes) == (0.0, 0.0)  # one rank: no DDP
+    # 32 tokens × 50 bytes a block, 4 blocks, and the token ids' 8 bytes a token
+    assert memory.activations_bytes == 4 * 32 * 50 + 8 * 32 == 6656
+    assert memory.logits_bytes == 32 * 6 == 192
+    # the gathered logits, 32 tokens × 100 × 4 bytes (no TP, no autocast: nothing more)
+    assert memory.temporary_bytes == 32 * 100 * 4 == 12_800
+    # at the loss no gradients yet (4 · 2,700 bytes less); in backward no logits
+    assert memory.forward_peak_bytes == 43_200 - 4 * 2700 + 6656 + 192 + 12_800 == 52_048
+    assert memory.backward_peak_bytes == 43_200 + 6656 + 192 == 50_048
+    assert memory.total_bytes == 52_048
+    assert (memory.adapter_params, memory.frozen_bytes, memory.expert_params) == (0, 0.0, 0)
+
+
+def test_ddp_keeps_a_bucket_of_the_gradients() -> None:
+    memory = _only(dp=2)
+    assert memory.buffers_bytes == 4 * 2700  # DDP's buckets: a copy of the gradients
+    assert memory.forward_peak_bytes == 52_048 + 10_800
+    assert memory.backward_peak_bytes == 50_048 + 10_800
+
+
+def test_zero_3_gathers_two_layers_and_zero_2_the_stage() -> None:
+    three = _only(zero=3, shard=2, dp=2)
+    # 1,350 parameters a rank: 16 bytes each; the gradients' 4 · 1,350 absent at the loss
+    assert three.states_bytes == 16 * 1350 == 21_600
+    assert three.gathered_bytes == 2 * 300 * 4 == 2400  # two blocks, unsharded
+    assert three.buffers_bytes == 0.0
+    assert three.forward_peak_bytes == 21_600 + 2400 - 4 * 1350 + 6656 + 192 + 12_800 == 38_248
+    assert three.backward_peak_bytes == 21_600 + 2400 + 6656 + 192 == 30_848
+    two = _only(zero=2, shard=2, dp=2)
+    # FSDP2's ZeRO-2: ZeRO-3's states at rest, the whole stage gathered (2,700 · 4 bytes)
+    assert two.states_bytes == 21_600
+    assert two.gathered_bytes == 2700 * 4 == 10_800
+    assert two.total_bytes == 21_600 + 10_800 - 4 * 1350 + 6656 + 192 + 12_800
+    # ZeRO-3 over a shard of 1 is not sharded: nothing gathered, every state whole
+    one = _only(zero=3, shard=1, dp=2)
+    assert (one.states_bytes, one.gathered_bytes, one.buffers_bytes) == (43_200, 0.0, 0.0)
+
+
+def test_a_model_profiled_whole_reshards_after_its_forward() -> None:
+    # one FSDP unit: at the loss the gathered parameters are freed again (ZeRO-3), and in
+    # backward the sharded gradients are not there yet
+    memory = _only(zero=3, shard=2, dp=2, whole=True)
+    assert memory.gathered_bytes == 2400
+    assert memory.forward_peak_bytes == 38_248 - 2400
+    assert memory.backward_peak_bytes == 30_848 - 4 * 1350
+    assert memory.total_bytes == 38_248 - 2400
+    # ZeRO-2 keeps its gathered stage through the forward
+    two = _only(zero=2, shard=2, dp=2, whole=True)
+    assert two.forward_peak_bytes == 21_600 + 10_800 - 4 * 1350 + 6656 + 192 + 12_800
+    assert two.backward_peak_bytes == 21_600 + 10_800 - 4 * 1350 + 6656 + 192
+
+
+def test_a_recomputed_1f1b_first_stage_on_tp_2() -> None:
+    # TP 2 · DP 2 · PP 2 (1F1B, 2 micro-batches of 2 sequences), every block recomputed.  A
+    # block on a rank: 280 / 2 + 20 = 160 parameters; the first stage 2 blocks and half the
+    # embedding (820), the last 2 blocks and half the head (570)
+    setup = _setup(8)
+    choice = LayoutChoice(dp=2, tp=2, pp=2, micro_batch=2, accumulation=2,
+                          schedule="1f1b", checkpoint="full")
+    memory = rank_memory(setup, choice)
+    assert (memory.stage, memory.rank, memory.layers) == ("first", 0, 2)
+    assert memory.stage_params == 2 * 160 + 500 == 820
+    # the gradient of the whole embedding lives beside the rank's share: (1,000 − 500) · 4 B
+    assert memory.states_bytes == 16 * 820 + 500 * 4 == 15_120
+    assert memory.buffers_bytes == 4 * 820 == 3280  # DDP
+    # a checkpointed block keeps 32 · (2 + 6/2) = 160 B, 2 blocks × 2 micro-batches in flight
+    # (1F1B's min(p − s, m) = 2 at stage 0), the token ids of 2 micro-batches (2 · 256), and
+    # one block recomputed whole: 32 · (10 + 40/2) = 960 B
+    assert memory.activations_bytes == 2 * 2 * 160 + 2 * 256 + 960 == 2112
+    assert (memory.logits_bytes, memory.temporary_bytes) == (0.0, 0.0)  # not the last stage
+    # under a pipeline the gradients are there at the loss too; the recomputed block is not
+    assert memory.forward_peak_bytes == 15_120 + 3280 + 2112 - 960 == 19_552
+    assert memory.backward_peak_bytes == 15_120 + 3280 + 2112 == 20_512
+    assert memory.total_bytes == 20_512
+    # the floor: one micro-batch in flight on every stage
+    floor = rank_memory(setup, choice, floor=True)
+    assert floor.activations_bytes == 2 * 160 + 256 + 960
