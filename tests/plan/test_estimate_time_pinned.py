@@ -14,7 +14,12 @@ from tensorledger.napkin.adapters import NF4_DEQUANTIZE_FLOPS_PER_ELEMENT, lora_
 from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
 from tensorledger.napkin.transformer import get_preset
 from tensorledger.plan.estimate import LayoutChoice, PlanSetup, rank_memory, step_time
+from tensorledger.plan.experts import expert_choice
 from tensorledger.plan.model import search_model
+from tensorledger.plan.profile import Split
+from tensorledger.plan.timing import collective_s, dp_comm_s, ep_comm_s, ring_layer_s
+from tensorledger.roofline.collectives import CollectiveKind
+from tests.plan.made_up import made_up_profile
 
 H100 = get_hardware("h100")
 PEAK = H100.peak_flop_per_s("bf16")
@@ -74,3 +79,81 @@ def test_a_lora_step_without_recomputation_uses_each_weight_twice() -> None:
     flops_micro = (time.model_flops + time.dequantize_flops) / 2
     assert time.recompute_flops == 0.0
     assert time.intensity_flop_per_byte == pytest.approx(flops_micro / bytes_micro, rel=1e-12)
+
+
+def test_a_profiles_tensor_parallel_collectives_are_its_measured_ones() -> None:
+    # the made-up profile, measured with 4 all-reduces a block carrying 512 bytes a token in
+    # all (a rank of two), and saved bytes measured without SP or checkpointing alone
+    profile = made_up_profile(block_saved={(False, False): Split(10.0, 40.0)},
+                              other_saved={False: Split(6.0)},
+                              tp_sent_per_token={(False, False): 512.0},
+                              tp_collectives={(False, False): 4.0})
+    setup = PlanSetup(profile, H100, 2, 16, 8, resolve_precision("fp32"),
+                      resolve_optimizer("adamw"), 1e12)
+    # TP 2, micro-batches of 2 sequences (32 tokens), 4 of them
+    choice = LayoutChoice(dp=1, tp=2, pp=1, micro_batch=2, accumulation=4)
+    time = step_time(setup, choice, rank_memory(setup, choice))
+    # each all-reduce carries 512 · 32 / 4 = 4,096 bytes; 4 blocks × 4 of them × 4 micro-batches
+    one = collective_s(setup, CollectiveKind.ALL_REDUCE, 4096.0, 2, 1)
+    assert one > 0
+    assert time.tp_comm_s == pytest.approx(4 * 4 * 4 * one, rel=1e-12)
+
+
+def _tiny(config: object = TINY, count: int = 2, batch: int = 8) -> PlanSetup:
+    # fp32, sequences of 16 tokens, half the peak
+    return PlanSetup(config, H100, count, 16, batch, resolve_precision("fp32"),  # type: ignore[arg-type]
+                     resolve_optimizer("adamw"), 1e12, efficiency=0.5)
+
+
+def test_a_pipeline_step_is_paced_by_its_slowest_rank_and_its_bubble() -> None:
+    # tiny's 2 blocks on PP 2 (1F1B, 4 micro-batches of 2): one block a rank, and the last
+    # also runs the head (6 · d · V FLOPs a token); 1F1B idles (p − 1)/m = 1/4 of compute
+    setup = _tiny()
+    choice = LayoutChoice(dp=1, tp=1, pp=2, micro_batch=2, accumulation=4, schedule="1f1b")
+    time = step_time(setup, choice, rank_memory(setup, choice))
+    model = search_model(setup)
+    head = 6.0 * 64 * 128
+    assert model.head_flops_per_token == head
+    block = (model.flops_per_token - head) / 2
+    # the last rank's work, a block and the head, over the average: (b + h) · 2 / (2b + h)
+    imbalance = (block + head) * 2 / (2 * block + head)
+    assert time.imbalance == pytest.approx(imbalance, rel=1e-12)
+    assert time.bubble_to_compute == 0.25
+    assert (time.tp_comm_s, time.dp_comm_s, time.dp_exposed_s) == (0.0, 0.0, 0.0)
+    assert time.step_s == pytest.approx(time.compute_s * imbalance * 1.25, rel=1e-12)
+
+
+def test_a_context_parallel_step_adds_each_layers_ring_per_micro_batch() -> None:
+    # CP 2 (8 tokens of each 16 a rank), micro-batches of 2, 4 of them; tiny's 2 blocks
+    setup = _tiny()
+    choice = LayoutChoice(dp=1, cp=2, tp=1, pp=1, micro_batch=2, accumulation=4)
+    time = step_time(setup, choice, rank_memory(setup, choice))
+    ring = ring_layer_s(setup, choice)
+    assert ring > 0
+    assert time.cp_comm_s == pytest.approx(2 * 4 * ring, rel=1e-12)
+    assert time.step_s == pytest.approx(time.compute_s + 2 * 4 * ring + time.dp_exposed_s,
+                                        rel=1e-12)
+
+
+def test_an_expert_parallel_step_reduces_the_experts_apart_and_adds_the_all_to_alls() -> None:
+    # tiny-moe (6 experts) on DP 4 with EP 2 under ZeRO-3 over 4 ranks: the experts' gradients
+    # over dp / ep = 2 ranks, their ZeRO group shard / ep = 2
+    moe = get_preset("tiny-moe")
+    setup = _tiny(moe, count=4)
+    choice = LayoutChoice(dp=4, tp=1, pp=1, zero=3, shard=4, ep=2, micro_batch=2,
+                          accumulation=1)
+    memory = rank_memory(setup, choice)
+    time = step_time(setup, choice, memory)
+    assert memory.expert_params > 0
+    group = expert_choice(choice)
+    assert (group.dp, group.shard, group.tp, group.ep) == (2, 2, 2, 1)
+    dense = dp_comm_s(setup, choice, memory, 2,
+                      params=memory.stage_params - memory.expert_params)
+    # 3 local experts over a group of 2: padded to 4 (2 a rank)
+    experts = dp_comm_s(setup, group, memory, 2, params=memory.expert_params // 3 * 4)
+    assert time.dp_comm_s == pytest.approx(dense + experts, rel=1e-12)
+    alltoall = ep_comm_s(setup, choice, 2)  # 2 blocks
+    assert alltoall > 0 and time.ep_comm_s == pytest.approx(alltoall, rel=1e-12)
+    exposed = max(0.0, dense + experts - time.compute_s) + (dense + experts) / 2
+    assert time.dp_exposed_s == pytest.approx(exposed, rel=1e-12)
+    assert time.step_s == pytest.approx(time.compute_s + alltoall + exposed, rel=1e-12)
