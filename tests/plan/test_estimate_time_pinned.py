@@ -157,3 +157,20 @@ def test_an_expert_parallel_step_reduces_the_experts_apart_and_adds_the_all_to_a
     exposed = max(0.0, dense + experts - time.compute_s) + (dense + experts) / 2
     assert time.dp_exposed_s == pytest.approx(exposed, rel=1e-12)
     assert time.step_s == pytest.approx(time.compute_s + alltoall + exposed, rel=1e-12)
+
+
+def test_a_profiles_recomputed_blocks_send_their_measured_collectives() -> None:
+    # measured recomputed: 5 all-reduces a block carrying 640 bytes a token (without
+    # recomputation 4 and 512, which would price it otherwise)
+    profile = made_up_profile(block_saved={(False, False): Split(10.0, 40.0),
+                                           (False, True): Split(2.0, 6.0)},
+                              other_saved={False: Split(6.0)},
+                              tp_sent_per_token={(False, False): 512.0, (False, True): 640.0},
+                              tp_collectives={(False, False): 4.0, (False, True): 5.0})
+    setup = PlanSetup(profile, H100, 2, 16, 8, resolve_precision("fp32"),
+                      resolve_optimizer("adamw"), 1e12)
+    choice = LayoutChoice(dp=1, tp=2, pp=1, micro_batch=2, accumulation=4, checkpoint="full")
+    time = step_time(setup, choice, rank_memory(setup, choice))
+    # each all-reduce 640 · 32 / 5 = 4,096 bytes; 4 blocks × 5 × 4 micro-batches
+    one = collective_s(setup, CollectiveKind.ALL_REDUCE, 4096.0, 2, 1)
+    assert time.tp_comm_s == pytest.approx(4 * 5 * 4 * one, rel=1e-12)
