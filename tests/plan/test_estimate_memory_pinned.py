@@ -7,8 +7,18 @@ a parameter, 4 a gradient, 8 of moments (16 in all)."""
 from __future__ import annotations
 
 from tensorledger.hardware import get_hardware
+from tensorledger.napkin.activations import activation_memory
+from tensorledger.napkin.adapters import lora_shape
+from tensorledger.napkin.context import context_parallel_rank
 from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
-from tensorledger.plan.estimate import LayoutChoice, PlanSetup, RankMemory, rank_memory
+from tensorledger.napkin.transformer import get_preset
+from tensorledger.plan.estimate import (
+    LayoutChoice,
+    PlanSetup,
+    RankMemory,
+    layer_activation_bytes,
+    rank_memory,
+)
 from tensorledger.plan.profile import ModelProfile, Split
 from tests.plan.made_up import made_up_profile
 
@@ -116,3 +126,66 @@ def test_a_recomputed_1f1b_first_stage_on_tp_2() -> None:
     # the floor: one micro-batch in flight on every stage
     floor = rank_memory(setup, choice, floor=True)
     assert floor.activations_bytes == 2 * 160 + 256 + 960
+
+
+TINY = get_preset("tiny")  # 4 heads, d 64, V 128, 2 blocks of 36,864 matrix elements
+
+
+def _tiny(precision: str = "fp32", attention: str = "flash", **change: object) -> PlanSetup:
+    return PlanSetup(TINY, H100, 4, 16, 8, resolve_precision(precision),
+                     resolve_optimizer("adamw"), 1e12, attention=attention, **change)
+
+
+def test_eager_attention_keeps_the_scores_unless_recomputed() -> None:
+    setup = _tiny(attention="eager")
+    # 2 sequences of 16 at TP 2: 5 · 4 heads · 16 · 16 · 2 / 2 = 5,120 bytes of scores,
+    # softmax and dropout (Korthikanti's 5·a·s²·b/t)
+    plain = activation_memory(TINY, 2, 16, 4, False, tp=2).per_layer_bytes
+    kept = activation_memory(TINY, 2, 16, 4, True, tp=2).per_layer_bytes
+    assert layer_activation_bytes(setup, 2, 2, False, "none") == (plain + 5120, 0.0)
+    assert layer_activation_bytes(setup, 2, 2, False, "selective") == (plain, 0.0)
+    assert layer_activation_bytes(setup, 2, 2, False, "full") == (kept, plain + 5120)
+    # flash attention keeps none
+    assert layer_activation_bytes(_tiny(), 2, 2, False, "none") == (plain, 0.0)
+
+
+def test_a_context_parallel_layer_keeps_the_rings_copy_of_its_output() -> None:
+    setup = _tiny()
+    ring = context_parallel_rank(TINY, 2, 16, 2, dtype_bytes=4, tp=1, autocast=False,
+                                 checkpointed=False, sequence_parallel=False)
+    # the merged output's copy of all 2 layers, per layer
+    copy = ring.ring_copy_bytes / 2
+    assert copy > 0
+    assert layer_activation_bytes(setup, 2, 1, False, "none", 2) == (
+        ring.activations.per_layer_bytes + copy, 0.0)
+
+
+def test_the_forward_holds_the_logits_and_autocasts_weight_casts() -> None:
+    # mixed-bf16 at TP 2, 2 sequences (32 tokens), every block recomputed: the gathered bf16
+    # logits 32 · 128 · 2, the rank's own 32 · 128 · 2 / 2, their fp32 upcast 32 · 128 · 4;
+    # autocast keeps the bf16 casts of both blocks' 36,864 / 2 matrix elements a rank
+    setup = _tiny("mixed-bf16")
+    choice = LayoutChoice(dp=2, tp=2, pp=1, micro_batch=2, checkpoint="full")
+    logits = 32 * 128 * 2 + 32 * 128 * 2 / 2 + 32 * 128 * 4
+    cache = 2 * (36_864 // 2) * 2
+    assert rank_memory(setup, choice).temporary_bytes == logits + cache == 102_400
+    # not recomputed, the casts are saved with the activations: the logits alone
+    plain = LayoutChoice(dp=2, tp=2, pp=1, micro_batch=2)
+    assert rank_memory(setup, plain).temporary_bytes == logits
+    # in fp32 on CP 2: 16 tokens a rank, no upcast, no casts
+    fp32 = LayoutChoice(dp=1, cp=2, tp=2, pp=1, micro_batch=2, checkpoint="full")
+    assert rank_memory(_tiny(), fp32).temporary_bytes == 16 * 128 * 4 + 16 * 128 * 4 / 2
+
+
+def test_a_lora_step_caches_no_cast_of_its_frozen_weights() -> None:
+    setup = _tiny("mixed-bf16", lora=lora_shape(TINY, 8, ("query", "value")))
+    choice = LayoutChoice(dp=2, tp=2, pp=1, micro_batch=2, checkpoint="full")
+    assert rank_memory(setup, choice).temporary_bytes == (32 * 128 * 2 + 32 * 128 * 2 / 2
+                                                          + 32 * 128 * 4)
+
+
+def test_a_factorys_loss_temporaries_are_its_measured_ones() -> None:
+    # measured: 100 bytes a token whole and 40 split, at TP 2 100 + 40/2 a token
+    setup = _setup(4, _profile(loss_temporaries={False: Split(100.0, 40.0)}))
+    choice = LayoutChoice(dp=2, tp=2, pp=1, micro_batch=2)
+    assert rank_memory(setup, choice).temporary_bytes == 32 * (100 + 40 / 2)
