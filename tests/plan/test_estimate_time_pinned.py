@@ -174,3 +174,25 @@ def test_a_profiles_recomputed_blocks_send_their_measured_collectives() -> None:
     # each all-reduce 640 · 32 / 5 = 4,096 bytes; 4 blocks × 5 × 4 micro-batches
     one = collective_s(setup, CollectiveKind.ALL_REDUCE, 4096.0, 2, 1)
     assert time.tp_comm_s == pytest.approx(4 * 5 * 4 * one, rel=1e-12)
+
+
+def test_a_step_is_memory_bound_below_the_ridge_point_alone() -> None:
+    # tiny in fp32 on one device, one micro-batch: its intensity grows with the micro-batch;
+    # the ridge at half the peak is 0.5 · peak / bandwidth (about 148 FLOP/B on the H100)
+    ridge = PEAK * 0.5 / BANDWIDTH
+
+    def time_of(micro: int, setup: PlanSetup | None = None):  # type: ignore[no-untyped-def]
+        setup = setup or _tiny(count=1, batch=micro)
+        choice = LayoutChoice(dp=1, tp=1, pp=1, micro_batch=micro)
+        return step_time(setup, choice, rank_memory(setup, choice))
+
+    small, large = time_of(16), time_of(32)
+    assert small.intensity_flop_per_byte < ridge < large.intensity_flop_per_byte < 4 * ridge
+    assert (small.memory_bound, large.memory_bound) == (True, False)
+    # at the ridge exactly (the efficiency that puts it there) it is not below it
+    setup = _tiny(count=1, batch=16)
+    intensity = small.intensity_flop_per_byte
+    at_ridge = dataclasses.replace(setup, efficiency=intensity * BANDWIDTH / PEAK)
+    assert at_ridge.efficiency is not None
+    assert PEAK * at_ridge.efficiency / BANDWIDTH == intensity
+    assert time_of(16, at_ridge).memory_bound is False
