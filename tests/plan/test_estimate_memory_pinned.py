@@ -6,9 +6,11 @@ a parameter, 4 a gradient, 8 of moments (16 in all)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from tensorledger.hardware import get_hardware
 from tensorledger.napkin.activations import activation_memory
-from tensorledger.napkin.adapters import lora_shape
+from tensorledger.napkin.adapters import lora_activation_memory, lora_shape
 from tensorledger.napkin.context import context_parallel_rank
 from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
 from tensorledger.napkin.transformer import get_preset
@@ -19,6 +21,7 @@ from tensorledger.plan.estimate import (
     layer_activation_bytes,
     rank_memory,
 )
+from tensorledger.plan.model import search_model
 from tensorledger.plan.profile import ModelProfile, Split
 from tests.plan.made_up import made_up_profile
 
@@ -189,3 +192,75 @@ def test_a_factorys_loss_temporaries_are_its_measured_ones() -> None:
     setup = _setup(4, _profile(loss_temporaries={False: Split(100.0, 40.0)}))
     choice = LayoutChoice(dp=2, tp=2, pp=1, micro_batch=2)
     assert rank_memory(setup, choice).temporary_bytes == 32 * (100 + 40 / 2)
+
+
+def test_a_profiles_whole_embedding_part_is_on_the_first_stage() -> None:
+    # 7 parameters of the embedding unsplit (a position table, say) beside its 1,000
+    memory = rank_memory(_setup(1, _profile(embedding=Split(7.0, 1000.0))),
+                         LayoutChoice(dp=1, tp=1, pp=1, micro_batch=2))
+    assert memory.stage_params == 4 * 300 + 1000 + 7 + 500
+
+
+_MOE = get_preset("tiny-moe")  # 2 blocks of 58,752 matrix elements, 36,864 of them in 6 experts
+
+
+def _moe(config: object = _MOE) -> PlanSetup:
+    return PlanSetup(config, H100, 2, 16, 8, resolve_precision("fp32"),  # type: ignore[arg-type]
+                     resolve_optimizer("adamw"), 1e12)
+
+
+def test_without_ep_the_experts_split_over_tp_as_the_rest() -> None:
+    # TP 2: a block 58,752 / 2 + 128 norm values; the embedding 8,192 / 2, the head 8,192 / 2
+    # and the final norm's 64
+    memory = rank_memory(_moe(), LayoutChoice(dp=1, tp=2, pp=1))
+    assert memory.stage_params == 2 * (58_752 // 2 + 128) + 4096 + 4096 + 64 == 67_264
+    assert memory.expert_params == 0
+
+
+def test_with_ep_a_rank_holds_its_experts_whole_and_ddp_leaves_them_out_of_its_buckets() -> None:
+    # DP 2 = EP 2: each rank 3 of the 6 experts (18,432 a block) whole, and the block's other
+    # 58,752 − 36,864 = 21,888 and 128 norm values
+    setup = _moe()
+    choice = LayoutChoice(dp=2, tp=1, pp=1, ep=2)
+    memory = rank_memory(setup, choice)
+    block = 21_888 + 128 + 18_432
+    assert memory.stage_params == 2 * block + 8192 + 8192 + 64 == 97_344
+    assert memory.expert_params == 2 * 18_432
+    assert memory.states_bytes == 16 * 97_344  # ZeRO-0: every state whole
+    # no other rank holds a rank's experts: DDP reduces the rest alone
+    assert memory.buffers_bytes == 4 * (97_344 - 36_864) == 241_920
+    # the activations of a micro-batch at EP 2 (the experts' share of the tokens)
+    closed, loss = search_model(setup).activations(setup, 1, 1, False, False, 1, 2)
+    assert closed.per_layer_bytes != search_model(setup).activations(
+        setup, 1, 1, False, False, 1, 1)[0].per_layer_bytes
+    assert memory.activations_bytes == 2 * closed.per_layer_bytes + closed.embeddings_bytes
+    assert memory.logits_bytes == loss
+
+
+def test_only_the_first_stage_holds_the_leading_dense_block() -> None:
+    # tiny-moe of 3 blocks, the first dense (36,864 + 128 parameters, against 58,880 a MoE
+    # block), on PP 2 (1F1B, 2 micro-batches): stages of 1 and 2 blocks.  The last stage, 2
+    # MoE blocks and the head's 8,192 + 64, is the heavier
+    assert _MOE.moe is not None
+    moe3 = dataclasses.replace(_MOE, n_layers=3,
+                               moe=dataclasses.replace(_MOE.moe, first_dense_layers=1))
+    memory = rank_memory(_moe(moe3), LayoutChoice(dp=1, tp=1, pp=2, accumulation=2,
+                                                  schedule="1f1b"))
+    assert (memory.stage, memory.layers) == ("last", 2)
+    assert memory.stage_params == 2 * 58_880 + 8192 + 64 == 126_016
+
+
+def test_a_recomputed_lora_step_saves_its_first_blocks_input_as_any_other() -> None:
+    # tiny in fp32, LoRA r=8 on the query and the value, 2 sequences: recomputed, a block
+    # keeps its input whether it needs a gradient or not (nothing less for the first); not
+    # recomputed, the first block saves what its input's gradient would need less
+    lora = lora_shape(TINY, 8, ("query", "value"))
+    setup = _tiny(lora=lora)
+    plain = lora_activation_memory(TINY, lora, 2, 16, 4, False)
+    kept = lora_activation_memory(TINY, lora, 2, 16, 4, True)
+    assert (kept.first_layer_less_bytes, plain.first_layer_less_bytes) == (0, 8320)
+    full = rank_memory(setup, LayoutChoice(dp=1, tp=1, pp=1, micro_batch=2, checkpoint="full"))
+    assert full.activations_bytes == (2 * kept.activations.per_layer_bytes + 256
+                                      + plain.activations.per_layer_bytes)
+    none = rank_memory(setup, LayoutChoice(dp=1, tp=1, pp=1, micro_batch=2))
+    assert none.activations_bytes == 2 * plain.activations.per_layer_bytes + 256 - 8320
