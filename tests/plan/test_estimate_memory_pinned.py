@@ -29,9 +29,10 @@ H100 = get_hardware("h100")
 
 
 def _profile(**change: object) -> ModelProfile:
-    return made_up_profile(block_saved={(False, False): Split(10.0, 40.0),
-                                        (False, True): Split(2.0, 6.0)},
-                           other_saved={False: Split(6.0)}, **change)
+    saved: dict[str, object] = {"block_saved": {(False, False): Split(10.0, 40.0),
+                                                (False, True): Split(2.0, 6.0)},
+                                "other_saved": {False: Split(6.0)}}
+    return made_up_profile(**{**saved, **change})
 
 
 def _setup(count: int, profile: ModelProfile | None = None) -> PlanSetup:
@@ -264,3 +265,61 @@ def test_a_recomputed_lora_step_saves_its_first_blocks_input_as_any_other() -> N
                                       + plain.activations.per_layer_bytes)
     none = rank_memory(setup, LayoutChoice(dp=1, tp=1, pp=1, micro_batch=2))
     assert none.activations_bytes == 2 * plain.activations.per_layer_bytes + 256 - 8320
+
+
+def test_zero_1_gathers_nothing() -> None:
+    # ZeRO-1 over a shard of 2: optimizer state and master sharded, no parameter gathered
+    memory = _only(zero=1, shard=2, dp=2)
+    assert memory.gathered_bytes == 0.0
+    # 2,700 parameters: weights and gradients whole (8 bytes), moments sharded (8 · 1,350)
+    assert memory.states_bytes == 8 * 2700 + 8 * 1350
+
+
+def test_the_experts_of_a_first_stage_leave_out_its_dense_block() -> None:
+    # tiny-moe of 3 blocks, the first dense, on DP 2 = EP 2 under ZeRO-3 over 2: the 2 MoE
+    # blocks' experts (2 · 18,432) are held whole on the rank (their ZeRO group 2 / 2 = 1),
+    # the other parameters sharded over 2.  A MoE block holds 21,888 + 128 + 18,432 = 40,448
+    # on the rank, the dense one 36,864 + 128: 2 · 40,448 + 36,992 + 8,192 + 8,256 = 134,336
+    assert _MOE.moe is not None
+    moe3 = dataclasses.replace(_MOE, n_layers=3,
+                               moe=dataclasses.replace(_MOE.moe, first_dense_layers=1))
+    memory = rank_memory(_moe(moe3), LayoutChoice(dp=2, tp=1, pp=1, zero=3, shard=2, ep=2))
+    assert memory.stage_params == 2 * 40_448 + 36_992 + 8192 + 8256 == 134_336
+    assert memory.expert_params == 2 * 18_432
+    rest = 134_336 - 36_864  # 97,472 sharded over 2 at ZeRO-3: 16 bytes each of 48,736
+    assert memory.states_bytes == 16 * (rest // 2) + 16 * 36_864
+
+
+def test_a_lora_ranks_parameters_count_its_adapters_too() -> None:
+    # tiny's 90,432 frozen parameters and 2 blocks × (1,024 + 768) adapters
+    setup = _tiny(lora=lora_shape(TINY, 8, ("query", "value")))
+    memory = rank_memory(setup, LayoutChoice(dp=1, tp=1, pp=1))
+    assert memory.stage_params == 2 * 36_992 + 8192 + 8192 + 64 + 2 * 1792 == 94_016
+    assert memory.adapter_params == 2 * 1792
+
+
+def test_the_busiest_rank_is_chosen_by_what_it_holds_at_rest_not_its_gradients() -> None:
+    # the made-up profile with an embedding of 1,000 and a head of 1,100, no loss bytes, on
+    # PP 2 (1F1B, 2 micro-batches of 1): the first stage 1,600 parameters, 2 blocks × 2
+    # micro-batches of 16 · 50 = 800 bytes and 2 · 128 bytes of token ids; the last 1,700
+    # parameters, 2 blocks × 1 micro-batch
+    setup = _setup(2, _profile(head=Split(1100.0), other_saved={False: Split(0.0)}))
+    memory = rank_memory(setup, LayoutChoice(dp=1, tp=1, pp=2, accumulation=2,
+                                             schedule="1f1b"))
+    first = 16 * 1600 + 4 * 800 + 2 * 128  # 29,056
+    last = 16 * 1700 + 2 * 800  # 28,800
+    assert first > last
+    # weighed with their gradients again (4 or 8 bytes a parameter more) the last would win
+    assert first + 4 * 1600 < last + 4 * 1700 and first + 8 * 1600 < last + 8 * 1700
+    assert (memory.stage, memory.stage_params) == ("first", 1600)
+
+
+def test_a_middle_stage_can_be_the_busiest() -> None:
+    # an embedding of 10 and a head of 10; stages of 1, 2 and 1 blocks on PP 3 (1F1B, 3
+    # micro-batches of 1): the middle rank's 600 parameters and 2 blocks × 2 in flight outweigh
+    # the first's 310 and 1 block × 3 in flight
+    setup = _setup(3, _profile(embedding=Split(0.0, 10.0), head=Split(10.0)))
+    memory = rank_memory(setup, LayoutChoice(dp=1, tp=1, pp=3, accumulation=3,
+                                             schedule="1f1b", stage_layers=(1, 2, 1)))
+    assert (memory.stage, memory.rank, memory.stage_params) == ("middle", 1, 600)
+    assert memory.activations_bytes == 2 * 2 * 800
