@@ -323,3 +323,50 @@ def test_a_middle_stage_can_be_the_busiest() -> None:
                                              schedule="1f1b", stage_layers=(1, 2, 1)))
     assert (memory.stage, memory.rank, memory.stage_params) == ("middle", 1, 600)
     assert memory.activations_bytes == 2 * 2 * 800
+
+
+def test_a_zbv_rank_holds_the_first_and_the_last_stage() -> None:
+    # ZBV's V on PP 2: rank 0 holds stages 0 and 3 (of 4, a block each), so the embedding
+    # and the head; priced at its floor (one micro-batch in flight a stage), as the search
+    # prices memory first
+    setup = _setup(2)
+    choice = LayoutChoice(dp=1, tp=1, pp=2, accumulation=2, schedule="zbv", chunks=2)
+    memory = rank_memory(setup, choice, floor=True)
+    assert (memory.stage, memory.rank, memory.layers) == ("first and last", 0, 2)
+    assert memory.stage_params == 2 * 300 + 1000 + 500
+    assert memory.logits_bytes == 16 * 6  # the loss end of one micro-batch of 16 tokens
+
+
+def test_ddp_leaves_the_experts_in_its_buckets_where_other_ranks_hold_them_too() -> None:
+    setup = PlanSetup(_MOE, H100, 4, 16, 8, resolve_precision("fp32"),
+                      resolve_optimizer("adamw"), 1e12)
+    # DP 4 with EP 2: each rank's 3 experts are held by one other rank, reduced with it
+    memory = rank_memory(setup, LayoutChoice(dp=4, tp=1, pp=1, ep=2))
+    assert memory.expert_params == 2 * 18_432
+    assert memory.buffers_bytes == 4 * 97_344
+    # under a pipeline FSDP holds the whole stage's gradients unsharded, the experts' too:
+    # the last stage's 2 MoE blocks of tiny-moe cut in 2 (1 block a stage), EP 2 = DP 2
+    piped = LayoutChoice(dp=2, tp=1, pp=2, zero=3, shard=2, ep=2, accumulation=2,
+                         schedule="1f1b")
+    memory = rank_memory(_moe_setup(4), piped)
+    assert memory.expert_params == 18_432
+    assert memory.buffers_bytes == 4 * memory.stage_params
+
+
+def _moe_setup(count: int) -> PlanSetup:
+    return PlanSetup(_MOE, H100, count, 16, 8, resolve_precision("fp32"),
+                     resolve_optimizer("adamw"), 1e12)
+
+
+def test_a_later_stages_blocks_are_all_moe_ones() -> None:
+    # tiny-moe of 3 blocks, the first dense, on PP 2 · DP 2 = EP 2: the last stage's 2 blocks
+    # hold 3 of the 6 experts each
+    assert _MOE.moe is not None
+    moe3 = dataclasses.replace(_MOE, n_layers=3,
+                               moe=dataclasses.replace(_MOE.moe, first_dense_layers=1))
+    setup = PlanSetup(moe3, H100, 4, 16, 8, resolve_precision("fp32"),
+                      resolve_optimizer("adamw"), 1e12)
+    memory = rank_memory(setup, LayoutChoice(dp=2, tp=1, pp=2, ep=2, accumulation=2,
+                                             schedule="1f1b"))
+    assert (memory.stage, memory.layers) == ("last", 2)
+    assert memory.expert_params == 2 * 18_432
