@@ -370,3 +370,26 @@ def test_a_later_stages_blocks_are_all_moe_ones() -> None:
                                              schedule="1f1b"))
     assert (memory.stage, memory.layers) == ("last", 2)
     assert memory.expert_params == 2 * 18_432
+
+
+def test_the_whole_embeddings_gradient_at_a_tp_that_does_not_divide_it() -> None:
+    # TP 3 · PP 2 (1F1B, 2 micro-batches): a block 280 / 3 → 94 + 20 on the rank, the
+    # embedding's ⌈1,000 / 3⌉ = 334; the gradient of the whole vocabulary's embedding
+    # beside the share: (1,000 − 334) · 4 bytes
+    setup = _setup(6)
+    memory = rank_memory(setup, LayoutChoice(dp=1, tp=3, pp=2, micro_batch=2,
+                                             accumulation=2, schedule="1f1b"))
+    assert (memory.stage, memory.stage_params) == ("first", 2 * 114 + 334)
+    assert memory.states_bytes == 16 * 562 + 4 * 666
+
+
+def test_under_a_pipeline_fsdp_holds_the_whole_embeddings_gradient_in_its_buffers() -> None:
+    # TP 2 · DP 2 (ZeRO-3 over 2) · PP 2: the stage's gradients unsharded (820 · 4 bytes) and
+    # the whole embedding's gradient beside them ((1,000 − 500) · 4), none of it in states
+    setup = _setup(8)
+    memory = rank_memory(setup, LayoutChoice(dp=2, tp=2, pp=2, zero=3, shard=2,
+                                             micro_batch=2, accumulation=2,
+                                             schedule="1f1b", checkpoint="full"))
+    assert (memory.stage, memory.stage_params) == ("first", 820)
+    assert memory.buffers_bytes == 4 * 820 + 4 * 500
+    assert memory.states_bytes == 16 * 410  # 820 sharded over 2
