@@ -373,10 +373,11 @@ def test_a_later_stages_blocks_are_all_moe_ones() -> None:
 
 
 def test_the_whole_embeddings_gradient_at_a_tp_that_does_not_divide_it() -> None:
-    # TP 3 · PP 2 (1F1B, 2 micro-batches): a block 280 / 3 → 94 + 20 on the rank, the
-    # embedding's ⌈1,000 / 3⌉ = 334; the gradient of the whole vocabulary's embedding
-    # beside the share: (1,000 − 334) · 4 bytes
-    setup = _setup(6)
+    # the head split too (⌈500 / 3⌉ = 167 a rank, the last stage the lighter), on TP 3 · PP
+    # 2 (1F1B, 2 micro-batches): a block 280 / 3 → 94 + 20 on the rank, the embedding's
+    # ⌈1,000 / 3⌉ = 334; the gradient of the whole vocabulary's embedding beside the share:
+    # (1,000 − 334) · 4 bytes
+    setup = _setup(6, _profile(head=Split(0.0, 500.0)))
     memory = rank_memory(setup, LayoutChoice(dp=1, tp=3, pp=2, micro_batch=2,
                                              accumulation=2, schedule="1f1b"))
     assert (memory.stage, memory.stage_params) == ("first", 2 * 114 + 334)
