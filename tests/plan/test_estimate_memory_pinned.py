@@ -394,3 +394,24 @@ def test_under_a_pipeline_fsdp_holds_the_whole_embeddings_gradient_in_its_buffer
     assert (memory.stage, memory.stage_params) == ("first", 820)
     assert memory.buffers_bytes == 4 * 820 + 4 * 500
     assert memory.states_bytes == 16 * 410  # 820 sharded over 2
+
+
+def test_a_whole_unit_under_a_pipeline_has_the_embeddings_whole_gradient_late_too() -> None:
+    # profiled whole (one FSDP unit), TP 2 · DP 2 (ZeRO-1 over 2) · PP 2 (1F1B, 2
+    # micro-batches of 2): the first stage's 820 parameters, weights and gradients whole
+    # (4 · 820 each), moments sharded (8 · 410), and the whole embedding's gradient
+    # (500 · 4) in the states and among the gradients; DDP's buckets 4 · 820
+    setup = _setup(8, _profile(whole=True))
+    memory = rank_memory(setup, LayoutChoice(dp=2, tp=2, pp=2, zero=1, shard=2,
+                                             micro_batch=2, accumulation=2,
+                                             schedule="1f1b"))
+    assert (memory.stage, memory.stage_params) == ("first", 820)
+    states = 4 * 820 + 4 * 820 + 8 * 410 + 2000
+    grads = 4 * 820 + 2000
+    # 2 blocks × 2 micro-batches × 32 · (10 + 40/2) bytes, and 2 micro-batches' token ids
+    activations = 2 * 2 * 960 + 2 * 256
+    assert (memory.states_bytes, memory.activations_bytes) == (states, activations)
+    # a whole unit's sharded gradients are there only once its backward has freed the
+    # saved tensors: none at the backward peak
+    assert memory.backward_peak_bytes == states + 4 * 820 - grads + activations
+    assert memory.forward_peak_bytes == states + 4 * 820 + activations
