@@ -6,6 +6,8 @@ bytes) and whose stream is fp32 (4 bytes), so a width read from the wrong one te
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tensorledger.hardware import get_hardware
@@ -19,8 +21,9 @@ from tensorledger.plan.experts import (
     expert_choice,
 )
 from tensorledger.plan.model import search_model
+from tensorledger.plan.pipeline import ScheduleFigures, SchedulePricer
 from tensorledger.plan.profile import ModelProfile, Split
-from tensorledger.plan.traffic import sent_bytes
+from tensorledger.plan.traffic import SentBytes, sent_bytes
 from tests.plan.made_up import made_up_profile
 
 H100 = get_hardware("h100")
@@ -148,6 +151,9 @@ def test_sequence_parallel_norms_are_reduced_once_under_fsdp_in_the_stored_width
         2 * (2 * forward + logits) + 3 * halves * 2 * 1 / 2 * 64 * 4)
     assert sent_bytes(setup, fsdp).tensor_parallel_bytes == (
         2 * (2 * forward + logits) + 1 * halves * 2 * 1 / 2 * 64 * 2)
+    fsdp2 = LayoutChoice(dp=2, tp=2, pp=1, sp=True, zero=2, shard=2, accumulation=2)
+    assert sent_bytes(setup, fsdp2).tensor_parallel_bytes == sent_bytes(
+        setup, fsdp).tensor_parallel_bytes  # FSDP2's ZeRO-2 takes them as ZeRO-3 does
     # ZeRO-3 over a shard of 1 is no FSDP: AdamW's 3 reductions
     one = LayoutChoice(dp=2, tp=2, pp=1, sp=True, zero=3, shard=1, accumulation=2)
     assert sent_bytes(setup, one).tensor_parallel_bytes == (
@@ -242,3 +248,107 @@ def test_a_profiles_tensor_parallel_bytes_are_its_measured_ones() -> None:
     choice = LayoutChoice(dp=1, tp=2, pp=1, accumulation=2)
     # 2 micro-batches × 16 tokens × (4 blocks · 512 + 30) × 2 · 1/2
     assert sent_bytes(setup, choice).tensor_parallel_bytes == 2 * 16 * (4 * 512 + 30) * 1.0
+
+
+class _VPricer(SchedulePricer):
+    """A stand-in for torch's action lists: ZBV's V (rank r holds stages r and 2p − 1 − r),
+    one micro-batch in flight a stage, no bubble."""
+
+    names = ("zbv",)
+
+    def _price(self, schedule: str, pp: int, microbatches: int, chunks: int
+               ) -> ScheduleFigures | str:
+        return self.floor(schedule, pp, microbatches, chunks)
+
+
+def _fsdp_pipeline(profile: ModelProfile, schedule: str, chunks: int,
+                   pricer: SchedulePricer | None = None) -> tuple[str, SentBytes]:
+    # DP 2 (ZeRO-3 over 2) · PP 2, 2 micro-batches of 1 (16 tokens)
+    setup = PlanSetup(profile, H100, 4, 16, 24, resolve_precision("fp32"),
+                      resolve_optimizer("adamw"), 1e12, schedules=pricer or SchedulePricer())
+    choice = LayoutChoice(dp=2, tp=1, pp=2, zero=3, shard=2, accumulation=2,
+                          schedule=schedule, chunks=chunks)
+    return rank_memory(setup, choice).stage, sent_bytes(setup, choice)
+
+
+def _saving(**change: object) -> ModelProfile:
+    saved: dict[str, object] = {"block_saved": {(False, False): Split(10.0, 40.0)},
+                                "other_saved": {False: Split(6.0)}}
+    return made_up_profile(**{**saved, **change})
+
+
+def test_a_zbv_rank_of_the_first_and_last_stage_gathers_both_ends_once() -> None:
+    # rank 0 holds stages 0 and 3 (a block each): 2 · 300 + 1,000 + 500 = 2,100 parameters
+    # (8,400 bytes of weights and as many of gradients), its root the embedding and the head
+    # (1,500 · 4 = 6,000 bytes): the rest gathered m + 1 = 3 times
+    stage, sent = _fsdp_pipeline(_saving(), "zbv", 2, _VPricer())
+    assert stage == "first and last"
+    assert sent.data_parallel_bytes == 1 / 2 * (3 * (8400 - 6000) + 6000 + 8400) == 10_800
+    # of its 2 stages, the first sends no gradient back, the last no stream forward: 2 sends
+    # a micro-batch of 16 tokens × d 8 × 4 bytes
+    assert sent.pipeline_bytes == 2 * (2 * 2 - 1 - 1) * 16 * 8 * 4 == 2048
+
+
+def test_a_last_stage_gathers_the_head_once_and_sends_gradients_back() -> None:
+    # a head of 1,500 split parameters: the last stage (2 blocks and the head, 2,100
+    # parameters) outweighs the first (1,600); its root the head's 1,500 · 4 bytes
+    stage, sent = _fsdp_pipeline(_saving(head=Split(0.0, 1500.0)), "1f1b", 1)
+    assert stage == "last"
+    assert sent.data_parallel_bytes == 1 / 2 * (3 * (8400 - 6000) + 6000 + 8400) == 10_800
+    assert sent.pipeline_bytes == 2 * 1 * 16 * 8 * 4 == 1024
+
+
+def test_the_root_is_the_ranks_rounded_up_share_at_a_tp_that_does_not_divide_it() -> None:
+    # TP 3 under ZeRO-3 over 2: a block ⌈280 / 3⌉ + 20 = 114, the embedding ⌈1,000 / 3⌉ =
+    # 334 and the head ⌈500 / 3⌉ = 167 on the rank: 957 parameters, its root 501
+    setup = PlanSetup(_saving(head=Split(0.0, 500.0)), H100, 6, 16, 24,
+                      resolve_precision("fp32"), resolve_optimizer("adamw"), 1e12)
+    choice = LayoutChoice(dp=2, tp=3, pp=1, zero=3, shard=2)
+    assert rank_memory(setup, choice).stage_params == 4 * 114 + 334 + 167 == 957
+    g = w = 4.0 * 957
+    assert sent_bytes(setup, choice).data_parallel_bytes == 1 / 2 * (2 * w - 4 * 501 + g)
+
+
+def test_a_last_tensor_parallel_stage_sends_the_heads_share_and_no_embeddings() -> None:
+    # tiny under mixed-bf16, TP 2 · PP 2 (GPipe, 2 micro-batches of 1): every stage holds both
+    # micro-batches, and the last, with the logits' loss bytes, is the busiest.  Forward:
+    # its block's two bf16 outputs; backward: the 2 halves' and the head's fp32 input
+    # gradients; the gathered bf16 logits
+    setup = _tiny(count=4)
+    choice = LayoutChoice(dp=1, tp=2, pp=2, accumulation=2, schedule="gpipe")
+    assert rank_memory(setup, choice).stage == "last"
+    forward = 2 * 1 / 2 * ND * (2 * 1 * 2)
+    backward = 2 * 1 / 2 * ND * (2 * 1 + 1) * 4
+    assert sent_bytes(setup, choice).tensor_parallel_bytes == 2 * (forward + backward + LOGITS)
+
+
+def test_zero_3_gathers_the_weights_and_the_experts_apart() -> None:
+    # tiny-moe (fp32) on DP 4 = 2 EP × ..., ZeRO-3 over 4: the rest of the rank's 97,344
+    # parameters (60,480, 241,920 bytes) over the 4, the root the embedding, head and final
+    # norm (4 · 16,448 = 65,792 bytes) gathered once; the experts' over 4 / 2 = 2 ranks, their
+    # 3 a rank padded to 4 (49,152 parameters), no root
+    moe = get_preset("tiny-moe")
+    setup = _tiny("fp32", count=4, config=moe)
+    choice = LayoutChoice(dp=4, tp=1, pp=1, zero=3, shard=4, ep=2)
+    assert rank_memory(setup, choice).expert_params == 36_864
+    rest = 3 / 4 * (2 * 241_920 - 65_792 + 241_920)
+    experts = 1 / 2 * (2 * 4 * 49_152 + 4 * 49_152)
+    assert sent_bytes(setup, choice).data_parallel_bytes == rest + experts == 789_888
+
+
+def test_a_lora_heads_adapter_in_the_root_is_the_ranks_rounded_up_share() -> None:
+    # tiny with a vocabulary of 129, LoRA r=3 on the query, the value and the head (3 · (64 +
+    # 129) = 579 on the head) at TP 2 under ZeRO-3 over 2: the rank's ⌈579 / 2⌉ = 290 of the
+    # head's adapter in the root, with its halves of the embedding and the head (129 · 64 / 2
+    # = 4,128 each) and the final norm's 64
+    config = dataclasses.replace(TINY, vocab_size=129)
+    lora = lora_shape(config, 3, ("query", "value", "head"))
+    setup = PlanSetup(config, H100, 4, 16, 8, resolve_precision("fp32"),
+                      resolve_optimizer("adamw"), 1e12, lora=lora)
+    choice = LayoutChoice(dp=2, tp=2, pp=1, zero=3, shard=2)
+    memory = rank_memory(setup, choice)
+    g = 4.0 * memory.adapter_params
+    w = memory.frozen_bytes + g
+    root = 4.0 * (4128 + 4128 + 64) + 4.0 * 290
+    assert sent_bytes(setup, choice).data_parallel_bytes == pytest.approx(
+        1 / 2 * (2 * w - root + g), rel=1e-12)
