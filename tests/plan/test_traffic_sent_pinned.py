@@ -352,3 +352,32 @@ def test_a_lora_heads_adapter_in_the_root_is_the_ranks_rounded_up_share() -> Non
     root = 4.0 * (4128 + 4128 + 64) + 4.0 * 290
     assert sent_bytes(setup, choice).data_parallel_bytes == pytest.approx(
         1 / 2 * (2 * w - root + g), rel=1e-12)
+
+
+def test_expert_all_to_alls_leave_out_the_first_stages_dense_block() -> None:
+    # tiny-moe of 3 blocks, the first dense, on DP 2 = EP 2 (one stage): 2 MoE blocks send
+    moe = get_preset("tiny-moe")
+    assert moe.moe is not None
+    moe3 = dataclasses.replace(moe, n_layers=3,
+                               moe=dataclasses.replace(moe.moe, first_dense_layers=1))
+    setup = _tiny(count=2, config=moe3)
+    choice = LayoutChoice(dp=2, tp=1, pp=1, ep=2, accumulation=2)
+    dispatch = alltoall_buffer_bytes(setup, choice, 4)
+    combine = alltoall_buffer_bytes(setup, choice, 2)
+    assert sent_bytes(setup, choice).expert_parallel_bytes == 2 * 2 * 1 / 2 * (
+        2 * dispatch + 2 * combine + counts_buffer_bytes(setup))
+
+
+def test_a_sequence_parallel_stage_sends_whole_tokens_of_its_shard() -> None:
+    # a profile measured with SP too (its head split), on TP 3 · PP 2 (1F1B, 2 micro-batches
+    # of 1): each rank sends ⌊16 / 3⌋ = 5 tokens of the stream, d 8 × 4 bytes each, from the
+    # first stage
+    profile = _saving(block_saved={(False, False): Split(10.0, 40.0),
+                                   (True, False): Split(10.0, 40.0)},
+                      other_saved={False: Split(6.0), True: Split(6.0)},
+                      head=Split(0.0, 500.0))
+    setup = PlanSetup(profile, H100, 6, 16, 24, resolve_precision("fp32"),
+                      resolve_optimizer("adamw"), 1e12)
+    choice = LayoutChoice(dp=1, tp=3, pp=2, sp=True, accumulation=2, schedule="1f1b")
+    assert rank_memory(setup, choice).stage == "first"
+    assert sent_bytes(setup, choice).pipeline_bytes == 2 * 1 * 5 * 8 * 4
