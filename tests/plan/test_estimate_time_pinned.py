@@ -196,3 +196,29 @@ def test_a_step_is_memory_bound_below_the_ridge_point_alone() -> None:
     assert at_ridge.efficiency is not None
     assert PEAK * at_ridge.efficiency / BANDWIDTH == intensity
     assert time_of(16, at_ridge).memory_bound is False
+
+
+def test_a_lora_steps_data_parallel_seconds_gather_the_frozen_base_and_the_adapters() -> None:
+    # tiny in fp32, LoRA r=8 on the query and the value, ZeRO-3 over DP 2, 3 micro-batches:
+    # the fp32 adapters' gradients scattered each micro-batch, the frozen bytes and the
+    # adapters gathered twice a micro-batch
+    setup = PlanSetup(TINY, H100, 2, 16, 6, resolve_precision("fp32"),
+                      resolve_optimizer("adamw"), 1e12, lora=lora_shape(TINY, 8))
+    choice = LayoutChoice(dp=2, tp=1, pp=1, zero=3, shard=2, accumulation=3)
+    memory = rank_memory(setup, choice)
+    grads = 4.0 * memory.adapter_params
+    weights = memory.frozen_bytes + grads
+    scatter = collective_s(setup, CollectiveKind.REDUCE_SCATTER, grads, 2, 1)
+    gather = collective_s(setup, CollectiveKind.ALL_GATHER, weights, 2, 1)
+    assert dp_comm_s(setup, choice, memory, 2) == pytest.approx(3 * (scatter + 2 * gather),
+                                                                rel=1e-12)
+
+
+def test_a_priced_collective_is_remembered_and_read_back() -> None:
+    setup = _tiny(count=4)
+    kind = CollectiveKind.ALL_GATHER
+    first = collective_s(setup, kind, 1e6, 4, 1)
+    # 4 ranks 1 apart, all 4 on a node of 8
+    assert search_model(setup).collectives[(kind, 1e6, 4, 4)] == first > 0
+    search_model(setup).collectives[(kind, 1e6, 4, 4)] = 123.0  # read back, not priced again
+    assert collective_s(setup, kind, 1e6, 4, 1) == 123.0

@@ -83,3 +83,14 @@ def test_a_mixture_of_experts_blends_the_routed_share_at_one_experts_gemm() -> N
     assert routed != dense
     assert matmul_efficiency(setup, choice) == pytest.approx(
         1.0 / ((1.0 - share) / dense + share / routed), rel=1e-12)
+
+
+def test_a_rank_takes_whole_tokens_of_a_sequence_cp_cuts() -> None:
+    # CP 3 (not a cut the search makes) of 16 tokens: ⌊16 / 3⌋ = 5 tokens a rank
+    profile = made_up_profile(largest_matmul_flops_per_token=1e7)
+    choice = LayoutChoice(dp=1, cp=3, tp=1, pp=1, micro_batch=2)
+    assert matmul_efficiency(_setup(profile), choice) == CURVE.matmul_fraction(
+        "bf16", 2 * 5 * 1e7)
+    wide = dataclasses.replace(get_preset("tiny"), d_model=1024, d_ff=4096)
+    assert matmul_efficiency(_setup(wide), choice) == CURVE.matmul_fraction(
+        "bf16", 2.0 * 2 * 5 * 1024 * 4096)
