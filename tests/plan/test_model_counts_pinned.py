@@ -186,3 +186,13 @@ def test_a_mixture_of_experts_saves_its_mlp_in_place_of_the_dense_one() -> None:
                                checkpointed=False, sequence_parallel=False).activations
     moe, _ = moe_layer_saved_bytes(MOE, 16, 4, False, 1, 2)
     assert ring.per_layer_bytes == cp.per_layer_bytes + moe - cp.mlp_bytes_per_layer
+
+
+def test_a_recomputed_ring_rank_of_experts_keeps_its_input_alone_and_is_remembered() -> None:
+    setup = _setup(MOE)
+    model = search_model(setup)
+    held = model.activations(setup, 2, 1, False, True, 2, 2)
+    ring = context_parallel_rank(MOE, 2, 16, 2, dtype_bytes=4, tp=1, autocast=False,
+                                 checkpointed=True, sequence_parallel=False)
+    assert held[0] == ring.activations  # no MLP of experts saved: the block's input alone
+    assert model.saved[(2, 1, False, True, 2, 2)] == held
