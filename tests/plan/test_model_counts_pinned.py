@@ -74,6 +74,15 @@ def test_a_mixture_of_experts_leading_dense_block() -> None:
     assert model.dense_layers == 1
     assert model.dense_layer_matrices == 4096 + 2048 + 2048 + 4096 + 3 * 64 * 128
     assert model.layer_matrices > model.dense_layer_matrices
+    # a multi-token prediction depth is not planned: the dense block is the same beside it
+    mtp = search_model(_setup(dataclasses.replace(moe3, mtp_depth=1)))
+    assert mtp.dense_layer_matrices == model.dense_layer_matrices
+
+
+def test_a_layernorm_without_biases_counts_its_scale_alone() -> None:
+    plain = dataclasses.replace(TINY, norm="layernorm", bias=False)
+    model = search_model(_setup(plain))
+    assert (model.layer_norms, model.final_norm) == (2 * 64, 64)
 
 
 def test_a_profiles_parts() -> None:
