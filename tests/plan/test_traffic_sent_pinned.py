@@ -381,3 +381,20 @@ def test_a_sequence_parallel_stage_sends_whole_tokens_of_its_shard() -> None:
     choice = LayoutChoice(dp=1, tp=3, pp=2, sp=True, accumulation=2, schedule="1f1b")
     assert rank_memory(setup, choice).stage == "first"
     assert sent_bytes(setup, choice).pipeline_bytes == 2 * 1 * 5 * 8 * 4
+
+
+def test_three_heads_on_tp_3() -> None:
+    # tiny with 3 heads (and d_ff 192, V 129, which 3 divides) in fp32 on TP 3, 8 micro-batches
+    # of 1 (16 tokens): a ring of 3 sends 2 · 2/3 of an all-reduce's payload.  Forward: 2
+    # blocks × 2 halves and the embedding; backward: 2 × 2 halves and the head; the logits
+    # (t − 1)/t · 16 · 129 · 4
+    config = dataclasses.replace(TINY, name="tiny-3", n_heads=3, n_kv_heads=3, d_ff=192,
+                                 vocab_size=129)
+    setup = PlanSetup(config, H100, 3, 16, 8, resolve_precision("fp32"),
+                      resolve_optimizer("adamw"), 1e12)
+    choice = LayoutChoice(dp=1, tp=3, pp=1, accumulation=8)
+    forward = 2 * 2 / 3 * ND * (2 * 2 * 4 + 1 * 4)
+    backward = 2 * 2 / 3 * ND * (2 * 2 + 1) * 4
+    logits = 2 / 3 * 16 * 129 * 4
+    assert sent_bytes(setup, choice).tensor_parallel_bytes == pytest.approx(
+        8 * (forward + backward + logits), rel=1e-12)
