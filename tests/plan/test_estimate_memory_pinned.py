@@ -1,8 +1,10 @@
-"""rank_memory written out by hand on the made-up profile (tests/plan/made_up.py: 4 blocks of
-20 whole + 280 split parameters, an embedding of 1,000 and a head of 500 split; fp32, 16
-tokens a sequence, a vocabulary of 100), with saved bytes of its own: a block keeps 10 + 40/t
-bytes a token (2 + 6/t checkpointed), the loss end 6.  Every state is AdamW's in fp32: 4 bytes
-a parameter, 4 a gradient, 8 of moments (16 in all)."""
+"""rank_memory written out by hand, field by field.  Mostly on the made-up profile
+(tests/plan/made_up.py: 4 blocks of 20 whole + 280 split parameters, an embedding of 1,000 and
+a head of 500; fp32, 16 tokens a sequence, a vocabulary of 100), with saved bytes of its own: a
+block keeps 10 + 40/t bytes a token (2 + 6/t checkpointed), the loss end 6.  Every state is
+AdamW's in fp32: 4 bytes a parameter, 4 a gradient, 8 of moments (16 in all).  Then tiny
+(eager scores, the ring's copy, the forward's temporaries, LoRA) and tiny-moe (experts under
+EP, beside a leading dense block)."""
 
 from __future__ import annotations
 

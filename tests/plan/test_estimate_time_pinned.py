@@ -1,7 +1,9 @@
-"""step_time's terms the step file leaves: a QLoRA step's weight traffic and dequantisation
-(the frozen base read twice, the fp32 adapters as a full fine-tune's, each NF4 weight
-dequantised at each use: three with full recomputation), and the pace and bubble of a
-pipeline, each written out from the memory it is given and the chip's figures."""
+"""step_time's terms the step file leaves, each written out from the memory it is given and
+the chip's figures: a QLoRA step's weight traffic and dequantisation (the frozen base read
+twice, the fp32 adapters as a full fine-tune's, each NF4 weight dequantised at each use: three
+with full recomputation), a pipeline's pace and bubble, the ring, the experts' reductions and
+all-to-alls, a profile's measured collectives, the tensor-parallel collectives at TP 3, the
+ridge point, and the data-parallel seconds of a LoRA step and a remembered collective."""
 
 from __future__ import annotations
 
