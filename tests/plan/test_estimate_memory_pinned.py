@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from tensorledger.hardware import get_hardware
 from tensorledger.napkin.activations import activation_memory
 from tensorledger.napkin.adapters import lora_activation_memory, lora_shape
@@ -417,3 +419,35 @@ def test_a_whole_unit_under_a_pipeline_has_the_embeddings_whole_gradient_late_to
     # saved tensors: none at the backward peak
     assert memory.backward_peak_bytes == states + 4 * 820 - grads + activations
     assert memory.forward_peak_bytes == states + 4 * 820 + activations
+
+
+def test_a_layer_is_dense_unless_ep_is_given() -> None:
+    # tiny-moe's layer asked without EP: its experts' saved bytes at EP 1
+    setup = _moe()
+    closed, _ = search_model(setup).activations(setup, 1, 1, False, False, 1, 1)
+    assert layer_activation_bytes(setup, 1, 1, False, "none") == (closed.per_layer_bytes, 0.0)
+
+
+def test_a_recomputed_context_parallel_layer_keeps_the_rings_input() -> None:
+    # CP 2, every block recomputed: the ring rank's checkpointed layer kept, its plain one
+    # and its output's copy held while it is recomputed
+    setup = _tiny()
+    plain = context_parallel_rank(TINY, 2, 16, 2, dtype_bytes=4, tp=1, autocast=False,
+                                  checkpointed=False, sequence_parallel=False)
+    kept = context_parallel_rank(TINY, 2, 16, 2, dtype_bytes=4, tp=1, autocast=False,
+                                 checkpointed=True, sequence_parallel=False)
+    assert kept.activations.per_layer_bytes < plain.activations.per_layer_bytes
+    assert layer_activation_bytes(setup, 2, 1, False, "full", 2) == (
+        kept.activations.per_layer_bytes,
+        plain.activations.per_layer_bytes + plain.ring_copy_bytes / 2)
+
+
+def test_autocasts_weight_casts_are_the_ranks_rounded_up_share() -> None:
+    # the made-up profile under mixed-bf16 on TP 3, recomputed: ⌈280 / 3⌉ = 94 bf16 casts a
+    # block, 4 blocks; the logits 32 · 100 · 2 gathered, 32 · 100 · 2 / 3 the rank's own,
+    # 32 · 100 · 4 their upcast
+    setup = PlanSetup(_profile(), H100, 3, 16, 8, resolve_precision("mixed-bf16"),
+                      resolve_optimizer("adamw"), 1e12)
+    choice = LayoutChoice(dp=1, tp=3, pp=1, micro_batch=2, checkpoint="full")
+    assert rank_memory(setup, choice).temporary_bytes == pytest.approx(
+        4 * 94 * 2 + 32 * 100 * 2 + 32 * 100 * 2 / 3 + 32 * 100 * 4, rel=1e-12)
