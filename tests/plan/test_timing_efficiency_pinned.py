@@ -83,6 +83,12 @@ def test_a_mixture_of_experts_blends_the_routed_share_at_one_experts_gemm() -> N
     assert routed != dense
     assert matmul_efficiency(setup, choice) == pytest.approx(
         1.0 / ((1.0 - share) / dense + share / routed), rel=1e-12)
+    # in fp8 both read fp8's curve
+    routed8 = CURVE.matmul_fraction("fp8", 2.0 * rows * 1024 * 4096)
+    dense8 = CURVE.matmul_fraction("fp8", 2.0 * 2 * 16 * 1024 * 4096 / 2)
+    assert routed8 != routed
+    assert matmul_efficiency(_setup(moe, "fp8"), choice) == pytest.approx(
+        1.0 / ((1.0 - share) / dense8 + share / routed8), rel=1e-12)
 
 
 def test_a_rank_takes_whole_tokens_of_a_sequence_cp_cuts() -> None:

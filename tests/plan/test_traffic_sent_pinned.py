@@ -186,6 +186,8 @@ def test_the_context_parallel_ring_is_the_ranks_share_of_the_layers() -> None:
     ring = search_model(setup).ring(setup, 1, 1, False, False, 2)
     assert ring.sent_bytes > 0
     assert sent.context_parallel_bytes == 2 * ring.sent_bytes * 1 / 2
+    assert sent.total_bytes == (sent.data_parallel_bytes + sent.tensor_parallel_bytes
+                                + sent.pipeline_bytes + sent.context_parallel_bytes)
     # the pipeline stream is the rank's 16 / 2 tokens
     assert sent.pipeline_bytes == 2 * 1 * 8 * 64 * 4
 
@@ -211,6 +213,7 @@ def test_expert_parallel_all_to_alls_and_the_experts_reduced_apart() -> None:
     assert sent.expert_parallel_bytes == 2 * 2 * 1 / 2 * (
         2 * dispatch + 2 * combine + 1 * counts_buffer_bytes(setup))
     assert expert_choice(choice).dp == 2
+    assert sent.total_bytes == sent.data_parallel_bytes + sent.expert_parallel_bytes
 
 
 def test_a_lora_step_reduces_the_adapters_gradients_alone() -> None:
