@@ -83,3 +83,9 @@ def test_every_option_is_carried_into_the_setup() -> None:
     assert (default.efficiency, default.attention, default.max_pp, default.lora) == (
         None, "flash", None, None)
     assert type(default.schedules) is SchedulePricer
+
+
+def test_any_budget_above_zero_is_taken() -> None:
+    # half a byte: nothing fits in it, but it is a budget (the search reports what does not fit)
+    setup = plan_setup(TINY, H100, 2, seq_len=16, global_batch_seqs=2, budget_bytes=0.5)
+    assert setup.budget_bytes == 0.5
