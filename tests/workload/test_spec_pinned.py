@@ -304,6 +304,8 @@ def test_float8_and_checkpoint_and_positions() -> None:
     refused(lambda: resolve_workload("tiny", precision="fp8-rowwise", layout=Layout(tp=2)),
             "--precision fp8-rowwise is traced on one device")
     assert resolve_workload("tiny", precision="fp8-rowwise").precision.float8 == "rowwise"
+    refused(lambda: resolve_workload("tiny", precision="fp8-rowwise", lora=Lora(8, 8)),
+            "--lora trains adapters beside frozen weights")
     factory = ModelSource("f.py:make", "factory", "factory", "make")
     refused(lambda: resolve_workload(factory, checkpoint=True), "'f.py:make' is not one")
     assert resolve_workload("gpt2", seq=1024).seq == 1024  # all 1,024 learned positions
@@ -320,6 +322,8 @@ def test_lora_under_a_layout_is_checked() -> None:
 def test_layout_checks_reach_the_model() -> None:
     # tiny has 4 heads: --tp 3 does not divide them
     refused(lambda: resolve_workload("tiny", layout=Layout(tp=3)), "--tp 3 does not divide")
+    # --cp 2 cuts each sequence into 2 × 2 chunks: 6 tokens do not divide by 4
+    refused(lambda: resolve_workload("tiny", layout=Layout(cp=2), seq=6), "--cp 2 splits")
     # tiny has no routed experts
     refused(lambda: resolve_workload("tiny", layout=Layout(ep=2)), "'tiny' has none")
     # tiny-moe with experts 33 wide: --tp 2 divides the heads, --etp 2 not the 33
@@ -339,6 +343,14 @@ def test_expert_and_tensor_parallel_together_need_a_reference_model() -> None:
     refused(lambda: resolve_workload(hf, layout=Layout(ep=2, tp=2)),
             "--ep 2 beside --tp 2", "'c.json' is not one")
     assert resolve_workload(hf, layout=Layout(ep=2)).layout.ep == 2  # no --tp: allowed
+    assert resolve_workload(hf, layout=Layout(tp=2)).layout.tp == 2  # no --ep: allowed
+
+
+def test_expert_width_is_checked_for_a_model_with_experts_only() -> None:
+    # a layout made by hand with --etp beside --tp and no --ep, on a factory (no config, no
+    # experts): there is no expert width to divide, and nothing is refused
+    factory = ModelSource("f.py:make", "factory", "factory", "make")
+    assert resolve_workload(factory, layout=Layout(tp=2, etp=2)).layout.etp == 2
 
 
 def test_a_pipeline_needs_a_reference_model_and_a_training_step() -> None:

@@ -1,0 +1,567 @@
+"""The step's pieces, each by hand on small CPU modules (issue 42's mutation run of
+``tensorledger.workload.step``): the loss, the host-memory check, the device's modes, the
+logits found in an output, the vocabulary, the classification labels, the casts, the inputs
+and the prepared step's own methods."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+from tensorledger.errors import InputError, ModelError
+from tensorledger.hardware.target import Target
+from tensorledger.trace.grouped import GroupedMMMode
+from tensorledger.workload import step as st
+from tensorledger.workload.factory import FactoryFile
+from tensorledger.workload.layout import Layout
+from tensorledger.workload.params import model_params
+from tensorledger.workload.recompute import CheckpointedBlock
+from tensorledger.workload.routed import RoutedMode
+from tensorledger.workload.routing import Routing
+from tensorledger.workload.source import ModelSource
+from tensorledger.workload.spec import resolve_workload
+
+H100 = Target("h100-sxm", "cuda", (9, 0))
+
+
+class Logits(nn.Module):
+    """Zero logits of ``vocab`` ids for every token: cross-entropy ln(vocab) whatever the ids."""
+
+    def __init__(self, vocab: int) -> None:
+        super().__init__()
+        self.vocab = vocab
+        self.weight = nn.Parameter(torch.zeros(()))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(*tokens.shape, self.vocab) * self.weight
+
+
+def test_lm_loss_is_the_mean_cross_entropy_of_every_position() -> None:
+    tokens = torch.zeros(2, 3, dtype=torch.long)
+    targets = torch.tensor([[0, 1, 2], [3, 4, 0]])
+    # zero logits: every id has probability 1/5, so -ln(1/5) = ln 5 at each of 2 · 3 positions
+    assert st.lm_loss(Logits(5), tokens, targets).item() == pytest.approx(math.log(5))
+
+
+# ---- host memory ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("step", "per_param"), [
+    ("forward", 4),  # fp32 parameters only
+    ("forward-backward", 8),  # and fp32 gradients
+    ("train", 16),  # and AdamW's two fp32 moments: 4 + 4 + 8
+])
+def test_a_real_cpu_step_is_checked_for_its_state_bytes(
+        monkeypatch: pytest.MonkeyPatch, step: str, per_param: int) -> None:
+    import tensorledger.hostmemory as hm
+
+    seen: list[tuple[float, str, str]] = []
+    monkeypatch.setattr(hm, "check_fits_in_memory",
+                        lambda needed, what, hint: seen.append((needed, what, hint)))
+    work = resolve_workload("tiny", precision="fp32", device="cpu", step=step)
+    st.check_host_memory(work)
+    params = model_params(work.source).params
+    assert seen == [(params * per_param,
+                     f"a {step} step of tiny on real CPU tensors ({params:,} parameters, "
+                     f"{per_param} bytes each)",
+                     "use --device fake (nothing allocated) or a smaller model")]
+    seen.clear()
+    st.check_host_memory(resolve_workload("tiny", precision="fp32", step=step))  # meta
+    assert seen == []
+
+
+def test_bf16_master_counts_its_fp32_master_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tensorledger.hostmemory as hm
+
+    seen: list[float] = []
+    monkeypatch.setattr(hm, "check_fits_in_memory", lambda needed, what, hint: seen.append(
+        needed))
+    work = resolve_workload("tiny", precision="bf16-master", device="cpu")
+    st.check_host_memory(work)
+    # bf16 parameters 2 and gradients 2, an fp32 master 4, AdamW's two fp32 moments 8: 16
+    assert seen == [model_params(work.source).params * 16]
+
+
+def test_a_model_too_large_for_the_host_is_refused() -> None:
+    from tensorledger.errors import DeviceError
+
+    work = resolve_workload("llama-3-405b", precision="fp32", device="cpu", seq=16)
+    with pytest.raises(DeviceError, match="a train step of llama-3-405b on real CPU tensors"):
+        st.check_host_memory(work)
+
+
+# ---- the device's modes --------------------------------------------------------------------
+
+def _modes() -> list[type]:
+    return [type(mode) for mode in _get_current_dispatch_mode_stack()]
+
+
+def test_fake_builds_on_the_cpu_under_fake_tensors_and_grouped_mm() -> None:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    with st.placement("fake") as target:
+        assert target == "cpu"
+        assert isinstance(torch.ones(2), FakeTensor)
+        assert GroupedMMMode in _modes()
+    assert not isinstance(torch.ones(2), FakeTensor)
+
+
+def test_meta_and_cpu_build_on_themselves() -> None:
+    with st.placement("meta") as target:
+        assert target == "meta"
+        assert GroupedMMMode in _modes()
+    with st.placement("cpu") as target:
+        assert target == "cpu"
+        assert GroupedMMMode not in _modes()
+        assert torch.ones(2).device.type == "cpu"
+    with pytest.raises(InputError, match="unknown device 'gpu'"), st.placement("gpu"):
+        pass  # pragma: no cover
+
+
+def test_routing_is_entered_for_a_mixture_of_experts_only() -> None:
+    skew = Routing(kind="skew", skew=0.5)
+    mode = st.routed(resolve_workload("tiny-moe", routing=skew))
+    assert isinstance(mode, RoutedMode)
+    assert (mode.experts, mode.chosen, mode.routing) == (6, 2, skew)  # top-2 of 6
+    assert not isinstance(st.routed(resolve_workload("tiny")), RoutedMode)
+
+
+def test_a_layout_gets_a_mesh_and_one_device_none() -> None:
+    with st.laid_out(resolve_workload("tiny", precision="fp32")) as (target, mesh):
+        assert (target, mesh) == ("meta", None)
+    with st.laid_out(resolve_workload("tiny", layout=Layout(fsdp=2))) as (target, mesh):
+        assert target == "cpu"
+        assert mesh.mesh_dim_names == ("fsdp",) and mesh.size() == 2
+    # --offload params on one device: a 1-rank FSDP2 mesh
+    with st.laid_out(resolve_workload("tiny", offload=("params",))) as (target, mesh):
+        assert mesh is not None and mesh.size() == 1
+
+
+# ---- outputs, logits and loss -------------------------------------------------------------
+
+def test_logits_are_the_tensor_the_first_of_a_sequence_or_the_attribute() -> None:
+    x = torch.ones(2, 3)
+    assert st._logits(x) is x
+    assert st._logits((x, "cache")) is x
+    assert st._logits([x]) is x
+    assert st._logits(SimpleNamespace(logits=x)) is x
+    for output in ((), ("a", x), SimpleNamespace(logits="no"), {"logits": x}):
+        with pytest.raises(ModelError, match="no logits to score"):
+            st._logits(output)
+
+
+def test_default_loss_takes_the_models_own_else_cross_entropy() -> None:
+    own = torch.tensor(7.0)
+    assert st.default_loss(SimpleNamespace(loss=own, logits=None), torch.zeros(1)) is own
+    # zero logits over 4 ids: ln 4 at each of 2 · 3 positions
+    logits = torch.zeros(2, 3, 4)
+    targets = torch.tensor([[0, 1, 2], [3, 0, 1]])
+    got = st.default_loss(SimpleNamespace(loss=None, logits=logits), targets)
+    assert got.item() == pytest.approx(math.log(4))
+    # logits favouring id 0 by ln 3: p(0) = 3 / (3 + 1 + 1) = 0.6
+    favoured = torch.zeros(1, 1, 3)
+    favoured[..., 0] = math.log(3)
+    assert st.default_loss(favoured, torch.tensor([[0]])).item() == pytest.approx(
+        -math.log(0.6))
+    with pytest.raises(ModelError, match=r"shape \(4,\), which does not score \(4,\)"):
+        st.default_loss(torch.zeros(4), torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ModelError, match=r"shape \(2, 3, 4\), which does not score \(2, 2\)"):
+        st.default_loss(logits, torch.zeros(2, 2, dtype=torch.long))
+    # 2 · 3 = 6 positions score 6 ids in another shape
+    assert st.default_loss(logits, torch.zeros(6, dtype=torch.long)).item() == pytest.approx(
+        math.log(4))
+
+
+def test_the_vocabulary_is_the_configs_else_the_first_embeddings() -> None:
+    model = nn.Sequential(nn.Embedding(11, 2), nn.Embedding(13, 2))
+    assert st._vocabulary(model) == 11
+    model.config = SimpleNamespace(vocab_size=17)  # type: ignore[assignment]
+    assert st._vocabulary(model) == 17
+    for vocab in (0, "17", None):
+        model.config = SimpleNamespace(vocab_size=vocab)  # type: ignore[assignment]
+        assert st._vocabulary(model) == 11
+    with pytest.raises(ModelError, match="Linear has no embedding"):
+        st._vocabulary(nn.Linear(2, 2))
+
+
+class Classifier(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: dict[str, Any] = {}
+
+    def forward(self, input_ids: torch.Tensor | None = None, **kwargs: Any) -> None:
+        self.seen = kwargs
+
+
+@pytest.mark.parametrize(("problem", "labels", "shape", "dtype"), [
+    (None, 1, (3,), torch.float32),  # one label: regression
+    (None, 4, (3,), torch.long),  # more: single-label classification
+    ("regression", 4, (3,), torch.float32),
+    ("multi_label_classification", 4, (3, 4), torch.float32),
+    ("single_label_classification", 1, (3,), torch.long),
+])
+def test_a_classifier_is_handed_zero_labels_of_its_problem(
+        problem: str | None, labels: int, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    model = Classifier()
+    st._classification_labels(model, SimpleNamespace(problem_type=problem, num_labels=labels))
+    ids = torch.zeros(3, 5, dtype=torch.long)  # a batch of 3
+    model(ids)
+    got = model.seen["labels"]
+    assert (tuple(got.shape), got.dtype, int(got.count_nonzero())) == (shape, dtype, 0)
+    model(input_ids=ids)  # by keyword too
+    assert tuple(model.seen["labels"].shape) == shape
+
+
+def test_a_classifier_keeps_its_labels_and_runs_none_without_gradients() -> None:
+    model = Classifier()
+    st._classification_labels(model, SimpleNamespace(problem_type=None, num_labels=2))
+    mine = torch.ones(3)
+    model(torch.zeros(3, 5, dtype=torch.long), labels=mine)
+    assert model.seen["labels"] is mine
+    with torch.no_grad():
+        model(torch.zeros(3, 5, dtype=torch.long))
+    assert "labels" not in model.seen
+
+
+# ---- casts ---------------------------------------------------------------------------------
+
+def test_floating_parameters_grads_and_buffers_are_cast_in_place_and_stay_shared() -> None:
+    linear = nn.Linear(2, 3)
+    weight = linear.weight
+    weight.grad = torch.ones(3, 2)
+    shared = torch.ones(4)
+    linear.register_buffer("scale", shared)
+    linear.register_buffer("count", torch.zeros(2, dtype=torch.long))
+    linear.register_buffer("nothing", None)
+    other = nn.Linear(3, 3)
+    other.register_buffer("scale", shared)
+    model = nn.Sequential(linear, other)
+    model.ids = nn.Parameter(torch.zeros(2, dtype=torch.long), requires_grad=False)
+    already = nn.Parameter(torch.zeros(2, dtype=torch.bfloat16))
+    model.already = already
+    st._cast_floating(model, torch.bfloat16)
+    assert linear.weight is weight and weight.dtype == torch.bfloat16
+    assert weight.grad is not None and weight.grad.dtype == torch.bfloat16
+    assert linear.bias.dtype == other.weight.dtype == torch.bfloat16
+    assert linear.scale.dtype == torch.bfloat16 and linear.scale is other.scale
+    assert linear.count.dtype == torch.long and model.ids.dtype == torch.long
+    assert linear.nothing is None and model.already is already
+
+
+# ---- inputs --------------------------------------------------------------------------------
+
+def _factory(tmp_path: Path, make_inputs: Any = None, loss: Any = None,
+             factory: Any = None) -> FactoryFile:
+    return FactoryFile(tmp_path / "f.py", "make", factory or (lambda: nn.Linear(2, 2)),
+                       make_inputs, loss)
+
+
+def test_factory_inputs_as_a_dict_a_sequence_or_a_tensor(tmp_path: Path) -> None:
+    work = resolve_workload(ModelSource("f.py:make", "factory", "factory", "make"),
+                            batch=2, seq=3, precision="fp32")
+    ids = torch.zeros(2, 3, dtype=torch.long)
+    floats = torch.ones(2)
+    made = {"x": floats, "ids": ids}
+    args, kwargs, targets, given = st._inputs(
+        work, nn.Linear(2, 2), "cpu", _factory(tmp_path, lambda b, s: made))
+    # the targets: the first tensor of whole numbers, after the floating ones
+    assert (args, kwargs, targets, given) == ((), made, ids, made)
+    assert kwargs is not made  # a copy: the model may not change the user's dict
+    seq = [floats, ids]
+    args, kwargs, targets, given = st._inputs(
+        work, nn.Linear(2, 2), "cpu", _factory(tmp_path, lambda b, s: seq))
+    assert (args, kwargs, targets, given) == ((floats, ids), {}, ids, seq)
+    args, kwargs, targets, given = st._inputs(
+        work, nn.Linear(2, 2), "cpu", _factory(tmp_path, lambda b, s: ids))
+    assert (args, kwargs, targets, given) == ((ids,), {}, ids, ids)
+    # make_inputs is called with (batch, seq)
+    sizes: list[tuple[int, int]] = []
+    st._inputs(work, nn.Linear(2, 2), "cpu",
+               _factory(tmp_path, lambda b, s: sizes.append((b, s)) or ids))
+    assert sizes == [(2, 3)]
+
+
+def test_factory_inputs_that_score_nothing_are_refused(tmp_path: Path) -> None:
+    work = resolve_workload(ModelSource("f.py:make", "factory", "factory", "make"),
+                            precision="fp32")
+    with pytest.raises(ModelError, match="returned str"):
+        st._inputs(work, nn.Linear(2, 2), "cpu", _factory(tmp_path, lambda b, s: "x"))
+    with pytest.raises(ModelError, match="gives no token ids to score"):
+        st._inputs(work, nn.Linear(2, 2), "cpu",
+                   _factory(tmp_path, lambda b, s: torch.ones(2)))
+    # with a loss of its own, floating inputs are fine
+    args, _, targets, _ = st._inputs(work, nn.Linear(2, 2), "cpu",
+                                     _factory(tmp_path, lambda b, s: torch.ones(2),
+                                              loss=lambda o, i: o.sum()))
+    assert targets is None and len(args) == 1
+
+
+def test_default_inputs_are_zero_token_ids_of_batch_by_seq(tmp_path: Path) -> None:
+    work = resolve_workload("tiny", batch=2, seq=3, precision="fp32")
+    args, kwargs, targets, given = st._inputs(work, nn.Linear(2, 2), "cpu", None)
+    (tokens,) = args
+    assert (tuple(tokens.shape), tokens.dtype, int(tokens.count_nonzero())) == (
+        (2, 3), torch.long, 0)
+    assert kwargs == {} and targets is tokens and given is tokens
+    # a factory without make_inputs: a module that takes no token ids is refused
+    factory = ModelSource("f.py:make", "factory", "factory", "make")
+    with pytest.raises(ModelError, match="Linear has no embedding"):
+        st._inputs(resolve_workload(factory, precision="fp32"), nn.Linear(2, 2), "cpu",
+                   _factory(tmp_path))
+    args, *_ = st._inputs(resolve_workload(factory, precision="fp32", batch=2, seq=3),
+                          nn.Embedding(5, 2), "cpu", _factory(tmp_path))
+    assert tuple(args[0].shape) == (2, 3)
+
+
+# ---- modules -------------------------------------------------------------------------------
+
+def test_a_reference_model_is_checkpointed_on_one_device_only() -> None:
+    def blocks(module: nn.Module) -> int:
+        return sum(isinstance(m, CheckpointedBlock) for m in module.modules())
+
+    single = resolve_workload("tiny", precision="fp32", checkpoint=True)
+    assert blocks(st._build_module(single, "meta", torch.float32, None)) == 2  # tiny: 2 layers
+    plain = resolve_workload("tiny", precision="fp32")
+    assert blocks(st._build_module(plain, "meta", torch.float32, None)) == 0
+    laid = resolve_workload("tiny", precision="fp32", checkpoint=True, layout=Layout(fsdp=2))
+    assert blocks(st._build_module(laid, "meta", torch.float32, None)) == 0
+    built = st._build_module(plain, "meta", torch.bfloat16, None)
+    assert {p.dtype for p in built.parameters()} == {torch.bfloat16}
+    assert {p.device.type for p in built.parameters()} == {"meta"}
+
+
+def test_a_factorys_module_is_built_on_the_target_and_cast(tmp_path: Path) -> None:
+    work = resolve_workload(ModelSource("f.py:make", "factory", "factory", "make"),
+                            precision="fp32")
+    module = st._build_module(work, "meta", torch.bfloat16, _factory(tmp_path))
+    assert module.weight.device.type == "meta" and module.weight.dtype == torch.bfloat16
+    with pytest.raises(ModelError, match=r"the factory f\.py:make returned int, not a"):
+        st._build_module(work, "meta", torch.float32, _factory(tmp_path, factory=lambda: 3))
+
+
+def test_build_module_imports_the_factory_file(tmp_path: Path) -> None:
+    path = tmp_path / "model.py"
+    path.write_text("import torch\n\ndef make():\n    return torch.nn.Linear(3, 4)\n")
+    source = ModelSource(f"{path}:make", "factory", "factory", "make", path=path,
+                         function="make")
+    work = resolve_workload(source, precision="bf16")
+    module, factory = st.build_module(work, "meta")
+    assert factory is not None and factory.path == path and factory.name == "make"
+    assert tuple(module.weight.shape) == (4, 3) and module.weight.dtype == torch.bfloat16
+    module, factory = st.build_module(resolve_workload("tiny", precision="fp32"), "meta")
+    assert factory is None  # a preset: no file
+
+
+def test_zero1_gets_its_optimizer_other_layouts_none() -> None:
+    assert st.zero1_optimizer(Layout(fsdp=2), object(), "adamw") is None
+    assert st.zero1_optimizer(Layout(fsdp=2, zero=1), None, "adamw") is None
+    from tensorledger.workload.parallel import build_mesh, fake_process_group
+
+    layout = Layout(fsdp=2, zero=1)
+    with fake_process_group(2):
+        mesh = build_mesh(layout)
+        inner = st.zero1_optimizer(layout, mesh, "sgd", "foreach")
+        assert inner is not None
+        optimizer = inner([nn.Parameter(torch.ones(4)), nn.Parameter(torch.ones(2))])
+        assert type(optimizer).__name__ == "ZeroRedundancyOptimizer"
+        assert type(optimizer.optim).__name__ == "SGD"
+        assert optimizer.optim.defaults["foreach"] is True
+
+
+# ---- the prepared step --------------------------------------------------------------------
+
+def test_prepare_builds_module_inputs_and_optimizer_on_real_cpu_tensors() -> None:
+    work = resolve_workload("tiny", precision="fp32", device="cpu", batch=2, seq=4)
+    prepared = st.prepare(work, "cpu")
+    assert prepared.device_type == "cpu" and prepared.optimizer is not None
+    assert prepared.inference is None and prepared.cp_mesh is None
+    assert prepared.params_offloaded is None and prepared.lora is None
+    assert prepared.float8 is None and prepared.user_loss is None
+    assert len(prepared.parameters) == len(set(prepared.parameters))  # tied weights once
+    assert tuple(prepared.args[0].shape) == (2, 4)
+    before = [p.detach().clone() for p in prepared.parameters]
+    prepared.run()
+    assert all(p.grad is None for p in prepared.parameters)  # dropped after the step
+    moved = sum(not torch.equal(a, p) for a, p in zip(before, prepared.parameters, strict=True))
+    assert moved > 0  # the optimizer stepped
+    forward = st.prepare(resolve_workload("tiny", precision="fp32", device="cpu",
+                                          step="forward"), "cpu")
+    assert forward.optimizer is None
+    decode = st.prepare(resolve_workload("tiny", step="prefill", device="cpu", seq=4), "cpu")
+    assert decode.inference is not None
+
+
+def test_a_model_with_nothing_to_train_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "frozen.py"
+    path.write_text("import torch\n\ndef make():\n    m = torch.nn.Embedding(5, 2)\n"
+                    "    m.weight.requires_grad_(False)\n    return m\n")
+    source = ModelSource(f"{path}:make", "factory", "factory", "make", path=path,
+                         function="make")
+    with pytest.raises(ModelError, match="has no trainable parameters"):
+        st.prepare(resolve_workload(source, precision="fp32", device="cpu"), "cpu")
+    assert st.prepare(resolve_workload(source, precision="fp32", device="cpu",
+                                       step="forward"), "cpu").optimizer is None
+
+
+def test_prepare_lays_out_and_offloads_on_a_mesh() -> None:
+    work = resolve_workload("tiny", offload=("params",), precision="fp32")
+    with st.laid_out(work) as (target, mesh):
+        prepared = st.prepare(work, target, mesh)
+    assert prepared.params_offloaded is not None
+    assert prepared.params_offloaded.stand_in is False  # the CPU target: nothing stands in
+    h100 = resolve_workload("tiny", offload=("params",), precision="fp32",
+                            target=H100)
+    with st.laid_out(h100) as (target, mesh):
+        assert st.prepare(h100, target, mesh).params_offloaded.stand_in is True  # type: ignore[union-attr]
+
+
+def _prepared(module: nn.Module, work: Any, **fields: Any) -> st.PreparedStep:
+    values: dict[str, Any] = {"optimizer": None, "args": (torch.zeros(1, 2, dtype=torch.long),),
+                              "kwargs": {}, "targets": torch.zeros(1, 2, dtype=torch.long),
+                              "user_loss": None, "user_inputs": None, "device_type": "cpu"}
+    values.update(fields)
+    return st.PreparedStep(work=work, module=module, parameters=list(module.parameters()),
+                           **values)
+
+
+def test_autocast_is_bf16_where_the_recipe_asks_except_on_meta() -> None:
+    mixed = resolve_workload("tiny")
+    assert isinstance(_prepared(Logits(3), mixed).autocast(), torch.autocast)
+    assert not isinstance(_prepared(Logits(3), mixed, device_type="meta").autocast(),
+                          torch.autocast)
+    fp32 = resolve_workload("tiny", precision="fp32")
+    assert not isinstance(_prepared(Logits(3), fp32).autocast(), torch.autocast)
+    with _prepared(Logits(3), mixed).autocast():
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
+
+
+def test_a_users_loss_must_be_a_scalar_tensor() -> None:
+    work = resolve_workload("tiny", precision="fp32")
+    summed = _prepared(Logits(3), work, user_loss=lambda out, inputs: out.sum() + inputs,
+                       user_inputs=2.0)
+    assert summed.loss().item() == 2.0  # zero logits summed, plus the inputs handed over
+    for bad in (lambda o, i: 1.0, lambda o, i: o):  # a float; logits of 6 values
+        with pytest.raises(ModelError, match="not a scalar tensor"):
+            _prepared(Logits(3), work, user_loss=bad).loss()
+    # no loss of the user's: cross-entropy of 3 ids, ln 3
+    assert _prepared(Logits(3), work).loss().item() == pytest.approx(math.log(3))
+
+
+class Counting(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(()))
+        self.calls: list[bool] = []
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.calls.append(torch.is_grad_enabled())
+        return torch.zeros(*tokens.shape, 3) * self.weight
+
+
+def test_a_forward_step_runs_once_without_gradients() -> None:
+    module = Counting()
+    _prepared(module, resolve_workload("tiny", precision="fp32", step="forward")).run()
+    assert module.calls == [False]
+    assert _prepared(module, resolve_workload("tiny", precision="fp32")).cache_before() == []
+
+
+def test_a_training_step_runs_backward_the_optimizer_and_drops_gradients() -> None:
+    module = Counting()
+    stepped: list[int] = []
+    optimizer = SimpleNamespace(step=lambda: stepped.append(len(stepped)))
+    prepared = _prepared(module, resolve_workload("tiny", precision="fp32"),
+                         optimizer=optimizer)
+    seen: list[Any] = []
+    prepared.drop_gradients = lambda: seen.append(module.weight.grad)  # type: ignore[method-assign]
+    prepared.run()
+    assert module.calls == [True] and stepped == [0]
+    # d/dw of mean CE over zero·w logits: the logits' gradient sums to 0 per position
+    assert seen and seen[0] is not None and seen[0].item() == pytest.approx(0.0)
+
+
+def test_drop_gradients_clears_every_parameter() -> None:
+    module = nn.Linear(2, 2)
+    prepared = _prepared(module, resolve_workload("tiny", precision="fp32"))
+    for p in module.parameters():
+        p.grad = torch.ones_like(p)
+    prepared.drop_gradients()
+    assert [p.grad for p in module.parameters()] == [None, None]
+
+
+def test_priming_the_optimizer_steps_on_zero_gradients_of_trainable_parameters() -> None:
+    module = nn.Linear(2, 2)
+    module.bias.requires_grad_(False)
+    grads: list[Any] = []
+    optimizer = SimpleNamespace(step=lambda: grads.append(
+        (module.weight.grad.clone(), module.bias.grad)))
+    prepared = _prepared(module, resolve_workload("tiny", precision="fp32"),
+                         optimizer=optimizer)
+    prepared.prime_optimizer()
+    ((weight_grad, bias_grad),) = grads
+    assert torch.equal(weight_grad, torch.zeros(2, 2)) and bias_grad is None
+    assert module.weight.grad is None  # dropped afterwards
+    _prepared(module, resolve_workload("tiny", precision="fp32")).prime_optimizer()  # none
+
+
+def test_saved_hooks_see_each_saved_tensor_or_offload_them() -> None:
+    prepared = _prepared(Logits(3), resolve_workload("tiny", precision="fp32"))
+    saved: list[tuple[int, ...]] = []
+
+    def on_saved(t: torch.Tensor) -> torch.Tensor:
+        saved.append(tuple(t.shape))
+        return t
+
+    x = torch.ones(2, 3, requires_grad=True)
+    with prepared.saved_hooks(on_saved):
+        (x * x).sum().backward()
+    assert saved == [(2, 3), (2, 3)]  # x saved twice by mul
+    assert prepared.saved_hooks() is not None
+    offloading = _prepared(Logits(3), resolve_workload("tiny", precision="fp32",
+                                                       offload=("activations",)))
+    with offloading.saved_hooks(on_saved):
+        (x * x).sum().backward()
+    assert offloading.offloaded is not None
+    assert offloading.offloaded.to_host_bytes == 2 * 2 * 3 * 4  # two saves of 6 fp32 values
+    assert saved == [(2, 3), (2, 3)]  # offloaded instead of seen
+    # fake tensors for an H100: the CPU stands in for the device
+    target = resolve_workload("tiny", target=H100, offload=("activations",))
+    standing = _prepared(Logits(3), target)
+    standing.saved_hooks()
+    assert standing.offloaded is not None and standing.offloaded.stand_in is True
+    on_cuda = _prepared(Logits(3), target, device_type="cuda")
+    on_cuda.saved_hooks()
+    assert on_cuda.offloaded is not None and on_cuda.offloaded.stand_in is False
+    assert offloading.offloaded.stand_in is False  # the CPU target
+
+
+def test_params_moved_counts_afresh_with_the_hosts_hook() -> None:
+    from tensorledger.workload.param_offload import ParamOffload
+
+    prepared = _prepared(Logits(3), resolve_workload("tiny", precision="fp32"))
+    assert prepared.params_moved() is not None  # nothing to count
+    moved = ParamOffload(stand_in=True)
+    moved.to_host_bytes = 5
+
+    def hook(t: torch.Tensor) -> None:
+        return None
+
+    counted = _prepared(Logits(3), resolve_workload("tiny", precision="fp32"),
+                        params_offloaded=moved)
+    with counted.params_moved(hook):
+        pass
+    assert moved.on_host is hook and moved.to_host_bytes == 0
+
+
+def test_guard_names_the_factory_file(tmp_path: Path) -> None:
+    path = tmp_path / "m.py"
+    source = ModelSource(f"{path}:make", "factory", "factory", "make", path=path,
+                         function="make")
+    prepared = _prepared(Logits(3), resolve_workload(source, precision="fp32"))
+    with pytest.raises(ModelError, match=r"a step of .*m\.py:make"), prepared.guard():
+        raise ValueError("boom")
