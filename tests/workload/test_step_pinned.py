@@ -6,6 +6,7 @@ and the prepared step's own methods."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -565,3 +566,412 @@ def test_guard_names_the_factory_file(tmp_path: Path) -> None:
     prepared = _prepared(Logits(3), resolve_workload(source, precision="fp32"))
     with pytest.raises(ModelError, match=r"a step of .*m\.py:make"), prepared.guard():
         raise ValueError("boom")
+
+
+# ---- more by hand: what each piece is handed -----------------------------------------------
+
+def test_two_dimensional_logits_score_one_sequence_and_a_one_id_vocabulary_is_kept() -> None:
+    # (positions, vocabulary) logits: 3 positions of 4 ids, ln 4 each
+    assert st.default_loss(torch.zeros(3, 4), torch.tensor([0, 1, 2])).item() == \
+        pytest.approx(math.log(4))
+    model = nn.Sequential(nn.Embedding(11, 2))
+    model.config = SimpleNamespace(vocab_size=1)  # type: ignore[assignment]
+    assert st._vocabulary(model) == 1  # the config's, however small
+
+
+def test_classification_labels_are_made_on_the_ids_device() -> None:
+    for problem, labels in (("multi_label_classification", 4), ("regression", 1),
+                            ("single_label_classification", 4)):
+        model = Classifier()
+        st._classification_labels(model, SimpleNamespace(problem_type=problem,
+                                                         num_labels=labels))
+        model(torch.zeros(3, 5, dtype=torch.long, device="meta"))
+        assert model.seen["labels"].device.type == "meta", problem
+
+
+def test_a_later_floating_buffer_is_cast_after_an_integer_one() -> None:
+    module = nn.Module()
+    module.register_buffer("count", torch.zeros(2, dtype=torch.long))
+    module.register_buffer("scale", torch.ones(2))
+    st._cast_floating(module, torch.bfloat16)
+    assert (module.count.dtype, module.scale.dtype) == (torch.long, torch.bfloat16)
+
+
+def test_default_token_ids_are_made_on_the_target() -> None:
+    work = resolve_workload("tiny", batch=2, seq=3, precision="fp32")
+    (tokens,), *_ = st._inputs(work, nn.Linear(2, 2), "meta", None)
+    assert tokens.device.type == "meta"
+
+
+def _user_file(tmp_path: Path, body: str) -> tuple[Path, FactoryFile]:
+    from tensorledger.workload.factory import load_factory_file
+
+    path = tmp_path / "user_model.py"
+    path.write_text(body)
+    return path, load_factory_file(path, "make")
+
+
+BROKEN = """import torch
+
+
+def make():
+    return torch.nn.Linear(2, 2)
+
+
+def make_inputs(batch, seq):
+    raise ValueError("no inputs")
+
+
+def loss(output, inputs):
+    return output.sum()
+
+
+def broken():
+    raise ValueError("broken factory")
+"""
+
+
+def test_a_failing_make_inputs_is_named_with_its_line(tmp_path: Path) -> None:
+    path, factory = _user_file(tmp_path, BROKEN)
+    work = resolve_workload(ModelSource(f"{path}:make", "factory", "factory", "make",
+                                        path=path, function="make"), precision="fp32")
+    with pytest.raises(ModelError) as caught:
+        st._inputs(work, nn.Linear(2, 2), "cpu", factory)
+    # the raise is on line 9 of the file
+    assert str(caught.value).startswith("make_inputs(batch, seq) failed")
+    assert str(caught.value).endswith("(at user_model.py:9)")
+
+
+def test_a_failing_factory_is_named_with_its_line(tmp_path: Path) -> None:
+    path, factory = _user_file(tmp_path, BROKEN)
+    source = ModelSource(f"{path}:make", "factory", "factory", "make", path=path,
+                         function="make")
+    work = resolve_workload(source, precision="fp32")
+    failing = replace(factory, factory=lambda: __import__("user_model_helper_missing"))
+    with pytest.raises(ModelError) as caught:
+        st._build_module(work, "cpu", torch.float32, failing)
+    assert str(caught.value).startswith(f"the factory {path}:make failed")
+    broken = replace(factory, factory=factory.factory.__globals__["broken"])
+    with pytest.raises(ModelError) as caught:
+        st._build_module(work, "cpu", torch.float32, broken)
+    # line 17 of the file raises; the lambda of this test is not the place
+    assert str(caught.value).endswith("(at user_model.py:17)")
+
+
+def test_a_failing_cast_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, factory = _user_file(tmp_path, BROKEN)
+    work = resolve_workload(ModelSource(f"{path}:make", "factory", "factory", "make",
+                                        path=path, function="make"), precision="fp32")
+
+    def refuse(module: nn.Module, dtype: torch.dtype) -> None:
+        factory.factory.__globals__["broken"]()
+
+    monkeypatch.setattr(st, "_cast_floating", refuse)
+    with pytest.raises(ModelError) as caught:
+        st._build_module(work, "cpu", torch.bfloat16, factory)
+    message = str(caught.value)
+    assert message.startswith(f"casting the module of {path}:make to torch.bfloat16 failed")
+    assert message.endswith("(at user_model.py:17)")
+
+
+def test_the_step_guard_points_into_the_factory_file(tmp_path: Path) -> None:
+    path, factory = _user_file(tmp_path, BROKEN)
+    source = ModelSource(f"{path}:make", "factory", "factory", "make", path=path,
+                         function="make")
+    prepared = _prepared(Logits(3), resolve_workload(source, precision="fp32"))
+    with pytest.raises(ModelError) as caught, prepared.guard():
+        factory.factory.__globals__["broken"]()
+    assert str(caught.value).endswith("(at user_model.py:17)")
+    # a preset's step: the innermost frame, wherever it is
+    with pytest.raises(ModelError) as caught, _prepared(
+            Logits(3), resolve_workload("tiny", precision="fp32")).guard():
+        factory.factory.__globals__["broken"]()
+    assert str(caught.value).endswith("(at user_model.py:17)")
+
+
+def test_a_transformers_model_is_built_on_the_target_and_checkpointed_when_asked(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[tuple[Any, torch.dtype, str]] = []
+
+    def hf_model(work: Any, dtype: torch.dtype) -> nn.Module:
+        module = nn.Linear(2, 2)
+        built.append((work, dtype, module.weight.device.type))
+        return module
+
+    wrapped: list[nn.Module] = []
+    monkeypatch.setattr(st, "_hf_model", hf_model)
+    monkeypatch.setattr(st, "checkpoint_hf_layers", lambda m: wrapped.append(m) or m)
+    source = ModelSource("c.json", "config", "transformers", "m")
+    plain = resolve_workload(source, precision="fp32")
+    module = st._build_module(plain, "meta", torch.bfloat16, None)
+    assert built == [(plain, torch.bfloat16, "meta")] and wrapped == []
+    # made by hand: the CLI checkpoints a config.json's model only through its reference
+    checkpointed = replace(plain, checkpoint=True)
+    assert st._build_module(checkpointed, "meta", torch.float32, None) is not module
+    assert len(wrapped) == 1
+
+    def failing(work: Any, dtype: torch.dtype) -> nn.Module:
+        raise ValueError("no such layer")
+
+    monkeypatch.setattr(st, "_hf_model", failing)
+    with pytest.raises(ModelError, match=r"building c\.json with transformers failed"):
+        st._build_module(plain, "meta", torch.float32, None)
+
+
+def test_saved_tensors_offloaded_are_shown_to_the_hosts_hook() -> None:
+    offloading = _prepared(Logits(3), resolve_workload("tiny", precision="fp32",
+                                                       offload=("activations",)))
+    on_host: list[tuple[int, ...]] = []
+    x = torch.ones(2, 3, requires_grad=True)
+    with offloading.saved_hooks(on_host=lambda t: on_host.append(tuple(t.shape))):
+        (x * x).sum().backward()
+    assert on_host == [(2, 3), (2, 3)]  # x saved twice by mul, each copied to the host
+
+
+def test_the_sequence_is_sharded_over_the_cp_mesh_with_every_input(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import tensorledger.workload.context_parallel as cp
+
+    calls: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(cp, "sequence_sharded", lambda *args: calls.append(args) or "sharded")
+    ids, mask, targets = (torch.zeros(1, 4), torch.ones(1, 4), torch.zeros(1, 4))
+    mesh = object()
+    work = resolve_workload("tiny", layout=Layout(cp=2, cp_rotate="alltoall"), seq=8)
+    prepared = _prepared(Logits(3), work, args=(ids,), kwargs={"mask": mask},
+                         targets=targets, cp_mesh=mesh)
+    assert prepared.sequence_sharded() == "sharded"
+    ((given_mesh, buffers, rotate),) = calls
+    assert given_mesh is mesh and rotate == "alltoall"
+    assert [b is t for b, t in zip(buffers, (ids, mask, targets), strict=True)] == [True] * 3
+
+
+def test_the_recipes_autocast_is_bf16_whatever_the_default(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    before = torch.get_autocast_dtype("cpu")
+    torch.set_autocast_dtype("cpu", torch.float16)
+    try:
+        cast = _prepared(Logits(3), resolve_workload("tiny")).autocast()
+        assert isinstance(cast, torch.autocast) and cast.fast_dtype == torch.bfloat16
+    finally:
+        torch.set_autocast_dtype("cpu", before)
+
+
+class Keyed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(()))
+        self.seen: list[dict[str, Any]] = []
+
+    def forward(self, tokens: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        self.seen.append(kwargs)
+        return torch.zeros(*tokens.shape, 3) * self.weight
+
+
+def test_the_keyword_inputs_reach_the_forward_and_the_loss() -> None:
+    module = Keyed()
+    prepared = _prepared(module, resolve_workload("tiny", precision="fp32", step="forward"),
+                         kwargs={"scale": 2})
+    prepared.forward()
+    prepared.loss()
+    assert module.seen == [{"scale": 2}, {"scale": 2}]
+
+
+def test_a_cached_step_hands_the_token_ids_and_the_cache_to_the_inference_path() -> None:
+    steps: list[tuple[torch.Tensor, bool]] = []
+    path = SimpleNamespace(step=lambda ids, own: steps.append((ids, own)))
+    ids, other = torch.zeros(1, 2, dtype=torch.long), torch.ones(1, 2)
+    prepared = _prepared(Logits(3), resolve_workload("tiny", step="prefill"),
+                         args=(ids, other), inference=path)
+    prepared.forward()
+    prepared.forward(own_cache=True)
+    assert [(t is ids, own) for t, own in steps] == [(True, False), (True, True)]
+
+
+def test_fp8_weights_gathered_by_fsdp_get_their_scales_after_each_step(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import torchao.float8
+
+    from tensorledger.workload.float8 import AppliedFloat8
+
+    seen: list[nn.Module] = []
+    monkeypatch.setattr(torchao.float8, "precompute_float8_dynamic_scale_for_fsdp", seen.append)
+    module = Logits(3)
+    work = resolve_workload("tiny", precision="fp32")
+    _prepared(module, work, float8=AppliedFloat8("tensorwise", (), (), False)
+              ).after_optimizer_step()
+    _prepared(module, work).after_optimizer_step()
+    assert seen == []  # no fp8 all-gather, or no fp8: nothing
+    _prepared(module, work, float8=AppliedFloat8("tensorwise", (), (), True)
+              ).after_optimizer_step()
+    assert seen == [module]
+
+
+def test_zero1s_default_kernel_is_the_loop() -> None:
+    from tensorledger.workload.parallel import build_mesh, fake_process_group
+
+    layout = Layout(fsdp=2, zero=1)
+    with fake_process_group(2):
+        inner = st.zero1_optimizer(layout, build_mesh(layout), "adamw")
+        assert inner is not None
+        optimizer = inner([nn.Parameter(torch.ones(4))])
+        assert optimizer.optim.defaults["foreach"] is False
+        assert type(optimizer.optim).__name__ == "AdamW"
+
+
+# ---- prepare's wiring ----------------------------------------------------------------------
+
+class Wiring:
+    """Stand-ins for what prepare calls, each recording what it was handed."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import tensorledger.workload.inference as inference
+        import tensorledger.workload.parallel as parallel
+
+        self.calls: dict[str, Any] = {}
+        record = self.calls
+
+        def lora(work: Any, module: nn.Module) -> tuple[nn.Module, str]:
+            record["lora"] = (work, module)
+            return module, "applied"
+
+        def float8(module: nn.Module, precision: Any, *, sharded: bool) -> tuple[nn.Module, str]:
+            record["float8"] = (module, precision, sharded)
+            return module, "fp8"
+
+        def parallelize(module: nn.Module, layout: Layout, mesh: Any, *, between: Any,
+                        offload_params: bool) -> nn.Module:
+            record["parallelize"] = (module, layout, mesh, between, offload_params)
+            return module
+
+        def optimizer(params: Any, name: Any, precision: Any, *, inner: Any,
+                      kernel: str) -> str:
+            record["optimizer"] = (params, name, precision, inner, kernel)
+            return "optimizer"
+
+        def zero1(layout: Layout, mesh: Any, name: str, kernel: str) -> str:
+            record["zero1"] = (layout, mesh, name, kernel)
+            return "inner"
+
+        class Path:
+            def __init__(self, work: Any, module: nn.Module, target: str) -> None:
+                record["inference"] = (work, module, target)
+
+        monkeypatch.setattr(st, "apply_lora", lora)
+        monkeypatch.setattr(st, "apply_float8", float8)
+        monkeypatch.setattr(parallel, "parallelize", parallelize)
+        monkeypatch.setattr(st, "RecipeOptimizer", optimizer)
+        monkeypatch.setattr(st, "zero1_optimizer", zero1)
+        monkeypatch.setattr(inference, "InferencePath", Path)
+
+
+def _work(**options: Any) -> Any:
+    from tensorledger.workload.spec import Workload
+
+    base = resolve_workload("tiny", precision="fp32", device="cpu", batch=1, seq=4)
+    return Workload(**{**base.__dict__, **options})
+
+
+def test_prepare_hands_the_adapters_and_fp8_the_built_module(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tensorledger.napkin.recipes import resolve_precision
+    from tensorledger.workload.spec import Lora
+
+    wiring = Wiring(monkeypatch)
+    work = _work(lora=Lora(8, 8), precision=resolve_precision("fp8-tensorwise"))
+    prepared = st.prepare(work, "cpu")
+    lora_work, lora_module = wiring.calls["float8"][0], wiring.calls["lora"][1]
+    assert wiring.calls["lora"][0] is work and lora_module is prepared.module
+    assert lora_work is prepared.module
+    assert wiring.calls["float8"][1] is work.precision
+    assert wiring.calls["float8"][2] is False  # one device: nothing sharded
+    assert (prepared.lora, prepared.float8) == ("applied", "fp8")
+    fsdp = _work(precision=resolve_precision("fp8-tensorwise"), layout=Layout(fsdp=2))
+    st.prepare(fsdp, "cpu", mesh={"cp": "cp mesh"})
+    assert wiring.calls["float8"][2] is True  # FSDP2 shards the converted weights next
+    st.prepare(_work(precision=resolve_precision("fp8-tensorwise"),
+                     layout=Layout(dp=2, fsdp=2)), "cpu", mesh={})
+    assert wiring.calls["float8"][2] is True  # HSDP too
+    st.prepare(_work(precision=resolve_precision("fp8-tensorwise"), layout=Layout(dp=2)),
+               "cpu", mesh={})
+    assert wiring.calls["float8"][2] is False  # DDP: whole weights
+
+
+def test_prepare_lays_out_the_module_it_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    wiring = Wiring(monkeypatch)
+    st.prepare(_work(), "cpu")
+    assert "parallelize" not in wiring.calls  # no mesh: one device
+    layout = Layout(fsdp=2)
+    prepared = st.prepare(_work(layout=layout, checkpoint=True, offload=("params",)), "cpu",
+                          mesh={})
+    module, given_layout, mesh, between, offload = wiring.calls["parallelize"]
+    assert module is prepared.module and given_layout is layout and mesh == {}
+    assert between is st.checkpoint_blocks and offload is True
+    st.prepare(_work(layout=layout), "cpu", mesh={})
+    assert wiring.calls["parallelize"][3:] == (None, False)  # not checkpointed, not offloaded
+    factory = ModelSource("f.py:make", "factory", "factory", "make")
+    monkeypatch.setattr(st, "build_module", lambda work, target: (Logits(3), None))
+    monkeypatch.setattr(st, "_inputs", lambda *args: ((), {}, None, None))
+    st.prepare(_work(source=factory, layout=layout, checkpoint=True), "cpu", mesh={})
+    assert wiring.calls["parallelize"][3] is None  # a factory checkpoints itself
+
+
+def test_prepare_makes_the_optimizer_of_the_trainable_parameters(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    wiring = Wiring(monkeypatch)
+    work = _work(optimizer_kernel="foreach", layout=Layout(fsdp=2, zero=1))
+    mesh = {"fsdp": "fsdp mesh"}
+    prepared = st.prepare(work, "cpu", mesh=mesh)
+    params, name, precision, inner, kernel = wiring.calls["optimizer"]
+    assert params == prepared.parameters and name is work.optimizer
+    assert precision is work.precision and inner == "inner" and kernel == "foreach"
+    assert wiring.calls["zero1"] == (work.layout, mesh, "adamw", "foreach")
+    assert prepared.optimizer == "optimizer"
+
+
+def test_prepare_hands_the_inference_path_the_module_and_target(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tensorledger.napkin.recipes import resolve_precision
+
+    wiring = Wiring(monkeypatch)
+    work = _work(step=resolve_workload("tiny", step="prefill").step,
+                 precision=resolve_precision("bf16"))
+    prepared = st.prepare(work, "cpu")
+    assert wiring.calls["inference"][0] is work
+    assert wiring.calls["inference"][1] is prepared.module
+    assert wiring.calls["inference"][2] == "cpu"
+    assert prepared.inference is not None
+
+
+def test_prepare_keeps_the_factorys_loss_and_inputs(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    Wiring(monkeypatch)
+    path = tmp_path / "with_loss.py"
+    path.write_text("import torch\n\ndef make():\n    return torch.nn.Linear(2, 2)\n\n"
+                    "def make_inputs(batch, seq):\n    return torch.ones(batch, 2)\n\n"
+                    "def loss(output, inputs):\n    return output.sum()\n")
+    source = ModelSource(f"{path}:make", "factory", "factory", "make", path=path,
+                         function="make")
+    prepared = st.prepare(_work(source=source), "cpu")
+    assert prepared.user_loss is not None and prepared.user_loss.__name__ == "loss"
+    assert torch.equal(prepared.user_inputs, torch.ones(1, 2))  # batch 1
+
+
+def test_prepare_keeps_the_cp_mesh_and_the_param_offload(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    Wiring(monkeypatch)
+    mesh = {"cp": "the cp mesh"}
+    cp = st.prepare(_work(layout=Layout(cp=2)), "cpu", mesh=mesh)
+    assert cp.cp_mesh == "the cp mesh"
+    assert st.prepare(_work(layout=Layout(fsdp=2)), "cpu", mesh=mesh).cp_mesh is None
+    assert cp.params_offloaded is None
+    offloaded = st.prepare(_work(offload=("params",)), "cpu", mesh={})
+    assert offloaded.params_offloaded is not None
+    assert offloaded.params_offloaded.stand_in is False  # the CPU target
+    h100 = st.prepare(_work(offload=("params",), target=H100), "cpu", mesh={})
+    assert h100.params_offloaded is not None and h100.params_offloaded.stand_in is True
+    # on a real GPU nothing stands in (built here on the CPU: only the target's name counts)
+    monkeypatch.setattr(st, "build_module", lambda work, target: (Logits(3), None))
+    monkeypatch.setattr(st, "_inputs", lambda *args: ((), {}, None, None))
+    cuda = st.prepare(_work(offload=("params",), target=H100), "cuda", mesh={})
+    assert cuda.device_type == "cuda"
+    assert cuda.params_offloaded is not None and cuda.params_offloaded.stand_in is False
