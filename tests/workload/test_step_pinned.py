@@ -9,7 +9,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -975,3 +975,124 @@ def test_prepare_keeps_the_cp_mesh_and_the_param_offload(
     cuda = st.prepare(_work(offload=("params",), target=H100), "cuda", mesh={})
     assert cuda.device_type == "cuda"
     assert cuda.params_offloaded is not None and cuda.params_offloaded.stand_in is False
+
+
+# ---- a config.json's model, built by a stand-in for transformers ---------------------------
+
+class FakeConfig:
+    """A transformers config as far as ``_hf_model`` reads one."""
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self.fields = fields
+        self.pad_token_id = fields.get("pad_token_id")
+        self.problem_type = None
+        self.num_labels = 2
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> FakeConfig:
+        if "bad" in raw:
+            raise ValueError("bad field")
+        return cls(raw)
+
+
+class FakeAuto:
+    made: ClassVar[list[tuple[FakeConfig, torch.dtype, str]]] = []
+
+    def __init__(self, head: str) -> None:
+        self.head = head
+
+    def from_config(self, config: FakeConfig, dtype: torch.dtype) -> nn.Module:
+        if "unbuildable" in config.fields:
+            raise ValueError("Unrecognized configuration class\nsecond line")
+        FakeAuto.made.append((config, dtype, self.head))
+        return Classifier()
+
+
+@pytest.fixture
+def fake_transformers(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
+    import sys
+
+    quiet: list[int] = []
+    module = SimpleNamespace(
+        CONFIG_MAPPING={"llama": FakeConfig}, __version__="9.9",
+        logging=SimpleNamespace(set_verbosity_error=lambda: quiet.append(1)),
+        AutoModelForCausalLM=FakeAuto("causal"), AutoModelForMaskedLM=FakeAuto("masked"),
+        AutoModelForSequenceClassification=FakeAuto("classifier"), quiet=quiet)
+    monkeypatch.setitem(sys.modules, "transformers", module)
+    FakeAuto.made = []
+    return module
+
+
+def _hf_work(fields: dict[str, Any], head: str | None = None) -> Any:
+    source = ModelSource("c.json", "config", "transformers", "m", path=Path("c.json"),
+                         hf_config={"model_type": "llama", **fields}, head=head)
+    return _work(source=source)
+
+
+def test_the_config_is_read_without_its_type_and_built_by_its_heads_class(
+        fake_transformers: SimpleNamespace) -> None:
+    work = _hf_work({"hidden_size": 8})
+    model = st._hf_model(work, torch.bfloat16)
+    ((config, dtype, head),) = FakeAuto.made
+    assert config.fields == {"hidden_size": 8}  # model_type taken out
+    assert work.source.hf_config["model_type"] == "llama"  # the source's own is untouched
+    assert (dtype, head) == (torch.bfloat16, "causal")  # no head named: a causal LM
+    assert fake_transformers.quiet == [1]  # its advice on configs silenced
+    assert isinstance(model, Classifier)
+    st._hf_model(_hf_work({}, head="masked-lm"), torch.float32)
+    assert FakeAuto.made[-1][2] == "masked"
+    model = st._hf_model(_hf_work({}, head="causal-lm"), torch.float32)
+    assert FakeAuto.made[-1][2] == "causal"
+    model(torch.zeros(3, 2, dtype=torch.long))
+    assert "labels" not in model.seen  # no labels but for a classifier
+
+
+def test_a_classifier_gets_a_pad_id_and_labels(fake_transformers: SimpleNamespace) -> None:
+    model = st._hf_model(_hf_work({}, head="sequence-classification"), torch.float32)
+    config, _, head = FakeAuto.made[-1]
+    assert head == "classifier" and config.pad_token_id == 0  # none given: id 0 pads
+    model(torch.zeros(3, 2, dtype=torch.long))
+    assert tuple(model.seen["labels"].shape) == (3,)  # 2 labels: one class id a sequence
+    st._hf_model(_hf_work({"pad_token_id": 5}, head="sequence-classification"), torch.float32)
+    assert FakeAuto.made[-1][0].pad_token_id == 5  # its own kept
+    st._hf_model(_hf_work({}, head="masked-lm"), torch.float32)
+    assert FakeAuto.made[-1][0].pad_token_id is None  # only a classifier needs one
+
+
+def test_a_config_transformers_cannot_build_is_refused_in_one_line(
+        fake_transformers: SimpleNamespace) -> None:
+    from tensorledger.errors import ConfigError
+
+    source = ModelSource("c.json", "config", "transformers", "m", path=Path("c.json"),
+                         hf_config={"model_type": "mamba9"})
+    with pytest.raises(ConfigError, match=r"c\.json: model_type 'mamba9' is not known to "
+                                          r"the installed transformers 9\.9"):
+        st._hf_model(_work(source=source), torch.float32)
+    with pytest.raises(ConfigError, match=r"cannot read it as a llama config \(ValueError: "
+                                          r"bad field\)"):
+        st._hf_model(_hf_work({"bad": 1}), torch.float32)
+    with pytest.raises(ConfigError, match=r"c\.json: model_type 'llama' has no masked-lm "
+                                          r"class in transformers \(Unrecognized "
+                                          r"configuration class\)$"):
+        st._hf_model(_hf_work({"unbuildable": 1}, head="masked-lm"), torch.float32)
+
+
+def test_warming_without_sync_runs_forward_and_backward_inside_no_sync() -> None:
+    from contextlib import contextmanager
+
+    events: list[str] = []
+
+    class Wrapped(Counting):
+        @contextmanager
+        def no_sync(self) -> Any:
+            events.append("enter")
+            yield
+            events.append("exit")
+
+    module = Wrapped()
+    prepared = _prepared(module, resolve_workload("tiny", precision="fp32"))
+    prepared.drop_gradients = lambda: events.append(  # type: ignore[method-assign]
+        f"drop {module.weight.grad is not None}")
+    prepared.warm_without_sync()
+    assert module.calls == [True]  # one forward, with gradients
+    assert events == ["enter", "exit", "drop True"]  # backward ran: a gradient to drop
