@@ -628,6 +628,10 @@ def loss(output, inputs):
 
 def broken():
     raise ValueError("broken factory")
+
+
+def relay(call):
+    return call()
 """
 
 
@@ -707,8 +711,8 @@ def test_a_transformers_model_is_built_on_the_target_and_checkpointed_when_asked
     assert built == [(plain, torch.bfloat16, "meta")] and wrapped == []
     # made by hand: the CLI checkpoints a config.json's model only through its reference
     checkpointed = replace(plain, checkpoint=True)
-    assert st._build_module(checkpointed, "meta", torch.float32, None) is not module
-    assert len(wrapped) == 1
+    again = st._build_module(checkpointed, "meta", torch.float32, None)
+    assert wrapped == [again] and again is not module  # the model built, wrapped
 
     def failing(work: Any, dtype: torch.dtype) -> nn.Module:
         raise ValueError("no such layer")
@@ -1096,3 +1100,88 @@ def test_warming_without_sync_runs_forward_and_backward_inside_no_sync() -> None
     prepared.warm_without_sync()
     assert module.calls == [True]  # one forward, with gradients
     assert events == ["enter", "exit", "drop True"]  # backward ran: a gradient to drop
+
+
+# ---- where user code failed: the innermost frame of the user's file ------------------------
+
+RELAY_LINE = 21  # ``return call()`` in BROKEN's relay
+
+
+def _fails() -> None:
+    raise ValueError("deeper than the user's file")
+
+
+def _relayed(factory: FactoryFile) -> Any:
+    """A call that passes through the user's file and fails in this one: the place named is
+    the user's line when the file is known, else this file's."""
+    relay = factory.factory.__globals__["relay"]
+    return lambda *args, **kwargs: relay(_fails)
+
+
+def _factory_work(path: Path) -> Any:
+    return resolve_workload(ModelSource(f"{path}:make", "factory", "factory", "make",
+                                        path=path, function="make"), precision="fp32")
+
+
+def test_a_factory_failing_beyond_its_file_is_placed_in_its_file(tmp_path: Path) -> None:
+    path, factory = _user_file(tmp_path, BROKEN)
+    work = _factory_work(path)
+    with pytest.raises(ModelError) as caught:
+        st._build_module(work, "cpu", torch.float32, replace(factory, factory=_relayed(factory)))
+    assert str(caught.value).endswith(f"(at user_model.py:{RELAY_LINE})")
+    with pytest.raises(ModelError) as caught:
+        st._inputs(work, nn.Linear(2, 2), "cpu",
+                   replace(factory, make_inputs=_relayed(factory)))
+    assert str(caught.value).endswith(f"(at user_model.py:{RELAY_LINE})")
+
+
+def test_a_cast_failing_beyond_the_file_is_placed_in_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, factory = _user_file(tmp_path, BROKEN)
+    monkeypatch.setattr(st, "_cast_floating", _relayed(factory))
+    with pytest.raises(ModelError) as caught:
+        st._build_module(_factory_work(path), "cpu", torch.bfloat16, factory)
+    assert str(caught.value).endswith(f"(at user_model.py:{RELAY_LINE})")
+
+
+def test_a_step_failing_beyond_the_factory_file_is_placed_in_it(tmp_path: Path) -> None:
+    path, factory = _user_file(tmp_path, BROKEN)
+    with pytest.raises(ModelError) as caught, \
+            _prepared(Logits(3), _factory_work(path)).guard():
+        _relayed(factory)()
+    assert str(caught.value) == ("a step of " + f"{path}:make failed: ValueError: deeper than "
+                                 f"the user's file (at user_model.py:{RELAY_LINE})")
+
+
+def test_a_conversion_or_layout_failing_in_user_code_is_placed_in_its_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tensorledger.workload.parallel as parallel
+    from tensorledger.napkin.recipes import resolve_precision
+
+    path, factory = _user_file(tmp_path, BROKEN)
+    monkeypatch.setattr(st, "apply_float8", _relayed(factory))
+    monkeypatch.setattr(parallel, "parallelize", _relayed(factory))
+    source = ModelSource(f"{path}:make", "factory", "factory", "make", path=path,
+                         function="make")
+    fp8 = resolve_precision("fp8-tensorwise")
+    with pytest.raises(ModelError) as caught:
+        st.prepare(_work(source=source, precision=fp8), "cpu")
+    assert str(caught.value) == (f"converting {path}:make to float8 with torchao failed: "
+                                 "ValueError: deeper than the user's file "
+                                 f"(at user_model.py:{RELAY_LINE})")
+    with pytest.raises(ModelError) as caught:
+        st.prepare(_work(source=source, layout=Layout(fsdp=2)), "cpu", mesh={})
+    assert str(caught.value) == (f"laying {path}:make out as FSDP ZeRO-3 × 2 failed: "
+                                 "ValueError: deeper than the user's file "
+                                 f"(at user_model.py:{RELAY_LINE})")
+    # a preset has no file of its own: the innermost frame is named
+    with pytest.raises(ModelError, match=r"^converting tiny to float8 with torchao failed: "
+                                         r".*\(at test_step_pinned\.py:\d+\)$"):
+        st.prepare(_work(precision=fp8), "cpu")
+    with pytest.raises(ModelError, match=r"^laying tiny out as FSDP ZeRO-3 × 2 failed: "
+                                         r".*\(at test_step_pinned\.py:\d+\)$"):
+        st.prepare(_work(layout=Layout(fsdp=2)), "cpu", mesh={})
+    # a preset's step guard names the innermost frame too
+    with pytest.raises(ModelError, match=r"\(at test_step_pinned\.py:\d+\)$"), \
+            _prepared(Logits(3), resolve_workload("tiny", precision="fp32")).guard():
+        _relayed(factory)()
