@@ -45,19 +45,30 @@ class Experts(nn.Module):
         return hidden * 10.0 ** index.float() * weights
 
 
+GROUP = object()  # the ep group every collective must be issued on
+
+
 class Alike:
-    """``all_to_all_single`` of ``ranks`` ranks that send alike, seen from rank ``me``."""
+    """``all_to_all_single`` of ``ranks`` ranks that send alike, seen from rank ``me``: the
+    floating rows from rank r are this rank's own chunk for ``me`` plus 100 · r, so the source
+    of every row shows (counts, whole numbers, arrive as they are)."""
 
     def __init__(self, ranks: int, me: int) -> None:
         self.ranks, self.me = ranks, me
         self.calls: list[tuple[list[int] | None, list[int] | None]] = []
+        self.sizes: list[int] = []
 
     def __call__(self, tensor: torch.Tensor, output_splits: list[int] | None,
                  input_splits: list[int] | None, group: Any) -> torch.Tensor:
+        assert group is GROUP
         self.calls.append((output_splits, input_splits))
+        self.sizes.append(tensor.shape[0])
         splits = input_splits or [tensor.shape[0] // self.ranks] * self.ranks
+        assert sum(splits) == tensor.shape[0]
         mine = torch.split(tensor, splits)[self.me]
-        return torch.cat([mine] * self.ranks)
+        marked = [mine + 100 * r if mine.is_floating_point() else mine
+                  for r in range(self.ranks)]
+        return torch.cat(marked)
 
 
 @pytest.fixture
@@ -118,7 +129,7 @@ def test_experts_and_their_parameters_are_named_in_module_order() -> None:
 # ---- the shard's arithmetic ---------------------------------------------------------------
 
 def _shard(experts: int = 4, local: int = 2, first: int = 0, **fields: Any) -> ExpertShard:
-    return ExpertShard(name="moe", experts=experts, local=local, first=first, group=None,
+    return ExpertShard(name="moe", experts=experts, local=local, first=first, group=GROUP,
                        fake=fields.pop("fake", True), **fields)
 
 
@@ -157,7 +168,7 @@ def test_the_dispatch_sorts_the_slots_by_expert_and_sends_each_rank_its_run(
     shard = _shard()
     hidden = torch.tensor([[1.0], [2.0], [3.0]])  # 3 tokens of width 1
     index = torch.tensor([[0, 3], [2, 0], [1, 0]])  # each token's 2 experts
-    weights = torch.tensor([[0.5, 0.5], [0.25, 0.75], [1.0, 0.0]])
+    weights = torch.tensor([[0.5, 0.5], [0.25, 0.75], [1.0, 0.0]], dtype=torch.bfloat16)
     (arrived, ids, ones, *rest), done = shard.dispatch((hidden, index, weights, "extra"))
     # the 6 slots' experts 0 3 2 0 1 0; by expert (stable): slots 0 3 5 | 4 | 2 | 1
     assert done.order is not None and done.order.tolist() == [0, 3, 5, 4, 2, 1]
@@ -165,11 +176,12 @@ def test_the_dispatch_sorts_the_slots_by_expert_and_sends_each_rank_its_run(
     # counts 3 1 1 1: rank 0 is sent 3 + 1, rank 1 is sent 1 + 1; from each rank 3 + 1 come
     assert (done.sent, done.received) == ([4, 2], [4, 4])
     # the tokens of the first 4 sorted slots (0 3 5 4 → tokens 0 1 2 2), from both ranks
-    assert arrived.flatten().tolist() == [1.0, 2.0, 3.0, 3.0] * 2
-    assert alike.calls[-1] == ([4, 4], [4, 2])
+    assert arrived.flatten().tolist() == [1.0, 2.0, 3.0, 3.0, 101.0, 102.0, 103.0, 103.0]
+    assert alike.calls == [(None, None), ([4, 4], [4, 2])]  # the counts, then the slots
+    assert alike.sizes == [4, 6]  # 4 experts' counts; 6 slots
     # local expert ids by arrival: 3 slots of expert 0, 1 of expert 1, from each rank
     assert ids.flatten().tolist() == [0, 0, 0, 1, 0, 0, 0, 1] and tuple(ids.shape) == (8, 1)
-    assert ones.dtype == weights.dtype and ones.flatten().tolist() == [1.0] * 8
+    assert ones.dtype == torch.bfloat16 and ones.flatten().tolist() == [1.0] * 8
     assert rest == ["extra"]
 
 
@@ -180,24 +192,27 @@ def test_a_dispatch_needs_hidden_index_and_weights() -> None:
 
 def test_the_combine_puts_slots_back_in_token_order_and_weighs_them(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # the slots come home in sorted order 0 3 5 4 2 1 (see the dispatch above), valued 1…6
-    back = torch.tensor([[1.0], [2.0], [3.0], [4.0], [5.0], [6.0]])
-    calls: list[tuple[list[int], list[int]]] = []
+    # the slots come home in sorted order 0 3 5 4 2 1 (see the dispatch above), valued
+    # (1, -1) … (6, -6), in bf16
+    back = torch.tensor([[v, -v] for v in (1.0, 2.0, 3.0, 4.0, 5.0, 6.0)],
+                        dtype=torch.bfloat16)
+    calls: list[tuple[list[int], list[int], Any]] = []
 
     def home(tensor: torch.Tensor, output_splits: list[int], input_splits: list[int],
              group: Any) -> torch.Tensor:
-        calls.append((output_splits, input_splits))
+        calls.append((output_splits, input_splits, group))
         return back
 
     monkeypatch.setattr(ep, "_all_to_all", home)
     done = ep._Dispatched(order=torch.tensor([0, 3, 5, 4, 2, 1]),
                           weights=torch.tensor([[0.5, 0.5], [0.25, 0.75], [1.0, 0.0]]),
                           tokens=3, chosen=2, sent=[4, 2], received=[4, 4])
-    out = _shard().combine(torch.zeros(8, 1), done)
+    out = _shard().combine(torch.zeros(8, 2, dtype=torch.bfloat16), done)
     # slot s holds back[i] where order[i] = s: slots 0..5 = 1 6 5 2 4 3
     # token 0: 0.5·1 + 0.5·6 = 3.5; token 1: 0.25·5 + 0.75·2 = 2.75; token 2: 1·4 + 0·3 = 4
-    assert out.flatten().tolist() == [3.5, 2.75, 4.0]
-    assert calls == [([4, 2], [4, 4])]  # the splits swapped: home again
+    assert out.tolist() == [[3.5, -3.5], [2.75, -2.75], [4.0, -4.0]]
+    assert out.dtype == torch.bfloat16  # the weights cast to the slots' dtype
+    assert calls == [([4, 2], [4, 4], GROUP)]  # the splits swapped: home again
 
 
 def test_a_routed_block_runs_its_local_experts_between_dispatch_and_combine(
@@ -234,43 +249,51 @@ def test_a_call_that_does_not_bind_is_refused_by_the_dispatch(alike: Alike) -> N
 def test_sorted_slots_go_to_their_ranks_and_are_regrouped_by_local_expert(
         alike: Alike) -> None:
     shard = _shard(sorted_slots=True)
-    slots = torch.arange(6.0).reshape(6, 1)  # sorted by expert: counts 2 1 2 1
+    slots = torch.arange(12.0).reshape(6, 2)  # rows (0, 1) … (10, 11); counts 2 1 2 1
     (mine, counts, *rest), done = shard.dispatch((slots, torch.tensor([2, 1, 2, 1]), "x"))
     assert (done.sent, done.received) == ([3, 3], [3, 3])  # 2 + 1 each way
-    # arrived 0 1 2 | 0 1 2 (rank 0's run from both ranks), regrouped by expert:
+    assert alike.calls == [(None, None), ([3, 3], [3, 3])]
+    # arrived: rows 0 1 2 from rank 0, the same + 100 from rank 1; regrouped by expert:
     # expert 0's rows 0 1 from each rank, then expert 1's row 2 from each
     assert done.order is not None and done.order.tolist() == [0, 1, 3, 4, 2, 5]
-    assert mine.flatten().tolist() == [0.0, 1.0, 0.0, 1.0, 2.0, 2.0]
+    assert mine[:, 0].tolist() == [0.0, 2.0, 100.0, 102.0, 4.0, 104.0]
     assert counts.tolist() == [4, 2] and rest == ["x"]  # 2 + 2 and 1 + 1 slots
     assert done.weights is None and done.padded is None
-    # the combine undoes the regrouping and sends them home
+    # the combine undoes the regrouping (arrival order again) and sends them home
     back = shard.combine(mine, done)
-    assert back.flatten().tolist() == [0.0, 1.0, 2.0] * 2
+    assert alike.calls[-1] == ([3, 3], [3, 3])
+    assert back[:, 0].tolist() == [0.0, 2.0, 4.0, 100.0, 102.0, 104.0]
 
 
 def test_one_local_expert_needs_no_regrouping(alike: Alike) -> None:
     shard = _shard(experts=2, local=1, sorted_slots=True)
     slots = torch.arange(3.0).reshape(3, 1)
     (mine, counts), done = shard.dispatch((slots, torch.tensor([2, 1])))
-    assert done.order is None and mine.flatten().tolist() == [0.0, 1.0, 0.0, 1.0]
+    assert done.order is None and mine.flatten().tolist() == [0.0, 1.0, 100.0, 101.0]
     assert counts.tolist() == [4]
-    assert shard.combine(mine, done).flatten().tolist() == [0.0, 1.0, 0.0, 1.0]
+    back = shard.combine(mine, done)
+    assert alike.calls[-1] == ([2, 1], [2, 2])  # 2 + 1 sent home; 2 from each rank back
+    assert back.flatten().tolist() == [0.0, 1.0, 100.0, 101.0]
 
 
 @pytest.mark.parametrize("counts", [(), (None,)])
 def test_a_capacity_buffer_sends_each_rank_its_experts_whole(
         alike: Alike, counts: tuple[Any, ...]) -> None:
-    shard = _shard(sorted_slots=True)
-    buffer = torch.arange(8.0).reshape(4, 2, 1)  # 4 experts × capacity 2, width 1
+    shard = _shard(experts=6, local=3, sorted_slots=True)
+    buffer = torch.arange(24.0).reshape(6, 2, 2)  # 6 experts × capacity 2, width 2
     (mine,), done = shard.dispatch((buffer, *counts))
-    # 2 local experts × 2 slots = 4 rows to each rank
-    assert (done.sent, done.received, done.padded) == ([4, 4], [4, 4], (4, 2, 1))
-    # rank 0's experts 0 and 1 from both ranks: expert 0's 0 1 twice, expert 1's 2 3 twice
-    assert tuple(mine.shape) == (2, 4, 1)
-    assert mine.flatten().tolist() == [0.0, 1.0, 0.0, 1.0, 2.0, 3.0, 2.0, 3.0]
+    # 3 local experts × 2 slots = 6 rows to each rank
+    assert (done.sent, done.received, done.padded) == ([6, 6], [6, 6], (6, 2, 2))
+    assert alike.calls == [([6, 6], [6, 6])]
+    # rank 0's experts 0 1 2, each: its 2 slots from rank 0, then from rank 1 (+ 100)
+    assert tuple(mine.shape) == (3, 4, 2)
+    assert mine[..., 0].tolist() == [[4 * e + v for v in (0.0, 2.0, 100.0, 102.0)]
+                                     for e in range(3)]
     back = shard.combine(mine, done)
-    assert tuple(back.shape) == (4, 2, 1)
-    assert back.flatten().tolist() == [0.0, 1.0, 2.0, 3.0] * 2
+    assert alike.calls[-1] == ([6, 6], [6, 6])
+    # home: the first 3 experts' slots as this rank holds them, the last 3 from rank 1
+    assert tuple(back.shape) == (6, 2, 2)
+    assert back.flatten().tolist() == [*range(12), *range(100, 112)]
 
 
 def test_by_expert_regroups_runs_from_each_rank() -> None:
@@ -304,6 +327,9 @@ def test_whole_params_count_each_expert_block_on_every_rank(alike: Alike) -> Non
     # etp: each expert's width over 2 tp ranks too
     ep._SHARDS[model[1]].tp_ranks = 2
     assert whole_params(model) == 9 + 8 * 4
+    # a child module inside the block is counted once, as any other module
+    model[1].inner = nn.Linear(1, 1)  # 2 values
+    assert whole_params(model) == 9 + 8 * 4 + 2
 
 
 # ---- laying the experts out ---------------------------------------------------------------
@@ -369,3 +395,36 @@ def test_expert_parallel_refusals() -> None:
         with pytest.raises(InputError, match=r"the model \(Experts\) is not one"):
             apply_expert_parallel(module, mesh["ep"], tp=mesh["tp"])
         assert module.up.shape[0] == 4  # refused before any block is cut
+
+
+def test_the_dispatch_keeps_each_experts_slots_in_token_order(alike: Alike) -> None:
+    torch.manual_seed(0)
+    index = torch.randint(0, 4, (20, 2))  # 40 slots over 4 experts: many ties
+    hidden = torch.arange(20.0).unsqueeze(-1)
+    _, done = _shard().dispatch((hidden, index, torch.ones(20, 2)))
+    assert done.order is not None
+    flat = index.reshape(-1)
+    for expert in range(4):
+        run = [int(i) for i in done.order if flat[i] == expert]
+        assert run == sorted(run), expert  # a stable sort: the tokens' order kept
+
+
+def test_every_expert_is_counted_even_one_with_no_slot(alike: Alike) -> None:
+    # 1 token choosing experts 0 and 1 of 4: counts 1 1 0 0 (experts 2 and 3 get none)
+    _shard().dispatch((torch.ones(1, 1), torch.tensor([[0, 1]]), torch.ones(1, 2)))
+    assert alike.sizes[0] == 4  # the counts of all 4 experts exchanged
+
+
+def test_the_dispatch_makes_its_tensors_where_its_inputs_are(alike: Alike) -> None:
+    with torch.device("meta"):  # a default device the inputs are not on
+        (_, ids, ones), _ = _shard().dispatch((torch.ones(3, 1, device="cpu"),
+                                               torch.tensor([[0, 1]] * 3, device="cpu"),
+                                               torch.ones(3, 2, device="cpu")))
+        order = ep._by_expert(torch.tensor([[1, 2], [3, 0]], device="cpu"), 6)
+    assert (ids.device.type, ones.device.type, order.device.type) == ("cpu", "cpu", "cpu")
+
+
+def test_a_blocks_own_parameters_alone_are_its_experts() -> None:
+    module = Experts()
+    module.inner = nn.Linear(2, 2)  # a child's parameters are not the block's own
+    assert [name for name, _ in expert_parameters(module)] == ["up", "bias"]
