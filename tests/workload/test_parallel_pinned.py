@@ -435,3 +435,117 @@ def test_a_failing_step_names_the_layout_and_a_layout_must_be_one() -> None:
     with pytest.raises(InputError, match="got dict"):
         trace_parallel_step(lambda: nn.Linear(2, 2), lambda: torch.ones(1, 2),
                             {"fsdp": 2})  # type: ignore[arg-type]
+
+
+# ---- DDP beside tensor parallelism, ZeRO-1, context parallelism ---------------------------
+
+class Mlp(nn.Module):
+    """A replicated projection, then a Megatron MLP (column- then row-parallel)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pre = nn.Linear(24, 24, bias=False)
+        self.up = nn.Linear(24, 40)
+        self.down = nn.Linear(40, 24)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(self.pre(x))))
+
+
+def _plan() -> dict[str, Any]:
+    from tensorledger.workload.parallel import TpStyle
+
+    return {"up": TpStyle.COLWISE, "down": TpStyle.ROWWISE}
+
+
+# pre 576 replicated; up's 960 weights + 40 biases and down's 960 weights split over tp 2;
+# down's 24 biases replicated: 576 + 500 + 480 + 24 = 1,580 values on each rank
+MLP_TP2 = 576 + 1000 // 2 + 960 // 2 + 24
+
+
+def test_the_plan_given_lays_the_model_out() -> None:
+    step = trace_parallel_step(Mlp, lambda: torch.ones(3, 5, 24), Layout(tp=2), _plan())
+    assert step.params_per_rank == MLP_TP2
+
+
+def test_ddp_beside_tensor_parallelism_reduces_each_ranks_shards_over_dp_alone() -> None:
+    step = trace_parallel_step(Mlp, lambda: torch.ones(3, 5, 24), Layout(dp=2, tp=2),
+                               _plan())
+    collectives = [(r.phase, c.group_size, c.size_bytes, c.rank_stride)
+                   for r in step.trace.records if (c := r.collective) is not None]
+    # tp's all-reduces of down's partial output and of up's input gradient, 3 · 5 · 24 fp32
+    # (1,440 bytes) over the tp pair (stride 1); then DDP's bucket of the rank's 1,580 local
+    # gradients (6,320 bytes) over its 2 dp replicas: ranks 0 and 2 of the 2 × 2 mesh
+    assert collectives == [("forward", 2, 1440, 1), ("backward", 2, 1440, 1),
+                           ("backward", 2, MLP_TP2 * F32, 2)]
+    # AdamW's two fp32 moments of the 1,580 local values and a 4-byte step for each of 5
+    # tensors (the warm-up ran under no_sync, outside the trace)
+    assert step.optimizer_state_bytes_per_rank == 2 * MLP_TP2 * F32 + 5 * 4
+
+
+def test_zero1_shards_the_optimizer_state_by_whole_parameters() -> None:
+    step = trace_parallel_step(lambda: nn.Linear(8, 16), lambda: torch.ones(4, 8),
+                               Layout(fsdp=2, zero=1))
+    # rank 0 holds the weight (128 values, the larger), rank 1 the bias: AdamW's two fp32
+    # moments of 128 values and a 4-byte step
+    assert step.optimizer_state_bytes_per_rank == 2 * 128 * F32 + 4
+    assert step.params_per_rank == 144  # the parameters themselves whole (DDP)
+
+
+def test_context_parallelism_cuts_the_inputs_over_the_cp_mesh(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from contextlib import contextmanager
+
+    import tensorledger.workload.context_parallel as cp
+
+    calls: list[tuple[Any, ...]] = []
+
+    @contextmanager
+    def cut(mesh: Any, buffers: list[torch.Tensor], rotate: str) -> Any:
+        calls.append((mesh.mesh_dim_names, mesh.size(), [tuple(b.shape) for b in buffers],
+                      rotate))
+        yield
+
+    monkeypatch.setattr(cp, "sequence_sharded", cut)
+    trace_parallel_step(lambda: nn.Linear(8, 16), lambda: torch.ones(4, 8),
+                        Layout(cp=2, cp_rotate="alltoall"))
+    assert calls == [(("cp",), 2, [(4, 8)], "alltoall")]
+    trace_parallel_step(lambda: nn.Linear(8, 16), lambda: torch.ones(4, 8), Layout(fsdp=2))
+    assert len(calls) == 1  # no cp: nothing cut
+
+
+class Viewing(nn.Linear):
+    """A root whose output is a view: FSDP2 warns of it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x).view(-1)
+
+
+def test_the_default_loss_quiets_fsdps_view_warning() -> None:
+    # warnings are errors here: the warning unquieted would fail the step
+    step = trace_parallel_step(lambda: Viewing(8, 16), lambda: torch.ones(4, 8),
+                               Layout(fsdp=2))
+    assert step.params_per_rank == 72
+
+
+def test_a_failing_single_device_step_is_named_so() -> None:
+    def broken(out: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("no loss")
+
+    with pytest.raises(TraceError, match="the single-device step on 1 fake ranks raised"):
+        trace_parallel_step(lambda: nn.Linear(2, 2), lambda: torch.ones(1, 2), Layout(),
+                            loss=broken)
+
+
+def test_ddp_leaves_expert_parallel_experts_out_of_its_buckets() -> None:
+    from tests.workload.test_expert_parallel_pinned import Experts
+
+    with fake_process_group(2):
+        model = nn.Sequential(nn.Linear(1, 1), Experts())
+        ddp = parallelize(model, Layout(ep=2), build_mesh(Layout(ep=2)))
+        assert isinstance(ddp, nn.parallel.DistributedDataParallel)
+        assert ddp.parameters_to_ignore == {"1.up", "1.bias"}
+    with fake_process_group(2):
+        plain = parallelize(nn.Sequential(nn.Linear(1, 1)), Layout(dp=2),
+                            build_mesh(Layout(dp=2)))
+        assert plain.parameters_to_ignore == set()
