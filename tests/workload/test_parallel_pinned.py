@@ -76,8 +76,11 @@ def test_the_sharding_caches_are_emptied_each(monkeypatch: pytest.MonkeyPatch) -
                         lambda: cleared.append("native"))
     par._forget_sharding()
     assert cleared == ["op", "meta", "native"]
+    monkeypatch.delattr(propagator, "propagate_op_sharding")  # none there: nothing to clear
+    par._forget_sharding()
+    assert cleared == ["op", "meta", "native", "meta", "native"]
     # a torch with none of them: nothing is called, nothing fails
-    monkeypatch.setattr(propagator, "propagate_op_sharding", object())
+    monkeypatch.setattr(propagator, "propagate_op_sharding", object(), raising=False)
     monkeypatch.delattr(ShardingPropagator, "_propagate_tensor_meta_cached")
     monkeypatch.delattr(torch._C, "_clear_DTensor_sharding_propagator_cache")
     par._forget_sharding()
@@ -490,6 +493,10 @@ def test_zero1_shards_the_optimizer_state_by_whole_parameters() -> None:
     # moments of 128 values and a 4-byte step
     assert step.optimizer_state_bytes_per_rank == 2 * 128 * F32 + 4
     assert step.params_per_rank == 144  # the parameters themselves whole (DDP)
+    # DDP all-reduces every gradient: 144 fp32 values over the 2 ranks
+    reduces = [r.collective for r in step.trace.records
+               if r.collective is not None and r.collective.kind == "all-reduce"]
+    assert [(c.group_size, c.size_bytes) for c in reduces] == [(2, 144 * F32)]
 
 
 def test_context_parallelism_cuts_the_inputs_over_the_cp_mesh(
@@ -549,3 +556,108 @@ def test_ddp_leaves_expert_parallel_experts_out_of_its_buckets() -> None:
         plain = parallelize(nn.Sequential(nn.Linear(1, 1)), Layout(dp=2),
                             build_mesh(Layout(dp=2)))
         assert plain.parameters_to_ignore == set()
+
+
+# ---- experts beside FSDP -----------------------------------------------------------------
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        from tests.workload.test_expert_parallel_pinned import Experts
+
+        super().__init__()
+        self.dense = nn.Linear(4, 4)
+        self.experts = Experts()
+
+
+class RootHeld(nn.Module):
+    """A block of a dense layer and experts, and a parameter of the root's own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([Block()])
+        self.scale = nn.Parameter(torch.ones(4))
+
+    @property
+    def dense(self) -> nn.Module:
+        return self.blocks[0].dense
+
+    @property
+    def experts(self) -> nn.Module:
+        return self.blocks[0].experts
+
+
+def _mesh_names(param: torch.Tensor) -> tuple[str, ...] | None:
+    assert isinstance(param, DTensor)
+    return param.device_mesh.mesh_dim_names
+
+
+@pytest.mark.parametrize(("layout", "experts", "others"), [
+    (Layout(fsdp=2, ep=2), ("fsdp",), ("fsdp_ep",)),
+    (Layout(dp=2, fsdp=2, ep=2), ("dp", "fsdp"), ("dp", "fsdp_ep")),
+])
+def test_experts_shard_over_fsdp_and_the_rest_over_fsdp_and_ep(
+        layout: Layout, experts: tuple[str, ...], others: tuple[str, ...]) -> None:
+    from torch.distributed.fsdp import FSDPModule
+
+    with fake_process_group(layout.count):
+        model = RootHeld()
+        parallelize(model, layout, build_mesh(layout))
+        # ep first: the rank keeps 2 of the 4 experts, then FSDP shards them over fsdp
+        assert model.experts.num_experts == 2
+        assert isinstance(model.experts, FSDPModule)
+        assert _mesh_names(model.experts.up) == experts
+        assert _mesh_names(model.dense.weight) == others
+        assert _mesh_names(model.scale) == others  # the root's own, over the same mesh
+
+
+def test_zero2_keeps_the_experts_and_the_root_gathered() -> None:
+    layout = Layout(fsdp=2, ep=2, zero=2)
+    with fake_process_group(4):
+        model = RootHeld()
+        parallelize(model, layout, build_mesh(layout))
+        for unit in (model.experts, model.blocks[0], model):
+            group = unit._get_fsdp_state()._fsdp_param_group
+            assert group is not None and group.post_forward_mesh_info is None
+
+
+def test_a_stage_may_hold_no_experts_under_ep() -> None:
+    with fake_process_group(2):
+        mesh = build_mesh(Layout(ep=2))
+        with pytest.raises(InputError, match="--ep 2 shards routed experts"):
+            parallelize(nn.Linear(2, 2), Layout(ep=2), mesh)
+        stage = parallelize(nn.Linear(2, 2), Layout(ep=2), mesh, stage=True)
+        assert isinstance(stage, nn.parallel.DistributedDataParallel)
+
+
+def test_expert_tensor_parallelism_splits_each_local_experts_width() -> None:
+    from tensorledger.models import build_model, get_preset
+    from tensorledger.workload import expert_parallel as ep
+
+    layout = Layout(ep=2, tp=2, etp=2)
+    with fake_process_group(4):
+        model = build_model(get_preset("tiny-moe"), "cpu")
+        parallelize(model, layout, build_mesh(layout))
+        shards = [ep._SHARDS[m] for m in model.modules() if m in ep._SHARDS]
+    assert shards and all(s.tp_ranks == 2 and s.local == 3 for s in shards)
+    # tiny-moe: 6 experts of width 32; 3 a rank, each 32 / 2 = 16 wide, d 64
+    experts = next(m for m in model.modules() if m in ep._SHARDS)
+    assert tuple(experts.gate.shape) == (3, 64, 16)
+    layout = Layout(ep=2, tp=2)
+    with fake_process_group(4):
+        model = build_model(get_preset("tiny-moe"), "cpu")
+        parallelize(model, layout, build_mesh(layout))
+        whole = [ep._SHARDS[m] for m in model.modules() if m in ep._SHARDS]
+    assert all(s.tp_ranks == 1 for s in whole)  # etp 1: each tp rank holds them whole
+
+
+def test_zero1s_optimizer_import_is_quiet_even_the_first_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    for name in [n for n in sys.modules if n.startswith("torch.distributed.optim")]:
+        monkeypatch.delitem(sys.modules, name)
+    layout = Layout(fsdp=2, zero=1)
+    with fake_process_group(2):
+        optimizer = make_optimizer(layout, build_mesh(layout), nn.Linear(2, 2).parameters(),
+                                   lambda params: torch.optim.SGD(params, lr=0.1))
+    assert type(optimizer).__name__ == "ZeroRedundancyOptimizer"
