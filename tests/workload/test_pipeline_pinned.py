@@ -481,6 +481,10 @@ def test_the_traced_gpipe_step_of_each_rank_by_hand() -> None:
     assert first.timeline is not None
     assert first.saved_activation_peak_bytes > 0
     assert "saved_activation" in set(first.tags.values())
+    # checkpointing (not the default) keeps each block's input alone: a lower peak
+    checkpointed = trace_pipeline_step(TINY, batch=2, seq=16, pp=2, microbatches=2,
+                                       schedule="gpipe", checkpoint=True)
+    assert checkpointed.saved_activation_peak_bytes < first.saved_activation_peak_bytes
 
 
 def test_trace_refusals() -> None:
@@ -514,3 +518,21 @@ def test_a_failing_step_names_the_schedule_and_rank(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(pl, "run_pipeline_step", refused)
     with pytest.raises(InputError, match="the library's own refusal"):
         trace_pipeline_step(TINY, 2, 16, 2, 2, "gpipe")
+
+
+def test_an_interleaved_step_of_rank_0_by_hand() -> None:
+    step = trace_pipeline_step(LEARNED, batch=2, seq=8, pp=2, microbatches=2,
+                               schedule="interleaved-1f1b")
+    # 2 chunks a rank by default: rank 0 holds stages 0 and 2 of 4 (one block each)
+    assert (step.chunks, step.stages) == (2, (0, 2))
+    # sends: stage 0's and stage 2's activations forward, stage 2's gradient back, for each
+    # of 2 micro-batches (6); receives: stage 2's input, stage 2's and stage 0's gradients (6);
+    # each 1 · 8 · 64 fp32 = 2,048 bytes
+    assert (step.sends, step.sent_bytes) == (6, 6 * 2048)
+    assert (step.receives, step.received_bytes) == (6, 6 * 2048)
+
+
+def test_the_schedule_is_checked_before_tracing() -> None:
+    # 1F1B needs a micro-batch per stage at least: 1 < 2
+    with pytest.raises(InputError, match="micro-batch per stage"):
+        trace_pipeline_step(TINY, 2, 16, 2, 1, "1f1b")
