@@ -712,7 +712,8 @@ def test_a_transformers_model_is_built_on_the_target_and_checkpointed_when_asked
     # made by hand: the CLI checkpoints a config.json's model only through its reference
     checkpointed = replace(plain, checkpoint=True)
     again = st._build_module(checkpointed, "meta", torch.float32, None)
-    assert wrapped == [again] and again is not module  # the model built, wrapped
+    assert isinstance(again, nn.Linear) and again is not module  # a model built anew,
+    assert wrapped == [again]  # and it is what was wrapped
 
     def failing(work: Any, dtype: torch.dtype) -> nn.Module:
         raise ValueError("no such layer")
