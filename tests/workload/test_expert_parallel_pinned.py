@@ -356,6 +356,9 @@ def test_each_rank_keeps_its_run_of_experts() -> None:
     assert module.num_experts == 2
     assert module.up.requires_grad and not module.bias.requires_grad
     assert ep._SHARDS[module] is shard
+    with fake_process_group(2, rank=1):  # its forward now routes through the shard
+        out = module(torch.ones(3, 1), torch.tensor([[2, 3]] * 3), torch.ones(3, 2))
+    assert tuple(out.shape) == (3, 1)
 
 
 def test_a_root_block_is_named_by_its_class_and_reference_experts_keep_their_count() -> None:
@@ -428,3 +431,95 @@ def test_a_blocks_own_parameters_alone_are_its_experts() -> None:
     module = Experts()
     module.inner = nn.Linear(2, 2)  # a child's parameters are not the block's own
     assert [name for name, _ in expert_parameters(module)] == ["up", "bias"]
+
+
+class Scaled(Experts):
+    """Experts with a keyword of their own: the output times ``scale``."""
+
+    def forward(self, hidden: torch.Tensor, index: torch.Tensor, weights: torch.Tensor,
+                scale: float = 1.0) -> torch.Tensor:
+        return super().forward(hidden, index, weights) * scale
+
+
+def _one_rank(alike: Alike) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    alike.ranks = 1  # one ep rank: every all-to-all hands the slots back as they are
+    return (torch.tensor([[1.0], [2.0], [3.0]]), torch.tensor([[0, 1], [1, 0], [0, 0]]),
+            torch.tensor([[0.5, 0.5], [1.0, 0.0], [0.25, 0.25]]))
+
+
+def test_keywords_reach_the_experts_forward_and_a_partial_call_is_bound(
+        alike: Alike) -> None:
+    hidden, index, weights = _one_rank(alike)
+    module = Scaled(experts=2)
+    ep._route_through(module, _shard(experts=2, local=2))
+    # 5.5, 20, 1.5 on their own (see above), twice with scale 2
+    assert module(hidden, index, weights, scale=2.0).flatten().tolist() == [11.0, 40.0, 3.0]
+    # the hidden state by position, the rest by name: bound to (hidden, index, weights)
+    assert module(hidden, index=index, weights=weights).flatten().tolist() == [5.5, 20.0, 1.5]
+
+
+def test_expert_tensor_parallel_runs_the_forward_on_width_shards(
+        alike: Alike, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tensorledger.workload.expert_tensor_parallel as etp
+
+    hidden, index, weights = _one_rank(alike)
+    tp_group = object()
+    seen: list[tuple[str, tuple[float, ...], Any]] = []
+
+    def to_shards(x: torch.Tensor, group: Any) -> torch.Tensor:
+        seen.append(("to", tuple(x.flatten().tolist()), group))
+        return x
+
+    def from_shards(x: torch.Tensor, group: Any) -> torch.Tensor:
+        seen.append(("from", tuple(x.flatten().tolist()), group))
+        return x * 2  # the tp partial sums, added over 2 ranks alike
+
+    monkeypatch.setattr(etp, "to_expert_shards", to_shards)
+    monkeypatch.setattr(etp, "from_expert_shards", from_shards)
+    module = Scaled(experts=2)
+    ep._route_through(module, _shard(experts=2, local=2, tp_group=tp_group, tp_ranks=2))
+    out = module(hidden, index, weights, scale=3.0)
+    # the slots by expert (1 2 3 3 | 1 2) go to the width shards; the forward's output
+    # (hidden · 10^expert · 3) comes back summed over the tp pair (× 2)
+    assert seen[0] == ("to", (1.0, 2.0, 3.0, 3.0, 1.0, 2.0), tp_group)
+    assert seen[1] == ("from", (3.0, 6.0, 9.0, 9.0, 30.0, 60.0), tp_group)
+    # 2 · 3 · (5.5, 20, 1.5)
+    assert out.flatten().tolist() == [33.0, 120.0, 9.0]
+
+
+def test_a_one_dimensional_parameter_led_by_the_count_belongs_to_the_block() -> None:
+    module = Experts()
+    module.scale = nn.Parameter(torch.ones(4))  # one figure per expert
+    assert is_experts(module)
+
+
+def test_an_empty_slot_before_the_weights_is_passed_over() -> None:
+    from tensorledger.workload.parallel import fake_process_group
+
+    class Early(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.num_experts = 4
+            self.register_parameter("none_yet", None)
+            self.up = nn.Parameter(torch.arange(8.0).reshape(4, 1, 2))
+
+        def forward(self, hidden: torch.Tensor, index: torch.Tensor,
+                    weights: torch.Tensor) -> torch.Tensor:
+            return hidden
+
+    module = Early()
+    with fake_process_group(2, rank=1):
+        apply_expert_parallel(nn.Sequential(module), _mesh(2))
+    assert module.up.flatten().tolist() == [4.0, 5.0, 6.0, 7.0]  # experts 2 and 3
+
+
+def test_an_ep_dimension_beside_another_runs_on_its_own_group() -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from tensorledger.workload.parallel import fake_process_group
+
+    with fake_process_group(4):
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("ep", "fsdp"))
+        (shard,) = apply_expert_parallel(nn.Sequential(Experts()), mesh["ep"])
+        assert shard.group is mesh["ep"].get_group()
+        assert shard.group is not torch.distributed.group.WORLD

@@ -638,7 +638,8 @@ def test_expert_tensor_parallelism_splits_each_local_experts_width() -> None:
         model = build_model(get_preset("tiny-moe"), "cpu")
         parallelize(model, layout, build_mesh(layout))
         shards = [ep._SHARDS[m] for m in model.modules() if m in ep._SHARDS]
-    assert shards and all(s.tp_ranks == 2 and s.local == 3 for s in shards)
+    assert shards and all(s.tp_ranks == 2 and s.local == 3 and s.tp_group is not None
+                          for s in shards)
     # tiny-moe: 6 experts of width 32; 3 a rank, each 32 / 2 = 16 wide, d 64
     experts = next(m for m in model.modules() if m in ep._SHARDS)
     assert tuple(experts.gate.shape) == (3, 64, 16)
