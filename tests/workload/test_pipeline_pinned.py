@@ -78,7 +78,9 @@ def test_a_stage_runs_under_bf16_autocast_when_asked() -> None:
 
 def test_dropout_applies_on_the_first_stage() -> None:
     (first, _) = split_stages(_model(LEARNED), 2)
-    first.train()
+    first.eval()
+    assert first.dropout is not None
+    first.dropout.train()  # the embeddings' dropout alone, the blocks' off
     torch.manual_seed(1)
     tokens = torch.zeros(1, 4, dtype=torch.long)
     noisy = first(tokens)
@@ -536,3 +538,32 @@ def test_the_schedule_is_checked_before_tracing() -> None:
     # 1F1B needs a micro-batch per stage at least: 1 < 2
     with pytest.raises(InputError, match="micro-batch per stage"):
         trace_pipeline_step(TINY, 2, 16, 2, 1, "1f1b")
+
+
+def test_positions_are_made_where_the_tokens_are() -> None:
+    (first, _) = split_stages(_model(LEARNED).eval(), 2)
+    tokens = torch.zeros(1, 3, dtype=torch.long)
+    expected = first(tokens)
+    with torch.device("meta"):  # a default device the tokens are not on
+        assert torch.equal(first(tokens), expected)
+
+
+def test_a_stage_autocasts_to_bf16_whatever_the_default() -> None:
+    (first, last) = split_stages(_model(), 2)
+    hidden = first(torch.zeros(1, 3, dtype=torch.long))
+    last.autocast = True
+    before = torch.get_autocast_dtype("cpu")
+    torch.set_autocast_dtype("cpu", torch.float16)
+    try:
+        assert last(hidden).dtype == torch.bfloat16
+    finally:
+        torch.set_autocast_dtype("cpu", before)
+
+
+def test_a_rank_is_built_of_the_stage_layers_given() -> None:
+    from tensorledger.workload.parallel import fake_process_group
+
+    with fake_process_group(2):
+        modules, _ = pl.build_pipeline_rank(LEARNED, 2, 0, 1, GPIPE, 2, 1, 8,
+                                            stage_layers=[1, 3])
+    assert [list(m.blocks) for m in modules] == [["0"]]  # 1 block, then 3 on rank 1
