@@ -523,3 +523,18 @@ def test_an_ep_dimension_beside_another_runs_on_its_own_group() -> None:
         (shard,) = apply_expert_parallel(nn.Sequential(Experts()), mesh["ep"])
         assert shard.group is mesh["ep"].get_group()
         assert shard.group is not torch.distributed.group.WORLD
+
+
+def test_a_width_the_tp_ranks_do_not_divide_names_the_block() -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from tensorledger.workload.parallel import fake_process_group
+
+    moe = get_preset("tiny-moe").moe
+    assert moe is not None
+    with fake_process_group(6):
+        mesh = init_device_mesh("cpu", (2, 3), mesh_dim_names=("ep", "tp"))
+        # tiny-moe's experts are 32 wide: 3 tp ranks do not divide them
+        with pytest.raises(InputError, match="expert width 32 of 0"):
+            apply_expert_parallel(nn.Sequential(RoutedExperts(4, moe)), mesh["ep"],
+                                  tp=mesh["tp"])

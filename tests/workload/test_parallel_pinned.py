@@ -552,8 +552,8 @@ def test_ddp_leaves_expert_parallel_experts_out_of_its_buckets() -> None:
         ddp = parallelize(model, Layout(ep=2), build_mesh(Layout(ep=2)))
         assert isinstance(ddp, nn.parallel.DistributedDataParallel)
         assert ddp.parameters_to_ignore == {"1.up", "1.bias"}
-    with fake_process_group(2):
-        plain = parallelize(nn.Sequential(nn.Linear(1, 1)), Layout(dp=2),
+    with fake_process_group(2):  # experts under plain --dp: whole, and reduced as the rest
+        plain = parallelize(nn.Sequential(nn.Linear(1, 1), Experts()), Layout(dp=2),
                             build_mesh(Layout(dp=2)))
         assert plain.parameters_to_ignore == set()
 
@@ -662,3 +662,35 @@ def test_zero1s_optimizer_import_is_quiet_even_the_first_time(
         optimizer = make_optimizer(layout, build_mesh(layout), nn.Linear(2, 2).parameters(),
                                    lambda params: torch.optim.SGD(params, lr=0.1))
     assert type(optimizer).__name__ == "ZeroRedundancyOptimizer"
+
+
+def test_a_reference_mixture_of_experts_under_tp_needs_ep() -> None:
+    from tensorledger.models import build_model, get_preset
+
+    with fake_process_group(2):
+        model = build_model(get_preset("tiny-moe"), "cpu")
+        with pytest.raises(InputError, match="no plan for the reference mixture of experts"):
+            parallelize(model, Layout(tp=2), build_mesh(Layout(tp=2)))
+
+
+def test_the_roots_own_parameters_are_offloaded_too() -> None:
+    class Root(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = nn.Linear(4, 4)
+            self.scale = nn.Parameter(torch.ones(4))
+
+    with fake_process_group(1):
+        model = Root()
+        parallelize(model, Layout(), build_mesh(Layout()), offload_params=True)
+        group = model._get_fsdp_state()._fsdp_param_group
+        assert group is not None and group.fsdp_params[0].offload_to_cpu is True
+
+
+def test_zero1_beside_tp_shards_the_optimizer_over_fsdp_alone() -> None:
+    layout = Layout(fsdp=2, zero=1, tp=2)
+    with fake_process_group(4):
+        mesh = build_mesh(layout)
+        optimizer = make_optimizer(layout, mesh, nn.Linear(2, 2).parameters(),
+                                   lambda params: torch.optim.SGD(params, lr=0.1))
+        assert optimizer.process_group is mesh["fsdp"].get_group()
