@@ -482,7 +482,10 @@ def test_the_traced_gpipe_step_of_each_rank_by_hand() -> None:
     assert first.bubble_fraction == pytest.approx(1 / 3)
     assert first.timeline is not None
     assert first.saved_activation_peak_bytes > 0
-    assert "saved_activation" in set(first.tags.values())
+    # every storage the step holds is tagged by what it is
+    assert {"parameter", "gradient", "optimizer_state", "saved_activation"} <= set(
+        first.tags.values())
+    assert first.trace.records  # the recorded step's ops
     # checkpointing (not the default) keeps each block's input alone: a lower peak
     checkpointed = trace_pipeline_step(TINY, batch=2, seq=16, pp=2, microbatches=2,
                                        schedule="gpipe", checkpoint=True)
