@@ -22,8 +22,14 @@ from tensorledger.napkin import (
     zero_summary,
     zero_table,
 )
-from tensorledger.napkin.parallel import CollectiveVolume, CommVolume, PipelineBubble
+from tensorledger.napkin.parallel import (
+    CollectiveVolume,
+    CommVolume,
+    PipelineBubble,
+    tp_indivisible,
+)
 from tensorledger.napkin.recipes import Precision, bytes_per_param
+from tensorledger.napkin.transformer import get_preset
 
 # parameters in 2 bytes, gradients in 4: a swapped size shows
 SPLIT = Precision("split", "2-byte parameters, 4-byte gradients", 2.0, 4.0, 0.0, 4.0)
@@ -170,3 +176,8 @@ def test_zero_parameters_are_allowed() -> None:
     assert zero_bytes(0, 4, 3, "fp32", "adam").total_bytes == 0
     with pytest.raises(InputError, match=r"^params must"):
         ddp_comm_volume(True, 4, "fp32")  # a bool is not a count
+
+
+def test_tp_indivisible_refuses_a_degree_by_name() -> None:
+    with pytest.raises(InputError, match=r"^tp must be a whole number from 1 to 2\^63 - 1, got 0$"):
+        tp_indivisible(get_preset("tiny"), 0)
