@@ -49,8 +49,9 @@ def test_topk_over_rows_of_one_and_of_none() -> None:
     # rows of one element, k 1: one compare each, 6 (⌈log₂ 2⌉ = 1)
     assert _flops("aten.topk", (T(6, 1), 1), {}) == 6
     assert topk_flops(6, 1, 1) == 6
-    # an empty row: nothing compared
+    # an empty row: nothing compared, whatever the count of elements says
     assert topk_flops(0, 0, 0) == 0
+    assert topk_flops(12, 0, 2) == 0
 
 
 def test_sort_takes_the_first_int_that_is_not_a_bool_as_its_dimension() -> None:

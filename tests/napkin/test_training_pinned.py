@@ -3,11 +3,13 @@ question names the answer that overflows (mutation, issue 42)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tensorledger.errors import InputError
 from tensorledger.hardware import get_hardware
-from tensorledger.napkin.training import devices_for_duration, training_time
+from tensorledger.napkin.training import devices_for_duration, flop_budget, training_time
 
 H100 = get_hardware("h100")  # dense bf16 989.5e12 FLOP/s
 
@@ -33,3 +35,14 @@ def test_the_days_with_whole_devices_can_overflow_and_say_so() -> None:
     per_device = 989.5e12 * 1e-20 * duration
     with pytest.raises(InputError, match=r"^the training time overflows a float"):
         devices_for_duration(H100, duration, 1e-20, flops=per_device * 1000.0000001)
+
+
+def test_the_default_dtype_is_bf16_and_a_chip_without_it_says_so() -> None:
+    fp32_only = dataclasses.replace(H100, dense_flop_per_s={"fp32": 67e12})
+    message = r"^h100-sxm lists no dense bf16 peak for dtype 'bf16'; it lists: fp32$"
+    with pytest.raises(InputError, match=message):
+        training_time(fp32_only, 8, 0.5, flops=1e20)
+    with pytest.raises(InputError, match=message):
+        devices_for_duration(fp32_only, 86400.0, 0.5, flops=1e20)
+    with pytest.raises(InputError, match=message):
+        flop_budget(fp32_only, 8, 86400.0)
