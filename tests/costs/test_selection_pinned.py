@@ -72,3 +72,14 @@ def test_scaled_mm_reads_the_first_operand_for_fp4_packing() -> None:
 def test_scaled_mm_of_operands_with_no_dtype_is_unpacked() -> None:
     # 2 · 4 · 5 · 3 = 120
     assert _flops("aten._scaled_mm", (T(4, 3), T(3, 5)), {}) == 120
+
+
+def test_a_zero_dimensional_tensor_is_one_row_of_one() -> None:
+    # top-1 of a scalar: one element, one compare; sorting one element compares nothing
+    assert _flops("aten.topk", (T(), 1), {}) == 1
+    assert _flops("aten.sort", (T(),), {}) == 0
+
+
+def test_sorting_rows_of_one_compares_nothing() -> None:
+    # ⌈log₂ 1⌉ = 0 compares for each of 6 rows of one element
+    assert _flops("aten.sort", (T(6, 1),), {}) == 0
