@@ -8,7 +8,7 @@ import pytest
 
 from tensorledger.errors import InputError
 from tensorledger.hardware import get_hardware
-from tensorledger.napkin.fit import largest_model_with_activations
+from tensorledger.napkin.fit import largest_model, largest_model_with_activations
 
 H100 = get_hardware("h100")  # 80e9 bytes
 
@@ -29,3 +29,19 @@ def test_an_answer_of_one_and_a_half_layers() -> None:
     got = largest_model_with_activations(H100, 1, "fp32", "adamw", batch=1, seq_len=1,
                                          aspect=11_111)
     assert 1.49999 < got.n_layers < 1.500010
+
+
+def test_every_field_carries_what_was_asked() -> None:
+    upper = largest_model(H100, 8, "lecture", "adamw")
+    got = largest_model_with_activations(H100, 8, "lecture", "adamw", batch=3, seq_len=512,
+                                         checkpoint="full", aspect=100, experts=2, top_k=1)
+    assert (got.hardware, got.count, got.memory_bytes) == ("h100-sxm", 8, 8 * 80e9)
+    assert got.breakdown == upper.breakdown
+    assert got.params_without_activations == upper.params
+    assert (got.batch, got.seq_len, got.checkpoint, got.aspect) == (3, 512, "full", 100)
+    assert (got.experts, got.top_k) == (2, 1)
+    assert got.d_model == 100 * got.n_layers  # aspect · L
+    assert got.active_params is not None  # two experts are a mixture
+    assert got.steps[0].value == 8 * 80e9
+    dense = largest_model_with_activations(H100, 8, "lecture", "adamw", batch=3, seq_len=512)
+    assert (dense.experts, dense.active_params) == (1, None)

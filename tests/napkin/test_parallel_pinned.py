@@ -26,6 +26,7 @@ from tensorledger.napkin.parallel import (
     CollectiveVolume,
     CommVolume,
     PipelineBubble,
+    torch_zero_bytes,
     tp_indivisible,
 )
 from tensorledger.napkin.recipes import Precision, bytes_per_param
@@ -181,3 +182,35 @@ def test_zero_parameters_are_allowed() -> None:
 def test_tp_indivisible_refuses_a_degree_by_name() -> None:
     with pytest.raises(InputError, match=r"^tp must be a whole number from 1 to 2\^63 - 1, got 0$"):
         tp_indivisible(get_preset("tiny"), 0)
+
+
+# two tensors of 8 × 4 and 3: 35 parameters; bf16 with an fp32 master, AdamW: 2 + 2 + 4 + 8
+# bytes a parameter
+SHAPES = [(8, 4), (3,)]
+
+
+def test_torch_zero_0_shards_nothing_and_counts_the_master_whole() -> None:
+    z = torch_zero_bytes(SHAPES, 2, 0, "bf16-master", "adamw")
+    assert z.shard_params == 18  # ⌈35 / 2⌉, the even share it would be
+    assert z.master_bytes == 140  # 4 · 35: not sharded at stage 0
+    assert z.total_bytes == 560  # 16 · 35
+    assert z.steps[1].formula == "nothing sharded"
+
+
+def test_torch_zero_names_each_stages_rule() -> None:
+    one = torch_zero_bytes(SHAPES, 2, 1, "bf16-master", "adamw")
+    assert one.shard_params == 32  # the 8 × 4 tensor goes to rank 0 whole
+    assert one.steps[1].formula == "whole tensors, largest first to the least-loaded rank"
+    three = torch_zero_bytes(SHAPES, 2, 3, "bf16-master", "adamw")
+    assert three.shard_params == 18  # 4 · 4 rows + ⌈3 / 2⌉
+    assert three.steps[1].formula == "each tensor's ⌈rows / N⌉ rows"
+
+
+@pytest.mark.parametrize(("shapes", "ranks", "message"), [
+    (SHAPES, 0, r"ranks must be a whole number from 1 to 2\^63 - 1, got 0"),
+    ([(8, -1)], 2, "a dimension must be a whole number >= 0, got -1"),
+])
+def test_torch_zero_refuses_by_name(shapes: list[tuple[int, ...]], ranks: int,
+                                    message: str) -> None:
+    with pytest.raises(InputError, match=f"^{message}$"):
+        torch_zero_bytes(shapes, ranks, 3, "fp32", "sgd")
