@@ -86,3 +86,13 @@ def test_a_refused_rank_names_its_input(change: dict[str, object], message: str)
     args: dict[str, object] = {"batch": 1, "seq_len": 8, "cp": 2, "tp": 1, **change}
     with pytest.raises(InputError, match=f"^{message}$"):
         context_parallel_rank(MODEL, **args)  # type: ignore[arg-type]
+
+
+def test_counts_stay_whole_and_sequence_parallelism_is_off_by_default() -> None:
+    ring = context_parallel_rank(MODEL, batch=3, seq_len=24, cp=2, tp=2)
+    assert ring == context_parallel_rank(MODEL, batch=3, seq_len=24, cp=2, tp=2,
+                                         sequence_parallel=False)
+    assert ring.activations == activation_memory(MODEL, 3, 12, 2, False, tp=2)
+    # whole numbers of FLOPs and bytes, as every formula here returns
+    assert type(ring.attention_flops) is int
+    assert type(ring.ring_copy_bytes) is int

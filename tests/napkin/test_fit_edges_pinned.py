@@ -45,3 +45,15 @@ def test_every_field_carries_what_was_asked() -> None:
     assert got.steps[0].value == 8 * 80e9
     dense = largest_model_with_activations(H100, 8, "lecture", "adamw", batch=3, seq_len=512)
     assert (dense.experts, dense.active_params) == (1, None)
+
+
+@pytest.mark.parametrize("name", ["experts", "top_k"])
+def test_a_zero_routing_count_is_refused_by_name(name: str) -> None:
+    routing = {"experts": 2, "top_k": 1, name: 0}
+    with pytest.raises(InputError, match=f"^{name} must be a whole number from 1"):
+        largest_model(H100, 8, "lecture", "adamw", **routing)
+
+
+def test_two_experts_are_a_mixture_and_one_is_dense() -> None:
+    assert largest_model(H100, 8, "lecture", "adamw", experts=2, top_k=1).active_params
+    assert largest_model(H100, 8, "lecture", "adamw").active_params is None

@@ -214,3 +214,15 @@ def test_torch_zero_refuses_by_name(shapes: list[tuple[int, ...]], ranks: int,
                                     message: str) -> None:
     with pytest.raises(InputError, match=f"^{message}$"):
         torch_zero_bytes(shapes, ranks, 3, "fp32", "sgd")
+
+
+def test_torch_zero_2_carries_its_inputs_and_the_unsharded_bytes() -> None:
+    z = torch_zero_bytes(SHAPES, 2, 2, "bf16-master", "adamw")
+    assert (z.stage, z.ranks, z.params) == (2, 2, 35)
+    assert (z.precision, z.optimizer) == ("bf16-master", "adamw")
+    assert z.breakdown == bytes_per_param("bf16-master", "adamw")
+    assert z.unsharded_bytes == 560  # one device holds everything: 16 · 35
+    assert z.steps[1].formula == "each tensor's ⌈rows / N⌉ rows"
+    # the working names each part
+    assert [s.label for s in z.steps[2:6]] == ["parameters", "gradients", "master copy",
+                                               "optimizer state"]
