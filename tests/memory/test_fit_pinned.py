@@ -3,12 +3,13 @@ devices, the edges of a budget, and the reserve of a job of two."""
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 from typing import Any
 
 from tensorledger.hardware import get_hardware
 from tensorledger.memory.ledger import Fit, _fit
-from tensorledger.napkin.headroom import device_headroom
+from tensorledger.napkin.headroom import Headroom, device_headroom
 
 H100 = get_hardware("h100")
 # parameters 1,000, gradients 300, optimizer state 2,000 of a 5,000-byte peak
@@ -39,3 +40,15 @@ def test_without_a_budget_the_reserve_of_the_larger_job_counts() -> None:
                       reserve=two.describe())
     # 723 MiB + 1.06e9 + 5% of 5,000
     assert got.reserve_bytes == 723 * 2**20 + 1.06e9 + 250
+    # the figures in GB to two places, by 1e9: 0.025 GB shows as 0.03
+    assert Headroom(2.5e7, 2.5e7, 0.05).describe().startswith(
+        "CUDA context 0.03 GB, NCCL buffers 0.03 GB, ")
+
+
+def test_a_peak_equal_to_the_usable_bytes_fits() -> None:
+    # a chip of 723 MiB + 5,250 bytes: one device keeps its CUDA context and 5% of the peak,
+    # so a 5,000-byte peak is the most that fits (5,250 / 1.05), and it does
+    chip = dataclasses.replace(H100, memory_bytes=723 * 2**20 + 5250)
+    got = _fit(TIMELINE, chip, 1, 1, None)
+    assert (got.replica_peak_bytes, got.fits_replicated) == (5000, True)
+    assert (got.sharded_peak_bytes, got.fits_sharded) == (5000, True)  # one device: unsharded

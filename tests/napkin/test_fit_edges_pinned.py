@@ -57,3 +57,9 @@ def test_a_zero_routing_count_is_refused_by_name(name: str) -> None:
 def test_two_experts_are_a_mixture_and_one_is_dense() -> None:
     assert largest_model(H100, 8, "lecture", "adamw", experts=2, top_k=1).active_params
     assert largest_model(H100, 8, "lecture", "adamw").active_params is None
+
+
+def test_the_top_k_is_carried() -> None:
+    got = largest_model_with_activations(H100, 8, "lecture", "adamw", batch=3, seq_len=512,
+                                         experts=4, top_k=2)
+    assert (got.experts, got.top_k) == (4, 2)
