@@ -3,7 +3,10 @@ experts with latent attention and a dense first layer (mutation, issue 42); ever
 
 from __future__ import annotations
 
+import dataclasses
+
 from tensorledger.napkin.moe import MLAConfig, MoEConfig
+from tensorledger.napkin.params import parameter_count
 from tensorledger.napkin.transformer import TransformerConfig, forward_flops_per_token
 
 # GELU, LayerNorm, biases: d 24, 4 query heads and 2 kv heads of 5 (q 20, kv 10), ff 40,
@@ -49,3 +52,16 @@ def test_experts_and_latent_attention_term_by_term() -> None:
     assert type(f.attention_values_flops) is int  # halving 2·s·width stays whole
     assert f.head_flops == 4800  # 2 · 24 · 100
     assert f.total_flops == 9696 + 26784 + 672 + 576 + 4800
+
+
+def test_a_multi_token_prediction_depth_copies_the_last_layer() -> None:
+    # one depth: the last layer, a 2d × d projection and 3 norms. GELU with biases, d 24:
+    # attention 24·20 + 20 + 2·(24·10 + 10) + 20·24 + 24 = 1,504; MLP 2·24·40 + 40 + 24 =
+    # 1,984; two LayerNorms 2·48 = 96: a layer of 3,584; + 2·24² + 3·48 = 4,880
+    gelu = dataclasses.replace(GELU, mtp_depth=1)
+    assert parameter_count(gelu).mtp_params == 4880
+    # with experts the last layer is a sparse one: latent attention 1,212, experts 5,016
+    # (router 120 + 5 · 504 + shared 2,376), two RMSNorms 48 and the kv latent's norm 4 =
+    # 6,280 (a dense one would be 1,212 + 3·24·40 + 52 = 4,144); two depths of
+    # 6,280 + 2·24² + 3·24
+    assert parameter_count(dataclasses.replace(SPARSE, mtp_depth=2)).mtp_params == 15008

@@ -38,3 +38,7 @@ def test_an_unknown_name_is_refused_without_a_hint() -> None:
 def test_experts_alone_are_refused() -> None:
     with pytest.raises(InputError, match=r"^--lora is priced on dense blocks; tiny-moe's experts"):
         lora_shape(get_preset("tiny-moe"), 4)
+
+
+def test_nf4_is_carried() -> None:
+    assert lora_shape(TINY, 4, nf4=True).nf4 is True
