@@ -74,6 +74,10 @@ def test_collective_registers_a_zero_flop_communication_rule(table: dict[str, Ru
             "all-gather", "g", size, "both")
     _collective("test.send", kind="send-recv", group=0, size=size, direction="send")
     assert table["test.send"].collective.direction == "send"  # type: ignore[union-attr]
+    assert table["test.send"].collective.peer is None  # type: ignore[union-attr]
+    # a point-to-point op files the position of its peer argument
+    _collective("test.recv", kind="send-recv", group=3, size=size, direction="recv", peer=1)
+    assert table["test.recv"].collective.peer == 1  # type: ignore[union-attr]
 
 
 def test_size_builders_read_the_named_argument() -> None:

@@ -22,8 +22,15 @@ from tensorledger.napkin import (
     zero_summary,
     zero_table,
 )
-from tensorledger.napkin.parallel import CollectiveVolume, CommVolume, PipelineBubble
+from tensorledger.napkin.parallel import (
+    CollectiveVolume,
+    CommVolume,
+    PipelineBubble,
+    torch_zero_bytes,
+    tp_indivisible,
+)
 from tensorledger.napkin.recipes import Precision, bytes_per_param
+from tensorledger.napkin.transformer import get_preset
 
 # parameters in 2 bytes, gradients in 4: a swapped size shows
 SPLIT = Precision("split", "2-byte parameters, 4-byte gradients", 2.0, 4.0, 0.0, 4.0)
@@ -170,3 +177,52 @@ def test_zero_parameters_are_allowed() -> None:
     assert zero_bytes(0, 4, 3, "fp32", "adam").total_bytes == 0
     with pytest.raises(InputError, match=r"^params must"):
         ddp_comm_volume(True, 4, "fp32")  # a bool is not a count
+
+
+def test_tp_indivisible_refuses_a_degree_by_name() -> None:
+    with pytest.raises(InputError, match=r"^tp must be a whole number from 1 to 2\^63 - 1, got 0$"):
+        tp_indivisible(get_preset("tiny"), 0)
+
+
+# two tensors of 8 × 4 and 3: 35 parameters; bf16 with an fp32 master, AdamW: 2 + 2 + 4 + 8
+# bytes a parameter
+SHAPES = [(8, 4), (3,)]
+
+
+def test_torch_zero_0_shards_nothing_and_counts_the_master_whole() -> None:
+    z = torch_zero_bytes(SHAPES, 2, 0, "bf16-master", "adamw")
+    assert z.shard_params == 18  # ⌈35 / 2⌉, the even share it would be
+    assert z.master_bytes == 140  # 4 · 35: not sharded at stage 0
+    assert z.total_bytes == 560  # 16 · 35
+    assert z.steps[1].formula == "nothing sharded"
+
+
+def test_torch_zero_names_each_stages_rule() -> None:
+    one = torch_zero_bytes(SHAPES, 2, 1, "bf16-master", "adamw")
+    assert one.shard_params == 32  # the 8 × 4 tensor goes to rank 0 whole
+    assert one.steps[1].formula == "whole tensors, largest first to the least-loaded rank"
+    three = torch_zero_bytes(SHAPES, 2, 3, "bf16-master", "adamw")
+    assert three.shard_params == 18  # 4 · 4 rows + ⌈3 / 2⌉
+    assert three.steps[1].formula == "each tensor's ⌈rows / N⌉ rows"
+
+
+@pytest.mark.parametrize(("shapes", "ranks", "message"), [
+    (SHAPES, 0, r"ranks must be a whole number from 1 to 2\^63 - 1, got 0"),
+    ([(8, -1)], 2, "a dimension must be a whole number >= 0, got -1"),
+])
+def test_torch_zero_refuses_by_name(shapes: list[tuple[int, ...]], ranks: int,
+                                    message: str) -> None:
+    with pytest.raises(InputError, match=f"^{message}$"):
+        torch_zero_bytes(shapes, ranks, 3, "fp32", "sgd")
+
+
+def test_torch_zero_2_carries_its_inputs_and_the_unsharded_bytes() -> None:
+    z = torch_zero_bytes(SHAPES, 2, 2, "bf16-master", "adamw")
+    assert (z.stage, z.ranks, z.params) == (2, 2, 35)
+    assert (z.precision, z.optimizer) == ("bf16-master", "adamw")
+    assert z.breakdown == bytes_per_param("bf16-master", "adamw")
+    assert z.unsharded_bytes == 560  # one device holds everything: 16 · 35
+    assert z.steps[1].formula == "each tensor's ⌈rows / N⌉ rows"
+    # the working names each part
+    assert [s.label for s in z.steps[2:6]] == ["parameters", "gradients", "master copy",
+                                               "optimizer state"]
