@@ -484,6 +484,10 @@ def test_ddp_beside_tensor_parallelism_reduces_each_ranks_shards_over_dp_alone()
     # AdamW's two fp32 moments of the 1,580 local values and a 4-byte step for each of 5
     # tensors (the warm-up ran under no_sync, outside the trace)
     assert step.optimizer_state_bytes_per_rank == 2 * MLP_TP2 * F32 + 5 * 4
+    # the rank holds the same 1,580 values and their gradients (the DTensor shards too, which
+    # DDP beside TP leaves out of model.parameters() after a forward)
+    assert step.params_per_rank == MLP_TP2
+    assert step.param_bytes_per_rank == step.grad_bytes_per_rank == MLP_TP2 * F32
 
 
 def test_zero1_shards_the_optimizer_state_by_whole_parameters() -> None:

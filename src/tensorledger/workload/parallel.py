@@ -480,7 +480,10 @@ def trace_parallel_step(build: Callable[[], nn.Module], make_inputs: Callable[[]
         mesh = build_mesh(layout)
         with FakeTensorMode(), (nullcontext() if modes is None else modes()):
             model = parallelize(build(), layout, mesh, tp_plan)
-            optimizer = make_optimizer(layout, mesh, model.parameters(),
+            # the parameters as laid out, before a forward: DDP beside tensor parallelism
+            # leaves its DTensors as plain attributes after one, out of model.parameters()
+            held = list(model.parameters())
+            optimizer = make_optimizer(layout, mesh, held,
                                        lambda params: torch.optim.AdamW(params, lr=1e-3))
             inputs = make_inputs()
 
@@ -488,7 +491,7 @@ def trace_parallel_step(build: Callable[[], nn.Module], make_inputs: Callable[[]
 
             def step() -> None:
                 to_scalar(model(inputs)).backward()  # type: ignore[no-untyped-call]
-                grads[0] = grad_bytes(model.parameters())
+                grads[0] = grad_bytes(held)
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
 
@@ -521,7 +524,7 @@ def trace_parallel_step(build: Callable[[], nn.Module], make_inputs: Callable[[]
             except Exception as error:
                 raise TraceError(f"the {name} step on {layout.count} fake ranks raised "
                                  f"{type(error).__name__}: {error}") from error
-            params = [local_tensor(p) for p in _unique(model.parameters())]
+            params = [local_tensor(p) for p in _unique(held)]
             numel = sum(p.numel() for p in params)
             nbytes = sum(p.numel() * p.element_size() for p in params)
             state_bytes = _state_bytes(optimizer)
