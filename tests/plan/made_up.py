@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from tensorledger.hardware import get_hardware
+from tensorledger.napkin.recipes import resolve_optimizer, resolve_precision
+from tensorledger.napkin.transformer import get_preset
+from tensorledger.plan.estimate import LayoutChoice, PlanSetup
 from tensorledger.plan.profile import ModelProfile, Split
 
 _MADE_UP = ModelProfile(name="made-up", source="by hand", seq_len=16, precision="fp32",
@@ -21,3 +25,13 @@ _MADE_UP = ModelProfile(name="made-up", source="by hand", seq_len=16, precision=
 def made_up_profile(**change: object) -> ModelProfile:
     """The profile at 16 tokens in fp32, with ``change``'s fields replaced."""
     return dataclasses.replace(_MADE_UP, **change)  # type: ignore[arg-type]
+
+
+def tiny_three_heads_on_tp3() -> tuple[PlanSetup, LayoutChoice]:
+    """tiny with 3 heads (and d_ff 192, vocabulary 129, which 3 divides) on 3 H100s in fp32
+    with AdamW: TP 3, 8 micro-batches of 1 sequence of 16 tokens."""
+    config = dataclasses.replace(get_preset("tiny"), name="tiny-3", n_heads=3, n_kv_heads=3,
+                                 d_ff=192, vocab_size=129)
+    setup = PlanSetup(config, get_hardware("h100"), 3, 16, 8, resolve_precision("fp32"),
+                      resolve_optimizer("adamw"), 1e12)
+    return setup, LayoutChoice(dp=1, tp=3, pp=1, accumulation=8)

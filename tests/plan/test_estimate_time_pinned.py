@@ -21,7 +21,7 @@ from tensorledger.plan.model import search_model
 from tensorledger.plan.profile import Split
 from tensorledger.plan.timing import collective_s, dp_comm_s, ep_comm_s, ring_layer_s
 from tensorledger.roofline.collectives import CollectiveKind
-from tests.plan.made_up import made_up_profile
+from tests.plan.made_up import made_up_profile, tiny_three_heads_on_tp3
 
 H100 = get_hardware("h100")
 PEAK = H100.peak_flop_per_s("bf16")
@@ -229,11 +229,7 @@ def test_a_priced_collective_is_remembered_and_read_back() -> None:
 def test_three_heads_on_tp_3_all_reduce_per_layer() -> None:
     # tiny with 3 heads (d_ff 192, V 129) in fp32 on TP 3, 8 micro-batches of 1: 2 blocks × 4
     # all-reduces of 16 tokens × 64 × 4 bytes, a micro-batch
-    config = dataclasses.replace(TINY, name="tiny-3", n_heads=3, n_kv_heads=3, d_ff=192,
-                                 vocab_size=129)
-    setup = PlanSetup(config, H100, 3, 16, 8, resolve_precision("fp32"),
-                      resolve_optimizer("adamw"), 1e12)
-    choice = LayoutChoice(dp=1, tp=3, pp=1, accumulation=8)
+    setup, choice = tiny_three_heads_on_tp3()
     time = step_time(setup, choice, rank_memory(setup, choice))
     one = collective_s(setup, CollectiveKind.ALL_REDUCE, 16.0 * 64 * 4, 3, 1)
     assert time.tp_comm_s == pytest.approx(2 * 4 * 8 * one, rel=1e-12)

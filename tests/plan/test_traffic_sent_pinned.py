@@ -24,7 +24,7 @@ from tensorledger.plan.model import search_model
 from tensorledger.plan.pipeline import ScheduleFigures, SchedulePricer
 from tensorledger.plan.profile import ModelProfile, Split
 from tensorledger.plan.traffic import SentBytes, sent_bytes
-from tests.plan.made_up import made_up_profile
+from tests.plan.made_up import made_up_profile, tiny_three_heads_on_tp3
 
 H100 = get_hardware("h100")
 TINY = get_preset("tiny")
@@ -391,11 +391,7 @@ def test_three_heads_on_tp_3() -> None:
     # of 1 (16 tokens): a ring of 3 sends 2 · 2/3 of an all-reduce's payload.  Forward: 2
     # blocks × 2 halves and the embedding; backward: 2 × 2 halves and the head; the logits
     # (t − 1)/t · 16 · 129 · 4
-    config = dataclasses.replace(TINY, name="tiny-3", n_heads=3, n_kv_heads=3, d_ff=192,
-                                 vocab_size=129)
-    setup = PlanSetup(config, H100, 3, 16, 8, resolve_precision("fp32"),
-                      resolve_optimizer("adamw"), 1e12)
-    choice = LayoutChoice(dp=1, tp=3, pp=1, accumulation=8)
+    setup, choice = tiny_three_heads_on_tp3()
     forward = 2 * 2 / 3 * ND * (2 * 2 * 4 + 1 * 4)
     backward = 2 * 2 / 3 * ND * (2 * 2 + 1) * 4
     logits = 2 / 3 * 16 * 129 * 4

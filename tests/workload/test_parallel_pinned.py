@@ -25,6 +25,7 @@ from tensorledger.workload.parallel import (
     shard_units,
     trace_parallel_step,
 )
+from tests.distributed.parallel_torchrun import Mlp
 
 F32 = 4
 
@@ -441,18 +442,7 @@ def test_a_failing_step_names_the_layout_and_a_layout_must_be_one() -> None:
 
 
 # ---- DDP beside tensor parallelism, ZeRO-1, context parallelism ---------------------------
-
-class Mlp(nn.Module):
-    """A replicated projection, then a Megatron MLP (column- then row-parallel)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.pre = nn.Linear(24, 24, bias=False)
-        self.up = nn.Linear(24, 40)
-        self.down = nn.Linear(40, 24)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(torch.relu(self.up(self.pre(x))))
+# Mlp (tests/distributed/parallel_torchrun.py): a replicated projection, then a Megatron MLP
 
 
 def _plan() -> dict[str, Any]:

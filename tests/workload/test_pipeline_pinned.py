@@ -188,15 +188,20 @@ def test_the_schedules_loss_is_the_mean_next_token_cross_entropy(autocast: bool)
         expected, rel=1e-2 if autocast else 1e-6)
 
 
+def _two_stages() -> list[Any]:
+    """Stages 0 and 2 of 4 (a rank's two of an interleaved schedule), each a Linear(2, 2)."""
+    from torch.distributed.pipelining import PipelineStage
+
+    example = torch.zeros(1, 2)
+    return [PipelineStage(nn.Linear(2, 2), index, 4, torch.device("cpu"),
+                          input_args=example, output_args=example) for index in (0, 2)]
+
+
 def test_a_multi_stage_schedule_gets_every_stage() -> None:
     from tensorledger.workload.parallel import fake_process_group
 
     with fake_process_group(2):
-        from torch.distributed.pipelining import PipelineStage
-
-        example = torch.zeros(1, 2)
-        stages = [PipelineStage(nn.Linear(2, 2), index, 4, torch.device("cpu"),
-                                input_args=example, output_args=example) for index in (0, 2)]
+        stages = _two_stages()
         runner = pl._make_schedule(Schedule.INTERLEAVED_1F1B, stages, 2)
     assert type(runner).__name__ == "ScheduleInterleaved1F1B"
     assert [s.stage_index for s in runner._stages] == [0, 2]
@@ -433,11 +438,7 @@ def test_the_compute_only_schedule_skips_the_lowering() -> None:
     from tensorledger.workload.parallel import fake_process_group
 
     with fake_process_group(2):
-        from torch.distributed.pipelining import PipelineStage
-
-        example = torch.zeros(1, 2)
-        stages = [PipelineStage(nn.Linear(2, 2), index, 4, torch.device("cpu"),
-                                input_args=example, output_args=example) for index in (0, 2)]
+        stages = _two_stages()
         lean = pl._compute_only(Schedule.INTERLEAVED_1F1B, stages, 2)
     assert type(lean).__name__ == "ScheduleInterleaved1F1B"
     assert lean.pipeline_order_with_comms is None
