@@ -1,0 +1,111 @@
+"""Serving on a napkin pinned by hand on a made-up chip (mutation, issue 42): flat efficiencies
+(matmuls at the peak, attention at half of it, streaming at 0.8 of the bandwidth) so every
+figure is a few products.  Model: d 20, 4 heads of 6 (q 24), 2 KV heads (kv 12), d_ff 36
+SwiGLU, vocab 50 untied, 3 layers, RoPE; 4 chips in groups of tp 2; context 10."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tensorledger.hardware.chip import Efficiency, Hardware
+from tensorledger.napkin.kvcache import kv_layout, resolve_cache_dtype
+from tensorledger.napkin.serving import _attention_rate, serving
+from tensorledger.napkin.transformer import TransformerConfig
+
+CONFIG = TransformerConfig(vocab_size=50, context_length=16, d_model=20, n_layers=3, n_heads=4,
+                           n_kv_heads=2, head_dim=6, d_ff=36, mlp="swiglu", norm="rmsnorm",
+                           positions="rope", tied_embeddings=False, bias=False, name="made-up")
+CHIP = Hardware(id="napkin-chip", name="napkin chip", memory_bytes=60_000,
+                memory_bandwidth_bytes_per_s=1e10, dense_flop_per_s={"bf16": 1e11},
+                efficiency=Efficiency(matmul={}, attention=0.5, memory_bandwidth=0.8,
+                                      op_overhead_s=0.0))
+
+
+def _serve(**kwargs: object):  # type: ignore[no-untyped-def]
+    return serving(CONFIG, kv_layout(CONFIG), CHIP, count=4, tp=2, context=10,  # type: ignore[arg-type]
+                   memory_utilization=0.5, block_size=4, **kwargs)
+
+
+def test_weights_budget_and_the_largest_batch() -> None:
+    s = _serve()
+    # embedding 50·20 = 1,000; a layer 20·24 + 2·20·12 + 24·20 + 3·20·36 + 2·20 = 3,640;
+    # the final norm 20, the head 1,000: 1,000 + 3·3,640 + 20 + 1,000
+    assert s.params == 12_940
+    assert s.matmul_params == 11_800  # 3·(20·48 + 24·20 + 3·20·36) + 50·20 = 3·3,600 + 1,000
+    assert s.weights_bytes == 25_880  # 12,940 · 2 B
+    assert s.weights_bytes_per_chip == 12_940  # / tp 2
+    assert s.streamed_weights_bytes_per_chip == 11_940  # (12,940 − the table 1,000)·2 / 2
+    assert s.usable_bytes_per_chip == 30_000  # 60,000 · 0.5
+    # 10 tokens (the context, under the 8,192 chunk) · (20 + 24 + 2·12 + 2·36) · 2 B / 2
+    assert s.activation_reserve_bytes == 1_400
+    assert s.kv_budget_bytes_per_chip == 15_660  # 30,000 − 12,940 − 1,400
+    assert s.kv_bytes_per_token == 144  # K and V · 3 layers · 2 heads · 6 · 2 B
+    # 10 tokens in 3 pages of 4 = 12 tokens · 144 = 1,728, one of the two KV heads a chip
+    assert s.kv_bytes_per_sequence_per_chip == 864
+    assert s.max_batch == 18  # 15,660 // 864 (18·864 = 15,552)
+    assert s.max_sequences == 36  # 18 · 2 replicas
+    assert (s.model, s.hardware, s.count, s.tp, s.replicas) == ("made-up", "napkin-chip", 4, 2, 2)
+    assert (s.weights_format, s.weights_description) == ("bf16", "bf16")
+    assert s.kv_dtype == resolve_cache_dtype("bf16").name
+    assert s.attention == kv_layout(CONFIG).attention
+    assert (s.context, s.memory_utilization, s.block_size) == (10, 0.5, 4)
+    assert (s.peak_flop_per_s, s.bandwidth_bytes_per_s) == (1e11, 1e10)
+    assert s.expected_bandwidth_bytes_per_s == pytest.approx(8e9)  # 1e10 · 0.8
+
+
+def test_ridges_and_the_batches_drawn() -> None:
+    s = _serve()
+    # streamed 11,940 · peak 1e11 / (2·11,800 / 2 FLOPs a token · 1e10)
+    assert s.ridge_batch == pytest.approx(11_940 / 1_180)
+    # a sequence: 11,800 + attention 3 layers · 4·24·10 / 2 = 1,440 FLOPs, which hide
+    # 13,240 · 0.1 = 1,324 bytes, less its 1,440 · 1/2 = 720 read: 604 a sequence
+    assert s.ridge_batch_at_context == pytest.approx(11_940 / 604)
+    # to 2 · max(18, ⌈10.1⌉) = 36: the powers of two to 32, and the largest batch
+    assert [row.batch for row in s.rows] == [1, 2, 4, 8, 16, 18, 32]
+    assert [row.fits for row in s.rows] == [True] * 6 + [False]
+
+
+def test_decode_and_prefill_rows() -> None:
+    s = _serve()
+    one, last = s.row(1), s.row(32)
+    assert one.decode_bytes == 12_660  # 11,940 + 720
+    assert one.decode_flops == 13_240  # 11,800 + 1,440
+    assert one.decode_memory_s == pytest.approx(12_660 / 8e9)
+    assert one.decode_compute_s == pytest.approx(11_800 / 1e11 + 1_440 / 5e10)  # 1.468e-7
+    assert one.tpot_s == one.decode_memory_s
+    assert one.bound == "memory"
+    assert one.tokens_per_s_per_chip == pytest.approx(8e9 / 12_660 / 2)
+    assert one.tokens_per_s_per_user == pytest.approx(8e9 / 12_660)
+    # prefill of 10 tokens: 118,000 / 1e11 + 3 layers · 4·24·(10²/2) / 2 / 5e10 = 1.324e-6,
+    # under the bytes' 12,660 / 8e9
+    assert one.ttft_s == pytest.approx(12_660 / 8e9)
+    assert last.decode_bytes == 34_980  # 11,940 + 32·720
+    assert last.decode_flops == 32 * 13_240
+    assert last.decode_memory_s == pytest.approx(34_980 / 8e9)  # 4.3725e-6
+    assert last.decode_compute_s == pytest.approx(32 * 1.468e-7)  # 4.6976e-6
+    assert last.bound == "compute"
+    assert last.tpot_s == last.decode_compute_s
+    assert last.tokens_per_s_per_chip == pytest.approx(32 / (32 * 1.468e-7) / 2)
+    assert last.ttft_s == pytest.approx(32 * (1.18e-6 + 1.44e-7))  # compute-bound: 4.2368e-5
+    assert [step.value for step in s.steps] == pytest.approx(
+        [12_940, 30_000, 1_400, 15_660, 864, 18, 12_660, 12_660 / 8e9, 11_940 / 1_180])
+    assert s.notes[0] == "weights: bf16"
+    assert s.notes[1].startswith("left out: tensor-parallel communication, scheduling and "
+                                 "sampling, the framework's own memory (CUDA context, graphs), "
+                                 "a quantized format's error (the precision lab's "
+                                 "`tensorledger quantize` measures it)")
+    assert s.notes[2] == ("activation reserve assumed: one prefill chunk of 10 tokens through "
+                          "the widest layer (a serving engine profiles its own)")
+
+
+def test_attention_rate_by_what_the_chip_knows() -> None:
+    assert _attention_rate(CHIP, "bf16", 1e6) == pytest.approx(5e10)  # half the peak
+    bare = dataclasses.replace(CHIP, efficiency=None)
+    assert _attention_rate(bare, "bf16", 1e6) == 1e11  # the peak
+    no_fraction = dataclasses.replace(CHIP, efficiency=dataclasses.replace(
+        CHIP.efficiency, attention=None))  # type: ignore[type-var]
+    assert _attention_rate(no_fraction, "bf16", 1e6) == 1e11  # the matmul fraction, 1 here
+    probed = dataclasses.replace(CHIP, curves={"attention.bf16": ((1.0, 3e10), (1e12, 3e10))})
+    assert _attention_rate(probed, "bf16", 1e6) == pytest.approx(3e10)  # the probed curve
