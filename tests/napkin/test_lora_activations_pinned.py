@@ -7,6 +7,8 @@ steps; these are the fast pins.)"""
 
 from __future__ import annotations
 
+import dataclasses
+
 from tensorledger.napkin.activations import activation_memory
 from tensorledger.napkin.adapters import LoraShape, _block_bytes, _Shape, lora_activation_memory
 from tensorledger.napkin.transformer import TransformerConfig
@@ -38,6 +40,8 @@ def test_fp32_adapters_over_a_16_bit_base_save_their_cast_input() -> None:
     assert shape.adapter("query", True) == 1_400  # column-parallel: 14·20·4 + 14·5·4 = 1,120 + 280
     assert shape.adapter("output", True) == 728  # row-parallel: 14·(24 // 3)·4 + 280 = 448 + 280
     assert shape.adapter("down", True) == 952  # 14·(36 // 3)·4 + 280 = 672 + 280
+    # a rank's whole columns: 14·(24 // 5)·4 + 280 = 224 + 280
+    assert _shape(("output",), a=2, t=5).adapter("output", True) == 504
 
 
 def test_autocast_adapters_save_bf16_casts() -> None:
@@ -77,6 +81,19 @@ def test_a_first_block_with_only_up_adapted_saves_the_mlp_alone() -> None:
     assert _block_bytes(shape, stream_grad=True) == (2_352, 2_576, 3_024, 1_400, 0)
     gate = _shape(("gate",), a=2)  # SiLU's input and output, 2·1,008
     assert _block_bytes(gate, stream_grad=False) == (0, 0, 2_016, 1_400, 0)
+    value = _shape(("value",), a=2)  # the value alone: the attention core, no RoPE table
+    assert _block_bytes(value, stream_grad=False) == (1_176, 2_240, 3_024, 1_400, 0)
+    output = _shape(("output",), a=2)  # the MLP norm; the attention needs nothing saved
+    # output reads 24: 14·24·4 + 280 = 1,624
+    assert _block_bytes(output, stream_grad=False) == (1_176, 0, 3_024, 1_624, 0)
+
+
+def test_the_gate_alone_gives_the_down_projections_input_a_gradient() -> None:
+    shape = _shape(("gate", "down"), a=2, autocast=True)
+    # SiLU's input and output 2·1,008; gate 560 + 140 + 2·5·36 + 0 (no A cast) = 1,060;
+    # down 14·36·2 + 140 + 2·5·20 + 2·5·36 = 1,008 + 140 + 200 + 360 = 1,708;
+    # casts: the down projection's alone, 2·36·20 (the gate's input needs no gradient)
+    assert _block_bytes(shape, stream_grad=False) == (0, 0, 2_016, 2_768, 1_440)
 
 
 def test_an_fp32_block_shares_the_norm_outputs_with_its_adapters() -> None:
@@ -88,6 +105,17 @@ def test_an_fp32_block_shares_the_norm_outputs_with_its_adapters() -> None:
     output = _shape(("output",), a=4)
     # the first block: the MLP norm; the attention's output for its adapter, 14·24·4
     assert _block_bytes(output, stream_grad=False) == (1_176, 1_344, 6_048, 280, 0)
+    five = _shape(("output",), a=4, t=5)
+    # 14·24·4 // 5 = 268; SwiGLU 14·(36 // 5)·4·3 = 1,176
+    assert _block_bytes(five, stream_grad=False) == (1_176, 268, 1_176, 280, 0)
+
+
+def test_weight_casts_on_seven_ranks_round_down() -> None:
+    shape = _shape(("value",), a=2, t=7, autocast=True)
+    # attention (1,344 + 672) // 7 + 4·2·(4 // 7)·7 = 288, RoPE 2·168; SwiGLU 14·5·2·3 = 420;
+    # value 560 + 140 + 2·5·12 // 7 + 2·5·20 // 7 = 560 + 140 + 17 + 28;
+    # casts 2·(20·48 // 7 + 24·20 // 7 + 2·20·5 + 5·20) = 2·(137 + 68 + 200 + 100)
+    assert _block_bytes(shape, stream_grad=True) == (2_352, 624, 420, 745, 1_010)
 
 
 def test_an_autocast_block_on_two_ranks_with_sequence_parallel() -> None:
@@ -149,6 +177,7 @@ def test_an_autocast_step_on_two_ranks() -> None:
     assert a.layers_bytes == 32_648  # 3·11,684 − 2,404
     assert a.norms_bytes_per_layer == 2_352
     assert a.mlp_bytes_per_layer == 4_276  # 1,512 + 2,764
+    assert a.attention_bytes_per_layer == 1_456  # under the full fine-tune's (no input casts)
     assert a.final_norm_bytes == 1_176  # 4·14·20 + 4·14
     assert a.loss_bytes == full.loss_bytes - 560  # no cast of the frozen head's input, 14·20·2
     # two later blocks' casts 2·3,600, the first's 2,640, the head's 2·50·20 // 2
@@ -159,9 +188,24 @@ def test_an_autocast_step_on_two_ranks() -> None:
 def test_sequence_parallel_norms_run_on_a_ranks_tokens() -> None:
     config = _config()
     lora = LoraShape(5, ("up",))
-    m = lora_activation_memory(config, lora, 7, 2, 2, tp=2, sequence_parallel=True)
+    m = lora_activation_memory(config, lora, 7, 2, tp=2, sequence_parallel=True)  # 2 B
     # 14 tokens, 7 a rank: RMSNorm 4·7·20 + 4·7 = 588, the final norm alone
     assert m.activations.final_norm_bytes == 588
+    # SwiGLU 14·(36 / 2)·2·3 = 1,512 and up's adapter 14·20·4 + 14·5·4 = 1,400 (bf16 base)
+    assert m.activations.mlp_bytes_per_layer == 2_912
+    kept = lora_activation_memory(config, lora, 7, 2, tp=2, sequence_parallel=True,
+                                  checkpointed=True)
+    full = activation_memory(config, 7, 2, checkpointed=True, tp=2, sequence_parallel=True)
+    assert kept.activations.per_layer_bytes == full.per_layer_bytes  # the full form's, with SP
+    assert kept.activations.loss_bytes == full.loss_bytes
+    assert kept.activations.total_bytes == full.total_bytes - full.final_norm_bytes + 588
+
+
+def test_the_heads_cast_on_three_ranks_rounds_down() -> None:
+    config = dataclasses.replace(_config(), n_heads=3, n_kv_heads=3)
+    m = lora_activation_memory(config, LoraShape(5, ("value",)), 2, 7, tp=3,
+                               checkpointed=True, autocast=True)
+    assert m.activations.weight_copies_bytes == 666  # 2·50·20 // 3, no block's (recomputed)
 
 
 def test_a_checkpointed_autocast_step_keeps_the_full_layers() -> None:
