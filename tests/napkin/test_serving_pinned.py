@@ -9,6 +9,7 @@ import dataclasses
 
 import pytest
 
+from tensorledger.errors import InputError
 from tensorledger.hardware.chip import Efficiency, Hardware
 from tensorledger.napkin.kvcache import kv_layout, resolve_cache_dtype
 from tensorledger.napkin.serving import _attention_rate, serving
@@ -109,3 +110,71 @@ def test_attention_rate_by_what_the_chip_knows() -> None:
     assert _attention_rate(no_fraction, "bf16", 1e6) == 1e11  # the matmul fraction, 1 here
     probed = dataclasses.replace(CHIP, curves={"attention.bf16": ((1.0, 3e10), (1e12, 3e10))})
     assert _attention_rate(probed, "bf16", 1e6) == pytest.approx(3e10)  # the probed curve
+
+
+# GPT-2's kind (TransformerConfig's defaults): GELU, LayerNorm, 16 learned positions, the head
+# tied to the embedding; the same widths as CONFIG
+LEARNED = TransformerConfig(vocab_size=50, context_length=16, d_model=20, n_layers=3, n_heads=4,
+                            n_kv_heads=2, head_dim=6, d_ff=36, bias=False, name="learned")
+
+
+def test_a_tied_gelu_model_streams_its_head_and_gathers_its_positions() -> None:
+    s = serving(LEARNED, kv_layout(LEARNED), CHIP, count=4, tp=2, context=16,
+                memory_utilization=0.5, block_size=4)
+    # tables 50·20 + 16·20 = 1,320; a layer 1,440 + 2·20·36 + 2·20 = 2,920; final norm 20
+    assert s.params == 10_100  # 1,320 + 3·2,920 + 20
+    assert s.matmul_params == 9_640  # 3·(960 + 480 + 2·720) + the tied head 1,000
+    assert s.streamed_weights_bytes_per_chip == 9_780  # (10,100 − positions 320)·2 / 2
+
+
+def test_defaults_one_chip_bf16_the_whole_context_in_pages_of_16() -> None:
+    s = serving(CONFIG, kv_layout(CONFIG), CHIP)
+    assert (s.count, s.tp, s.replicas, s.context, s.block_size) == (1, 1, 1, 16, 16)
+    assert (s.weights_format, s.kv_dtype, s.memory_utilization) == (
+        "bf16", resolve_cache_dtype("bf16").name, 0.9)
+    # 54,000 − 25,880 − 16·140·2 = 23,640; a sequence 16 tokens · 144 = 2,304
+    assert s.kv_budget_bytes_per_chip == pytest.approx(23_640)
+    assert s.max_batch == 10  # 23,640 // 2,304
+    assert s.max_sequences == 10
+
+
+def test_edges_that_are_allowed() -> None:
+    whole = serving(CONFIG, kv_layout(CONFIG), CHIP, context=10, memory_utilization=1.0)
+    assert whole.usable_bytes_per_chip == 60_000
+    one = serving(CONFIG, kv_layout(CONFIG), CHIP, context=1, block_size=1)
+    assert one.kv_bytes_per_sequence_per_chip == 144  # one token, one page
+    full = serving(LEARNED, kv_layout(LEARNED), CHIP, context=16)  # the whole table
+    assert full.context == 16
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"count": 1, "tp": 2}, r"--tp must be from 1 to --count \(1\), got 2"),
+    ({"tp": 0}, r"--tp must be from 1 to --count \(1\), got 0"),
+    ({"memory_utilization": 1.5}, r"--memory-utilization must be in \(0, 1\], got 1.5"),
+    ({"memory_utilization": 0.0}, r"--memory-utilization must be in \(0, 1\], got 0.0"),
+    ({"block_size": 0}, "--block-size must be from 1 to 1048576, got 0"),
+    ({"block_size": (1 << 20) + 1}, "--block-size must be from 1 to 1048576, got 1048577"),
+    # allowed, but one page is 144 MiB
+    ({"block_size": 1 << 20}, "a context of 16 tokens fits no batch"),
+    ({"context": 0}, "--context must be 1 or more tokens, got 0"),
+])
+def test_refusals_name_what_was_wrong(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(InputError, match=f"^{message}"):
+        serving(CONFIG, kv_layout(CONFIG), CHIP, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_learned_table_caps_the_context() -> None:
+    with pytest.raises(InputError, match=r"^--context 17 is longer than learned's table of 16 "
+                                         "learned positions$"):
+        serving(LEARNED, kv_layout(LEARNED), CHIP, context=17)
+
+
+def test_a_chip_without_the_arithmetic_is_refused_by_name() -> None:
+    with pytest.raises(InputError, match=r"^napkin-chip has no fp8 arithmetic for fp8 "
+                                         "weights; it lists: bf16$"):
+        serving(CONFIG, kv_layout(CONFIG), CHIP, weights_dtype="fp8", context=10)
+    fp8_only = dataclasses.replace(CHIP, dense_flop_per_s={"fp8": 1e11})
+    with pytest.raises(InputError, match=r"^napkin-chip has no bf16 arithmetic for bf16 "
+                                         "activations and attention; it lists: fp8$"):
+        serving(CONFIG, kv_layout(CONFIG), fp8_only, weights_dtype="fp8", kv_dtype="fp8",
+                context=10)
