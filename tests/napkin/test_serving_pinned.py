@@ -178,3 +178,37 @@ def test_a_chip_without_the_arithmetic_is_refused_by_name() -> None:
                                          "activations and attention; it lists: fp8$"):
         serving(CONFIG, kv_layout(CONFIG), fp8_only, weights_dtype="fp8", kv_dtype="fp8",
                 context=10)
+
+
+def _on(memory: float = 60_000, bandwidth: float = 1e10, peak: float = 1e11,
+        efficiency: bool = True):  # type: ignore[no-untyped-def]
+    chip = dataclasses.replace(CHIP, memory_bytes=memory, memory_bandwidth_bytes_per_s=bandwidth,
+                               dense_flop_per_s={"bf16": peak},
+                               efficiency=CHIP.efficiency if efficiency else None)
+    return serving(CONFIG, kv_layout(CONFIG), chip, count=4, tp=2, context=10,
+                   memory_utilization=0.5, block_size=4)
+
+
+def test_the_budget_at_its_edges() -> None:
+    # 28,680 · 0.5 = 14,340 = weights 12,940 + reserve 1,400: nothing left
+    with pytest.raises(InputError, match="leave no room for a KV cache"):
+        _on(memory=28_680)
+    with pytest.raises(InputError, match="fits no batch"):  # half a byte left
+        _on(memory=28_681)
+    assert _on(memory=30_408).max_batch == 1  # 15,204 − 14,340 = 864: one sequence exactly
+    # 56,328 · 0.5 − 14,340 = 13,824 = 16 sequences; reach 2·max(16, ⌈10.1⌉) = 32, drawn
+    assert [row.batch for row in _on(memory=56_328).rows] == [1, 2, 4, 8, 16, 32]
+
+
+def test_the_ridge_at_context_at_its_edges() -> None:
+    # a sequence's 13,240 FLOPs hide 13,240 · 720 / 13,240 = 720 bytes, all it reads: never
+    assert _on(bandwidth=720, peak=13_240).ridge_batch_at_context is None
+    # 720.5 hide half a byte more: 11,940 / 0.5
+    assert _on(bandwidth=720.5, peak=13_240).ridge_batch_at_context == pytest.approx(23_880)
+
+
+def test_a_tie_is_memory_bound() -> None:
+    # no efficiencies: 12,660 B / 12,660 B/s = 1 s and (11,800 + 1,440) / 13,240 = 1 s
+    row = _on(bandwidth=12_660, peak=13_240, efficiency=False).row(1)
+    assert row.decode_memory_s == row.decode_compute_s == 1.0
+    assert row.bound == "memory"
