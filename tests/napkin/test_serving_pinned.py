@@ -212,3 +212,57 @@ def test_a_tie_is_memory_bound() -> None:
     row = _on(bandwidth=12_660, peak=13_240, efficiency=False).row(1)
     assert row.decode_memory_s == row.decode_compute_s == 1.0
     assert row.bound == "memory"
+
+
+def _probed(points: tuple[tuple[float, float], ...]) -> Hardware:
+    """Matmul rates probed by size (log-log between the points, flat beyond), attention at a
+    flat 5e10, streaming at a flat 8e9: a size off a point gets another rate."""
+    return dataclasses.replace(CHIP, curves={"matmul.bf16": points,
+                                             "attention.bf16": ((1.0, 5e10),),
+                                             "bandwidth": ((1.0, 8e9),)})
+
+
+def test_matmul_rates_are_read_at_the_widest_matmuls_size() -> None:
+    chip = _probed(((360, 1e9), (720, 1e10), (7_200, 2e10), (72_000, 1e11)))
+    s = serving(CONFIG, kv_layout(CONFIG), chip, count=4, tp=2, context=10,
+                memory_utilization=0.5, block_size=4)
+    assert s.expected_bandwidth_bytes_per_s == 8e9
+    one = s.row(1)
+    # decode: the SwiGLU projections, 2·1·20·36 / 2 = 720 FLOPs, at 1e10; attention at 5e10
+    assert one.decode_compute_s == pytest.approx(11_800 / 1e10 + 1_440 / 5e10)
+    assert one.decode_memory_s == pytest.approx(12_660 / 8e9)
+    # prefill: 2·10·20·36 / 2 = 7,200 at 2e10: 118,000 / 2e10 + 7,200 / 5e10
+    assert one.ttft_s == pytest.approx(5.9e-6 + 1.44e-7)
+
+
+def test_a_gelu_models_widest_matmul_is_twice_d_ff() -> None:
+    chip = _probed(((720, 1e9), (1_440, 1e10), (14_400, 2e10), (144_000, 1e11)))
+    s = serving(LEARNED, kv_layout(LEARNED), chip, count=4, tp=2, context=10,
+                memory_utilization=0.5, block_size=4)
+    one = s.row(1)
+    # 2·1·20·(2·36) / 2 = 1,440 at 1e10: 9,640 / 1e10 + 1,440 / 5e10
+    assert one.decode_compute_s == pytest.approx(9.64e-7 + 2.88e-8)
+    # 2·10·20·72 / 2 = 14,400 at 2e10: 96,400 / 2e10 + 7,200 / 5e10
+    assert one.ttft_s == pytest.approx(4.82e-6 + 1.44e-7)
+    # GELU's one hidden width: 10 tokens · (20 + 24 + 24 + 36) · 2 B / 2
+    assert s.activation_reserve_bytes == 1_040
+
+
+def test_kv_heads_split_by_whole_heads() -> None:
+    s = serving(CONFIG, kv_layout(CONFIG), CHIP, count=4, tp=4, context=10,
+                memory_utilization=0.5, block_size=4)
+    # 2 KV heads on 4 chips: each holds one whole head, half of 1,728
+    assert s.kv_bytes_per_sequence_per_chip == 864
+    assert s.row(1).decode_bytes == pytest.approx(11_940 / 2 + 720)  # half the weights
+
+
+def test_an_fp8_cache_reads_half_the_bytes() -> None:
+    chip = dataclasses.replace(CHIP, dense_flop_per_s={"bf16": 1e11, "fp8": 2e11})
+    s = serving(CONFIG, kv_layout(CONFIG), chip, count=4, tp=2, context=10,
+                memory_utilization=0.5, block_size=4, kv_dtype="fp8")
+    assert s.row(1).decode_bytes == 12_300  # 11,940 + 10 tokens · 72 B / 2
+
+
+def test_one_sequence_draws_to_twice_the_ridge() -> None:
+    # max_batch 1, ridge ⌈10.1⌉ = 11: to 22
+    assert [row.batch for row in _on(memory=30_408).rows] == [1, 2, 4, 8, 16]
