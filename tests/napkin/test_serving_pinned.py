@@ -269,11 +269,12 @@ def test_one_sequence_draws_to_twice_the_ridge() -> None:
 
 
 def test_every_chip_holds_and_reads_the_whole_mla_latent() -> None:
-    from tensorledger.napkin import get_preset
+    from tensorledger.napkin import get_kv_layout, get_preset
 
-    config = get_preset("deepseek-v3")
     chip = dataclasses.replace(CHIP, memory_bytes=1e13, dense_flop_per_s={"bf16": 1e15})
-    s = serving(config, kv_layout(config), chip, count=8, tp=8, context=128)
+    s = serving(get_preset("deepseek-v3"), get_kv_layout("deepseek-v3"), chip, count=8, tp=8,
+                context=128)
+    assert s.attention == "mla"
     # 61 layers · (latent 512 + RoPE key 64) · 2 B = 70,272 a token, 128 tokens (8 pages)
     assert s.kv_bytes_per_sequence_per_chip == 128 * 70_272
     assert s.row(1).decode_bytes == pytest.approx(s.streamed_weights_bytes_per_chip
