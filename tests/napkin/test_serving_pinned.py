@@ -279,3 +279,13 @@ def test_every_chip_holds_and_reads_the_whole_mla_latent() -> None:
     assert s.kv_bytes_per_sequence_per_chip == 128 * 70_272
     assert s.row(1).decode_bytes == pytest.approx(s.streamed_weights_bytes_per_chip
                                                   + 128 * 70_272)
+
+
+def test_sliding_layers_prefill_within_their_window() -> None:
+    layout = dataclasses.replace(kv_layout(CONFIG), windows=(4, None, 4))
+    s = serving(CONFIG, layout, CHIP, count=4, tp=2, context=10, memory_utilization=0.5,
+                block_size=4)
+    # pairs: a window of 4 over 10 tokens 4²/2 + 6·4 = 32, full 10²/2 = 50: 32 + 50 + 32 = 114;
+    # attention 4·24·114 / 2 = 5,472 FLOPs a prompt; 32 prompts, compute-bound:
+    # 32·(118,000 / 1e11 + 5,472 / 5e10) = 32·(1.18e-6 + 1.0944e-7)
+    assert s.row(32).ttft_s == pytest.approx(32 * 1.28944e-6)
