@@ -6,6 +6,7 @@ SwiGLU, vocab 50 untied, 3 layers, RoPE; 4 chips in groups of tp 2; context 10."
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
@@ -47,6 +48,7 @@ def test_weights_budget_and_the_largest_batch() -> None:
     assert s.kv_bytes_per_sequence_per_chip == 864
     assert s.max_batch == 18  # 15,660 // 864 (18·864 = 15,552)
     assert s.max_sequences == 36  # 18 · 2 replicas
+    assert type(s.replicas) is int and type(s.max_sequences) is int  # whole groups
     assert (s.model, s.hardware, s.count, s.tp, s.replicas) == ("made-up", "napkin-chip", 4, 2, 2)
     assert (s.weights_format, s.weights_description) == ("bf16", "bf16")
     assert s.kv_dtype == resolve_cache_dtype("bf16").name
@@ -233,6 +235,9 @@ def test_matmul_rates_are_read_at_the_widest_matmuls_size() -> None:
     assert one.decode_memory_s == pytest.approx(12_660 / 8e9)
     # prefill: 2·10·20·36 / 2 = 7,200 at 2e10: 118,000 / 2e10 + 7,200 / 5e10
     assert one.ttft_s == pytest.approx(5.9e-6 + 1.44e-7)
+    # batch 2: 1,440 FLOPs, log-log between 720 (1e10) and 7,200 (2e10): 1e10·2^(log 2/log 10)
+    rate = 1e10 * 2 ** (math.log(2) / math.log(10))
+    assert s.row(2).decode_compute_s == pytest.approx(2 * 11_800 / rate + 2 * 1_440 / 5e10)
 
 
 def test_a_gelu_models_widest_matmul_is_twice_d_ff() -> None:
