@@ -69,7 +69,10 @@ def _run(name: str, model: nn.Module, inputs: torch.Tensor, warm_up: bool, out_d
     from tensorledger.trace import Recorder
     from tensorledger.workload.parallel import fsdp_storage_events
 
-    optimizer = optimizer or torch.optim.AdamW(model.parameters(), lr=1e-3)
+    # the parameters as laid out, before a forward: DDP beside tensor parallelism leaves its
+    # DTensors as plain attributes after one, out of model.parameters()
+    held = list(model.parameters())
+    optimizer = optimizer or torch.optim.AdamW(held, lr=1e-3)
 
     from tensorledger.workload.parallel import grad_bytes
 
@@ -77,7 +80,7 @@ def _run(name: str, model: nn.Module, inputs: torch.Tensor, warm_up: bool, out_d
 
     def step() -> None:
         model(inputs).float().pow(2).mean().backward()
-        grads[0] = grad_bytes(model.parameters())
+        grads[0] = grad_bytes(held)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -86,7 +89,7 @@ def _run(name: str, model: nn.Module, inputs: torch.Tensor, warm_up: bool, out_d
     recorder = importlib.import_module("gloo_recorder").gloo_recorder() if fsdp else Recorder()
     with recorder, fsdp_storage_events(recorder):
         step()
-    result = summary(recorder.trace.records, list(model.parameters()), recorder.trace.uncovered)
+    result = summary(recorder.trace.records, held, recorder.trace.uncovered)
     if fsdp:
         result["peak_bytes"] = build_timeline(recorder.trace, {}).peak_bytes
     result["grad_bytes"] = grads[0]
