@@ -169,3 +169,61 @@ def test_a_gpu_tensor_is_quantized_and_compared_on_the_cpu() -> None:
     q = torch.round(x * 4) / 4
     # the metrics read each chunk onto the CPU: the same sums, in the same order
     assert error_metrics(on_gpu, q.cuda()) == error_metrics(x, q)
+
+
+class _Elsewhere(torch.Tensor):
+    """A stand-in for a tensor on an accelerator, where this machine has none: it can be looked
+    at (shape, dtype), viewed, sliced and moved, but it stays "elsewhere" unless moved to the
+    CPU by name, and any arithmetic on it raises, as arithmetic mixing a CUDA tensor with a CPU
+    one does.  So a function that forgets to bring a tensor to the CPU fails here too."""
+
+    _LOOKS_AND_VIEWS = frozenset({
+        torch.Tensor.detach, torch.Tensor.reshape, torch.Tensor.__getitem__,
+        torch.Tensor.numel, torch.Tensor.is_floating_point, torch.Tensor.dim,
+        torch.Tensor.shape.__get__, torch.Tensor.dtype.__get__,  # type: ignore[attr-defined]
+        torch.Tensor.ndim.__get__,  # type: ignore[attr-defined]
+    })
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        if func is torch.Tensor.to:
+            named = [*args[1:], kwargs.get("device")]
+            to_cpu = any(isinstance(a, (str, torch.device)) and torch.device(a).type == "cpu"
+                         for a in named)
+            with torch._C.DisableTorchFunctionSubclass():
+                moved = func(*args, **kwargs)
+            # (``to`` hands back ``self`` when nothing changes: the type is set either way)
+            return moved.as_subclass(torch.Tensor if to_cpu else cls)
+        if func in cls._LOOKS_AND_VIEWS:
+            return super().__torch_function__(func, types, args, kwargs)
+        raise RuntimeError(f"{getattr(func, '__name__', func)} on a tensor that is not on the CPU")
+
+
+def _elsewhere(x: torch.Tensor) -> torch.Tensor:
+    return x.clone().as_subclass(_Elsewhere)
+
+
+def test_the_device_stand_in_refuses_arithmetic_until_moved_to_the_cpu() -> None:
+    away = _elsewhere(torch.ones(4))
+    with pytest.raises(RuntimeError, match="not on the CPU"):
+        away + 1
+    with pytest.raises(RuntimeError, match="not on the CPU"):
+        away.to(torch.float64) + 1  # a dtype alone keeps it where it is
+    assert type(away.to("cpu", torch.float64)) is torch.Tensor
+    assert type(away[1:3].to(device=torch.device("cpu"))) is torch.Tensor
+
+
+def test_a_tensor_elsewhere_is_quantized_cast_and_compared_on_the_cpu() -> None:
+    # what the CUDA test above checks, on a stand-in device: every path reads its input onto
+    # the CPU by name first (``.to("cpu", ...)``), so the results are plain CPU tensors equal
+    # to those of the same values on the CPU
+    x = torch.randn(64, generator=torch.Generator().manual_seed(17))
+    mx = quantize_mx(_elsewhere(x)).dequantized
+    assert type(mx) is torch.Tensor and torch.equal(mx, quantize_mx(x).dequantized)
+    for fmt in ("fp8_e4m3fn", "fp32"):  # fp32 returns the moved source itself, unrounded
+        got = cast(_elsewhere(x), fmt).values
+        assert type(got) is torch.Tensor and torch.equal(got, cast(x, fmt).values)
+    q = torch.round(x * 4) / 4
+    q[0] = 0.0  # one element underflowed to zero: the count reads the CPU copy too
+    assert error_metrics(_elsewhere(x), _elsewhere(q)) == error_metrics(x, q)

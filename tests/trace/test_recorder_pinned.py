@@ -3,6 +3,7 @@ attention decision is told in, keyword arguments of a traced step."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -391,6 +392,71 @@ def test_a_checkpointed_block_s_forward_is_run_again_in_backward_as_recomputatio
     # relu's gradient is backward's own work, outside any module's forward: no recomputation
     assert [r.recomputed for r in result.records
             if r.op == "aten.threshold_backward.default"] == [False]
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        return self.proj(t).relu()
+
+
+class _Checkpointed(torch.nn.Module):
+    def __init__(self, reentrant: bool) -> None:
+        super().__init__()
+        self.block = _Block()
+        self.head = torch.nn.Linear(8, 2)
+        self.reentrant = reentrant
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        return self.head(checkpoint(self.block, x, use_reentrant=self.reentrant))
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_checkpointed_block_s_backward_belongs_to_its_modules_either_way(
+        reentrant: bool) -> None:
+    # a reentrant checkpoint (transformers' default) runs the recomputed forward's graph
+    # backward, inside the outer backward: its nodes must be tagged while backward runs, or
+    # every gradient op of the block falls to the root
+    model = _Checkpointed(reentrant)
+    x = torch.ones(4, 8, requires_grad=True)
+    result = trace(lambda: model(x).sum().backward())
+    own = {(r.op, r.module) for r in result.records
+           if r.phase == "backward" and not r.recomputed}
+    # relu's gradient is the block's; the projection's two gradient matmuls (input and weight)
+    # are its Linear's, as are the head's for the head
+    assert ("aten.threshold_backward.default", "_Checkpointed.block") in own
+    assert {m for op, m in own if op == "aten.mm.default"} == {
+        "_Checkpointed.head", "_Checkpointed.block.proj"}
+    assert not any(m == "" for op, m in own if op != "aten.expand.default")  # only sum's grad
+
+
+class _SavesItsHidden(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(3, 3)
+        self.hidden: Any = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = self.linear(x).exp()
+        self.hidden = weakref.ref(hidden)
+        return hidden.sin()  # sin's node saves its input, the hidden tensor
+
+
+def test_tagging_a_node_keeps_nothing_it_saved_alive() -> None:
+    # leaving the module tags the output's nodes (sin's among them) with the module: the tag
+    # lives on the node itself, so dropping the output frees the node and with it the tensor
+    # it saved, as untraced; a table of nodes in the recorder would hold it to the trace's end
+    model = _SavesItsHidden()
+    with Recorder():
+        out = model(torch.ones(3))
+        assert model.hidden() is not None  # held by sin's node, for its backward
+        del out
+        assert model.hidden() is None
 
 
 class _RunsAgainInBackward(torch.autograd.Function):

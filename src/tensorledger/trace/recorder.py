@@ -29,6 +29,7 @@ second step), as :mod:`tensorledger.workload.parallel` does.  Collectives carry 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -210,6 +211,7 @@ class _Dispatch(TorchDispatchMode):  # type: ignore[no-untyped-call]
 #: Categories of the pieces of a normalisation run op by op (HF ``LlamaRMSNorm``, a hand-written
 #: RMSNorm): inside a norm module they count as ``normalization``.
 _NORM_PARTS = ("elementwise", "reduction")
+_RECORDERS = itertools.count()  # each recorder tags autograd nodes under a key of its own
 #: Categories of pointwise kernels (torch's TensorIterator), whose inner loop the layouts of
 #: their operands set (``trace.layout``); fused kernels (norms, losses) loop their own way.
 _POINTWISE = frozenset({"elementwise", "copy"})
@@ -252,7 +254,7 @@ class Recorder:
         self._names: dict[torch.nn.Module, str] = {}
         self._classes: dict[str, str] = {}  # module path → class name
         self._root_names: set[str] = set()
-        self._node_module: dict[Any, str] = {}
+        self._tag_key = f"tensorledger.module.{next(_RECORDERS)}"
         self._optimizer_depth = 0
         self._backward_seen = False
         self._device: str | None = None
@@ -299,7 +301,6 @@ class Recorder:
             module_classes=dict(self._classes),
             attention_kernels=tuple(dict.fromkeys(self._attention)),
         )
-        self._node_module.clear()
         self._names.clear()
         self._finalizers.clear()
         self._live.clear()
@@ -344,22 +345,24 @@ class Recorder:
     def _tag(self, values: Any, name: str) -> None:
         """Give every autograd node behind ``values`` not yet tagged the module ``name``.
 
-        Not while backward runs: a forward run then is a checkpoint's recomputation, whose graph
-        is never run backward; holding its nodes here would keep their saved tensors alive (the
-        traced peak of a checkpointed step would grow with every recomputed segment)."""
-        if not torch.is_grad_enabled() or torch._C._current_graph_task_id() != -1:
+        The tag is kept in the node's own ``metadata``, so it holds no node (and no saved
+        tensor) alive.  A forward run again inside backward is tagged too: a reentrant
+        checkpoint runs the recomputed graph backward (whose ops then belong to the block's
+        modules), while a non-reentrant one drops it unrun, its tags with it."""
+        if not torch.is_grad_enabled():
             return
-        tags = self._node_module
-        pending = [t.grad_fn for t in tree_leaves(values)
-                   if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+        key = self._tag_key
+        # (``metadata`` is a property on every node type: torch's stub says a method)
+        pending: list[Any] = [t.grad_fn for t in tree_leaves(values)
+                              if isinstance(t, torch.Tensor) and t.grad_fn is not None]
         while pending:
             node = pending.pop()
-            if node in tags:
+            metadata = node.metadata
+            if key in metadata:
                 continue
-            tags[node] = name
-            for following, _ in node.next_functions:
-                if following is not None and following not in tags:
-                    pending.append(following)
+            metadata[key] = name
+            pending.extend(following for following, _ in node.next_functions
+                           if following is not None)
 
     def _enter_optimizer(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._optimizer_depth += 1
@@ -419,9 +422,9 @@ class Recorder:
         if self._stack:
             return self._stack[-1]  # also a recomputed forward inside backward
         if phase == "backward":
-            node = torch._C._current_autograd_node()
+            node: Any = torch._C._current_autograd_node()
             if node is not None:
-                return self._node_module.get(node, ROOT)
+                return str(node.metadata.get(self._tag_key, ROOT))
         return ROOT
 
     def _record(self, info: _OpInfo, args: Sequence[Any], kwargs: dict[str, Any],
