@@ -213,8 +213,10 @@ def test_adapters_of_two_widths_or_none_named_have_no_closed_form() -> None:
 
 def test_trained_tensors_without_adapters_set_no_adapter_form() -> None:
     # the whole model trained: the recipe's closed form (fp32 AdamW on 250: 1000 B of
-    # parameters and gradients, moments 8·250 = 2000 + a step counter 4)
-    ledger = _ledger(_facts(trained_tensors=TRAINED, frozen_tensors=FROZEN))
+    # parameters and gradients, moments 8·250 = 2000 + a step counter 4), though the
+    # tensors named are of the recipe's width (fp32), which adapters would price
+    fp32 = tuple((n, 4) for n, _ in TRAINED)
+    ledger = _ledger(_facts(trained_tensors=fp32, frozen_tensors=FROZEN))
     assert ledger.adapters is False and ledger.adapter_closed_form is None
     assert ledger.parts()[:3] == (MemoryPart("parameter", 1000, 1000),
                                   MemoryPart("gradient", 200, 1000),
