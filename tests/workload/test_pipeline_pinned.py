@@ -571,3 +571,206 @@ def test_a_rank_is_built_of_the_stage_layers_given() -> None:
         modules, _ = pl.build_pipeline_rank(LEARNED, 2, 0, 1, GPIPE, 2, 1, 8,
                                             stage_layers=[1, 3])
     assert [list(m.blocks) for m in modules] == [["0"]]  # 1 block, then 3 on rank 1
+
+
+# ---- the third pass over the open mutants (issue 42) ----------------------------------------
+# bf16 logits tell whether the loss ran under autocast: cross-entropy is on CPU autocast's
+# fp32 list, so under it bf16 logits are read in fp32 (an fp32 loss); without it the loss
+# stays bf16
+
+
+def _gpipe_stage() -> Any:
+    from torch.distributed.pipelining import PipelineStage
+
+    example = torch.zeros(1, 2)
+    return PipelineStage(nn.Linear(2, 2), 0, 2, torch.device("cpu"),
+                         input_args=example, output_args=example)
+
+
+def test_the_schedules_loss_is_autocast_only_when_asked() -> None:
+    from tensorledger.workload.parallel import fake_process_group
+
+    logits = torch.zeros(1, 3, 5, dtype=torch.bfloat16)
+    target = torch.tensor([[0, 1, 2]])
+    with fake_process_group(2):
+        plain = pl._make_schedule(GPIPE, [_gpipe_stage()], 2)  # the default: no autocast
+        cast_ = pl._make_schedule(GPIPE, [_gpipe_stage()], 2, autocast=True)
+        unasked = pl._make_schedule(GPIPE, [_gpipe_stage()], 2, autocast=False)
+    assert plain._loss_fn(logits, target).dtype == torch.bfloat16
+    assert unasked._loss_fn(logits, target).dtype == torch.bfloat16
+    assert cast_._loss_fn(logits, target).dtype == torch.float32  # read in fp32 under autocast
+    # all-zero logits over 5 ids: ln 5 either way (bf16 holds ln 5 = 1.609 to 1 part in 256)
+    assert cast_._loss_fn(logits, target).item() == pytest.approx(math.log(5), rel=4e-3)
+
+
+def test_a_ranks_schedule_scores_under_its_recipes_autocast() -> None:
+    from tensorledger.workload.parallel import fake_process_group
+
+    logits = torch.zeros(1, 8, 128, dtype=torch.bfloat16)
+    target = torch.zeros(1, 8, dtype=torch.long)
+    with fake_process_group(2):
+        _, mixed = pl.build_pipeline_rank(TINY, 2, 1, 1, GPIPE, 2, 1, 8,
+                                          precision="mixed-bf16")
+        _, plain = pl.build_pipeline_rank(TINY, 2, 1, 1, GPIPE, 2, 1, 8, precision="bf16")
+    assert mixed._loss_fn(logits, target).dtype == torch.float32  # mixed-bf16: autocast loss
+    assert plain._loss_fn(logits, target).dtype == torch.bfloat16  # bf16: none
+
+
+def test_an_fp32_last_stage_gives_fp32_logits() -> None:
+    from tensorledger.workload.parallel import fake_process_group
+
+    kind, made = _recording_stage()
+    with fake_process_group(2):
+        pl.build_pipeline_rank(TINY, 2, 1, 1, GPIPE, 2, 1, 8, kind)  # fp32 by default
+    ((last,),) = [[m] for m in made]
+    # fp32 parameters and no autocast: the head's logits, 1 × 8 × vocab 128, stay fp32
+    assert (tuple(last["output_args"].shape), last["output_args"].dtype) == (
+        (1, 8, 128), torch.float32)
+
+
+def _recording_parallelize(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """parallelize replaced by one that records what each stage was laid out by and leaves the
+    stage as it is (the layout itself is tensorledger.workload.parallel's, pinned there)."""
+    import tensorledger.workload.parallel as par
+
+    laid: list[dict[str, Any]] = []
+
+    def record(module: nn.Module, within: Layout, mesh: Any, plan: Any,
+               **kwargs: Any) -> nn.Module:
+        laid.append({"module": module, "within": within, "mesh": mesh, "plan": plan,
+                     **kwargs})
+        return module
+
+    monkeypatch.setattr(par, "parallelize", record)
+    return laid
+
+
+_PP_MESH = {"pp": SimpleNamespace(get_group=lambda: None)}  # the stages on the default group
+
+
+def test_a_stage_is_laid_out_by_its_own_plan_as_a_stage(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tensorledger.workload.parallel import fake_process_group
+
+    laid = _recording_parallelize(monkeypatch)
+    within = Layout(tp=2, sp=True)
+    with fake_process_group(2):
+        (last,), _ = pl.build_pipeline_rank(TINY, 2, 1, 1, GPIPE, 2, 1, 8, within=within,
+                                            mesh=_PP_MESH,  # type: ignore[arg-type]
+                                            checkpoint=True)
+    ((call,),) = [laid]
+    assert call["module"] is last and call["within"] is within and call["mesh"] is _PP_MESH
+    # the sequence-parallel plan of the last stage's parts: its blocks, the head and the
+    # final norm, which sequence parallelism runs over the sequence shards
+    assert call["plan"].keys() == pl.stage_tp_plan(last, sp=True).keys()
+    assert "final_norm" in call["plan"] and "head" in call["plan"]
+    assert call["stage"] is True  # one stage: its layers may hold no experts under --ep
+    assert call["between"] is pl._checkpoint_stage
+
+
+def test_experts_within_a_stage_are_planned_as_experts_under_ep_alone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tensorledger.workload.parallel import fake_process_group
+
+    moe = get_preset("tiny-moe")  # 2 layers, each a mixture of 6 experts
+    laid = _recording_parallelize(monkeypatch)
+    with fake_process_group(2):
+        (first,), _ = pl.build_pipeline_rank(moe, 2, 0, 1, GPIPE, 2, 1, 8,
+                                             within=Layout(tp=2, ep=2),
+                                             mesh=_PP_MESH)  # type: ignore[arg-type]
+    # --ep 2: the experts sharded over ep, the plan of the rest (experts=True), not sp
+    assert laid[0]["plan"].keys() == pl.stage_tp_plan(first, sp=False, experts=True).keys()
+    # --tp 2 without --ep: the reference mixture of experts has no tensor-parallel plan
+    with fake_process_group(2), pytest.raises(
+            InputError, match="no plan for the reference mixture of experts"):
+        pl.build_pipeline_rank(moe, 2, 0, 1, GPIPE, 2, 1, 8, within=Layout(tp=2),
+                               mesh=_PP_MESH)  # type: ignore[arg-type]
+
+
+def _standin_rank(monkeypatch: pytest.MonkeyPatch, built: list[dict[str, Any]],
+                  steps: list[tuple[tuple[Any, ...], Any]]) -> None:
+    """build_pipeline_rank replaced by a rank of one Linear(2, 2) (made under the step's fake
+    tensors) whose schedule records each step's arguments and gives each parameter a
+    gradient, and keeps no action lists (as the single-stage schedules of an older torch)."""
+
+    def build(config: Any, pp: int, rank: int, chunks: int, kind: Schedule, microbatches: int,
+              micro: int, seq: int, stage_class: Any, **kwargs: Any) -> tuple[Any, Any]:
+        module = nn.Linear(2, 2)
+        built.append({"rank": rank, "chunks": chunks, **kwargs})
+
+        def step(*args: Any, target: Any) -> None:
+            steps.append((args, target))
+            for p in module.parameters():
+                p.grad = torch.ones_like(p)
+
+        return [module], SimpleNamespace(step=step)
+
+    monkeypatch.setattr(pl, "build_pipeline_rank", build)
+
+
+def test_an_interleaved_rank_scores_when_it_holds_the_last_of_all_stages(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[dict[str, Any]] = []
+    steps: list[tuple[tuple[Any, ...], Any]] = []
+    _standin_rank(monkeypatch, built, steps)
+    step = trace_pipeline_step(TINY, 2, 16, 2, 2, "interleaved-1f1b", stage=1)
+    # rank 1 of 2 with 2 chunks holds stages 1 and 3 of 2 · 2 = 4: not the first (no token
+    # ids fed), the last (the loss's target given), in the warm-up and the recorded step
+    assert step.stages == (1, 3)
+    assert [(args, target is not None) for args, target in steps] == [((), True), ((), True)]
+    assert tuple(steps[0][1].shape) == (2, 16)  # the whole batch's ids
+    assert built[0]["mesh"] is None  # one rank a stage: no mesh, the default group
+    # a schedule without action lists: no timeline and no bubble, not an error
+    assert step.timeline is None and step.bubble_fraction is None
+
+
+def test_the_optimizers_kernel_is_the_one_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    steps: list[tuple[tuple[Any, ...], Any]] = []
+    _standin_rank(monkeypatch, [], steps)
+    looped = trace_pipeline_step(TINY, 2, 16, 2, 2, "gpipe")
+    fused = trace_pipeline_step(TINY, 2, 16, 2, 2, "gpipe", optimizer_kernel="foreach")
+    ops = [{r.op for r in s.trace.records if r.phase == "optimizer"} for s in (looped, fused)]
+    # AdamW over the Linear's weight and bias: one tensor at a time (aten.lerp_, ...) or the
+    # _foreach_ ops over both at once
+    assert not any("_foreach_" in op for op in ops[0]) and "aten.lerp_.Scalar" in ops[0]
+    assert any(op.startswith("aten._foreach_") for op in ops[1])
+
+
+def test_fsdp_within_the_stages_tags_what_it_gathers(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tensorledger.workload.run as run
+
+    built: list[dict[str, Any]] = []
+    strategies: list[str] = []
+    real = run.gathered_events
+
+    def gathered(recorder: Any, strategy: str) -> Any:
+        strategies.append(strategy)
+        return real(recorder, strategy)
+
+    monkeypatch.setattr(run, "gathered_events", gathered)
+    _standin_rank(monkeypatch, built, [])
+    trace_pipeline_step(TINY, 2, 16, 2, 2, "gpipe", within=Layout(fsdp=2))
+    assert strategies == ["fsdp"]  # FSDP's gathered parameters told to the recorder
+    # the whole layout's mesh, pp outermost, over 2 stages × 2 FSDP ranks
+    assert built[0]["mesh"].mesh_dim_names == ("pp", "fsdp")
+
+
+def test_a_refusal_raised_while_handling_another_error_is_passed_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(*args: Any, **kwargs: Any) -> None:
+        try:
+            raise InputError("the ring's own refusal")
+        except InputError:
+            # raised while handling it: the refusal is its __context__, with no __cause__
+            raise RuntimeError("a stage's wrapper")  # noqa: B904
+
+    monkeypatch.setattr(pl, "run_pipeline_step", refused)
+    _standin_rank(monkeypatch, [], [])
+    with pytest.raises(InputError, match="the ring's own refusal"):
+        trace_pipeline_step(TINY, 2, 16, 2, 2, "gpipe")
+
+
+def test_an_odd_sequence_is_refused_under_context_parallelism_alone() -> None:
+    # --seq 15 without --cp is no refusal of its own: the DDP within the stages is the one
+    with pytest.raises(InputError, match="DDP"):
+        trace_pipeline_step(TINY, 2, 15, 2, 2, "gpipe", within=Layout(dp=2))
