@@ -459,6 +459,20 @@ def test_tagging_a_node_keeps_nothing_it_saved_alive() -> None:
         assert model.hidden() is None
 
 
+def test_a_recorder_reads_only_the_module_tags_it_wrote() -> None:
+    # the forward traced by one recorder, its backward by another: the second never saw the
+    # modules (its module table is empty), so it attributes the backward to the root rather
+    # than to names the first recorder gave
+    model = _SavesItsHidden()
+    with Recorder() as first:
+        out = model(torch.ones(3, requires_grad=True))
+    with Recorder() as second:
+        out.sum().backward()
+    assert "_SavesItsHidden.linear" in {r.module for r in first.trace.records}
+    assert {r.module for r in second.trace.records} == {""}
+    assert second.trace.module_classes == {}
+
+
 class _RunsAgainInBackward(torch.autograd.Function):
     """A backward that runs forward work again by itself, as transformers' checkpointing does
     (its layer's ``forward`` called directly, no module hook): told by ``recomputation()``."""
