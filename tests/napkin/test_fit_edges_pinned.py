@@ -63,3 +63,15 @@ def test_the_top_k_is_carried() -> None:
     got = largest_model_with_activations(H100, 8, "lecture", "adamw", batch=3, seq_len=512,
                                          experts=4, top_k=2)
     assert (got.experts, got.top_k) == (4, 2)
+
+
+def test_exactly_one_layer_fits_when_the_memory_is_used_to_the_byte() -> None:
+    # fp32 + AdamW, 16 bytes a parameter; d = 20,000·L, 12·L·d² parameters; checkpoint full
+    # keeps 2 bytes an element of the layer input: 2 · 8,000 · 10 · 20,000 · L² bytes.
+    # At L = 1: 16 · 12 · 20,000² = 76.8e9 bytes of state + 3.2e9 of activations = 80e9,
+    # the H100's memory to the byte (every term exact in a float), so the search ends on
+    # L = 1.0 itself (used(1) <= memory), and one layer is a model, not a refusal
+    got = largest_model_with_activations(H100, 1, "fp32", "adamw", batch=10, seq_len=8_000,
+                                         checkpoint="full", aspect=20_000)
+    assert got.n_layers == 1.0
+    assert got.params == 12 * 20_000**2  # 4.8e9

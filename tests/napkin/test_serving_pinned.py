@@ -294,3 +294,24 @@ def test_sliding_layers_prefill_within_their_window() -> None:
     # attention 4·24·114 / 2 = 5,472 FLOPs a prompt; 32 prompts, compute-bound:
     # 32·(118,000 / 1e11 + 5,472 / 5e10) = 32·(1.18e-6 + 1.0944e-7)
     assert s.row(32).ttft_s == pytest.approx(32 * 1.28944e-6)
+
+
+def test_a_chips_share_of_an_odd_byte_count_rounds_up_to_whole_bytes() -> None:
+    # 6 heads (TP 2 divides them) over 3 KV heads of width 3, one layer, an fp6 cache:
+    # K and V are 2 · 3 · 3 = 18 elements a token, 18 · 6 bits = 13.5 bytes → 14 a sequence
+    # of one token; a chip holds ⌈3 / 2⌉ = 2 of the 3 KV heads: ⌈14 · 2 / 3⌉ = ⌈9.33⌉ = 10
+    odd = TransformerConfig(vocab_size=50, context_length=16, d_model=20, n_layers=1,
+                            n_heads=6, n_kv_heads=3, head_dim=3, d_ff=36, mlp="swiglu",
+                            norm="rmsnorm", positions="learned", tied_embeddings=False,
+                            bias=False, name="odd")
+    chip = dataclasses.replace(CHIP, dense_flop_per_s={"bf16": 1e11, "fp6": 2e11})
+    s = serving(odd, kv_layout(odd), chip, count=2, tp=2, context=1, block_size=1,
+                kv_dtype="fp6_e3m2")
+    assert s.kv_bytes_per_token == 14
+    assert s.kv_bytes_per_sequence_per_chip == 10 and isinstance(
+        s.kv_bytes_per_sequence_per_chip, int)
+    # weights: 50·20 + 16·20 + (20·18 + 2·20·9 + 18·20 + 3·20·36 + 2·20) + 20 + 50·20
+    # = 5,620 parameters, · 2 B / TP 2 = 5,620 B; the reserve 1 token · (20 + 18 + 2·9 +
+    # 2·36) · 2 B / 2 = 128; the budget 60,000 · 0.9 − 5,620 − 128 = 48,252
+    assert s.kv_budget_bytes_per_chip == 48_252
+    assert s.max_batch == 4_825  # 48,252 // 10
