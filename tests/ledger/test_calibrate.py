@@ -326,6 +326,30 @@ def test_the_optimizers_elementwise_ops_are_a_class_of_their_own() -> None:
     assert predict_op(0, update, old).time_s == pytest.approx(3 * 0.8e-3 + 5e-3)
 
 
+def test_a_norms_reductions_and_divisions_are_priced_apart_or_as_the_norm() -> None:
+    cal = Calibration(scale={"normalization": 2.0, "normalization-reduction": 3.0,
+                             "normalization-bf16": 4.0}, op_cost_s=0.0, between_ops_s={},
+                      call_cost_s={"normalization": 1e-3, "normalization-reduction": 2e-3,
+                                   "normalization-bf16": 3e-3})
+    chip = dataclasses.replace(CHIP, calibration=cal)
+    n = 10**6  # a mean over rows of 1,000 floats: 4 MB in, 4 kB out ≈ 0.4 ms at 10 GB/s
+    mean = Op("aten.mean.dim", "normalization", n, 4 * n, 4 * n // 1000, ("fp32",),
+              ("fp32",))
+    moved = predict_op(0, mean, dataclasses.replace(CHIP, calibration=None)).memory_time_s
+    # the fitted class of its own: 3 × the memory time + 2 ms
+    assert predict_op(0, mean, chip).time_s == pytest.approx(3 * moved + 2e-3)
+    # a profile fitted before the split prices it as the norm's: 2 × + 1 ms
+    old = dataclasses.replace(chip, calibration=dataclasses.replace(cal, scale={
+        "normalization": 2.0, "normalization-bf16": 4.0}))
+    assert predict_op(0, mean, old).time_s == pytest.approx(2 * moved + 1e-3)
+    # a bf16 division in a norm: no bf16 class of its own, nor an fp32 one, but the norm's
+    # bf16 class comes before the fp32 classes: 4 × + 3 ms
+    div = Op("aten.div.Tensor", "normalization", n, 4 * n, 2 * n, ("bf16", "bf16"),
+             ("bf16",))
+    moved = predict_op(0, div, dataclasses.replace(CHIP, calibration=None)).memory_time_s
+    assert predict_op(0, div, chip).time_s == pytest.approx(4 * moved + 3e-3)
+
+
 def test_a_factor_below_one_stops_at_the_bound() -> None:
     fast = Calibration(scale={"elementwise": 0.1}, op_cost_s=0.0, between_ops_s={})
     chip = dataclasses.replace(CHIP, calibration=fast)

@@ -20,10 +20,16 @@ def test_only_an_optimizers_elementwise_ops_update_in_place() -> None:
 
 
 @pytest.mark.parametrize(("op", "category", "phase", "precision", "expected"), [
-    # a name's class holds only in its category: exp and div in a norm written out are the
-    # norm's; softmax as an elementwise op is elementwise
+    # a name's class holds only in its category: exp in a norm written out is the norm's,
+    # its row reductions and divisions a class of the norm's apart; softmax as an elementwise
+    # op is elementwise, a mean outside a norm a reduction
     ("aten.exp.default", "normalization", "", "", "normalization"),
-    ("aten.div.Tensor", "normalization", "", "", "normalization"),
+    ("aten.div.Tensor", "normalization", "", "", "normalization-dividing"),
+    ("aten.rsqrt.default", "normalization", "forward", "", "normalization-dividing"),
+    ("aten.mean.dim", "normalization", "", "", "normalization-reduction"),
+    ("aten.sum.dim_IntList", "normalization", "backward", "", "normalization-reduction"),
+    ("aten.mean.dim", "reduction", "", "", "reduction"),
+    ("aten.div.Tensor", "normalization", "", "bf16", "normalization-dividing-bf16"),
     ("aten._softmax.default", "elementwise", "", "", "elementwise"),
     ("aten._softmax.default", "normalization", "", "", "normalization-fused"),
     ("aten.native_layer_norm_backward.default", "normalization", "", "",
@@ -45,6 +51,18 @@ def test_only_an_optimizers_elementwise_ops_update_in_place() -> None:
 ])
 def test_cost_class(op: str, category: str, phase: str, precision: str, expected: str) -> None:
     assert cost_class(op, category, phase, precision) == expected
+
+
+def test_without_norm_parts_a_norms_reductions_and_divisions_are_the_norms() -> None:
+    # the class a profile fitted before they were split off prices them by
+    assert cost_class("aten.mean.dim", "normalization", norm_parts=False) == "normalization"
+    assert cost_class("aten.div.Tensor", "normalization", "backward", "bf16",
+                      norm_parts=False) == "normalization-bf16"
+    # and nothing else moves
+    assert cost_class("aten.native_layer_norm.default", "normalization",
+                      norm_parts=False) == "normalization-fused"
+    assert cost_class("aten.div.Tensor", "elementwise", norm_parts=False) == (
+        "elementwise-dividing")
 
 
 def test_cost_class_defaults_to_no_phase_and_no_precision() -> None:

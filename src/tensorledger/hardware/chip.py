@@ -96,7 +96,7 @@ class Calibration:
     their state).
     The class of an op is its category, or a finer one (``roofline.cost_classes.cost_class``:
     ``elementwise-costly``, ``elementwise-dividing``, ``elementwise-optimizer``,
-    ``normalization-fused``).
+    ``normalization-fused``, ``normalization-reduction``, ``normalization-dividing``).
     """
 
     scale: Mapping[str, float]

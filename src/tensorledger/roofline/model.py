@@ -273,11 +273,17 @@ def predict_op(index: int, op: OpLike, hardware: Hardware,
         overhead = 0.0  # no kernel to launch; its dispatch overlaps the GPU's queued work
     calibration = hardware.calibration
     if calibration is not None:  # a probed machine's fit of whole steps (Calibration)
-        kind = cost_class(op.op, op.category, op.phase, op_precision(op))
-        if kind not in calibration.scale:  # fitted on fp32 steps alone: the fp32 class
-            kind = cost_class(op.op, op.category, op.phase)
-        if kind not in calibration.scale:  # a profile fitted before the class was split off
-            kind = cost_class(op.op, op.category)
+        precision = op_precision(op)
+        for kind in (cost_class(op.op, op.category, op.phase, precision),
+                     # a profile fitted before a norm's reductions and divisions were split off
+                     cost_class(op.op, op.category, op.phase, precision, norm_parts=False),
+                     # fitted on fp32 steps alone: the fp32 class
+                     cost_class(op.op, op.category, op.phase),
+                     cost_class(op.op, op.category, op.phase, norm_parts=False),
+                     # a profile fitted before the optimizer's class was split off
+                     cost_class(op.op, op.category)):
+            if kind in calibration.scale:
+                break
         factor = calibration.factor(kind, op.category)
         # a decode product streams at the rate probed in its own regime: the fit over
         # training steps' matmuls neither scales its weight's time nor adds their bytes' cost
