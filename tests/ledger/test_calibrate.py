@@ -350,6 +350,38 @@ def test_a_norms_reductions_and_divisions_are_priced_apart_or_as_the_norm() -> N
     assert predict_op(0, div, chip).time_s == pytest.approx(4 * moved + 3e-3)
 
 
+def test_a_profile_fitted_on_fp32_steps_prices_a_bf16_norm_part_by_the_fp32_classes() -> None:
+    n = 10**6
+    mean = Op("aten.mean.dim", "normalization", n, 2 * n, 2 * n // 1000, ("bf16",), ("bf16",))
+    moved = predict_op(0, mean, dataclasses.replace(CHIP, calibration=None)).memory_time_s
+    # fitted on fp32 steps with the norm's parts apart: the fp32 reduction class, 3 × + 2 ms
+    split = Calibration(scale={"normalization": 2.0, "normalization-reduction": 3.0},
+                        op_cost_s=0.0, between_ops_s={},
+                        call_cost_s={"normalization": 1e-3, "normalization-reduction": 2e-3})
+    chip = dataclasses.replace(CHIP, calibration=split)
+    assert predict_op(0, mean, chip).time_s == pytest.approx(3 * moved + 2e-3)
+    # fitted on fp32 steps before the split: the norm's fp32 class, its scale and its cost a
+    # call (a class the profile lacks would add none), 2 × + 1 ms
+    old = dataclasses.replace(chip, calibration=dataclasses.replace(split, scale={
+        "normalization": 2.0}))
+    assert predict_op(0, mean, old).time_s == pytest.approx(2 * moved + 1e-3)
+
+
+def test_the_optimizers_class_missing_a_bf16_update_falls_to_the_fp32_category() -> None:
+    # the optimizer's class was split off before the classes by dtype: a profile without it
+    # was fitted on fp32 steps, and its elementwise figures price the update (2 ×), not a bf16
+    # class a hand-made profile might hold beside them (3 ×)
+    cal = Calibration(scale={"elementwise": 2.0, "elementwise-bf16": 3.0}, op_cost_s=0.0,
+                      between_ops_s={})
+    chip = dataclasses.replace(CHIP, calibration=cal)
+    n = 10**6
+    update = Op("aten.add_.Tensor", "elementwise", n, 4 * n, 2 * n, ("bf16", "bf16"),
+                ("bf16",), phase="optimizer")
+    plain = dataclasses.replace(CHIP, calibration=None)
+    memory = predict_op(0, update, plain).memory_time_s
+    assert predict_op(0, update, chip).memory_time_s == pytest.approx(2 * memory)
+
+
 def test_a_factor_below_one_stops_at_the_bound() -> None:
     fast = Calibration(scale={"elementwise": 0.1}, op_cost_s=0.0, between_ops_s={})
     chip = dataclasses.replace(CHIP, calibration=fast)
