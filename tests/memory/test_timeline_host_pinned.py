@@ -18,20 +18,13 @@ shards, exist before it):
 from __future__ import annotations
 
 from tensorledger.memory.timeline import LiveStorage, build_timeline
-from tensorledger.trace.records import OpRecord, Trace
+from tests.memory.test_timeline_pinned import record, trace_of
 
-
-def _record(i: int, created: tuple[tuple[int, int], ...], freed: tuple[int, ...] = ()
-            ) -> OpRecord:
-    return OpRecord(i, f"aten.op{i}", "m", "forward", "elementwise", (), (), (), (), 0, 0, 0,
-                    True, 0, created, freed)
-
-
-STEP = Trace(records=(
-    _record(0, ((1, 600), (5, 2000))),
-    _record(1, ((2, 10),), (5,)),
-    _record(2, ((3, 100),), (1, 2)),
-), uncovered={}, device="meta", storages_preexisting=((0, 1000), (7, 3000)))
+STEP = trace_of(
+    record(0, ((1, 600), (5, 2000)), module="m"),
+    record(1, ((2, 10),), (5,), module="m"),
+    record(2, ((3, 100),), (1, 2), module="m"),
+    before=((0, 1000), (7, 3000)))
 TAGS = {0: "parameter", 7: "host_parameter", 1: "saved_activation", 5: "host_activation",
         3: "kv_cache"}
 

@@ -21,10 +21,10 @@ from tensorledger.workload.run import TaggingRecorder
 from tensorledger.workload.saved import saved_activations
 
 
-def record(i: int, created: tuple[tuple[int, int], ...] = (), freed: tuple[int, ...] = ()
-           ) -> OpRecord:
-    return OpRecord(i, f"aten.op{i}", f"m{i}", "forward", "elementwise", (), (), (), (), 0, 0, 0,
-                    True, 0, created, freed)
+def record(i: int, created: tuple[tuple[int, int], ...] = (), freed: tuple[int, ...] = (),
+           module: str | None = None) -> OpRecord:
+    return OpRecord(i, f"aten.op{i}", f"m{i}" if module is None else module, "forward",
+                    "elementwise", (), (), (), (), 0, 0, 0, True, 0, created, freed)
 
 
 def trace_of(*records: OpRecord, before: tuple[tuple[int, int], ...] = ((0, 1000),)) -> Trace:
