@@ -350,6 +350,32 @@ def test_a_norms_reductions_and_divisions_are_priced_apart_or_as_the_norm() -> N
     assert predict_op(0, div, chip).time_s == pytest.approx(4 * moved + 3e-3)
 
 
+def test_an_attentions_backward_is_priced_apart_from_its_forward_or_as_attention() -> None:
+    cal = Calibration(scale={"attention-bf16": 2.0, "attention-backward-bf16": 3.0},
+                      op_cost_s=0.0, between_ops_s={},
+                      call_cost_s={"attention-bf16": 1e-3, "attention-backward-bf16": 2e-3})
+    chip = dataclasses.replace(CHIP, calibration=cal)
+    plain = dataclasses.replace(CHIP, calibration=None)
+    shape = ((4, 8, 256, 64),)  # queries (batch, heads, positions, head width), in bf16
+    forward = Op("aten._scaled_dot_product_flash_attention_for_cpu.default", "attention",
+                 10**9, 4 * 2**20, 2**20, ("bf16",) * 3, ("bf16",), input_shapes=shape)
+    backward = dataclasses.replace(
+        forward, op="aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
+        flops=2 * 10**9, phase="backward")
+    # uncalibrated, each at its FLOPs: 1e9 (2e9) at 1e11 FLOP/s = 10 (20) ms
+    ahead, behind = (predict_op(0, op, plain).compute_time_s for op in (forward, backward))
+    assert (ahead, behind) == (pytest.approx(10e-3), pytest.approx(20e-3))
+    # the forward at the attention's class: 2 × 10 ms + 1 ms; the backward at its own:
+    # 3 × 20 ms + 2 ms
+    assert predict_op(0, forward, chip).time_s == pytest.approx(2 * ahead + 1e-3)
+    assert predict_op(0, backward, chip).time_s == pytest.approx(3 * behind + 2e-3)
+    # a profile fitted before the backward was split off prices it as the attention's:
+    # 2 × 20 ms + 1 ms
+    old = dataclasses.replace(chip, calibration=dataclasses.replace(cal, scale={
+        "attention-bf16": 2.0}))
+    assert predict_op(0, backward, old).time_s == pytest.approx(2 * behind + 1e-3)
+
+
 def test_a_profile_fitted_on_fp32_steps_prices_a_bf16_norm_part_by_the_fp32_classes() -> None:
     n = 10**6
     mean = Op("aten.mean.dim", "normalization", n, 2 * n, 2 * n // 1000, ("bf16",), ("bf16",))
@@ -456,9 +482,10 @@ def test_calibrate_times_every_step_in_rounds(monkeypatch: pytest.MonkeyPatch) -
     calls = {f"attention-call.fp32.{d}.d16": ((1.0, 1e6),) for d in ("forward", "backward")}
     called = calibration._run(timed, dataclasses.replace(
         session.hardware, curves={**session.hardware.curves, **calls}))
-    assert plain.pieces["attention"] > 0 and called.pieces["attention"] == 0
-    assert {c: n for c, n in called.pieces.items() if c != "attention"} == {
-        c: n for c, n in plain.pieces.items() if c != "attention"}
+    attention = ("attention", "attention-backward")  # its forward and backward classes
+    assert all(plain.pieces[c] > 0 and called.pieces[c] == 0 for c in attention)
+    assert {c: n for c, n in called.pieces.items() if c not in attention} == {
+        c: n for c, n in plain.pieces.items() if c not in attention}
     # two steps profiled a round: two profiles a round, fitted all the same
     twice = calibration.CalibrationRounds(chip, profiled=2)
     twice.round(0.01)

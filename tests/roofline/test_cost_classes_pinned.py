@@ -29,6 +29,17 @@ def test_only_an_optimizers_elementwise_ops_update_in_place() -> None:
     ("aten.mean.dim", "normalization", "", "", "normalization-reduction"),
     ("aten.sum.dim_IntList", "normalization", "backward", "", "normalization-reduction"),
     ("aten.mean.dim", "reduction", "", "", "reduction"),
+    # an attention's backward kernel is a class apart from its forward, in any precision;
+    # a name with "backward" in it counts only in attention
+    ("aten._scaled_dot_product_flash_attention_for_cpu_backward.default", "attention",
+     "backward", "", "attention-backward"),
+    ("aten._scaled_dot_product_flash_attention_for_cpu_backward.default", "attention",
+     "backward", "bf16", "attention-backward-bf16"),
+    ("aten._scaled_dot_product_flash_attention_for_cpu.default", "attention", "forward",
+     "bf16", "attention-bf16"),
+    ("aten.gelu_backward.default", "elementwise", "backward", "", "elementwise-costly"),
+    ("aten.native_layer_norm_backward.default", "normalization", "", "bf16",
+     "normalization-fused-bf16"),
     ("aten.div.Tensor", "normalization", "", "bf16", "normalization-dividing-bf16"),
     ("aten._softmax.default", "elementwise", "", "", "elementwise"),
     ("aten._softmax.default", "normalization", "", "", "normalization-fused"),
@@ -53,15 +64,17 @@ def test_cost_class(op: str, category: str, phase: str, precision: str, expected
     assert cost_class(op, category, phase, precision) == expected
 
 
-def test_without_norm_parts_a_norms_reductions_and_divisions_are_the_norms() -> None:
+def test_without_split_a_norms_parts_and_an_attentions_backward_are_their_categorys() -> None:
     # the class a profile fitted before they were split off prices them by
-    assert cost_class("aten.mean.dim", "normalization", norm_parts=False) == "normalization"
+    assert cost_class("aten.mean.dim", "normalization", split=False) == "normalization"
+    assert cost_class("aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
+                      "attention", "backward", "bf16", split=False) == "attention-bf16"
     assert cost_class("aten.div.Tensor", "normalization", "backward", "bf16",
-                      norm_parts=False) == "normalization-bf16"
+                      split=False) == "normalization-bf16"
     # and nothing else moves
     assert cost_class("aten.native_layer_norm.default", "normalization",
-                      norm_parts=False) == "normalization-fused"
-    assert cost_class("aten.div.Tensor", "elementwise", norm_parts=False) == (
+                      split=False) == "normalization-fused"
+    assert cost_class("aten.div.Tensor", "elementwise", split=False) == (
         "elementwise-dividing")
 
 

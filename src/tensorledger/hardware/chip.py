@@ -96,7 +96,8 @@ class Calibration:
     their state).
     The class of an op is its category, or a finer one (``roofline.cost_classes.cost_class``:
     ``elementwise-costly``, ``elementwise-dividing``, ``elementwise-optimizer``,
-    ``normalization-fused``, ``normalization-reduction``, ``normalization-dividing``).
+    ``normalization-fused``, ``normalization-reduction``, ``normalization-dividing``,
+    ``attention-backward``).
     """
 
     scale: Mapping[str, float]

@@ -49,7 +49,7 @@ def updates_in_place(category: str, phase: str) -> bool:
 
 
 def cost_class(op: str, category: str, phase: str = "", precision: str = "", *,
-               norm_parts: bool = True) -> str:
+               split: bool = True) -> str:
     """The class a calibration prices an op by: its category, with fused norms, dividing
     and costly elementwise ops apart, and the optimizer's elementwise ops (given ``phase``)
     in a class of their own: an optimizer runs the same few ops on each parameter in turn,
@@ -71,13 +71,21 @@ def cost_class(op: str, category: str, phase: str = "", precision: str = "", *,
     'normalization-reduction'
     >>> cost_class("aten.rsqrt.default", "normalization")  # and its division
     'normalization-dividing'
+    >>> cost_class("aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
+    ...            "attention")  # an attention's backward kernel
+    'attention-backward'
 
     A norm written out reduces each row (``mean``, ``sum``) and divides once a row beside its
     elementwise parts: on a 2-core EPYC, priced with them as one class and calibrated, tiny
     16 × 32's RMSNorm ``mean`` came out 74–82% under its measured time and the ``div`` of its
     backward 58–77% under in three runs, while its ``mul`` and ``add`` came out over; the
-    class as a whole −37% to −49% in a calibrated benchmark run.  ``norm_parts=False`` gives
-    the class a profile fitted before they were split off prices them by (``normalization``).
+    class as a whole −37% to −49% in a calibrated benchmark run.  An attention's backward
+    kernel is a class apart from its forward: the probe times each direction's curves, and
+    the step's kernels stray from them apart (on that EPYC, in one collection of rounds,
+    fitted as one class, PyTorch's CPU flash attention forward in bf16 came out 18% to 55%
+    over its measured time in four of five held-aside steps while its backward came out
+    between 9% under and 34% over).  ``split=False`` gives the class a profile fitted
+    before they were split off prices them by (``normalization``, ``attention``).
 
     ``precision``: an op in a low-precision dtype (``kernel_rates.op_precision``: bf16,
     fp16) is a class of its own, so that a calibration on every recipe's steps fits each
@@ -89,7 +97,7 @@ def cost_class(op: str, category: str, phase: str = "", precision: str = "", *,
     'view'
     """
     if precision and category != "view":
-        return f"{cost_class(op, category, phase, norm_parts=norm_parts)}-{precision}"
+        return f"{cost_class(op, category, phase, split=split)}-{precision}"
     if updates_in_place(category, phase):
         return "elementwise-optimizer"
     name = packet(op)
@@ -99,7 +107,9 @@ def cost_class(op: str, category: str, phase: str = "", precision: str = "", *,
         return "elementwise-dividing"
     if category == "normalization" and any(word in name for word in _FUSED):
         return "normalization-fused"
-    if norm_parts and category == "normalization":
+    if split and category == "attention" and "backward" in name:
+        return "attention-backward"
+    if split and category == "normalization":
         if name.removeprefix("aten.") in REDUCTION_FLOPS:
             return "normalization-reduction"
         if name in DIVIDING_ELEMENTWISE:

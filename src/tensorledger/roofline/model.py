@@ -275,11 +275,12 @@ def predict_op(index: int, op: OpLike, hardware: Hardware,
     if calibration is not None:  # a probed machine's fit of whole steps (Calibration)
         precision = op_precision(op)
         for kind in (cost_class(op.op, op.category, op.phase, precision),
-                     # a profile fitted before a norm's reductions and divisions were split off
-                     cost_class(op.op, op.category, op.phase, precision, norm_parts=False),
+                     # a profile fitted before a norm's reductions and divisions and an
+                     # attention's backward were split off
+                     cost_class(op.op, op.category, op.phase, precision, split=False),
                      # fitted on fp32 steps alone: the fp32 class
                      cost_class(op.op, op.category, op.phase),
-                     cost_class(op.op, op.category, op.phase, norm_parts=False),
+                     cost_class(op.op, op.category, op.phase, split=False),
                      # a profile fitted before the optimizer's class was split off
                      cost_class(op.op, op.category)):
             if kind in calibration.scale:
