@@ -64,7 +64,7 @@ def test_cost_class(op: str, category: str, phase: str, precision: str, expected
     assert cost_class(op, category, phase, precision) == expected
 
 
-def test_without_split_a_norms_parts_and_an_attentions_backward_are_their_categorys() -> None:
+def test_without_split_a_norms_parts_and_an_attentions_backward_keep_their_category() -> None:
     # the class a profile fitted before they were split off prices them by
     assert cost_class("aten.mean.dim", "normalization", split=False) == "normalization"
     assert cost_class("aten._scaled_dot_product_flash_attention_for_cpu_backward.default",

@@ -83,7 +83,8 @@ def cost_class(op: str, category: str, phase: str = "", precision: str = "", *,
     kernel is a class apart from its forward: the probe times each direction's curves, and
     the step's kernels stray from them apart (on that EPYC, in one collection of rounds,
     fitted as one class, PyTorch's CPU flash attention forward in bf16 came out 18% to 55%
-    over its measured time in four of five held-aside steps while its backward came out
+    over its measured time in three of the four held-aside workloads where it weighed, in
+    both low-precision recipes (within 4% in the fourth), while its backward came out
     between 9% under and 34% over).  ``split=False`` gives the class a profile fitted
     before they were split off prices them by (``normalization``, ``attention``).
 
