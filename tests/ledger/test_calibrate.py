@@ -335,7 +335,7 @@ def test_a_norms_reductions_and_divisions_are_priced_apart_or_as_the_norm() -> N
     n = 10**6  # a mean over rows of 1,000 floats: 4 MB in, 4 kB out ≈ 0.4 ms at 10 GB/s
     mean = Op("aten.mean.dim", "normalization", n, 4 * n, 4 * n // 1000, ("fp32",),
               ("fp32",))
-    moved = predict_op(0, mean, dataclasses.replace(CHIP, calibration=None)).memory_time_s
+    moved = predict_op(0, mean, CHIP).memory_time_s  # CHIP: uncalibrated
     # the fitted class of its own: 3 × the memory time + 2 ms
     assert predict_op(0, mean, chip).time_s == pytest.approx(3 * moved + 2e-3)
     # a profile fitted before the split prices it as the norm's: 2 × + 1 ms
@@ -346,7 +346,7 @@ def test_a_norms_reductions_and_divisions_are_priced_apart_or_as_the_norm() -> N
     # bf16 class comes before the fp32 classes: 4 × + 3 ms
     div = Op("aten.div.Tensor", "normalization", n, 4 * n, 2 * n, ("bf16", "bf16"),
              ("bf16",))
-    moved = predict_op(0, div, dataclasses.replace(CHIP, calibration=None)).memory_time_s
+    moved = predict_op(0, div, CHIP).memory_time_s
     assert predict_op(0, div, chip).time_s == pytest.approx(4 * moved + 3e-3)
 
 
@@ -355,7 +355,6 @@ def test_an_attentions_backward_is_priced_apart_from_its_forward_or_as_attention
                       op_cost_s=0.0, between_ops_s={},
                       call_cost_s={"attention-bf16": 1e-3, "attention-backward-bf16": 2e-3})
     chip = dataclasses.replace(CHIP, calibration=cal)
-    plain = dataclasses.replace(CHIP, calibration=None)
     shape = ((4, 8, 256, 64),)  # queries (batch, heads, positions, head width), in bf16
     forward = Op("aten._scaled_dot_product_flash_attention_for_cpu.default", "attention",
                  10**9, 4 * 2**20, 2**20, ("bf16",) * 3, ("bf16",), input_shapes=shape)
@@ -363,7 +362,7 @@ def test_an_attentions_backward_is_priced_apart_from_its_forward_or_as_attention
         forward, op="aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
         flops=2 * 10**9, phase="backward")
     # uncalibrated, each at its FLOPs: 1e9 (2e9) at 1e11 FLOP/s = 10 (20) ms
-    ahead, behind = (predict_op(0, op, plain).compute_time_s for op in (forward, backward))
+    ahead, behind = (predict_op(0, op, CHIP).compute_time_s for op in (forward, backward))
     assert (ahead, behind) == (pytest.approx(10e-3), pytest.approx(20e-3))
     # the forward at the attention's class: 2 × 10 ms + 1 ms; the backward at its own:
     # 3 × 20 ms + 2 ms
@@ -379,7 +378,7 @@ def test_an_attentions_backward_is_priced_apart_from_its_forward_or_as_attention
 def test_a_profile_fitted_on_fp32_steps_prices_a_bf16_norm_part_by_the_fp32_classes() -> None:
     n = 10**6
     mean = Op("aten.mean.dim", "normalization", n, 2 * n, 2 * n // 1000, ("bf16",), ("bf16",))
-    moved = predict_op(0, mean, dataclasses.replace(CHIP, calibration=None)).memory_time_s
+    moved = predict_op(0, mean, CHIP).memory_time_s  # CHIP: uncalibrated
     # fitted on fp32 steps with the norm's parts apart: the fp32 reduction class, 3 × + 2 ms
     split = Calibration(scale={"normalization": 2.0, "normalization-reduction": 3.0},
                         op_cost_s=0.0, between_ops_s={},
@@ -403,8 +402,7 @@ def test_the_optimizers_class_missing_a_bf16_update_falls_to_the_fp32_category()
     n = 10**6
     update = Op("aten.add_.Tensor", "elementwise", n, 4 * n, 2 * n, ("bf16", "bf16"),
                 ("bf16",), phase="optimizer")
-    plain = dataclasses.replace(CHIP, calibration=None)
-    memory = predict_op(0, update, plain).memory_time_s
+    memory = predict_op(0, update, CHIP).memory_time_s  # uncalibrated
     assert predict_op(0, update, chip).memory_time_s == pytest.approx(2 * memory)
 
 
