@@ -28,6 +28,7 @@ _TOML = {
     "aliases_string.toml": CHIP.replace("[dense]", 'aliases = "h1"\n[dense]'),
     "inf_curve.toml": CHIP + '[curves]\n"matmul.bf16" = [[1.0, inf]]\n',
     "bool_curve.toml": CHIP + '[curves]\n"bandwidth" = [[true, 2.0]]\n',
+    "nested_low_precision.toml": CHIP + "[calibration.low_precision.low_precision]\n",
     "other_script_digits.toml": CHIP.replace('"80GB"', '"٨٠GB"'),
     "deep.toml": "a = " + "[" * 100_000 + "]" * 100_000 + "\n",
     "not_toml.toml": "this is = not [toml\n",

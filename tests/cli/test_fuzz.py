@@ -115,7 +115,8 @@ def _hardware(place: Place) -> list[str]:
     bad = ["fifo.toml", "folder.toml", "binary.toml", "deep.toml", "list_memory.toml",
            "table_memory.toml", "date_memory.toml", "inf_peak.toml", "nan_peak.toml",
            "huge_int_memory.toml", "name_list.toml", "sources_string.toml", "inf_curve.toml",
-           "bool_curve.toml", "not_toml.toml", "missing.toml", "dev_zero", "chip.toml"]
+           "bool_curve.toml", "nested_low_precision.toml", "not_toml.toml", "missing.toml",
+           "dev_zero", "chip.toml"]
     return ["h100", "a100", "H100", "b200", "local", "", "h1000", "٧", "x" * 5000,
             *(place.files[name] for name in bad)]
 
@@ -319,7 +320,10 @@ def _fake_collectives(ranks: int = 2, *args: object, **kwargs: object) -> Any:
 def _fake_calibrate(*args: object, **kwargs: object) -> Any:
     from tensorledger.hardware import Calibration
 
-    return Calibration(scale={"matmul": 1.0}, op_cost_s=1e-6, between_ops_s={})
+    # with the low-precision recipes' fit, so the profile written holds both tables
+    return Calibration(scale={"matmul": 1.0}, op_cost_s=1e-6, between_ops_s={},
+                       low_precision=Calibration(scale={"matmul-bf16": 1.0}, op_cost_s=2e-6,
+                                                 between_ops_s={}))
 
 
 def run_case(argv: list[str], place: Place) -> Outcome:
@@ -410,7 +414,7 @@ def test_fuzz_covers_every_command_and_enough_cases() -> None:
 
 def test_fuzz_hostile_fixture_set_is_complete(hostile_files: dict[str, str]) -> None:
     for name in ("fifo.toml", "folder.toml", "binary.toml", "deep.toml", "deep.json",
-                 "list_memory.toml", "dev_zero", *FACTORIES):
+                 "list_memory.toml", "nested_low_precision.toml", "dev_zero", *FACTORIES):
         assert os.path.lexists(hostile_files[name]), name
 
 

@@ -132,8 +132,8 @@ def test_a_bad_matmul_curve_is_refused(points: str) -> None:
 # ---- [calibration] ----
 
 OLD = ("lab.toml: [c.calibration] takes scale, op_cost, call_cost, piece_cost, "
-       "op_cost_by_footprint, view_weights, between_ops, source and unreliable (a profile "
-       "from an older tensorledger: run `tensorledger probe` again)")
+       "op_cost_by_footprint, view_weights, between_ops, source, unreliable and "
+       "low_precision (a profile from an older tensorledger: run `tensorledger probe` again)")
 FOOTPRINT = ("lab.toml: [c.calibration] op_cost_by_footprint must be [[bytes, seconds], ...] "
              "with bytes increasing and each cost above 0 and at most 3600 s")
 
@@ -205,6 +205,42 @@ def test_calibration_figures_at_their_bounds() -> None:
 ])
 def test_a_bad_calibration_is_refused(tables: str, message: str) -> None:
     assert refusal(tables) == message
+
+
+NESTED = ("lab.toml: [c.calibration.low_precision] takes scale, op_cost, call_cost, "
+          "piece_cost, op_cost_by_footprint, view_weights, between_ops and source (a profile "
+          "from an older tensorledger: run `tensorledger probe` again)")
+
+
+@pytest.mark.parametrize(("tables", "message"), [
+    ("[calibration]\nlow_precision = 3\n", NESTED),
+    ("[calibration.low_precision]\nunreliable = []\n", NESTED),  # named in the outer table
+    ("[calibration.low_precision.low_precision]\n", NESTED),  # one level only
+    ("[calibration.low_precision]\nscale = { a = 101 }\n",
+     "lab.toml: [c.calibration.low_precision] scale must be a table of factors from 0.01 to "
+     "100, such as { matmul = 1.2 }"),
+    ('[calibration.low_precision]\nbetween_ops = { optimizer = "2h" }\n',
+     "lab.toml: [c] calibration.low_precision.between_ops.optimizer = '2h' is out of range; "
+     'it must be positive, from 0 to 3600 in its unit, such as "3us"'),
+    ("[calibration.low_precision]\nop_cost_by_footprint = [[1e4, 0]]\n",
+     FOOTPRINT.replace("[c.calibration]", "[c.calibration.low_precision]")),
+])
+def test_a_bad_low_precision_calibration_is_refused(tables: str, message: str) -> None:
+    assert refusal(tables) == message
+
+
+def test_a_low_precision_calibration_is_read_beside_the_fp32_one() -> None:
+    chip = read('[calibration]\nop_cost = "1us"\nscale = { matmul = 2 }\n'
+                '[calibration.low_precision]\nop_cost = "3us"\nscale = { matmul-bf16 = 4 }\n'
+                'between_ops = { forward-backward = "5us" }\n')
+    assert chip.calibration is not None
+    low = chip.calibration.low_precision
+    assert low is not None and low.scale == {"matmul-bf16": 4.0}
+    assert low.op_cost_s == pytest.approx(3e-6)
+    assert low.between_ops_s == pytest.approx({"forward-backward": 5e-6})
+    assert low.low_precision is None and low.unreliable == ()
+    assert chip.calibration.scale == {"matmul": 2.0}
+    assert chip.calibration.op_cost_s == pytest.approx(1e-6)
 
 
 @pytest.mark.parametrize(("key", "example"), [("scale", "{ matmul = 1.2 }"),

@@ -307,67 +307,75 @@ def _capability(chip: str, raw: Any, where: str) -> str | None:
     return str(raw)
 
 
-def _calibration(chip: str, raw: Any, where: str) -> Calibration:
+def _calibration(chip: str, raw: Any, where: str, table: str = "calibration"
+                 ) -> Calibration:
     """``[calibration]`` of a probed profile: ``scale`` (cost class → factor), ``call_cost``
     and ``piece_cost`` (cost class → duration), ``op_cost`` and ``op_cost_by_footprint``, and
     ``between_ops`` (``forward-backward``, ``optimizer`` → duration), ``view_weights`` (view
-    op → factor)."""
-    if not isinstance(raw, dict) or set(raw) - {"scale", "op_cost", "between_ops", "source",
-                                                "call_cost", "piece_cost", "unreliable",
-                                                "op_cost_by_footprint", "view_weights"}:
-        raise ConfigError(f"{where}: [{chip}.calibration] takes scale, op_cost, call_cost, "
-                          "piece_cost, op_cost_by_footprint, view_weights, between_ops, source "
-                          "and unreliable (a profile from an older tensorledger: run "
+    op → factor), and ``low_precision``, a table of the same keys (but this one): the fit of
+    the low-precision recipes' steps (``Calibration.low_precision``)."""
+    keys = ["scale", "op_cost", "call_cost", "piece_cost", "op_cost_by_footprint",
+            "view_weights", "between_ops", "source"]
+    if table == "calibration":  # the low-precision fit's own steps are named in this one's
+        keys += ["unreliable", "low_precision"]
+    if not isinstance(raw, dict) or set(raw) - set(keys):
+        raise ConfigError(f"{where}: [{chip}.{table}] takes {', '.join(keys[:-1])} and "
+                          f"{keys[-1]} (a profile from an older tensorledger: run "
                           "`tensorledger probe` again)")
-    scales = _factors(chip, raw, "scale", "{ matmul = 1.2 }", where)
-    weights = _factors(chip, raw, "view_weights", '{ "aten.t" = 2.0 }', where)
+    scales = _factors(chip, raw, "scale", "{ matmul = 1.2 }", where, table)
+    weights = _factors(chip, raw, "view_weights", '{ "aten.t" = 2.0 }', where, table)
     between = raw.get("between_ops", {})
     if not isinstance(between, dict) or set(between) - {"forward-backward", "optimizer"}:
-        raise ConfigError(f"{where}: [{chip}.calibration] between_ops must be a table with "
+        raise ConfigError(f"{where}: [{chip}.{table}] between_ops must be a table with "
                           "forward-backward and optimizer durations, such as "
                           '{ optimizer = "4us" }')
     costs = {}
     for key in ("call_cost", "piece_cost"):
-        table = raw.get(key, {})
-        if not isinstance(table, dict):
-            raise ConfigError(f"{where}: [{chip}.calibration] {key} must be a table of "
+        found = raw.get(key, {})
+        if not isinstance(found, dict):
+            raise ConfigError(f"{where}: [{chip}.{table}] {key} must be a table of "
                               f'durations by class, such as {{ copy = "20us" }}')
-        costs[key] = {str(k): _number(chip, f"calibration.{key}.{k}", v, parse_duration,
+        costs[key] = {str(k): _number(chip, f"{table}.{key}.{k}", v, parse_duration,
                                       where, low=0.0, high=MAX_OP_OVERHEAD_S, example='"20us"')
-                      for k, v in table.items()}
+                      for k, v in found.items()}
     return Calibration(
         scale=scales,
         call_cost_s=costs["call_cost"], piece_cost_s=costs["piece_cost"],
         op_cost_s=0.0 if "op_cost" not in raw else _number(
-            chip, "calibration.op_cost", raw["op_cost"], parse_duration, where, low=0.0,
+            chip, f"{table}.op_cost", raw["op_cost"], parse_duration, where, low=0.0,
             high=MAX_OP_OVERHEAD_S, example='"2us"'),
-        between_ops_s={k: _number(chip, f"calibration.between_ops.{k}", v, parse_duration,
+        between_ops_s={k: _number(chip, f"{table}.between_ops.{k}", v, parse_duration,
                                   where, low=0.0, high=MAX_OP_OVERHEAD_S, example='"3us"')
                        for k, v in between.items()},
-        source=_text(chip, "calibration.source", raw.get("source", ""), where),
+        source=_text(chip, f"{table}.source", raw.get("source", ""), where),
         unreliable=_unreliable(chip, raw.get("unreliable", []), where),
-        op_cost_by_footprint=_footprint_curve(chip, raw.get("op_cost_by_footprint", []), where),
-        view_weights=weights)
+        op_cost_by_footprint=_footprint_curve(chip, raw.get("op_cost_by_footprint", []), where,
+                                              table),
+        view_weights=weights,
+        low_precision=None if "low_precision" not in raw else _calibration(
+            chip, raw["low_precision"], where, f"{table}.low_precision"))
 
 
 #: The factors a profile's calibration may hold (``scale``, ``view_weights``).
 FACTOR_RANGE = (0.01, 100.0)
 
 
-def _factors(chip: str, raw: dict[str, Any], key: str, example: str, where: str
-             ) -> dict[str, float]:
-    """``[calibration] key``: a table of factors within ``FACTOR_RANGE``."""
-    table = raw.get(key, {})
+def _factors(chip: str, raw: dict[str, Any], key: str, example: str, where: str,
+             table: str = "calibration") -> dict[str, float]:
+    """``[calibration] key`` (or ``[table] key``): a table of factors within
+    ``FACTOR_RANGE``."""
+    found = raw.get(key, {})
     low, high = FACTOR_RANGE
-    if not isinstance(table, dict) or not all(
+    if not isinstance(found, dict) or not all(
             isinstance(v, int | float) and not isinstance(v, bool) and low <= v <= high
-            for v in table.values()):
-        raise ConfigError(f"{where}: [{chip}.calibration] {key} must be a table of factors "
+            for v in found.values()):
+        raise ConfigError(f"{where}: [{chip}.{table}] {key} must be a table of factors "
                           f"from {low:g} to {high:g}, such as {example}")
-    return {str(k): float(v) for k, v in table.items()}
+    return {str(k): float(v) for k, v in found.items()}
 
 
-def _footprint_curve(chip: str, raw: Any, where: str) -> tuple[tuple[float, float], ...]:
+def _footprint_curve(chip: str, raw: Any, where: str, table: str = "calibration"
+                     ) -> tuple[tuple[float, float], ...]:
     """``op_cost_by_footprint``: [[bytes, seconds], ...], bytes increasing, each cost above 0
     and at most ``MAX_OP_OVERHEAD_S``."""
     ok = isinstance(raw, list) and all(
@@ -376,7 +384,7 @@ def _footprint_curve(chip: str, raw: Any, where: str) -> tuple[tuple[float, floa
         for p in raw)
     sizes = [float(p[0]) for p in raw] if ok else []
     if not ok or sizes != sorted(set(sizes)):
-        raise ConfigError(f"{where}: [{chip}.calibration] op_cost_by_footprint must be "
+        raise ConfigError(f"{where}: [{chip}.{table}] op_cost_by_footprint must be "
                           "[[bytes, seconds], ...] with bytes increasing and each cost above 0 "
                           f"and at most {MAX_OP_OVERHEAD_S:g} s")
     return tuple((float(x), float(y)) for x, y in raw)

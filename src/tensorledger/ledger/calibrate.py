@@ -37,6 +37,7 @@ from tensorledger.ledger.calibration_fit import (
     StepSample,
     calibration_toml,
     fit,
+    fit_recipes,
     nonnegative_least_squares,
 )
 from tensorledger.napkin.transformer import TransformerConfig
@@ -53,7 +54,8 @@ if TYPE_CHECKING:
 __all__ = ["CALIBRATION_BUDGET_S", "CALIBRATION_MODELS", "CALIBRATION_RECIPES",
            "CALIBRATION_ROUNDS", "REFERENCE_VIEW",
            "ROUND_SPREAD", "SCALE_RANGE", "CalibrationRounds", "Run", "StepSample", "calibrate",
-           "calibration_toml", "fit", "nonnegative_least_squares", "round_spread"]
+           "calibration_toml", "fit", "fit_recipes", "nonnegative_least_squares",
+           "round_spread"]
 
 #: The calibration models: Llama-like (RMSNorm, RoPE, SwiGLU) and GPT-2-like (LayerNorm,
 #: learned positions, GELU), small (activations in cache), larger (beyond it) and wide (many
@@ -118,6 +120,7 @@ class _Timed:
     # the profiler's own time of each call, in order, the same number of profiled steps
     # each round, in round order
     profiles: list[ProfiledStep] = dataclasses.field(default_factory=list)
+    recipe: str = "fp32"  # the precision recipe it runs in (``CALIBRATION_RECIPES``)
 
 
 def _build(config: TransformerConfig, batch: int, seq: int, step: str,
@@ -133,7 +136,7 @@ def _build(config: TransformerConfig, batch: int, seq: int, step: str,
     prepared = prepare(work, "cpu")
     prepared.run()
     traced, _ = record_step(prepared)
-    return _Timed(prepared, traced.records, predict(traced.records, hardware))
+    return _Timed(prepared, traced.records, predict(traced.records, hardware), recipe=precision)
 
 
 def _time_round(timed: _Timed, budget_s: float, name: str, profiled: int = 1) -> None:
@@ -352,16 +355,18 @@ class CalibrationRounds:
             for _, timed in self.steps:
                 timed.prediction = predict(timed.records, self.hardware)
         runs = [_run(timed, self.hardware) for _, timed in self.steps]
-        return fit([StepSample(*runs[i:i + 2]) for i in range(0, len(runs), 2)],
-                   source="fitted by tensorledger probe on " + ", ".join(
-                       f"{c.name} (batch {b} × seq {s})" for c, b, s in CALIBRATION_MODELS) +
-                   f": forward-backward and train steps in {', '.join(self.recipes)}, "
-                   f"{self.taken} rounds each"
-                   f"{f' ({self.profiled} steps profiled a round)' if self.profiled > 1 else ''}; "
-                   "class scales and costs from the profiler's own time of each call, the time "
-                   "between ops from the harness's whole-step times and the profiled steps' "
-                   "share outside their calls" +
-                   ("; the fp32 matmul curve timed again in the same rounds" if curve else ""))
+        source = (
+            "fitted by tensorledger probe on " + ", ".join(
+                f"{c.name} (batch {b} × seq {s})" for c, b, s in CALIBRATION_MODELS) +
+            f": forward-backward and train steps in {', '.join(self.recipes)}, "
+            f"{self.taken} rounds each"
+            f"{f' ({self.profiled} steps profiled a round)' if self.profiled > 1 else ''}; "
+            "class scales and costs from the profiler's own time of each call, the time "
+            "between ops from the harness's whole-step times and the profiled steps' share "
+            "outside their calls" +
+            ("; the fp32 matmul curve timed again in the same rounds" if curve else ""))
+        return fit_recipes([(self.steps[i][1].recipe, StepSample(*runs[i:i + 2]))
+                            for i in range(0, len(runs), 2)], source)
 
 
 def _moved(before: Sequence[float], after: Sequence[float]) -> float:

@@ -29,7 +29,7 @@ from tensorledger.plan.checkpoint import (
     profile_blocks,
     standard_policies,
 )
-from tensorledger.roofline.model import predict_op
+from tensorledger.roofline.model import calibrated_for, predict_op
 from tensorledger.workload.checkpointing import (
     PolicyTrace,
     trace_deep_network,
@@ -76,7 +76,8 @@ def checkpoint_profile(plain: PolicyTrace, hardware: Hardware | None = None
     ``hardware`` (none: times 0, policies compared by FLOPs)."""
     times = None
     if hardware is not None:
-        times = [predict_op(r.index, r, hardware).time_s for r in plain.trace.records]
+        priced = calibrated_for(hardware, plain.trace.records)  # its recipe's calibration
+        times = [predict_op(r.index, r, priced).time_s for r in plain.trace.records]
     return profile_blocks(plain.trace, plain.tags, times,
                           hardware=hardware.id if hardware is not None else "")
 

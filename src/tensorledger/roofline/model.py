@@ -33,6 +33,7 @@ backward, in bf16) its own curve.  A profile without them prices those ops as be
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -61,6 +62,7 @@ __all__ = [
     "OpPrediction",
     "RooflinePrediction",
     "TimeTotal",
+    "calibrated_for",
     "ceiling",
     "compute_key_for",
     "predict",
@@ -415,6 +417,7 @@ def predict(records: Iterable[OpLike], hardware: Hardware, *, tokens: int | None
     alone is an inference step (the workload runs it under no_grad), its ops priced at the
     profile's per-op cost of inference."""
     records = tuple(records)
+    hardware = calibrated_for(hardware, records)
     inference = all(r.phase == "forward" for r in records)
     # an inference step reads each weight once: between two reads of one, the step's bytes
     reread = float(sum(r.bytes_read for r in records)) if inference else 0.0
@@ -462,6 +465,18 @@ def predict(records: Iterable[OpLike], hardware: Hardware, *, tokens: int | None
         if hardware.curves.get("bandwidth") else "datasheet bandwidth",
         communication_s=communication_s, overlapped_time_s=overlapped(ops),
         recomputed_flops=sum(r.flops for r in records if getattr(r, "recomputed", False)))
+
+
+def calibrated_for(hardware: Hardware, records: Sequence[OpLike]) -> Hardware:
+    """``hardware`` with the calibration that prices a step of ``records``
+    (``Calibration.for_step``): its low-precision recipes' fit where any op runs in bf16 or
+    fp16 (every op of such a step, its fp32 ones too), else its own."""
+    calibration = hardware.calibration
+    if calibration is None or calibration.low_precision is None:
+        return hardware
+    chosen = calibration.for_step(any(op_precision(r) for r in records))
+    return hardware if chosen is calibration else dataclasses.replace(hardware,
+                                                                     calibration=chosen)
 
 
 def step_footprint(moved: Iterable[float]) -> float | None:
