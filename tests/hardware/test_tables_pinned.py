@@ -219,6 +219,9 @@ NESTED = ("lab.toml: [c.calibration.low_precision] takes scale, op_cost, call_co
     ("[calibration.low_precision]\nscale = { a = 101 }\n",
      "lab.toml: [c.calibration.low_precision] scale must be a table of factors from 0.01 to "
      "100, such as { matmul = 1.2 }"),
+    ("[calibration.low_precision]\nview_weights = 3\n",
+     "lab.toml: [c.calibration.low_precision] view_weights must be a table of factors from 0.01 "
+     'to 100, such as { "aten.t" = 2.0 }'),
     ('[calibration.low_precision]\nbetween_ops = { optimizer = "2h" }\n',
      "lab.toml: [c] calibration.low_precision.between_ops.optimizer = '2h' is out of range; "
      'it must be positive, from 0 to 3600 in its unit, such as "3us"'),

@@ -103,9 +103,11 @@ def test_the_low_precision_recipes_steps_are_fitted_apart_by_hand() -> None:
                          ("mixed-bf16", _sample(3.0, 20e-6))])
     assert three.low_precision is not None and three.low_precision.source == (
         "the steps in bf16, mixed-bf16 of the calibration above, fitted apart")
-    assert fit_recipes([("fp32", _sample(2.0, 10e-6))]).low_precision is None
-    alone = fit_recipes([("bf16", _sample(3.0, 20e-6))])
+    one = fit_recipes([("fp32", _sample(2.0, 10e-6))])
+    assert one.low_precision is None and one.source == ""  # none given
+    alone = fit_recipes([("bf16", _sample(3.0, 20e-6))], source="bf16 alone")
     assert alone.low_precision is None and alone.op_cost_s == pytest.approx(20e-6)
+    assert alone.source == "bf16 alone"
 
 
 CHIP = Hardware(id="cpu", name="cpu", memory_bytes=8e9, memory_bandwidth_bytes_per_s=1e10,
@@ -136,7 +138,9 @@ def test_a_step_in_a_low_precision_is_priced_by_its_recipes_fit_by_hand() -> Non
     # the profile's table holds both, and reads back
     text = ('name = "cpu"\nmemory = "8GB"\nmemory_bandwidth = "10GB/s"\n[dense]\n'
             'fp32 = "100GFLOP/s"\n') + calibration_toml(chip.calibration)
-    assert "[calibration.low_precision]" in text
+    assert ("\n[calibration.low_precision]  # the steps of the bf16 and fp16 recipes, fitted "
+            "apart\n") in text
+    assert text.count("[calibration") == 2  # the table and the one within it
     read = parse_hardware_toml(text, "test", "local").calibration
     assert read is not None and read.low_precision is not None
     assert read.scale == pytest.approx({"matmul": 2.0})

@@ -361,7 +361,7 @@ FACTOR_RANGE = (0.01, 100.0)
 
 
 def _factors(chip: str, raw: dict[str, Any], key: str, example: str, where: str,
-             table: str = "calibration") -> dict[str, float]:
+             table: str) -> dict[str, float]:
     """``[calibration] key`` (or ``[table] key``): a table of factors within
     ``FACTOR_RANGE``."""
     found = raw.get(key, {})
@@ -374,7 +374,7 @@ def _factors(chip: str, raw: dict[str, Any], key: str, example: str, where: str,
     return {str(k): float(v) for k, v in found.items()}
 
 
-def _footprint_curve(chip: str, raw: Any, where: str, table: str = "calibration"
+def _footprint_curve(chip: str, raw: Any, where: str, table: str
                      ) -> tuple[tuple[float, float], ...]:
     """``op_cost_by_footprint``: [[bytes, seconds], ...], bytes increasing, each cost above 0
     and at most ``MAX_OP_OVERHEAD_S``."""
