@@ -312,11 +312,12 @@ def _calibration(chip: str, raw: Any, where: str, table: str = "calibration"
     """``[calibration]`` of a probed profile: ``scale`` (cost class → factor), ``call_cost``
     and ``piece_cost`` (cost class → duration), ``op_cost`` and ``op_cost_by_footprint``, and
     ``between_ops`` (``forward-backward``, ``optimizer`` → duration), ``view_weights`` (view
-    op → factor), and ``low_precision``, a table of the same keys (but this one): the fit of
-    the low-precision recipes' steps (``Calibration.low_precision``)."""
+    op → factor), and ``low_precision``: the fit of the low-precision recipes' steps
+    (``Calibration.low_precision``), a table of the same keys less ``unreliable`` (its steps
+    are named in this one's) and ``low_precision``."""
     keys = ["scale", "op_cost", "call_cost", "piece_cost", "op_cost_by_footprint",
             "view_weights", "between_ops", "source"]
-    if table == "calibration":  # the low-precision fit's own steps are named in this one's
+    if table == "calibration":  # not the low-precision fit within it
         keys += ["unreliable", "low_precision"]
     if not isinstance(raw, dict) or set(raw) - set(keys):
         raise ConfigError(f"{where}: [{chip}.{table}] takes {', '.join(keys[:-1])} and "
