@@ -14,6 +14,7 @@ from tensorledger.hardware.catalog import parse_hardware_toml
 from tensorledger.ledger.calibrate import Run, StepSample, calibration_toml, fit, fit_recipes
 from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.roofline import calibrated_for
+from tests.ledger.test_calibrate import CHIP  # uncalibrated: fp32 and bf16 at 1e11 FLOP/s
 
 
 def _run(matmul: tuple[float, float], bf16: tuple[float, float]) -> Run:
@@ -108,10 +109,6 @@ def test_the_low_precision_recipes_steps_are_fitted_apart_by_hand() -> None:
     alone = fit_recipes([("bf16", _sample(3.0, 20e-6))], source="bf16 alone")
     assert alone.low_precision is None and alone.op_cost_s == pytest.approx(20e-6)
     assert alone.source == "bf16 alone"
-
-
-CHIP = Hardware(id="cpu", name="cpu", memory_bytes=8e9, memory_bandwidth_bytes_per_s=1e10,
-                dense_flop_per_s={"fp32": 1e11, "bf16": 1e11}, origin="test")
 
 
 def test_a_step_in_a_low_precision_is_priced_by_its_recipes_fit_by_hand() -> None:

@@ -115,30 +115,10 @@ class Calibration:
     # a view op ("aten.t") → its cost of entering against an average view's: views differ by
     # op (an unbind makes several tensors, a detach one); a view not named costs 1
     view_weights: Mapping[str, float] = field(default_factory=dict)
-    # the fit of the low-precision recipes' steps (mixed-bf16, bf16), which prices a step any
-    # of whose ops runs in bf16 or fp16 (``for_step``); None: this one prices every step
+    # the fit of the low-precision recipes' steps (mixed-bf16, bf16), which prices every op
+    # of a step that runs any op in bf16 or fp16 (``roofline.model.calibrated_for``); None:
+    # this one prices every step
     low_precision: Calibration | None = None
-
-    def for_step(self, low_precision: bool) -> Calibration:
-        """The calibration that prices a step: ``low_precision`` (fitted on the steps of the
-        recipes that run in bf16 or fp16) for a step that runs any op in one, where fitted;
-        else this one.  The framework's cost of an op differs by recipe, not by the bytes
-        an op moves: on one 2-core VM, the smallest calibration model's views (entering an
-        op, no kernel) took 0.97 µs each in fp32, 1.17 µs in mixed-bf16 and 1.33 to 1.45 µs
-        in bf16, and its time between ops 2.2 to 2.4 µs an op against 2.9 to 3.0, where its
-        ops moved 61 to 68 kB in fp32 and 34 to 50 kB in the others; one fit over all three
-        recipes priced that model's fp32 step 5% to 20% over (three calibrations) and its bf16
-        steps 17% and 20% under (one of them).
-
-        >>> low = Calibration(scale={"matmul-bf16": 3.0}, op_cost_s=2e-6, between_ops_s={})
-        >>> cal = Calibration(scale={"matmul": 2.0}, op_cost_s=1e-6, between_ops_s={},
-        ...                   low_precision=low)
-        >>> cal.for_step(True) is low, cal.for_step(False) is cal
-        (True, True)
-        >>> low.for_step(True) is low  # fitted on one kind of step: it prices both
-        True
-        """
-        return self.low_precision if low_precision and self.low_precision else self
 
     def factor(self, kind: str, category: str) -> float:
         """The factor on the kernel time of an op of class ``kind`` (its category's where the

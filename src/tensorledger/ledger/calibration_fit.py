@@ -206,8 +206,9 @@ def fit_recipes(samples: Sequence[tuple[str, StepSample]], source: str = "") -> 
     """The calibration of every recipe's steps, each ``(recipe, sample)``: the :func:`fit` of
     the fp32 steps, with the fit of the low-precision recipes' steps (mixed-bf16, bf16) as
     its ``low_precision``, which prices a step that runs any op in bf16 or fp16
-    (``Calibration.for_step``): the framework's cost of an op (entering it, the time between
-    ops) differs by recipe at the same footprint.  Steps of one kind alone: their one fit.
+    (``roofline.model.calibrated_for``): the framework's cost of an op (entering it, the time
+    between ops) differs by recipe at the same footprint.  Steps of one kind alone: their one
+    fit.
     The same measured rounds fitted both ways (three calibrations of one 2-core VM, each
     beside the benchmark's five workloads in three recipes, and the three pooled in pairs):
     the fp32 calibration model the benchmark times again came out 4.7% to 23.4% over its
