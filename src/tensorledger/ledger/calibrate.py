@@ -120,7 +120,11 @@ class _Timed:
     # the profiler's own time of each call, in order, the same number of profiled steps
     # each round, in round order
     profiles: list[ProfiledStep] = dataclasses.field(default_factory=list)
-    recipe: str = "fp32"  # the precision recipe it runs in (``CALIBRATION_RECIPES``)
+
+    @property
+    def recipe(self) -> str:
+        """The precision recipe the step runs in (``CALIBRATION_RECIPES``)."""
+        return self.prepared.work.precision.name
 
 
 def _build(config: TransformerConfig, batch: int, seq: int, step: str,
@@ -136,7 +140,7 @@ def _build(config: TransformerConfig, batch: int, seq: int, step: str,
     prepared = prepare(work, "cpu")
     prepared.run()
     traced, _ = record_step(prepared)
-    return _Timed(prepared, traced.records, predict(traced.records, hardware), recipe=precision)
+    return _Timed(prepared, traced.records, predict(traced.records, hardware))
 
 
 def _time_round(timed: _Timed, budget_s: float, name: str, profiled: int = 1) -> None:
