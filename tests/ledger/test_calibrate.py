@@ -484,6 +484,9 @@ def test_calibrate_times_every_step_in_rounds(monkeypatch: pytest.MonkeyPatch) -
     assert all(plain.pieces[c] > 0 and called.pieces[c] == 0 for c in attention)
     assert {c: n for c, n in called.pieces.items() if c not in attention} == {
         c: n for c, n in plain.pieces.items() if c not in attention}
+    # and their classes are the run's own calls (the fit adds them no cost a call): no other
+    # class, nor any where the profile has no call curve
+    assert called.own_calls == frozenset(attention) and plain.own_calls == frozenset()
     # two steps profiled a round: two profiles a round, fitted all the same
     twice = calibration.CalibrationRounds(chip, profiled=2)
     twice.round(0.01)

@@ -217,3 +217,24 @@ def test_elimination_pivots_on_the_largest_entry() -> None:
     # orthogonal columns (their normal matrix is diagonal): x = 2 and y = 3 exactly
     assert nonnegative_least_squares([(1.0, 0.0, 2.0), (0.0, 1.0, 3.0)]) == pytest.approx(
         (2.0, 3.0))
+
+
+def test_a_class_whose_calls_the_profile_prices_gets_no_fitted_cost_a_call() -> None:
+    # attention: 1 ms of kernel (its curves' call costs in it) in 10 calls took 1.5 ms, 2 ms
+    # in 10 calls 2.5 ms.  Fitted with a cost a call: s·1 + c·10 = 1.5, s·2 + c·10 = 2.5 (ms)
+    # → s = 1, c = 50 µs.  Where the profile prices its calls (``own_calls``) the calls'
+    # column is 0s and scale alone is fitted, in relative terms (each row over its measured
+    # time): minimise (s/1.5 − 1)² + (2s/2.5 − 1)² → s = (1/1.5 + 2/2.5) /
+    # ((1/1.5)² + (2/2.5)²)
+    def sample(own: frozenset[str]) -> StepSample:
+        return StepSample(
+            forward_backward=_run(0.0, classes={"attention": (10, 1e-3, 1.5e-3)}, own_calls=own),
+            train=_run(1e-3, classes={"attention": (10, 2e-3, 2.5e-3)}, own_calls=own))
+
+    fitted = fit([sample(frozenset())])
+    assert fitted.scale["attention"] == pytest.approx(1.0, rel=1e-9)
+    assert fitted.call_cost_s["attention"] == pytest.approx(50e-6, rel=1e-9)
+    own = fit([sample(frozenset({"attention"}))])
+    a, b = 1 / 1.5, 2 / 2.5
+    assert own.scale["attention"] == pytest.approx((a + b) / (a * a + b * b), rel=1e-9)
+    assert "attention" not in own.call_cost_s

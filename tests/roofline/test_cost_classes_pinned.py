@@ -25,7 +25,17 @@ def test_only_an_optimizers_elementwise_ops_update_in_place() -> None:
     # op is elementwise, a mean outside a norm a reduction
     ("aten.exp.default", "normalization", "", "", "normalization"),
     ("aten.div.Tensor", "normalization", "", "", "normalization-dividing"),
-    ("aten.rsqrt.default", "normalization", "forward", "", "normalization-dividing"),
+    ("aten.rsqrt.default", "normalization", "backward", "", "normalization-dividing"),
+    # a forward op of a matmul, a norm, an elementwise op or a copy is a class apart; an
+    # attention's, an embedding's and the optimizer's are not
+    ("aten.rsqrt.default", "normalization", "forward", "", "normalization-dividing-forward"),
+    ("aten.mm.default", "matmul", "forward", "", "matmul-forward"),
+    ("aten._to_copy.default", "copy", "forward", "bf16", "copy-forward-bf16"),
+    ("aten.add.Tensor", "elementwise", "forward", "", "elementwise-forward"),
+    ("aten._scaled_dot_product_flash_attention_for_cpu.default", "attention", "forward",
+     "", "attention"),
+    ("aten.embedding.default", "embedding", "forward", "", "embedding"),
+    ("aten.mm.default", "matmul", "other", "", "matmul"),
     ("aten.mean.dim", "normalization", "", "", "normalization-reduction"),
     ("aten.sum.dim_IntList", "normalization", "backward", "", "normalization-reduction"),
     ("aten.mean.dim", "reduction", "", "", "reduction"),
@@ -53,7 +63,7 @@ def test_only_an_optimizers_elementwise_ops_update_in_place() -> None:
     ("aten.mul.Tensor", "elementwise", "optimizer", "", "elementwise-optimizer"),
     # a precision is appended to the class the op has without it, the phase kept
     ("aten.add_.Tensor", "elementwise", "optimizer", "bf16", "elementwise-optimizer-bf16"),
-    ("aten.gelu.default", "elementwise", "forward", "fp16", "elementwise-costly-fp16"),
+    ("aten.gelu.default", "elementwise", "forward", "fp16", "elementwise-costly-forward-fp16"),
     ("aten._softmax.default", "normalization", "", "bf16", "normalization-fused-bf16"),
     # a view is a view in any dtype; without a precision the category stands
     ("aten.view.default", "view", "forward", "bf16", "view"),
@@ -67,6 +77,11 @@ def test_cost_class(op: str, category: str, phase: str, precision: str, expected
 def test_without_split_a_norms_parts_and_an_attentions_backward_keep_their_category() -> None:
     # the class a profile fitted before they were split off prices them by
     assert cost_class("aten.mean.dim", "normalization", split=False) == "normalization"
+    # nor is a forward op apart, and without its forward class apart alone the rest stands
+    assert cost_class("aten.mean.dim", "normalization", "forward", split=False) == (
+        "normalization")
+    assert cost_class("aten.mean.dim", "normalization", "forward", "bf16",
+                      forward_apart=False) == "normalization-reduction-bf16"
     assert cost_class("aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
                       "attention", "backward", "bf16", split=False) == "attention-bf16"
     assert cost_class("aten.div.Tensor", "normalization", "backward", "bf16",

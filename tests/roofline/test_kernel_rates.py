@@ -265,8 +265,10 @@ def test_a_calibration_prices_each_dtype_by_its_own_class_by_hand() -> None:
     # fitted on fp32 steps alone: a bf16 op takes the fp32 class's figures, as before
     old = dataclasses.replace(chip, calibration=fp32_only)
     assert predict_op(0, mm, old).compute_time_s == pytest.approx(2.0 * 1e-3)
-    assert cost_class("aten.gelu.default", "elementwise", "forward", "bf16") == (
+    assert cost_class("aten.gelu.default", "elementwise", "backward", "bf16") == (
         "elementwise-costly-bf16")
+    assert cost_class("aten.gelu.default", "elementwise", "forward", "bf16") == (
+        "elementwise-costly-forward-bf16")  # a forward op, a class apart
     assert cost_class("aten.add_.Tensor", "elementwise", "optimizer", "bf16") == (
         "elementwise-optimizer-bf16")
 

@@ -97,7 +97,8 @@ class Calibration:
     The class of an op is its category, or a finer one (``roofline.cost_classes.cost_class``:
     ``elementwise-costly``, ``elementwise-dividing``, ``elementwise-optimizer``,
     ``normalization-fused``, ``normalization-reduction``, ``normalization-dividing``,
-    ``attention-backward``).
+    ``attention-backward``; a forward matmul, norm, elementwise op or copy its class with
+    ``-forward``, as ``matmul-forward``).
     """
 
     scale: Mapping[str, float]

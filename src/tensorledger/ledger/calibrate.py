@@ -42,7 +42,7 @@ from tensorledger.ledger.calibration_fit import (
 )
 from tensorledger.napkin.transformer import TransformerConfig
 from tensorledger.roofline.cost_classes import cost_class, pieces
-from tensorledger.roofline.kernel_rates import op_precision, own_kernel_curve
+from tensorledger.roofline.kernel_rates import op_precision, own_call_curve, own_kernel_curve
 
 if TYPE_CHECKING:
     from tensorledger.bench.harness import Measurement
@@ -223,7 +223,9 @@ def _run(timed: _Timed, hardware: Hardware) -> Run:
                           op.memory_time_s, op.ideal_time_s, float(op.bytes), part)
                          for op, part in zip(prediction.ops, parts, strict=True)),
                ops_s=max(result.measured_ops_s - fresh_s, 0.0), between_s=result.residual_s,
-               views=views)
+               views=views, own_calls=frozenset(
+                   op.category for op, traced in zip(prediction.ops, timed.records, strict=True)
+                   if own_call_curve(traced, hardware, op.compute_key)))
 
 
 def round_spread(medians: Sequence[float]) -> float:

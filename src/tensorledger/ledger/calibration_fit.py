@@ -94,6 +94,9 @@ class Run:
     # each view op ("aten.t") → (calls, the profiler's own s of them: the median over the
     # profiled steps)
     views: Mapping[str, tuple[int, float]] = dataclasses.field(default_factory=dict)
+    # the classes whose ops the profile prices with a call's own cost from their kernel's
+    # curves (``kernel_rates.own_call_curve``): the fit adds no cost a call to them
+    own_calls: frozenset[str] = frozenset()
 
 
 def _footprint(run: Run, group: str | None = None) -> float | None:
@@ -118,11 +121,12 @@ def fit(samples: Sequence[StepSample], source: str = "") -> Calibration:
     times of its calls in every run (those times carry the profiler's cost per op, as a
     view's time does, so the figures are free of it): the measured time less the cost of
     entering the ops is fitted by :func:`nonnegative_least_squares` as scale × kernel time +
-    cost a call × ops + cost a piece × pieces, in relative terms (each run's row divided by
-    its measured time), so a small model counts as much as a large one.  The framework's
-    time between ops, one figure for the forward-backward ops and one for the optimizer's,
-    comes from whole step times, which carry no profiler: each round's step times its
-    profiled steps' share outside their calls, the median over the rounds
+    cost a call × ops + cost a piece × pieces (no cost a call where the profile prices a
+    call's own cost from the kernel's curves, ``Run.own_calls``), in relative terms (each
+    run's row divided by its measured time), so a small model counts as much as a large
+    one.  The framework's time between ops, one figure for the forward-backward ops and one
+    for the optimizer's, comes from whole step times, which carry no profiler: each round's
+    step times its profiled steps' share outside their calls, the median over the rounds
     (``Run.between_s``, the residual ``--measure`` sets beside the prediction; the step
     less its ops as priced where a run was not profiled) is what it spends between ops,
     and the two figures are the relative fit of every step ((ops × r / step,
@@ -157,7 +161,8 @@ def fit(samples: Sequence[StepSample], source: str = "") -> Calibration:
         for run in (sample.forward_backward, sample.train):
             for name, (count, kernel_s, measured_s) in run.classes.items():
                 if name != "view" and measured_s > 0:
-                    rows[name].append((kernel_s / measured_s, count / measured_s,
+                    calls = 0 if name in run.own_calls else count  # a column of 0s stays at 0
+                    rows[name].append((kernel_s / measured_s, calls / measured_s,
                                        run.pieces.get(name, 0.0) / measured_s,
                                        1.0 - count * entry(run) / measured_s))
     low, high = SCALE_RANGE

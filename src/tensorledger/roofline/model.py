@@ -277,11 +277,14 @@ def predict_op(index: int, op: OpLike, hardware: Hardware,
     if calibration is not None:  # a probed machine's fit of whole steps (Calibration)
         precision = op_precision(op)
         for kind in (cost_class(op.op, op.category, op.phase, precision),
-                     # a profile fitted before a norm's reductions and divisions and an
-                     # attention's backward were split off
+                     # a profile fitted before the forward ops were split off
+                     cost_class(op.op, op.category, op.phase, precision, forward_apart=False),
+                     # before a norm's reductions and divisions and an attention's backward
+                     # were split off
                      cost_class(op.op, op.category, op.phase, precision, split=False),
                      # fitted on fp32 steps alone: the fp32 class
                      cost_class(op.op, op.category, op.phase),
+                     cost_class(op.op, op.category, op.phase, forward_apart=False),
                      cost_class(op.op, op.category, op.phase, split=False),
                      # a profile fitted before the optimizer's class was split off
                      cost_class(op.op, op.category)):
