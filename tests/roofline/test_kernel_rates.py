@@ -273,6 +273,26 @@ def test_a_calibration_prices_each_dtype_by_its_own_class_by_hand() -> None:
         "elementwise-optimizer-bf16")
 
 
+def test_a_forward_op_is_priced_by_its_forward_class_or_as_before_by_hand() -> None:
+    chip = _chip()
+    # bf16 matmuls of 1 ms at 4·10¹¹ FLOP/s: the forward's class 5 × + 2 µs, the backward's
+    # 3 × + 1 µs
+    cal = Calibration(scale={"matmul-bf16": 3.0, "matmul-forward-bf16": 5.0}, op_cost_s=0.0,
+                      between_ops_s={}, call_cost_s={"matmul-bf16": 1e-6,
+                                                     "matmul-forward-bf16": 2e-6})
+    forward = Op("aten.mm.default", "matmul", 4 * 10**8, 1000, 1000)  # phase "forward"
+    backward = dataclasses.replace(forward, phase="backward")
+    calibrated = dataclasses.replace(chip, calibration=cal)
+    ahead, behind = predict_op(0, forward, calibrated), predict_op(0, backward, calibrated)
+    assert (ahead.compute_time_s, ahead.overhead_s) == (pytest.approx(5e-3), pytest.approx(2e-6))
+    assert (behind.compute_time_s, behind.overhead_s) == (pytest.approx(3e-3),
+                                                          pytest.approx(1e-6))
+    # a profile fitted before the forward was split off: the forward at the backward's class
+    old = dataclasses.replace(chip, calibration=dataclasses.replace(cal, scale={
+        "matmul-bf16": 3.0}))
+    assert predict_op(0, forward, old).compute_time_s == pytest.approx(3e-3)
+
+
 def test_a_decode_product_streams_its_weight_at_the_probed_rate_of_its_reuse() -> None:
     """GPT-2's MLP up-projection in a decode step of 1 token: 768 × 3072 fp32 weights,
     9,437,184 bytes, read once a step.  The profile's decode curve of 1 row: 80 GB/s warm (a
