@@ -141,18 +141,16 @@ def own_call_curve(op: Any, hardware: Hardware, key: str) -> bool:
     its backward 30% over their measured times.
 
     >>> from types import SimpleNamespace as Rec
-    >>> chip = Hardware(id="x", name="x", memory_bytes=1, memory_bandwidth_bytes_per_s=1.0,
-    ...                 dense_flop_per_s={"fp32": 1.0},
-    ...                 curves={"attention-call.fp32.forward.d64": ((1e6, 1e4),),
-    ...                         "op.bf16.aten.gelu.tanh": ((1e6, 1e9),)})
-    >>> forward = Rec(op="aten._scaled_dot_product_flash_attention_for_cpu.default",
-    ...               category="attention")
-    >>> own_call_curve(forward, chip, "fp32"), own_call_curve(forward, chip, "bf16")
-    (True, False)
+    >>> curves = {"attention-call.fp32.forward.d64": ((1e6, 1e4),),  # 100 µs a call
+    ...           "op.bf16.aten.gelu.tanh": ((1e6, 1e9),)}  # a rate by bytes, no call's cost
+    >>> chip = Hardware("x", "x", 1, 1.0, {"fp32": 1.0}, curves=curves)
+    >>> sdpa = Rec(op="aten._scaled_dot_product_flash_attention_for_cpu.default",
+    ...            category="attention")
     >>> gelu = Rec(op="aten.gelu.default", category="elementwise", input_dtypes=("bf16",),
     ...            output_dtypes=("bf16",), variant="tanh")
-    >>> own_call_curve(gelu, chip, "fp32")  # its own curve is a rate by bytes, not a call's cost
-    False
+    >>> [own_call_curve(sdpa, chip, key) for key in ("fp32", "bf16")], own_call_curve(
+    ...     gelu, chip, "fp32")
+    ([True, False], False)
     """
     return op.category == "attention" and own_kernel_curve(op, hardware, key)
 
